@@ -1,0 +1,153 @@
+#include "ps_server/key_store.h"
+
+#include <cstring>
+
+#include "ps_server/reduce.h"
+#include "tf_ps_ops/cc/common/logging.h"
+
+namespace tfps {
+
+std::string WorkerIdentity(int rank) { return "w" + std::to_string(rank); }
+
+KeyStore::KeyStore(int num_workers, int server_id, double timeout_s)
+    : num_workers_(num_workers), server_id_(server_id), timeout_s_(timeout_s) {}
+
+std::string KeyStore::Where(const RoundId& id) const {
+  return "server " + std::to_string(server_id_) + ", step " + std::to_string(std::get<2>(id)) +
+         ", partition " + std::to_string(std::get<1>(id));
+}
+
+Outgoing KeyStore::ErrorReply(const Header& about, int rank, const Status& status) const {
+  Head head;
+  head.header.type = static_cast<uint16_t>(MsgType::kError);
+  head.header.key = about.key;
+  head.header.partition = about.partition;
+  head.header.num_partitions = about.num_partitions;
+  head.header.step = about.step;
+  head.header.sender = server_id_;
+  head.header.status = static_cast<uint32_t>(status.code());
+  const std::string& text = status.message();
+  return Outgoing{WorkerIdentity(rank), EncodeHead(head), zmq::message_t(text.data(), text.size())};
+}
+
+void KeyStore::OnPush(const Head& head, zmq::message_t payload, std::vector<Outgoing>* out) {
+  const Header& h = head.header;
+  const RoundId id{h.key, h.partition, h.step};
+  auto it = rounds_.find(id);
+  if (it == rounds_.end()) {
+    it = rounds_.emplace(id, Round()).first;
+    Round& r = it->second;
+    r.first = h;
+    r.dims = head.dims;
+    r.first_sender = h.sender;
+    r.arrived.assign(num_workers_, false);
+    r.answered.assign(num_workers_, false);
+    r.started = Clock::now();
+    for (const auto& lost : lost_) {
+      if (!r.error.ok()) break;
+      r.error = Unavailable("worker " + std::to_string(lost.first) + " is gone (" + lost.second +
+                            "); the step cannot complete (" + Where(id) + ")");
+    }
+  }
+  Round& r = it->second;
+  if (r.arrived[h.sender]) {
+    out->push_back(ErrorReply(h, h.sender, Internal("pushed twice for the same step (" +
+                                                    Where(id) + ")")));
+    return;
+  }
+  r.arrived[h.sender] = true;
+  ++r.num_arrived;
+  if (r.error.ok() && (h.dtype != r.first.dtype || head.dims != r.dims ||
+                       h.count != r.first.count || h.num_partitions != r.first.num_partitions)) {
+    r.error = InvalidArgument(
+        "shape or dtype differs between workers: worker " + std::to_string(r.first_sender) +
+        " sent " + DescribeTensor(static_cast<DType>(r.first.dtype), r.dims) + ", worker " +
+        std::to_string(h.sender) + " sent " +
+        DescribeTensor(static_cast<DType>(h.dtype), head.dims) + " (" + Where(id) + ")");
+  }
+  if (!r.error.ok()) {
+    Fail(r, r.error, out);
+  } else if ((h.flags & kFlagNoData) == 0) {
+    if (!r.has_data) {
+      r.sum = std::move(payload);  // the first data push is the accumulator: no copy
+      r.has_data = true;
+    } else {
+      SumInto(static_cast<DType>(h.dtype), r.sum.data(), payload.data(), h.count);
+    }
+  }
+  if (r.num_arrived == num_workers_) {
+    if (r.error.ok()) Answer(id, r, out);
+    rounds_.erase(it);
+  }
+}
+
+void KeyStore::Answer(const RoundId& id, Round& round, std::vector<Outgoing>* out) {
+  const size_t bytes = round.first.count * DTypeSize(static_cast<DType>(round.first.dtype));
+  if (!round.has_data) {  // nobody contributed (cannot happen for a valid broadcast)
+    round.sum.rebuild(bytes);
+    std::memset(round.sum.data(), 0, bytes);
+  }
+  Head head;
+  head.header = round.first;
+  head.header.type = static_cast<uint16_t>(MsgType::kPushPullReply);
+  head.header.flags = 0;
+  head.header.sender = server_id_;
+  const std::string encoded = EncodeHead(head);
+  for (int rank = 0; rank < num_workers_; ++rank) {
+    zmq::message_t copy;
+    copy.copy(round.sum);  // shares the buffer (reference counted), no byte copy
+    out->push_back(Outgoing{WorkerIdentity(rank), encoded, std::move(copy)});
+  }
+  (void)id;
+}
+
+void KeyStore::Fail(Round& round, const Status& status, std::vector<Outgoing>* out) {
+  for (int rank = 0; rank < num_workers_; ++rank) {
+    if (!round.arrived[rank] || round.answered[rank]) continue;
+    round.answered[rank] = true;
+    out->push_back(ErrorReply(round.first, rank, status));
+  }
+}
+
+void KeyStore::OnWorkerLost(int rank, const std::string& why, std::vector<Outgoing>* out) {
+  lost_[rank] = why;
+  for (auto it = rounds_.begin(); it != rounds_.end();) {
+    Round& r = it->second;
+    if (r.arrived[rank]) {
+      ++it;
+      continue;
+    }
+    if (r.error.ok()) {
+      r.error = Unavailable("worker " + std::to_string(rank) + " is gone (" + why +
+                            ") before pushing; the step cannot complete (" + Where(it->first) +
+                            ")");
+    }
+    Fail(r, r.error, out);
+    it = rounds_.erase(it);
+  }
+}
+
+void KeyStore::OnTick(Clock::time_point now, std::vector<Outgoing>* out) {
+  for (auto it = rounds_.begin(); it != rounds_.end();) {
+    Round& r = it->second;
+    if (now - r.started < std::chrono::duration<double>(timeout_s_)) {
+      ++it;
+      continue;
+    }
+    std::string missing;
+    for (int rank = 0; rank < num_workers_; ++rank) {
+      if (!r.arrived[rank]) missing += (missing.empty() ? "" : ", ") + std::to_string(rank);
+    }
+    Status s = r.error.ok()
+                   ? DeadlineExceeded("timed out after " + std::to_string(int(timeout_s_)) +
+                                      " s (TFPS_TIMEOUT) waiting for worker(s) " + missing +
+                                      " to push (" + Where(it->first) +
+                                      "); is that worker stuck, dead or running other code?")
+                   : r.error;
+    TFPS_LOG(Warning) << s.message();
+    Fail(r, s, out);
+    it = rounds_.erase(it);
+  }
+}
+
+}  // namespace tfps

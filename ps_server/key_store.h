@@ -1,0 +1,77 @@
+// The summation state of one server thread's keys (summation mode, BSP).
+//
+// A round is (key, partition, step). It collects one push from every worker; the first
+// push with data becomes the accumulator (no copy), later ones are summed into it, and
+// when the last worker's push is in, every worker gets the same sum (one buffer shared by
+// all replies). Rounds of different steps are independent, so a push for step t+1 that
+// arrives while step t is still open corrupts nothing. Owned by one thread: no locks.
+#ifndef TFPS_PS_SERVER_KEY_STORE_H_
+#define TFPS_PS_SERVER_KEY_STORE_H_
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "tf_ps_ops/cc/common/status.h"
+#include "tf_ps_ops/cc/wire/message.h"
+
+namespace tfps {
+
+// A reply for the I/O thread to send.
+struct Outgoing {
+  std::string identity;  // worker routing id
+  std::string head;      // encoded head frame
+  zmq::message_t payload;
+};
+
+std::string WorkerIdentity(int rank);
+
+class KeyStore {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  KeyStore(int num_workers, int server_id, double timeout_s);
+
+  void OnPush(const Head& head, zmq::message_t payload, std::vector<Outgoing>* out);
+  // The worker is gone: every open round that still needs it fails, and so will new ones.
+  void OnWorkerLost(int rank, const std::string& why, std::vector<Outgoing>* out);
+  // Fails rounds that waited longer than the timeout, naming the workers still missing.
+  void OnTick(Clock::time_point now, std::vector<Outgoing>* out);
+
+  size_t open_rounds() const { return rounds_.size(); }
+
+ private:
+  using RoundId = std::tuple<uint64_t, uint32_t, uint64_t>;  // key, partition, step
+  struct Round {
+    Header first;               // the first push's header: what every other must match
+    std::vector<int64_t> dims;
+    int first_sender = -1;
+    std::vector<bool> arrived;
+    std::vector<bool> answered;
+    int num_arrived = 0;
+    zmq::message_t sum;
+    bool has_data = false;
+    Status error;
+    Clock::time_point started;
+  };
+
+  void Answer(const RoundId& id, Round& round, std::vector<Outgoing>* out);
+  void Fail(Round& round, const Status& status, std::vector<Outgoing>* out);
+  std::string Where(const RoundId& id) const;
+  Outgoing ErrorReply(const Header& about, int rank, const Status& status) const;
+
+  const int num_workers_;
+  const int server_id_;
+  const double timeout_s_;
+  std::map<RoundId, Round> rounds_;
+  std::map<int, std::string> lost_;  // rank -> why
+};
+
+}  // namespace tfps
+
+#endif  // TFPS_PS_SERVER_KEY_STORE_H_

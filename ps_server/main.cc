@@ -1,0 +1,144 @@
+// ps_server: the parameter server binary, and the scheduler (rendezvous) role.
+// Flags fall back to BytePS/ps-lite's DMLC_* variables so BytePS launch scripts work.
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <string>
+
+#include "ps_server/scheduler.h"
+#include "ps_server/shard_server.h"
+#include "tf_ps_ops/cc/common/config.h"
+#include "tf_ps_ops/cc/common/logging.h"
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+void OnSignal(int) { g_stop = true; }
+
+const char kUsage[] =
+    "usage:\n"
+    "  ps_server --role scheduler --port P [--port-file F] --num-workers N --num-servers M\n"
+    "  ps_server --role server --scheduler HOST:PORT [--port P] [--host H]\n"
+    "            --num-workers N --num-servers M [--threads T]\n"
+    "Unset flags come from DMLC_ROLE, DMLC_PS_ROOT_URI, DMLC_PS_ROOT_PORT, DMLC_NUM_WORKER,\n"
+    "DMLC_NUM_SERVER, DMLC_NODE_HOST and TFPS_SERVER_THREADS (see docs/env.md).\n";
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "ps_server: %s\n%s", message.c_str(), kUsage);
+  return 2;
+}
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? "" : v;
+}
+
+bool ParseInt(const std::string& text, int min, int* out) {
+  char* end = nullptr;
+  long v = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || v < min || v > 65535 * 16) return false;
+  *out = static_cast<int>(v);
+  return true;
+}
+
+bool WritePortFile(const std::string& path, int port) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp);
+    f << port << "\n";
+    if (!f.good()) return false;
+  }
+  return std::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::map<std::string, std::string> flags;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "-h" || arg == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (arg.rfind("--", 0) != 0 || i + 1 >= argc) return Fail("unexpected argument '" + arg + "'");
+    flags[arg.substr(2)] = argv[++i];
+  }
+  auto flag = [&](const char* name, const char* env) {
+    auto it = flags.find(name);
+    if (it != flags.end()) return it->second;
+    return env == nullptr ? std::string() : Env(env);
+  };
+  for (const auto& kv : flags) {
+    static const char* known[] = {"role", "port", "port-file", "scheduler", "host",
+                                  "num-workers", "num-servers", "threads"};
+    bool ok = false;
+    for (const char* k : known) ok = ok || kv.first == k;
+    if (!ok) return Fail("unknown flag --" + kv.first);
+  }
+  if (flags.count("threads")) setenv("TFPS_SERVER_THREADS", flags["threads"].c_str(), 1);
+
+  tfps::Config config;
+  tfps::Status s = tfps::LoadConfig(&config);
+  if (!s.ok()) return Fail(s.message());
+
+  const std::string role = flag("role", "DMLC_ROLE");
+  int num_workers = 0, num_servers = 0, port = 0;
+  if (!ParseInt(flag("num-workers", "DMLC_NUM_WORKER"), 1, &num_workers)) {
+    return Fail("--num-workers (or DMLC_NUM_WORKER) must be a positive integer");
+  }
+  if (!ParseInt(flag("num-servers", "DMLC_NUM_SERVER"), 1, &num_servers)) {
+    return Fail("--num-servers (or DMLC_NUM_SERVER) must be a positive integer");
+  }
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  if (role == "scheduler") {
+    const std::string port_text = flag("port", "DMLC_PS_ROOT_PORT");
+    if (!port_text.empty() && !ParseInt(port_text, 0, &port)) return Fail("bad --port " + port_text);
+    tfps::SetLogRole("scheduler");
+    tfps::Scheduler scheduler(num_workers, num_servers, config);
+    int bound = 0;
+    s = scheduler.Bind(port, &bound);
+    if (!s.ok()) return Fail(s.message());
+    if (flags.count("port-file") && !WritePortFile(flags["port-file"], bound)) {
+      return Fail("cannot write --port-file " + flags["port-file"]);
+    }
+    TFPS_LOG(Info) << "listening on port " << bound << " for " << num_servers << " server(s) and "
+                   << num_workers << " worker(s)";
+    return scheduler.Run(g_stop);
+  }
+  if (role != "server") return Fail("--role must be 'scheduler' or 'server', got '" + role + "'");
+
+  std::string sched_host, sched_port_text;
+  if (flags.count("scheduler")) {
+    const std::string& a = flags["scheduler"];
+    const size_t colon = a.rfind(':');
+    if (colon == std::string::npos) return Fail("--scheduler must be HOST:PORT, got '" + a + "'");
+    sched_host = a.substr(0, colon);
+    sched_port_text = a.substr(colon + 1);
+  } else {
+    sched_host = Env("DMLC_PS_ROOT_URI");
+    sched_port_text = Env("DMLC_PS_ROOT_PORT");
+  }
+  int sched_port = 0;
+  if (sched_host.empty() || !ParseInt(sched_port_text, 1, &sched_port)) {
+    return Fail("the scheduler address is missing: give --scheduler HOST:PORT or set "
+                "DMLC_PS_ROOT_URI and DMLC_PS_ROOT_PORT");
+  }
+  const std::string port_text = flag("port", nullptr);
+  if (!port_text.empty() && !ParseInt(port_text, 0, &port)) return Fail("bad --port " + port_text);
+  tfps::SetLogRole("server");
+  tfps::ShardServer server(num_workers, num_servers, config);
+  s = server.Start(sched_host, sched_port, port, flag("host", "DMLC_NODE_HOST"));
+  if (!s.ok()) {
+    TFPS_LOG(Error) << s.message();
+    return 1;
+  }
+  return server.Run(g_stop);
+}

@@ -1,0 +1,185 @@
+#include "ps_server/scheduler.h"
+
+#include <chrono>
+
+#include "tf_ps_ops/cc/common/logging.h"
+#include "tf_ps_ops/cc/transport/zmq_util.h"
+#include "tf_ps_ops/cc/wire/message.h"
+
+namespace tfps {
+
+Scheduler::Scheduler(int num_workers, int num_servers, const Config& config)
+    : num_workers_(num_workers),
+      num_servers_(num_servers),
+      config_(config),
+      context_(1),
+      router_(context_, zmq::socket_type::router) {
+  SetCommonOptions(router_, config_.heartbeat_timeout_s);
+}
+
+Status Scheduler::Bind(int port, int* bound_port) {
+  try {
+    router_.bind("tcp://*:" + std::to_string(port));
+  } catch (const zmq::error_t& e) {
+    return Unavailable("scheduler cannot bind port " + std::to_string(port) + ": " + e.what());
+  }
+  *bound_port = BoundPort(router_);
+  return Status::Ok();
+}
+
+int Scheduler::Run(const std::atomic<bool>& stop) {
+  Monitor monitor(context_, router_, "scheduler", ZMQ_EVENT_DISCONNECTED);
+  using Clock = std::chrono::steady_clock;
+  auto last_progress = Clock::now();
+  std::vector<zmq::message_t> frames;
+  while (!stop) {
+    zmq::pollitem_t items[] = {{router_.handle(), 0, ZMQ_POLLIN, 0},
+                               {monitor.socket().handle(), 0, ZMQ_POLLIN, 0}};
+    zmq::poll(items, 2, std::chrono::milliseconds(200));
+    while (RecvFrames(router_, &frames)) OnMessage(frames);
+    int event = 0, value = 0;
+    std::string address;
+    while (monitor.Read(&event, &value, &address)) {
+      if (event == ZMQ_EVENT_DISCONNECTED) OnDisconnect(value);
+    }
+    if (ready_) {
+      int finished = lost_workers_;
+      for (const auto& w : workers_) finished += w.second.done ? 1 : 0;
+      if (finished >= num_workers_) break;
+    } else if (Clock::now() - last_progress > std::chrono::seconds(10)) {
+      TFPS_LOG(Info) << "still waiting for " << Waiting() << " to register";
+      last_progress = Clock::now();
+    }
+  }
+  if (stop) return 0;
+  if (lost_workers_ > 0) {
+    TFPS_LOG(Error) << lost_workers_ << " worker(s) died before shutting down; exiting with 1";
+    return 1;
+  }
+  TFPS_LOG(Info) << "every worker said goodbye; exiting";
+  return 0;
+}
+
+void Scheduler::OnMessage(std::vector<zmq::message_t>& frames) {
+  if (frames.size() < 2 || frames.size() > 3) {
+    TFPS_LOG(Warning) << "dropped a message of " << frames.size() << " frames";
+    return;
+  }
+  const std::string identity = frames[0].to_string();
+  Head head;
+  const size_t payload = frames.size() == 3 ? frames[2].size() : 0;
+  Status s = DecodeHead(frames[1].data(), frames[1].size(), payload, &head);
+  if (!s.ok()) {
+    TFPS_LOG(Warning) << "dropped a malformed message: " << s.message();
+    Refuse(identity, s.code(), s.message());
+    return;
+  }
+  const auto type = static_cast<MsgType>(head.header.type);
+  if (type == MsgType::kRegister && frames.size() == 3) {
+    OnRegister(identity, frames[2], frames[1].get(ZMQ_SRCFD));
+  } else if (type == MsgType::kBye) {
+    for (auto& w : workers_) {
+      if (w.second.identity == identity) w.second.done = true;
+    }
+  } else {
+    TFPS_LOG(Warning) << "dropped an unexpected message of type " << head.header.type;
+  }
+}
+
+void Scheduler::OnRegister(const std::string& identity, zmq::message_t& payload, int fd) {
+  auto kv = ParseKeyValues(payload.to_string());
+  if (ready_) {
+    Refuse(identity, Code::kFailedPrecondition,
+           "the cluster is already complete; a late or restarted process cannot join");
+    return;
+  }
+  Member m;
+  m.identity = identity;
+  m.fd = fd;
+  m.host = kv["host"].empty() ? PeerAddress(payload) : kv["host"];
+  if (kv["role"] == "server") {
+    if (static_cast<int>(servers_.size()) >= num_servers_) {
+      Refuse(identity, Code::kInvalidArgument,
+             "already have all " + std::to_string(num_servers_) + " servers (--num-servers)");
+      return;
+    }
+    m.port = std::atoi(kv["port"].c_str());
+    servers_.push_back(m);
+    TFPS_LOG(Info) << "server " << servers_.size() - 1 << " registered from " << m.host << ":"
+                   << m.port;
+  } else if (kv["role"] == "worker") {
+    const int rank = std::atoi(kv["rank"].c_str());
+    const int size = std::atoi(kv["size"].c_str());
+    if (size != num_workers_ || rank < 0 || rank >= num_workers_ || workers_.count(rank)) {
+      Refuse(identity, Code::kInvalidArgument,
+             "worker rank " + kv["rank"] + " of size " + kv["size"] +
+                 " does not fit a job of " + std::to_string(num_workers_) +
+                 " workers, or that rank registered twice");
+      return;
+    }
+    workers_[rank] = m;
+    TFPS_LOG(Info) << "worker " << rank << " registered from " << m.host;
+  } else {
+    Refuse(identity, Code::kInvalidArgument, "unknown role '" + kv["role"] + "'");
+    return;
+  }
+  if (!complete()) {
+    Reply(identity, {{"status", "waiting"}, {"waiting", Waiting()}});
+    return;
+  }
+  ready_ = true;
+  std::string servers, workers;
+  for (const Member& s : servers_) {
+    servers += (servers.empty() ? "" : ",") + s.host + ":" + std::to_string(s.port);
+  }
+  for (const auto& w : workers_) workers += (workers.empty() ? "" : ",") + w.second.host;
+  for (size_t i = 0; i < servers_.size(); ++i) {
+    Reply(servers_[i].identity, {{"status", "ready"}, {"servers", servers}, {"workers", workers},
+                                 {"server_id", std::to_string(i)}});
+  }
+  for (const auto& w : workers_) {
+    Reply(w.second.identity, {{"status", "ready"}, {"servers", servers}, {"workers", workers}});
+  }
+  TFPS_LOG(Info) << "cluster complete: " << num_servers_ << " server(s) [" << servers << "], "
+                 << num_workers_ << " worker(s)";
+}
+
+void Scheduler::OnDisconnect(int fd) {
+  for (auto& w : workers_) {
+    if (w.second.fd != fd || w.second.done) continue;
+    TFPS_LOG(Error) << "worker " << w.first << " (" << w.second.host
+                    << ") disconnected without shutting down (did the process die?)";
+    w.second.fd = -1;
+    w.second.done = true;
+    ++lost_workers_;
+  }
+}
+
+void Scheduler::Reply(const std::string& identity, const std::map<std::string, std::string>& kv) {
+  Header h;
+  h.type = static_cast<uint16_t>(MsgType::kRegisterReply);
+  Status s = SendText(router_, identity, h, FormatKeyValues(kv));
+  if (!s.ok()) TFPS_LOG(Warning) << "could not answer a registrant: " << s.message();
+}
+
+void Scheduler::Refuse(const std::string& identity, Code code, const std::string& why) {
+  TFPS_LOG(Warning) << "refused a registration: " << why;
+  Header h;
+  h.type = static_cast<uint16_t>(MsgType::kError);
+  h.status = static_cast<uint32_t>(code);
+  (void)SendText(router_, identity, h, why);
+}
+
+std::string Scheduler::Waiting() const {
+  return std::to_string(num_servers_ - static_cast<int>(servers_.size())) + " of " +
+         std::to_string(num_servers_) + " servers and " +
+         std::to_string(num_workers_ - static_cast<int>(workers_.size())) + " of " +
+         std::to_string(num_workers_) + " workers";
+}
+
+bool Scheduler::complete() const {
+  return static_cast<int>(servers_.size()) == num_servers_ &&
+         static_cast<int>(workers_.size()) == num_workers_;
+}
+
+}  // namespace tfps

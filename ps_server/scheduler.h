@@ -1,0 +1,59 @@
+// The rendezvous ("scheduler" in BytePS/ps-lite terms): one well-known address where
+// servers and workers register. Once every role has, it tells each the cluster: the server
+// list (ids in registration order) and every worker's host. It then stays up until every
+// worker has said goodbye, so it notices workers that die.
+#ifndef TFPS_PS_SERVER_SCHEDULER_H_
+#define TFPS_PS_SERVER_SCHEDULER_H_
+
+#include <atomic>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "tf_ps_ops/cc/common/config.h"
+#include "tf_ps_ops/cc/common/status.h"
+
+namespace tfps {
+
+class Scheduler {
+ public:
+  Scheduler(int num_workers, int num_servers, const Config& config);
+
+  // Binds tcp://*:port (0: any free port) and reports the port bound.
+  Status Bind(int port, int* bound_port);
+  // Serves until every worker has said goodbye or died, or `stop` is set. Exit code.
+  int Run(const std::atomic<bool>& stop);
+
+ private:
+  struct Member {
+    std::string identity;  // ZeroMQ routing id
+    std::string host;
+    int port = 0;          // servers
+    int fd = -1;           // the connection's file descriptor, to match disconnects
+    bool done = false;     // worker said goodbye
+  };
+
+  void OnMessage(std::vector<zmq::message_t>& frames);
+  void OnRegister(const std::string& identity, zmq::message_t& payload, int fd);
+  void OnDisconnect(int fd);
+  void Reply(const std::string& identity, const std::map<std::string, std::string>& kv);
+  void Refuse(const std::string& identity, Code code, const std::string& why);
+  std::string Waiting() const;
+  bool complete() const;
+
+  const int num_workers_;
+  const int num_servers_;
+  const Config config_;
+  zmq::context_t context_;
+  zmq::socket_t router_;
+  std::vector<Member> servers_;
+  std::map<int, Member> workers_;  // by rank
+  bool ready_ = false;
+  int lost_workers_ = 0;
+};
+
+}  // namespace tfps
+
+#endif  // TFPS_PS_SERVER_SCHEDULER_H_

@@ -1,0 +1,248 @@
+#include "ps_server/shard_server.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <chrono>
+
+#include "tf_ps_ops/cc/common/logging.h"
+#include "tf_ps_ops/cc/transport/zmq_util.h"
+#include "tf_ps_ops/cc/wire/message.h"
+
+namespace tfps {
+
+namespace {
+enum WorkerState { kUnseen = 0, kConnected = 1, kDone = 2, kGone = 3 };
+}  // namespace
+
+ShardServer::ShardServer(int num_workers, int num_servers, const Config& config)
+    : num_workers_(num_workers),
+      num_servers_(num_servers),
+      config_(config),
+      context_(2),
+      router_(context_, zmq::socket_type::router),
+      scheduler_(context_, zmq::socket_type::dealer),
+      worker_state_(num_workers, kUnseen) {
+  SetCommonOptions(router_, config_.heartbeat_timeout_s);
+  SetCommonOptions(scheduler_, config_.heartbeat_timeout_s);
+  router_.set(zmq::sockopt::router_mandatory, 1);
+  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+}
+
+ShardServer::~ShardServer() {
+  stopping_ = true;
+  for (auto& inbox : inboxes_) inbox->cv.notify_all();
+  for (auto& t : threads_) t.join();
+  if (wake_fd_ >= 0) close(wake_fd_);
+}
+
+Status ShardServer::Start(const std::string& scheduler_host, int scheduler_port, int port,
+                          const std::string& host) {
+  try {
+    router_.bind("tcp://*:" + std::to_string(port));
+  } catch (const zmq::error_t& e) {
+    return Unavailable("server cannot bind port " + std::to_string(port) + ": " + e.what());
+  }
+  const int bound = BoundPort(router_);
+  const std::string scheduler = TcpAddress(scheduler_host, scheduler_port);
+  scheduler_.connect(scheduler);
+  std::map<std::string, std::string> info = {{"role", "server"}, {"port", std::to_string(bound)}};
+  if (!host.empty()) info["host"] = host;
+  ClusterView view;
+  TFPS_RETURN_IF_ERROR(
+      RegisterWithScheduler(scheduler_, scheduler, info, config_.timeout_s, &view));
+  server_id_ = view.server_id;
+  SetLogRole("server " + std::to_string(server_id_));
+  TFPS_LOG(Info) << "serving on port " << bound << " with " << config_.server_threads
+                 << " summation thread(s) for " << num_workers_ << " worker(s)";
+  for (int i = 0; i < config_.server_threads; ++i) {
+    inboxes_.push_back(std::make_unique<Inbox>());
+  }
+  for (int i = 0; i < config_.server_threads; ++i) {
+    threads_.emplace_back([this, i] { SummationLoop(i); });
+  }
+  return Status::Ok();
+}
+
+void ShardServer::SummationLoop(int index) {
+  KeyStore store(num_workers_, server_id_, config_.timeout_s);
+  Inbox& inbox = *inboxes_[index];
+  std::vector<Outgoing> replies;
+  while (!stopping_) {
+    std::deque<Work> batch;
+    {
+      std::unique_lock<std::mutex> lock(inbox.mu);
+      inbox.cv.wait_for(lock, std::chrono::milliseconds(250),
+                        [&] { return stopping_ || !inbox.queue.empty(); });
+      batch.swap(inbox.queue);
+    }
+    for (Work& w : batch) {
+      if (w.kind == Work::kPush) {
+        store.OnPush(w.head, std::move(w.payload), &replies);
+      } else {
+        store.OnWorkerLost(w.rank, w.why, &replies);
+      }
+    }
+    store.OnTick(KeyStore::Clock::now(), &replies);
+    PostReplies(&replies);
+  }
+}
+
+void ShardServer::PostReplies(std::vector<Outgoing>* replies) {
+  if (replies->empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(outbox_mu_);
+    for (Outgoing& o : *replies) outbox_.push_back(std::move(o));
+  }
+  replies->clear();
+  const uint64_t one = 1;
+  (void)!write(wake_fd_, &one, sizeof(one));
+}
+
+int ShardServer::Run(const std::atomic<bool>& stop) {
+  Monitor monitor(context_, router_, "server",
+                  ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL);
+  std::vector<zmq::message_t> frames;
+  while (!stop) {
+    zmq::pollitem_t items[] = {{router_.handle(), 0, ZMQ_POLLIN, 0},
+                               {monitor.socket().handle(), 0, ZMQ_POLLIN, 0},
+                               {nullptr, wake_fd_, ZMQ_POLLIN, 0}};
+    zmq::poll(items, 3, std::chrono::milliseconds(200));
+    if (items[2].revents & ZMQ_POLLIN) {
+      uint64_t n;
+      (void)!read(wake_fd_, &n, sizeof(n));
+    }
+    SendOutboxOnIoThread();
+    for (int i = 0; i < 256 && RecvFrames(router_, &frames); ++i) OnMessageOnIoThread(frames);
+    int event = 0, value = 0;
+    std::string address;
+    while (monitor.Read(&event, &value, &address)) {
+      if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
+        TFPS_LOG(Warning) << "dropped a connection from " << address
+                          << " that does not speak ZeroMQ/tf_ps_ops";
+        continue;
+      }
+      for (const auto& rf : fd_of_rank_) {
+        if (rf.second == value && worker_state_[rf.first] == kConnected) {
+          OnWorkerGoneOnIoThread(rf.first, "its connection closed without a goodbye");
+        }
+      }
+    }
+    int finished = 0;
+    for (int s : worker_state_) finished += (s == kDone || s == kGone) ? 1 : 0;
+    if (finished == num_workers_) break;
+  }
+  // Let summation threads post their last replies, then flush them.
+  stopping_ = true;
+  for (auto& inbox : inboxes_) inbox->cv.notify_all();
+  for (auto& t : threads_) t.join();
+  threads_.clear();
+  SendOutboxOnIoThread();
+  if (stop) return 0;
+  int gone = 0;
+  for (int s : worker_state_) gone += s == kGone ? 1 : 0;
+  if (gone > 0) {
+    TFPS_LOG(Error) << gone << " worker(s) vanished without shutting down; exiting with 1";
+    return 1;
+  }
+  TFPS_LOG(Info) << "every worker said goodbye; exiting";
+  return 0;
+}
+
+void ShardServer::OnMessageOnIoThread(std::vector<zmq::message_t>& frames) {
+  if (frames.size() < 2 || frames.size() > 3) {
+    TFPS_LOG(Warning) << "dropped a message of " << frames.size() << " frames";
+    return;
+  }
+  const std::string identity = frames[0].to_string();
+  const size_t payload_size = frames.size() == 3 ? frames[2].size() : 0;
+  Head head;
+  Status s = DecodeHead(frames[1].data(), frames[1].size(), payload_size, &head);
+  const Header& h = head.header;
+  if (s.ok() && (h.sender < 0 || h.sender >= num_workers_ || identity != WorkerIdentity(h.sender))) {
+    s = InvalidArgument("sender " + std::to_string(h.sender) + " does not match connection '" +
+                        identity + "' or is not a worker rank below " +
+                        std::to_string(num_workers_));
+  }
+  if (!s.ok()) {
+    TFPS_LOG(Warning) << "dropped a malformed message from '" << identity << "': " << s.message();
+    RejectOnIoThread(identity, s);
+    return;
+  }
+  const int rank = h.sender;
+  switch (static_cast<MsgType>(h.type)) {
+    case MsgType::kHello: {
+      fd_of_rank_[rank] = frames[1].get(ZMQ_SRCFD);
+      if (worker_state_[rank] == kUnseen) worker_state_[rank] = kConnected;
+      Head reply;
+      reply.header.type = static_cast<uint16_t>(MsgType::kHelloReply);
+      reply.header.sender = server_id_;
+      (void)SendMessage(router_, identity, reply, zmq::message_t());
+      return;
+    }
+    case MsgType::kBye:
+      worker_state_[rank] = kDone;
+      return;
+    case MsgType::kPushPull: {
+      Work w;
+      w.kind = Work::kPush;
+      w.head = std::move(head);
+      if (frames.size() == 3) w.payload = std::move(frames[2]);
+      const size_t shard = (w.head.header.key + w.head.header.partition) % inboxes_.size();
+      Inbox& inbox = *inboxes_[shard];
+      {
+        std::lock_guard<std::mutex> lock(inbox.mu);
+        inbox.queue.push_back(std::move(w));
+      }
+      inbox.cv.notify_one();
+      return;
+    }
+    default:
+      RejectOnIoThread(identity, InvalidArgument("a server does not accept message type " +
+                                                 std::to_string(h.type)));
+  }
+}
+
+void ShardServer::OnWorkerGoneOnIoThread(int rank, const std::string& why) {
+  worker_state_[rank] = kGone;
+  TFPS_LOG(Error) << "worker " << rank << " is gone: " << why;
+  for (auto& inbox : inboxes_) {
+    Work w;
+    w.kind = Work::kWorkerLost;
+    w.rank = rank;
+    w.why = why;
+    {
+      std::lock_guard<std::mutex> lock(inbox->mu);
+      inbox->queue.push_back(std::move(w));
+    }
+    inbox->cv.notify_one();
+  }
+}
+
+void ShardServer::SendOutboxOnIoThread() {
+  std::vector<Outgoing> batch;
+  {
+    std::lock_guard<std::mutex> lock(outbox_mu_);
+    batch.swap(outbox_);
+  }
+  for (Outgoing& o : batch) {
+    try {
+      router_.send(zmq::buffer(o.identity), zmq::send_flags::sndmore);
+      router_.send(zmq::buffer(o.head), zmq::send_flags::sndmore);
+      router_.send(o.payload, zmq::send_flags::none);
+    } catch (const zmq::error_t& e) {
+      TFPS_LOG(Warning) << "could not answer " << o.identity << ": " << e.what();
+    }
+  }
+}
+
+void ShardServer::RejectOnIoThread(const std::string& identity, const Status& status) {
+  Header h;
+  h.type = static_cast<uint16_t>(MsgType::kError);
+  h.status = static_cast<uint32_t>(status.code());
+  h.sender = server_id_;
+  Status s = SendText(router_, identity, h, status.message());
+  if (!s.ok()) TFPS_LOG(Debug) << "could not send the rejection: " << s.message();
+}
+
+}  // namespace tfps

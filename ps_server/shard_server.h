@@ -1,0 +1,83 @@
+// A parameter server process: one I/O thread owns the ROUTER socket (ZeroMQ sockets are
+// single-threaded); summation threads own disjoint sets of keys (a KeyStore each).
+//
+//   I/O thread  --(push, by hash of key+partition)-->  summation thread k  (inbox k)
+//   summation threads  --(replies)-->  outbox  --(eventfd wakes)-->  I/O thread
+//
+// Payloads move between threads as zmq::message_t: never copied.
+#ifndef TFPS_PS_SERVER_SHARD_SERVER_H_
+#define TFPS_PS_SERVER_SHARD_SERVER_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "ps_server/key_store.h"
+#include "tf_ps_ops/cc/common/config.h"
+#include "tf_ps_ops/cc/common/status.h"
+#include "tf_ps_ops/cc/engine/rendezvous.h"
+
+namespace tfps {
+
+class ShardServer {
+ public:
+  ShardServer(int num_workers, int num_servers, const Config& config);
+  ~ShardServer();
+
+  // Binds tcp://*:port, registers with the scheduler and waits for the cluster.
+  Status Start(const std::string& scheduler_host, int scheduler_port, int port,
+               const std::string& host);
+  // Serves until every worker said goodbye or is gone, or `stop` is set. Exit code.
+  int Run(const std::atomic<bool>& stop);
+
+ private:
+  struct Work {
+    enum Kind { kPush, kWorkerLost } kind = kPush;
+    Head head;
+    zmq::message_t payload;
+    int rank = -1;
+    std::string why;
+  };
+  struct Inbox {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<Work> queue;
+  };
+
+  void SummationLoop(int index);
+  void PostReplies(std::vector<Outgoing>* replies);
+  void OnMessageOnIoThread(std::vector<zmq::message_t>& frames);
+  void OnWorkerGoneOnIoThread(int rank, const std::string& why);
+  void SendOutboxOnIoThread();
+  void RejectOnIoThread(const std::string& identity, const Status& status);
+
+  const int num_workers_;
+  const int num_servers_;
+  const Config config_;
+  int server_id_ = -1;
+  zmq::context_t context_;
+  zmq::socket_t router_;
+  zmq::socket_t scheduler_;
+  std::vector<std::unique_ptr<Inbox>> inboxes_;
+  std::vector<std::thread> threads_;
+  std::atomic<bool> stopping_{false};
+  std::mutex outbox_mu_;
+  std::vector<Outgoing> outbox_;  // guarded by outbox_mu_
+  int wake_fd_ = -1;              // eventfd: the outbox has replies
+
+  // I/O-thread state.
+  std::map<int, int> fd_of_rank_;
+  std::vector<int> worker_state_;  // 0 unseen, 1 connected, 2 said goodbye, 3 gone
+};
+
+}  // namespace tfps
+
+#endif  // TFPS_PS_SERVER_SHARD_SERVER_H_

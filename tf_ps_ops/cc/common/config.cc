@@ -1,0 +1,85 @@
+#include "tf_ps_ops/cc/common/config.h"
+
+#include <cerrno>
+#include <cstdlib>
+
+#include "tf_ps_ops/cc/common/logging.h"
+
+namespace tfps {
+
+const std::vector<ConfigEntry>& ConfigTable() {
+  static const std::vector<ConfigEntry> table = {
+      {"TFPS_TIMEOUT", "float", "120",
+       "Seconds any wait may last (rendezvous, a push_pull's answer, a server waiting for a "
+       "worker's push) before it fails with an error naming the peer and the tensor."},
+      {"TFPS_HEARTBEAT_TIMEOUT", "float", "30",
+       "Seconds without traffic or heartbeat after which a connection counts as dead (a host "
+       "that vanished without closing its sockets)."},
+      {"TFPS_PARTITION_BYTES", "int", "4194304",
+       "Tensors are split into partitions of at most this many bytes; partitions are spread "
+       "over the servers so one large tensor uses every server's link."},
+      {"TFPS_SERVER_THREADS", "int", "2",
+       "Summation threads per ps_server (keys are sharded over them)."},
+      {"TFPS_LOG_LEVEL", "string", "info", "debug, info, warning or error."},
+  };
+  return table;
+}
+
+namespace {
+
+std::string Lookup(const char* name) {
+  const char* value = std::getenv(name);
+  if (value != nullptr && value[0] != '\0') return value;
+  for (const ConfigEntry& e : ConfigTable()) {
+    if (std::string(e.name) == name) return e.default_value;
+  }
+  return "";
+}
+
+Status ParseDouble(const char* name, double min, double* out) {
+  std::string text = Lookup(name);
+  char* end = nullptr;
+  errno = 0;
+  double v = std::strtod(text.c_str(), &end);
+  if (errno != 0 || end == text.c_str() || *end != '\0' || !(v >= min)) {
+    return InvalidArgument(std::string(name) + "='" + text + "' is not a number >= " +
+                           std::to_string(min));
+  }
+  *out = v;
+  return Status::Ok();
+}
+
+Status ParseInt(const char* name, int64_t min, int64_t max, int64_t* out) {
+  std::string text = Lookup(name);
+  char* end = nullptr;
+  errno = 0;
+  long long v = std::strtoll(text.c_str(), &end, 10);
+  if (errno != 0 || end == text.c_str() || *end != '\0' || v < min || v > max) {
+    return InvalidArgument(std::string(name) + "='" + text + "' is not an integer in [" +
+                           std::to_string(min) + ", " + std::to_string(max) + "]");
+  }
+  *out = v;
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status LoadConfig(Config* config) {
+  TFPS_RETURN_IF_ERROR(ParseDouble("TFPS_TIMEOUT", 0.1, &config->timeout_s));
+  TFPS_RETURN_IF_ERROR(ParseDouble("TFPS_HEARTBEAT_TIMEOUT", 1.0, &config->heartbeat_timeout_s));
+  TFPS_RETURN_IF_ERROR(
+      ParseInt("TFPS_PARTITION_BYTES", 1024, int64_t{1} << 31, &config->partition_bytes));
+  int64_t threads = 0;
+  TFPS_RETURN_IF_ERROR(ParseInt("TFPS_SERVER_THREADS", 1, 256, &threads));
+  config->server_threads = static_cast<int>(threads);
+  config->log_level = Lookup("TFPS_LOG_LEVEL");
+  LogLevel level;
+  if (!ParseLogLevel(config->log_level, &level)) {
+    return InvalidArgument("TFPS_LOG_LEVEL='" + config->log_level +
+                           "' is not one of debug, info, warning, error");
+  }
+  SetLogLevel(level);
+  return Status::Ok();
+}
+
+}  // namespace tfps

@@ -1,0 +1,38 @@
+// The C++ side's environment variables: one table (name, type, default, doc), parsed in
+// one place. docs/env.md is checked against this table and the Python one by a test.
+#ifndef TFPS_CC_COMMON_CONFIG_H_
+#define TFPS_CC_COMMON_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tf_ps_ops/cc/common/status.h"
+
+namespace tfps {
+
+struct ConfigEntry {
+  const char* name;
+  const char* type;  // "int", "float", "string"
+  const char* default_value;
+  const char* doc;
+};
+
+// Every TFPS_* variable the C++ core reads.
+const std::vector<ConfigEntry>& ConfigTable();
+
+struct Config {
+  double timeout_s = 0;            // TFPS_TIMEOUT
+  double heartbeat_timeout_s = 0;  // TFPS_HEARTBEAT_TIMEOUT
+  int64_t partition_bytes = 0;     // TFPS_PARTITION_BYTES
+  int server_threads = 0;          // TFPS_SERVER_THREADS
+  std::string log_level;           // TFPS_LOG_LEVEL
+};
+
+// Reads every entry of ConfigTable() from the environment (defaults where unset) and
+// validates it. A bad value is an InvalidArgument naming the variable.
+Status LoadConfig(Config* config);
+
+}  // namespace tfps
+
+#endif  // TFPS_CC_COMMON_CONFIG_H_

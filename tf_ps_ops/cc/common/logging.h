@@ -1,0 +1,43 @@
+// Minimal leveled logging to stderr, one line per message, prefixed with the role
+// ("[tfps worker 1]", "[tfps server 0]") so interleaved logs of a job stay readable.
+#ifndef TFPS_CC_COMMON_LOGGING_H_
+#define TFPS_CC_COMMON_LOGGING_H_
+
+#include <sstream>
+#include <string>
+
+namespace tfps {
+
+enum class LogLevel : int { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3 };
+
+void SetLogLevel(LogLevel level);
+LogLevel GetLogLevel();
+// Parses "debug", "info", "warning", "error"; false on anything else.
+bool ParseLogLevel(const std::string& text, LogLevel* level);
+void SetLogRole(const std::string& role);  // e.g. "server 0"
+
+class LogMessage {
+ public:
+  explicit LogMessage(LogLevel level) : level_(level) {}
+  ~LogMessage();
+  std::ostringstream& stream() { return stream_; }
+
+ private:
+  LogLevel level_;
+  std::ostringstream stream_;
+};
+
+// Turns the stream expression into void so both arms of ?: have one type.
+struct LogVoidify {
+  void operator&(std::ostream&) {}
+};
+
+}  // namespace tfps
+
+// The message is only formatted when its level is enabled; safe inside an unbraced if.
+#define TFPS_LOG(level)                                                 \
+  (::tfps::LogLevel::k##level < ::tfps::GetLogLevel())                  \
+      ? (void)0                                                         \
+      : ::tfps::LogVoidify() & ::tfps::LogMessage(::tfps::LogLevel::k##level).stream()
+
+#endif  // TFPS_CC_COMMON_LOGGING_H_

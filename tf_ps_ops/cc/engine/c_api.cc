@@ -1,0 +1,45 @@
+// C functions of the op library for Python's ctypes (tf_ps_ops/_library.py): the calls that
+// are not TF ops, because they run before any graph exists (init) or outside one.
+#include <cstring>
+#include <string>
+
+#include "tf_ps_ops/cc/engine/engine.h"
+
+namespace {
+
+void CopyError(const std::string& message, char* err, int err_len) {
+  if (err == nullptr || err_len <= 0) return;
+  std::strncpy(err, message.c_str(), static_cast<size_t>(err_len) - 1);
+  err[err_len - 1] = '\0';
+}
+
+}  // namespace
+
+extern "C" {
+
+// 0 on success; otherwise the status code, with the message in `err`.
+int tfps_init(const char* scheduler_host, int scheduler_port, int rank, int size,
+              int num_servers, char* err, int err_len) {
+  tfps::EngineOptions options;
+  options.scheduler_host = scheduler_host == nullptr ? "" : scheduler_host;
+  options.scheduler_port = scheduler_port;
+  options.rank = rank;
+  options.size = size;
+  options.num_servers = num_servers;
+  tfps::Status s = tfps::Engine::Get().Init(options);
+  if (s.ok()) return 0;
+  CopyError(s.message(), err, err_len);
+  return static_cast<int>(s.code());
+}
+
+void tfps_shutdown(void) { tfps::Engine::Get().Shutdown(); }
+int tfps_is_initialized(void) { return tfps::Engine::Get().initialized() ? 1 : 0; }
+int tfps_rank(void) { return tfps::Engine::Get().rank(); }
+int tfps_size(void) { return tfps::Engine::Get().size(); }
+int tfps_local_rank(void) { return tfps::Engine::Get().local_rank(); }
+int tfps_local_size(void) { return tfps::Engine::Get().local_size(); }
+int tfps_num_servers(void) { return tfps::Engine::Get().num_servers(); }
+unsigned long long tfps_bytes_sent(void) { return tfps::Engine::Get().stats().bytes_sent; }
+unsigned long long tfps_bytes_received(void) { return tfps::Engine::Get().stats().bytes_received; }
+
+}  // extern "C"

@@ -1,0 +1,455 @@
+#include "tf_ps_ops/cc/engine/engine.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <tuple>
+#include <unordered_map>
+
+#include <zmq.hpp>
+
+#include "tf_ps_ops/cc/common/logging.h"
+#include "tf_ps_ops/cc/engine/partition.h"
+#include "tf_ps_ops/cc/engine/rendezvous.h"
+#include "tf_ps_ops/cc/transport/zmq_util.h"
+
+namespace tfps {
+
+using Clock = std::chrono::steady_clock;
+
+class Engine::Loop {
+ public:
+  Loop(const Config& config, int rank) : config_(config), rank_(rank), context_(1) {
+    wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  }
+  ~Loop() { close(wake_fd_); }
+
+  Status Connect(const EngineOptions& options, ClusterView* view);
+  void RunOnLoop();
+  void Enqueue(PushPullRequest request);
+  void RequestStop();
+  EngineStats stats() const {
+    return EngineStats{bytes_sent_.load(), bytes_received_.load(), messages_sent_.load()};
+  }
+
+ private:
+  struct Server {
+    std::string address;
+    std::unique_ptr<zmq::socket_t> socket;
+    std::unique_ptr<Monitor> monitor;
+    std::string dead;  // why it is unusable; empty while alive
+  };
+  struct Op {
+    PushPullRequest request;
+    uint64_t key = 0;
+    uint64_t step = 0;
+    std::vector<Partition> parts;
+    std::vector<bool> part_done;
+    int remaining = 0;
+    Clock::time_point deadline;
+  };
+  using PartId = std::tuple<uint64_t, uint64_t, uint32_t>;  // key, step, partition
+
+  void StartOnLoop(PushPullRequest request);
+  void OnReplyOnLoop(int server, std::vector<zmq::message_t>& frames);
+  void FinishOnLoop(uint64_t op_id, const Status& status);
+  void ServerDiedOnLoop(int server, const std::string& why);
+  void CheckDeadlinesOnLoop();
+  void SayGoodbyeOnLoop();
+  std::string Describe(int server) const {
+    return "server " + std::to_string(server) + " (" + servers_[server].address + ")";
+  }
+
+  const Config config_;
+  const int rank_;
+  zmq::context_t context_;
+  std::unique_ptr<zmq::socket_t> scheduler_;
+  std::vector<Server> servers_;
+
+  std::mutex queue_mu_;
+  std::deque<PushPullRequest> queue_;  // guarded by queue_mu_
+  bool stopping_ = false;              // guarded by queue_mu_
+  int wake_fd_ = -1;
+
+  // Engine-thread state.
+  std::unordered_map<std::string, uint64_t> steps_;  // per-name call count
+  uint64_t next_op_id_ = 1;
+  std::map<uint64_t, Op> ops_;  // by id: ids grow with time, so deadlines are in order
+  std::map<PartId, uint64_t> pending_;  // partition -> op id
+
+  std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0}, messages_sent_{0};
+};
+
+Status Engine::Loop::Connect(const EngineOptions& options, ClusterView* view) {
+  const std::string scheduler = TcpAddress(options.scheduler_host, options.scheduler_port);
+  scheduler_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
+  SetCommonOptions(*scheduler_, config_.heartbeat_timeout_s);
+  scheduler_->connect(scheduler);
+  TFPS_RETURN_IF_ERROR(RegisterWithScheduler(
+      *scheduler_, scheduler,
+      {{"role", "worker"}, {"rank", std::to_string(rank_)}, {"size", std::to_string(options.size)}},
+      config_.timeout_s, view));
+  if (options.num_servers > 0 && static_cast<int>(view->servers.size()) != options.num_servers) {
+    return InvalidArgument("expected " + std::to_string(options.num_servers) +
+                           " servers (TFPS_NUM_SERVERS/DMLC_NUM_SERVER) but the scheduler knows " +
+                           std::to_string(view->servers.size()));
+  }
+  for (size_t i = 0; i < view->servers.size(); ++i) {
+    Server s;
+    s.address = view->servers[i];
+    s.socket = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
+    SetCommonOptions(*s.socket, config_.heartbeat_timeout_s);
+    s.socket->set(zmq::sockopt::routing_id, "w" + std::to_string(rank_));
+    s.monitor = std::make_unique<Monitor>(context_, *s.socket, "server-" + std::to_string(i),
+                                          ZMQ_EVENT_DISCONNECTED);
+    s.socket->connect("tcp://" + s.address);
+    Head hello;
+    hello.header.type = static_cast<uint16_t>(MsgType::kHello);
+    hello.header.sender = rank_;
+    TFPS_RETURN_IF_ERROR(SendMessage(*s.socket, "", hello, zmq::message_t()));
+    servers_.push_back(std::move(s));
+  }
+  // Every server must answer the hello (and so accept our protocol version) in time.
+  std::vector<bool> answered(servers_.size(), false);
+  size_t num_answered = 0;
+  const auto deadline = Clock::now() + std::chrono::duration<double>(config_.timeout_s);
+  std::vector<zmq::message_t> frames;
+  while (num_answered < servers_.size()) {
+    if (Clock::now() > deadline) {
+      for (size_t i = 0; i < servers_.size(); ++i) {
+        if (!answered[i]) {
+          return DeadlineExceeded(Describe(static_cast<int>(i)) + " did not answer within " +
+                                  std::to_string(config_.timeout_s) +
+                                  " s (TFPS_TIMEOUT): is it reachable from this host?");
+        }
+      }
+    }
+    std::vector<zmq::pollitem_t> items;
+    for (Server& s : servers_) items.push_back({s.socket->handle(), 0, ZMQ_POLLIN, 0});
+    zmq::poll(items.data(), items.size(), std::chrono::milliseconds(100));
+    for (size_t i = 0; i < servers_.size(); ++i) {
+      if (!RecvFrames(*servers_[i].socket, &frames)) continue;
+      Head head;
+      const size_t payload = frames.size() > 1 ? frames[1].size() : 0;
+      Status st = DecodeHead(frames[0].data(), frames[0].size(), payload, &head);
+      if (st.ok() && head.header.type == static_cast<uint16_t>(MsgType::kError)) {
+        st = Status(static_cast<Code>(head.header.status), frames[1].to_string());
+      }
+      if (!st.ok()) return st.WithPrefix(Describe(static_cast<int>(i)) + " refused us: ");
+      if (head.header.type == static_cast<uint16_t>(MsgType::kHelloReply) && !answered[i]) {
+        answered[i] = true;
+        ++num_answered;
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+void Engine::Loop::Enqueue(PushPullRequest request) {
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    if (!stopping_) {
+      queue_.push_back(std::move(request));
+      request.done = nullptr;
+    }
+  }
+  if (request.done) {
+    request.done(Aborted("tf_ps_ops is shutting down; push_pull of '" + request.name +
+                         "' was not started"));
+    return;
+  }
+  const uint64_t one = 1;
+  (void)!write(wake_fd_, &one, sizeof(one));
+}
+
+void Engine::Loop::RequestStop() {
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    stopping_ = true;
+  }
+  const uint64_t one = 1;
+  (void)!write(wake_fd_, &one, sizeof(one));
+}
+
+void Engine::Loop::RunOnLoop() {
+  std::vector<zmq::message_t> frames;
+  std::vector<zmq::pollitem_t> items;
+  while (true) {
+    items.clear();
+    for (Server& s : servers_) {
+      items.push_back({s.socket->handle(), 0, ZMQ_POLLIN, 0});
+      items.push_back({s.monitor->socket().handle(), 0, ZMQ_POLLIN, 0});
+    }
+    items.push_back({nullptr, wake_fd_, ZMQ_POLLIN, 0});
+    zmq::poll(items.data(), items.size(), std::chrono::milliseconds(100));
+    uint64_t n;
+    (void)!read(wake_fd_, &n, sizeof(n));
+
+    std::deque<PushPullRequest> batch;
+    bool stop;
+    {
+      std::lock_guard<std::mutex> lock(queue_mu_);
+      batch.swap(queue_);
+      stop = stopping_;
+    }
+    for (PushPullRequest& r : batch) StartOnLoop(std::move(r));
+    for (size_t i = 0; i < servers_.size(); ++i) {
+      while (RecvFrames(*servers_[i].socket, &frames)) OnReplyOnLoop(static_cast<int>(i), frames);
+      int event = 0, value = 0;
+      std::string address;
+      while (servers_[i].monitor->Read(&event, &value, &address)) {
+        if (event == ZMQ_EVENT_DISCONNECTED) {
+          ServerDiedOnLoop(static_cast<int>(i), "closed the connection (did the server die?)");
+        }
+      }
+    }
+    CheckDeadlinesOnLoop();
+    if (stop) break;
+  }
+  while (!ops_.empty()) {
+    FinishOnLoop(ops_.begin()->first,
+                 Aborted("tf_ps_ops was shut down while this push_pull was in flight"));
+  }
+  SayGoodbyeOnLoop();
+}
+
+void Engine::Loop::StartOnLoop(PushPullRequest request) {
+  const size_t elem = DTypeSize(request.dtype);
+  Op op;
+  op.key = KeyOfName(request.name);
+  op.step = ++steps_[request.name];
+  op.parts = PartitionTensor(op.key, request.count, elem, config_.partition_bytes,
+                             static_cast<int>(servers_.size()));
+  op.part_done.assign(op.parts.size(), false);
+  op.remaining = static_cast<int>(op.parts.size());
+  // Servers time out first and name the missing worker; this is the backstop.
+  op.deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                   std::chrono::duration<double>(config_.timeout_s * 1.1 + 1.0));
+  op.request = std::move(request);
+  const uint64_t id = next_op_id_++;
+  Op& o = ops_.emplace(id, std::move(op)).first->second;
+  const PushPullRequest& r = o.request;
+  const bool no_data = r.root_rank >= 0 && r.root_rank != rank_;
+
+  for (const Partition& p : o.parts) {
+    if (!servers_[p.server].dead.empty()) {
+      FinishOnLoop(id, Unavailable(Describe(p.server) + " " + servers_[p.server].dead));
+      return;
+    }
+  }
+  for (const Partition& p : o.parts) {
+    Head head;
+    Header& h = head.header;
+    h.type = static_cast<uint16_t>(MsgType::kPushPull);
+    h.key = o.key;
+    h.partition = p.index;
+    h.num_partitions = static_cast<uint32_t>(o.parts.size());
+    h.step = o.step;
+    h.dtype = static_cast<uint8_t>(r.dtype);
+    h.flags = no_data ? kFlagNoData : 0;
+    h.sender = rank_;
+    h.count = p.count;
+    h.total_count = r.count;
+    head.dims = r.dims;
+    const size_t bytes = no_data ? 0 : p.count * elem;
+    zmq::message_t payload = ZeroCopyMessage(
+        static_cast<const char*>(r.input) + p.offset * elem, bytes, r.input_holder);
+    pending_[PartId(o.key, o.step, p.index)] = id;
+    Status s = SendMessage(*servers_[p.server].socket, "", head, std::move(payload));
+    if (!s.ok()) {
+      FinishOnLoop(id, s.WithPrefix("sending to " + Describe(p.server) + ": "));
+      return;
+    }
+    bytes_sent_ += bytes;
+    ++messages_sent_;
+  }
+}
+
+void Engine::Loop::OnReplyOnLoop(int server, std::vector<zmq::message_t>& frames) {
+  Head head;
+  const size_t payload = frames.size() > 1 ? frames[1].size() : 0;
+  Status s = frames.size() > 2 ? InvalidArgument("too many frames")
+                               : DecodeHead(frames[0].data(), frames[0].size(), payload, &head);
+  if (!s.ok()) {
+    TFPS_LOG(Warning) << "dropped a malformed reply from " << Describe(server) << ": "
+                      << s.message();
+    return;
+  }
+  const Header& h = head.header;
+  auto it = pending_.find(PartId(h.key, h.step, h.partition));
+  if (it == pending_.end()) {
+    if (h.type == static_cast<uint16_t>(MsgType::kError)) {
+      TFPS_LOG(Error) << Describe(server) << " reported: " << frames[1].to_string();
+    } else {
+      TFPS_LOG(Debug) << "late reply from " << Describe(server) << " for a finished push_pull";
+    }
+    return;
+  }
+  const uint64_t id = it->second;
+  pending_.erase(it);
+  Op& op = ops_.at(id);
+  if (h.type == static_cast<uint16_t>(MsgType::kError)) {
+    FinishOnLoop(id, Status(static_cast<Code>(h.status), frames.size() > 1 ? frames[1].to_string() : ""));
+    return;
+  }
+  const Partition& p = op.parts[h.partition];
+  const size_t elem = DTypeSize(op.request.dtype);
+  if (h.type != static_cast<uint16_t>(MsgType::kPushPullReply) || h.count != p.count ||
+      h.dtype != static_cast<uint8_t>(op.request.dtype)) {
+    FinishOnLoop(id, Internal(Describe(server) + " answered partition " +
+                              std::to_string(h.partition) + " with the wrong type or size"));
+    return;
+  }
+  if (p.count > 0) {
+    std::memcpy(static_cast<char*>(op.request.output) + p.offset * elem, frames[1].data(),
+                p.count * elem);
+  }
+  bytes_received_ += p.count * elem;
+  op.part_done[h.partition] = true;
+  if (--op.remaining == 0) FinishOnLoop(id, Status::Ok());
+}
+
+void Engine::Loop::FinishOnLoop(uint64_t op_id, const Status& status) {
+  auto it = ops_.find(op_id);
+  Op& op = it->second;
+  for (const Partition& p : op.parts) pending_.erase(PartId(op.key, op.step, p.index));
+  auto done = std::move(op.request.done);
+  const std::string name = op.request.name;
+  const uint64_t step = op.step;
+  ops_.erase(it);
+  done(status.WithPrefix("push_pull of tensor '" + name + "' (call " + std::to_string(step) +
+                         " on rank " + std::to_string(rank_) + "): "));
+}
+
+void Engine::Loop::ServerDiedOnLoop(int server, const std::string& why) {
+  if (!servers_[server].dead.empty()) return;
+  servers_[server].dead = why;
+  TFPS_LOG(Error) << Describe(server) << " " << why;
+  std::vector<uint64_t> victims;
+  for (const auto& kv : ops_) {
+    const Op& op = kv.second;
+    for (size_t i = 0; i < op.parts.size(); ++i) {
+      if (op.parts[i].server == server && !op.part_done[i]) {
+        victims.push_back(kv.first);
+        break;
+      }
+    }
+  }
+  for (uint64_t id : victims) FinishOnLoop(id, Unavailable(Describe(server) + " " + why));
+}
+
+void Engine::Loop::CheckDeadlinesOnLoop() {
+  const auto now = Clock::now();
+  while (!ops_.empty() && ops_.begin()->second.deadline < now) {
+    const Op& op = ops_.begin()->second;
+    std::string missing;
+    for (size_t i = 0; i < op.parts.size(); ++i) {
+      if (!op.part_done[i]) {
+        missing += (missing.empty() ? "" : ", ") + Describe(op.parts[i].server);
+        break;
+      }
+    }
+    FinishOnLoop(ops_.begin()->first,
+                 DeadlineExceeded("no answer after " + std::to_string(int(config_.timeout_s)) +
+                                  " s (TFPS_TIMEOUT) from " + missing +
+                                  "; another worker may be slow, stuck or dead"));
+  }
+}
+
+void Engine::Loop::SayGoodbyeOnLoop() {
+  Head bye;
+  bye.header.type = static_cast<uint16_t>(MsgType::kBye);
+  bye.header.sender = rank_;
+  for (Server& s : servers_) {
+    if (s.dead.empty()) (void)SendMessage(*s.socket, "", bye, zmq::message_t());
+  }
+  (void)SendMessage(*scheduler_, "", bye, zmq::message_t());
+  // Closing the sockets flushes the goodbyes (linger), then the context can end.
+  for (Server& s : servers_) {
+    s.monitor.reset();
+    s.socket->close();
+  }
+  scheduler_->close();
+}
+
+// ---------------------------------------------------------------------------------------
+
+Engine& Engine::Get() {
+  static Engine* engine = new Engine();  // never destroyed: kernels may outlive statics
+  return *engine;
+}
+
+Engine::~Engine() { Shutdown(); }
+
+Status Engine::Init(const EngineOptions& options) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (initialized_) return Status::Ok();
+  Config config;
+  TFPS_RETURN_IF_ERROR(LoadConfig(&config));
+  if (options.size < 1 || options.rank < 0 || options.rank >= options.size) {
+    return InvalidArgument("rank " + std::to_string(options.rank) + " is not within size " +
+                           std::to_string(options.size));
+  }
+  SetLogRole("worker " + std::to_string(options.rank));
+  auto loop = std::make_unique<Loop>(config, options.rank);
+  ClusterView view;
+  Status s;
+  try {
+    s = loop->Connect(options, &view);
+  } catch (const zmq::error_t& e) {
+    s = Unavailable(std::string("ZeroMQ error while connecting: ") + e.what());
+  }
+  if (!s.ok()) return s;
+  rank_ = options.rank;
+  size_ = options.size;
+  num_servers_ = static_cast<int>(view.servers.size());
+  LocalRankOf(view.worker_hosts, rank_, &local_rank_, &local_size_);
+  std::shared_ptr<Loop> running(std::move(loop));
+  thread_ = std::thread([running] { running->RunOnLoop(); });
+  {
+    std::lock_guard<std::mutex> loop_lock(loop_mu_);
+    loop_ = running;
+  }
+  initialized_ = true;
+  TFPS_LOG(Debug) << "initialised: rank " << rank_ << " of " << size_ << ", local rank "
+                  << local_rank_ << " of " << local_size_ << ", " << num_servers_ << " server(s)";
+  return Status::Ok();
+}
+
+void Engine::Shutdown() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!initialized_) return;
+  initialized_ = false;
+  std::shared_ptr<Loop> loop;
+  {
+    std::lock_guard<std::mutex> loop_lock(loop_mu_);
+    loop.swap(loop_);
+  }
+  loop->RequestStop();
+  thread_.join();
+}
+
+EngineStats Engine::stats() {
+  std::lock_guard<std::mutex> lock(loop_mu_);
+  return loop_ ? loop_->stats() : EngineStats();
+}
+
+void Engine::Enqueue(PushPullRequest request) {
+  std::shared_ptr<Loop> loop;
+  {
+    std::lock_guard<std::mutex> lock(loop_mu_);
+    loop = loop_;
+  }
+  if (!loop) {
+    request.done(FailedPrecondition("tf_ps_ops is not initialised: call tf_ps_ops.init() before "
+                                    "push_pull of '" + request.name + "'"));
+    return;
+  }
+  loop->Enqueue(std::move(request));
+}
+
+}  // namespace tfps

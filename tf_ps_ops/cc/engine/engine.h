@@ -1,0 +1,90 @@
+// The worker engine: takes tensors from the TF kernels (any thread), cuts them into
+// partitions, sends them to the servers that own them and completes each request when all
+// partitions' sums are back. One engine thread owns every socket (ZeroMQ sockets are
+// single-threaded); the kernels only touch the queue.
+//
+//   kernel threads --Enqueue()--> queue --(eventfd)--> engine thread --> servers
+//   engine thread <-- replies -- servers;  engine thread --> done(status)
+#ifndef TFPS_CC_ENGINE_ENGINE_H_
+#define TFPS_CC_ENGINE_ENGINE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tf_ps_ops/cc/common/config.h"
+#include "tf_ps_ops/cc/common/status.h"
+#include "tf_ps_ops/cc/wire/message.h"
+
+namespace tfps {
+
+struct EngineOptions {
+  std::string scheduler_host;
+  int scheduler_port = 0;
+  int rank = 0;
+  int size = 1;
+  int num_servers = 1;
+};
+
+// One push_pull of one tensor. `done` is called exactly once, on the engine thread.
+struct PushPullRequest {
+  std::string name;             // identical on every worker; the key is its hash
+  DType dtype = DType::kInvalid;
+  std::vector<int64_t> dims;
+  uint64_t count = 0;           // elements
+  const void* input = nullptr;
+  void* output = nullptr;       // count elements, written before done(OK)
+  int root_rank = -1;           // >= 0: broadcast, only root_rank's data is summed
+  std::shared_ptr<void> input_holder;  // keeps `input` alive until ZeroMQ has sent it
+  std::function<void(const Status&)> done;
+};
+
+struct EngineStats {
+  uint64_t bytes_sent = 0;      // payload bytes
+  uint64_t bytes_received = 0;
+  uint64_t messages_sent = 0;
+};
+
+class Engine {
+ public:
+  static Engine& Get();
+
+  // Rendezvous, connect to every server, check versions, start the engine thread.
+  Status Init(const EngineOptions& options);
+  // Says goodbye to servers and scheduler, fails what is still queued, joins the thread.
+  void Shutdown();
+
+  bool initialized() const { return initialized_; }
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int local_rank() const { return local_rank_; }
+  int local_size() const { return local_size_; }
+  int num_servers() const { return num_servers_; }
+  EngineStats stats();
+
+  // Thread-safe. Fails `request` at once when the engine is not running.
+  void Enqueue(PushPullRequest request);
+
+  ~Engine();
+
+ private:
+  class Loop;  // the engine thread's state and sockets (engine.cc)
+
+  Engine() = default;
+
+  std::mutex mu_;       // serialises Init/Shutdown
+  std::mutex loop_mu_;  // guards loop_ (Enqueue runs on any thread)
+  std::shared_ptr<Loop> loop_;
+  std::thread thread_;
+  std::atomic<bool> initialized_{false};
+  int rank_ = -1, size_ = 0, local_rank_ = -1, local_size_ = 0, num_servers_ = 0;
+};
+
+}  // namespace tfps
+
+#endif  // TFPS_CC_ENGINE_ENGINE_H_

@@ -1,0 +1,31 @@
+// How a tensor is cut into partitions and which server owns each partition.
+#ifndef TFPS_CC_ENGINE_PARTITION_H_
+#define TFPS_CC_ENGINE_PARTITION_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace tfps {
+
+struct Partition {
+  uint32_t index = 0;
+  uint64_t offset = 0;  // in elements
+  uint64_t count = 0;   // in elements
+  int server = 0;
+};
+
+// Cuts `total_count` elements of `elem_size` bytes into partitions of at most
+// `partition_bytes` (at least one element each). An empty tensor still has one partition
+// of zero elements, so it makes a round trip and its shape is checked like any other.
+std::vector<Partition> PartitionTensor(uint64_t key, uint64_t total_count, size_t elem_size,
+                                       int64_t partition_bytes, int num_servers);
+
+// Consecutive partitions of one key go to consecutive servers, starting at a server chosen
+// by the key's hash: one big tensor uses every server's link, and many small tensors
+// spread evenly.
+int ServerOfPartition(uint64_t key, uint32_t partition, int num_servers);
+
+}  // namespace tfps
+
+#endif  // TFPS_CC_ENGINE_PARTITION_H_

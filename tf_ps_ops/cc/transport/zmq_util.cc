@@ -1,0 +1,141 @@
+#include "tf_ps_ops/cc/transport/zmq_util.h"
+
+#include <cstring>
+#include <sstream>
+
+namespace tfps {
+
+namespace {
+
+void ReleaseHolder(void* /*data*/, void* hint) { delete static_cast<std::shared_ptr<void>*>(hint); }
+
+}  // namespace
+
+zmq::message_t ZeroCopyMessage(const void* data, size_t size, std::shared_ptr<void> holder) {
+  if (size == 0) return zmq::message_t();
+  auto* hint = new std::shared_ptr<void>(std::move(holder));
+  // ZeroMQ only reads the buffer; its API takes a non-const pointer.
+  return zmq::message_t(const_cast<void*>(data), size, &ReleaseHolder, hint);
+}
+
+Status SendMessage(zmq::socket_t& socket, const std::string& identity, const Head& head,
+                   zmq::message_t payload) {
+  try {
+    if (!identity.empty()) {
+      socket.send(zmq::buffer(identity), zmq::send_flags::sndmore);
+    }
+    const std::string encoded = EncodeHead(head);
+    socket.send(zmq::buffer(encoded), zmq::send_flags::sndmore);
+    socket.send(payload, zmq::send_flags::none);
+  } catch (const zmq::error_t& e) {
+    return Unavailable(std::string("send failed: ") + e.what());
+  }
+  return Status::Ok();
+}
+
+Status SendText(zmq::socket_t& socket, const std::string& identity, const Header& header,
+                const std::string& text) {
+  Head head;
+  head.header = header;
+  return SendMessage(socket, identity, head, zmq::message_t(text.data(), text.size()));
+}
+
+bool RecvFrames(zmq::socket_t& socket, std::vector<zmq::message_t>* frames) {
+  frames->clear();
+  zmq::message_t first;
+  if (!socket.recv(first, zmq::recv_flags::dontwait)) return false;
+  bool more = first.more();
+  frames->push_back(std::move(first));
+  while (more) {
+    zmq::message_t part;
+    // The rest of a multipart message is already here once its first frame is.
+    (void)socket.recv(part, zmq::recv_flags::none);
+    more = part.more();
+    frames->push_back(std::move(part));
+  }
+  return true;
+}
+
+void SetCommonOptions(zmq::socket_t& socket, double heartbeat_timeout_s) {
+  const int hb_timeout_ms = static_cast<int>(heartbeat_timeout_s * 1000);
+  socket.set(zmq::sockopt::linger, 2000);
+  socket.set(zmq::sockopt::heartbeat_ivl, 1000);
+  socket.set(zmq::sockopt::heartbeat_timeout, hb_timeout_ms);
+  socket.set(zmq::sockopt::heartbeat_ttl, hb_timeout_ms);
+  socket.set(zmq::sockopt::sndhwm, 0);  // never drop or block on a full queue
+  socket.set(zmq::sockopt::rcvhwm, 0);
+  socket.set(zmq::sockopt::tcp_keepalive, 1);
+}
+
+Monitor::Monitor(zmq::context_t& context, zmq::socket_t& socket, const std::string& name,
+                 int events)
+    : pair_(context, zmq::socket_type::pair) {
+  const std::string endpoint = "inproc://tfps-monitor-" + name;
+  if (zmq_socket_monitor(socket.handle(), endpoint.c_str(), events) != 0) {
+    throw zmq::error_t();
+  }
+  pair_.connect(endpoint);
+}
+
+bool Monitor::Read(int* event, int* value, std::string* address) {
+  zmq::message_t head;
+  if (!pair_.recv(head, zmq::recv_flags::dontwait)) return false;
+  zmq::message_t addr;
+  (void)pair_.recv(addr, zmq::recv_flags::none);
+  if (head.size() < 6) return false;
+  uint16_t ev = 0;
+  uint32_t val = 0;
+  std::memcpy(&ev, head.data(), 2);
+  std::memcpy(&val, static_cast<const char*>(head.data()) + 2, 4);
+  *event = ev;
+  *value = static_cast<int>(val);
+  *address = addr.to_string();
+  return true;
+}
+
+std::map<std::string, std::string> ParseKeyValues(const std::string& text) {
+  std::map<std::string, std::string> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    out[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return out;
+}
+
+std::string FormatKeyValues(const std::map<std::string, std::string>& values) {
+  std::string out;
+  for (const auto& kv : values) out += kv.first + "=" + kv.second + "\n";
+  return out;
+}
+
+std::vector<std::string> SplitList(const std::string& text, char sep) {
+  std::vector<std::string> out;
+  if (text.empty()) return out;
+  size_t start = 0;
+  while (true) {
+    const size_t pos = text.find(sep, start);
+    out.push_back(text.substr(start, pos - start));
+    if (pos == std::string::npos) break;
+    start = pos + 1;
+  }
+  return out;
+}
+
+std::string TcpAddress(const std::string& host, int port) {
+  return "tcp://" + host + ":" + std::to_string(port);
+}
+
+int BoundPort(zmq::socket_t& socket) {
+  const std::string endpoint = socket.get(zmq::sockopt::last_endpoint);
+  return std::stoi(endpoint.substr(endpoint.rfind(':') + 1));
+}
+
+std::string PeerAddress(zmq::message_t& message) {
+  const char* addr = zmq_msg_gets(message.handle(), "Peer-Address");
+  return addr == nullptr ? std::string() : std::string(addr);
+}
+
+}  // namespace tfps

@@ -1,0 +1,62 @@
+// Thin helpers over cppzmq shared by the worker engine, the server and the scheduler:
+// sending a head + zero-copy payload, receiving a whole multipart message, socket options,
+// connection monitoring and the "key=value" text used by the rendezvous.
+#ifndef TFPS_CC_TRANSPORT_ZMQ_UTIL_H_
+#define TFPS_CC_TRANSPORT_ZMQ_UTIL_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "tf_ps_ops/cc/common/status.h"
+#include "tf_ps_ops/cc/wire/message.h"
+
+namespace tfps {
+
+// A message whose payload stays in the caller's buffer: ZeroMQ reads it in place and drops
+// `holder` (which keeps the buffer alive) once the bytes are on the wire.
+zmq::message_t ZeroCopyMessage(const void* data, size_t size, std::shared_ptr<void> holder);
+
+// Sends [identity?][head][payload]. An empty identity means a DEALER-side send.
+Status SendMessage(zmq::socket_t& socket, const std::string& identity, const Head& head,
+                   zmq::message_t payload);
+Status SendText(zmq::socket_t& socket, const std::string& identity, const Header& header,
+                const std::string& text);
+
+// Receives every frame of one multipart message without blocking; false if none is waiting.
+bool RecvFrames(zmq::socket_t& socket, std::vector<zmq::message_t>* frames);
+
+// Options every TCP socket gets: heartbeats so a vanished host is noticed, linger so a
+// goodbye is delivered on close but never blocks exit for long.
+void SetCommonOptions(zmq::socket_t& socket, double heartbeat_timeout_s);
+
+// Connection events of `socket`, read from an inproc PAIR socket.
+class Monitor {
+ public:
+  Monitor(zmq::context_t& context, zmq::socket_t& socket, const std::string& name, int events);
+  zmq::socket_t& socket() { return pair_; }
+  // Reads one event if one is waiting.
+  bool Read(int* event, int* value, std::string* address);
+
+ private:
+  zmq::socket_t pair_;
+};
+
+// "k=v" lines.
+std::map<std::string, std::string> ParseKeyValues(const std::string& text);
+std::string FormatKeyValues(const std::map<std::string, std::string>& values);
+std::vector<std::string> SplitList(const std::string& text, char sep);
+
+// "tcp://host:port"
+std::string TcpAddress(const std::string& host, int port);
+// The port a socket bound to "tcp://*:0" got.
+int BoundPort(zmq::socket_t& socket);
+// The peer's IP address of a received message (ZeroMQ's "Peer-Address" property).
+std::string PeerAddress(zmq::message_t& message);
+
+}  // namespace tfps
+
+#endif  // TFPS_CC_TRANSPORT_ZMQ_UTIL_H_

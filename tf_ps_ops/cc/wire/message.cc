@@ -1,0 +1,143 @@
+#include "tf_ps_ops/cc/wire/message.h"
+
+#include <cstring>
+
+namespace tfps {
+
+size_t DTypeSize(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat16:
+    case DType::kBFloat16: return 2;
+    case DType::kFloat32:
+    case DType::kInt32: return 4;
+    case DType::kFloat64:
+    case DType::kInt64: return 8;
+    case DType::kInt8:
+    case DType::kUInt8: return 1;
+    default: return 0;
+  }
+}
+
+const char* DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat16: return "float16";
+    case DType::kBFloat16: return "bfloat16";
+    case DType::kFloat32: return "float32";
+    case DType::kFloat64: return "float64";
+    case DType::kInt8: return "int8";
+    case DType::kUInt8: return "uint8";
+    case DType::kInt32: return "int32";
+    case DType::kInt64: return "int64";
+    default: return "invalid";
+  }
+}
+
+std::string EncodeHead(const Head& head) {
+  Header h = head.header;
+  h.ndims = static_cast<uint8_t>(head.dims.size());
+  std::string out(sizeof(Header) + head.dims.size() * sizeof(int64_t), '\0');
+  std::memcpy(&out[0], &h, sizeof(Header));
+  if (!head.dims.empty()) {
+    std::memcpy(&out[sizeof(Header)], head.dims.data(), head.dims.size() * sizeof(int64_t));
+  }
+  return out;
+}
+
+namespace {
+
+bool CarriesTensor(MsgType type) {
+  return type == MsgType::kPushPull || type == MsgType::kPushPullReply;
+}
+
+Status CheckTensorFields(const Head& head, size_t payload_size) {
+  const Header& h = head.header;
+  const DType dtype = static_cast<DType>(h.dtype);
+  const size_t elem = DTypeSize(dtype);
+  if (elem == 0) return InvalidArgument("unknown dtype code " + std::to_string(h.dtype));
+  if (h.num_partitions == 0 || h.num_partitions > kMaxPartitions ||
+      h.partition >= h.num_partitions) {
+    return InvalidArgument("partition " + std::to_string(h.partition) + " of " +
+                           std::to_string(h.num_partitions) + " is out of range");
+  }
+  if (h.count > kMaxElements || h.total_count > kMaxElements || h.count > h.total_count) {
+    return InvalidArgument("element count " + std::to_string(h.count) + " of " +
+                           std::to_string(h.total_count) + " is out of range");
+  }
+  const bool no_data = (h.flags & kFlagNoData) != 0;
+  const uint64_t expected = no_data ? 0 : h.count * elem;
+  if (payload_size != expected) {
+    return InvalidArgument("payload has " + std::to_string(payload_size) + " bytes, header says " +
+                           std::to_string(expected) + " (" + std::to_string(h.count) + " x " +
+                           DTypeName(dtype) + ")");
+  }
+  if (static_cast<MsgType>(h.type) == MsgType::kPushPull) {
+    uint64_t product = 1;
+    for (int64_t d : head.dims) {
+      if (d < 0 || (d > 0 && product > kMaxElements / static_cast<uint64_t>(d))) {
+        return InvalidArgument("tensor dimension " + std::to_string(d) + " is out of range");
+      }
+      product *= static_cast<uint64_t>(d);
+    }
+    if (product != h.total_count) {
+      return InvalidArgument("shape " + DescribeTensor(dtype, head.dims) + " does not hold " +
+                             std::to_string(h.total_count) + " elements");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status DecodeHead(const void* data, size_t size, size_t payload_size, Head* head) {
+  if (size < sizeof(Header)) {
+    return InvalidArgument("head frame of " + std::to_string(size) + " bytes is shorter than " +
+                           std::to_string(sizeof(Header)));
+  }
+  std::memcpy(&head->header, data, sizeof(Header));
+  const Header& h = head->header;
+  if (h.magic != kMagic) return InvalidArgument("bad magic number: not a tf_ps_ops message");
+  if (h.version != kProtocolVersion) {
+    return FailedPrecondition("protocol version mismatch: peer speaks version " +
+                              std::to_string(h.version) + ", this process speaks version " +
+                              std::to_string(kProtocolVersion) +
+                              "; run the same tf_ps_ops release everywhere");
+  }
+  if (h.type == 0 || h.type > kMaxMsgType) {
+    return InvalidArgument("unknown message type " + std::to_string(h.type));
+  }
+  if ((h.flags & ~kKnownFlags) != 0) {
+    return InvalidArgument("unknown flags 0x" + std::to_string(h.flags));
+  }
+  if (h.ndims > kMaxDims || size != sizeof(Header) + h.ndims * sizeof(int64_t)) {
+    return InvalidArgument("head frame of " + std::to_string(size) + " bytes does not match " +
+                           std::to_string(h.ndims) + " dims");
+  }
+  head->dims.resize(h.ndims);
+  if (h.ndims > 0) {
+    std::memcpy(head->dims.data(), static_cast<const char*>(data) + sizeof(Header),
+                h.ndims * sizeof(int64_t));
+  }
+  if (CarriesTensor(static_cast<MsgType>(h.type))) return CheckTensorFields(*head, payload_size);
+  return Status::Ok();
+}
+
+std::string DescribeTensor(DType dtype, const std::vector<int64_t>& dims) {
+  std::string s = DTypeName(dtype);
+  s += "[";
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (i > 0) s += ",";
+    s += std::to_string(dims[i]);
+  }
+  return s + "]";
+}
+
+uint64_t KeyOfName(const std::string& name) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : name) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+}  // namespace tfps

@@ -1,0 +1,101 @@
+// The wire protocol, defined here and nowhere else.
+//
+// Every message is a ZeroMQ multipart message:
+//   frame 0: Header (64 bytes, little-endian) followed by `ndims` int64 dims of the
+//            whole tensor (push messages) — the "head" frame;
+//   frame 1: payload (optional): `count` elements of `dtype` (push/reply), UTF-8 text
+//            (register/error), sent zero-copy from the tensor's buffer.
+// Both ends check `version` on every message; every field is validated by DecodeHead()
+// before anything else looks at it.
+#ifndef TFPS_CC_WIRE_MESSAGE_H_
+#define TFPS_CC_WIRE_MESSAGE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tf_ps_ops/cc/common/status.h"
+
+namespace tfps {
+
+constexpr uint32_t kMagic = 0x53504654;  // "TFPS" read as little-endian bytes
+constexpr uint16_t kProtocolVersion = 1;
+constexpr int kMaxDims = 32;
+constexpr uint32_t kMaxPartitions = 1u << 24;
+constexpr uint64_t kMaxElements = uint64_t{1} << 40;
+
+enum class DType : uint8_t {
+  kInvalid = 0,
+  kFloat16 = 1,
+  kBFloat16 = 2,
+  kFloat32 = 3,
+  kFloat64 = 4,
+  kInt8 = 5,
+  kUInt8 = 6,
+  kInt32 = 7,
+  kInt64 = 8,
+};
+
+size_t DTypeSize(DType dtype);  // 0 for kInvalid and unknown values
+const char* DTypeName(DType dtype);
+
+enum class MsgType : uint16_t {
+  kRegister = 1,       // any role -> scheduler; payload: "key=value\n" text
+  kRegisterReply = 2,  // scheduler -> registrant; payload: cluster description text
+  kHello = 3,          // worker -> server on connect (version check)
+  kHelloReply = 4,
+  kPushPull = 5,       // worker -> server: one partition of a tensor for one step
+  kPushPullReply = 6,  // server -> worker: the sum over all workers
+  kError = 7,          // reply carrying `status` and a UTF-8 message as payload
+  kBye = 8,            // worker -> server/scheduler: clean shutdown
+};
+constexpr uint16_t kMaxMsgType = 8;
+
+// Header flags.
+constexpr uint32_t kFlagNoData = 1u << 0;  // push counted, contributes nothing (broadcast)
+constexpr uint32_t kKnownFlags = kFlagNoData;
+
+#pragma pack(push, 1)
+struct Header {
+  uint32_t magic = kMagic;
+  uint16_t version = kProtocolVersion;
+  uint16_t type = 0;            // MsgType
+  uint64_t key = 0;             // hash of the tensor name
+  uint32_t partition = 0;
+  uint32_t num_partitions = 0;
+  uint64_t step = 0;            // per-key call count, 1-based
+  uint8_t dtype = 0;            // DType
+  uint8_t ndims = 0;            // dims that follow the header in the head frame
+  uint16_t reserved = 0;
+  uint32_t flags = 0;
+  int32_t sender = -1;          // worker rank, server id, -1 for the scheduler
+  uint32_t status = 0;          // Code of a kError reply
+  uint64_t count = 0;           // elements in this message's payload (or that it stands for)
+  uint64_t total_count = 0;     // elements in the whole tensor
+};
+#pragma pack(pop)
+static_assert(sizeof(Header) == 64, "the header is 64 bytes on the wire");
+
+struct Head {
+  Header header;
+  std::vector<int64_t> dims;  // shape of the whole tensor (push only)
+};
+
+// Serialises a head frame.
+std::string EncodeHead(const Head& head);
+
+// Parses and validates a head frame together with the size of the payload frame that came
+// with it. Checks magic, version, type, flags, dtype, counts against the payload size and
+// partition bounds; on failure nothing in *head is to be trusted.
+Status DecodeHead(const void* data, size_t size, size_t payload_size, Head* head);
+
+// "float32[2,3]" — for error messages.
+std::string DescribeTensor(DType dtype, const std::vector<int64_t>& dims);
+
+// FNV-1a 64-bit of a tensor name: the key on the wire, identical on every worker.
+uint64_t KeyOfName(const std::string& name);
+
+}  // namespace tfps
+
+#endif  // TFPS_CC_WIRE_MESSAGE_H_

@@ -1,0 +1,108 @@
+// PsPushPull and PsBroadcast: asynchronous kernels that hand a tensor to the engine and
+// return their thread; the engine calls back when every partition's answer is written.
+#include <memory>
+
+#include "tensorflow/core/framework/common_shape_fns.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tf_ps_ops/cc/engine/engine.h"
+#include "tf_ps_ops/kernels/status_adapter.h"
+
+namespace tfps {
+namespace {
+
+using tensorflow::AsyncOpKernel;
+using tensorflow::OpKernelConstruction;
+using tensorflow::OpKernelContext;
+using tensorflow::Tensor;
+
+constexpr char kCommTypes[] = "T: {half, bfloat16, float, double, int8, uint8, int32, int64}";
+
+class PsCommOp : public AsyncOpKernel {
+ public:
+  explicit PsCommOp(OpKernelConstruction* ctx) : AsyncOpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("tensor_name", &tensor_name_));
+    if (tensor_name_.empty()) tensor_name_ = name();
+    if (ctx->HasAttr("root_rank")) OP_REQUIRES_OK(ctx, ctx->GetAttr("root_rank", &root_rank_));
+  }
+
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    const Tensor& input = ctx->input(0);
+    Engine& engine = Engine::Get();
+    OP_REQUIRES_ASYNC(ctx, engine.initialized(),
+                      absl::FailedPreconditionError(
+                          "tf_ps_ops is not initialised: call tf_ps_ops.init() before " +
+                          type_string() + " of '" + tensor_name_ + "'"),
+                      done);
+    if (root_rank_ >= 0) {
+      OP_REQUIRES_ASYNC(ctx, root_rank_ < engine.size(),
+                        absl::InvalidArgumentError(
+                            "broadcast of '" + tensor_name_ + "': root_rank " +
+                            std::to_string(root_rank_) + " is not below size " +
+                            std::to_string(engine.size())),
+                        done);
+    }
+    Tensor* output = nullptr;
+    OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(0, input.shape(), &output), done);
+
+    PushPullRequest request;
+    request.name = tensor_name_;
+    request.dtype = ToWireDType(input.dtype());
+    for (int i = 0; i < input.dims(); ++i) request.dims.push_back(input.dim_size(i));
+    request.count = static_cast<uint64_t>(input.NumElements());
+    request.input = input.tensor_data().data();
+    request.output = const_cast<char*>(output->tensor_data().data());
+    request.root_rank = root_rank_;
+    request.input_holder = std::make_shared<Tensor>(input);  // shares the buffer, no copy
+    request.done = [ctx, done](const Status& status) {
+      ctx->SetStatus(ToTfStatus(status));
+      done();
+    };
+    engine.Enqueue(std::move(request));
+  }
+
+ private:
+  std::string tensor_name_;
+  int root_rank_ = -1;
+};
+
+REGISTER_OP("PsPushPull")
+    .Input("tensor: T")
+    .Output("sum: T")
+    .Attr(kCommTypes)
+    .Attr("tensor_name: string = ''")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::UnchangedShape)
+    .Doc(R"doc(
+Sums `tensor` over every worker through the parameter servers.
+
+Every worker's n-th call under the same `tensor_name` is summed with the others' n-th call.
+Shapes and dtypes must agree across workers (InvalidArgument otherwise).
+)doc");
+
+REGISTER_OP("PsBroadcast")
+    .Input("tensor: T")
+    .Output("out: T")
+    .Attr(kCommTypes)
+    .Attr("tensor_name: string = ''")
+    .Attr("root_rank: int")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::UnchangedShape)
+    .Doc(R"doc(
+Returns root_rank's `tensor` on every worker; only the root's bytes travel.
+)doc");
+
+REGISTER_KERNEL_BUILDER(Name("PsPushPull").Device(tensorflow::DEVICE_CPU), PsCommOp);
+REGISTER_KERNEL_BUILDER(Name("PsBroadcast").Device(tensorflow::DEVICE_CPU), PsCommOp);
+#if GOOGLE_CUDA
+// On GPU hosts the tensors are staged through host memory by TensorFlow.
+REGISTER_KERNEL_BUILDER(
+    Name("PsPushPull").Device(tensorflow::DEVICE_GPU).HostMemory("tensor").HostMemory("sum"),
+    PsCommOp);
+REGISTER_KERNEL_BUILDER(
+    Name("PsBroadcast").Device(tensorflow::DEVICE_GPU).HostMemory("tensor").HostMemory("out"),
+    PsCommOp);
+#endif
+
+}  // namespace
+}  // namespace tfps
