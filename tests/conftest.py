@@ -1,0 +1,42 @@
+"""Fixtures shared by the test layers: a cluster of real processes on this host.
+
+pytest puts this folder on sys.path (there is no tests/__init__.py), so tests import
+the helper as `from cluster import Cluster`.
+"""
+
+import os
+
+import pytest
+
+from cluster import OP_LIBRARY, PS_SERVER, Cluster
+
+
+def require_build():
+    """Skips when the native build is missing, except in CI where that is a failure."""
+    missing = [str(path) for path in (OP_LIBRARY, PS_SERVER) if not path.exists()]
+    if missing:
+        message = f"not built: {', '.join(missing)}; run `make build`"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+@pytest.fixture
+def make_cluster(tmp_path):
+    """Returns `make(num_workers, num_servers, **kwargs) -> Cluster` (not yet started).
+
+    Every cluster made is closed (all its processes killed) when the test ends, whether
+    it passed or not.
+    """
+    require_build()
+    clusters = []
+
+    def make(num_workers, num_servers, **kwargs):
+        cluster = Cluster(tmp_path / f"cluster{len(clusters)}", num_workers, num_servers,
+                          **kwargs)
+        clusters.append(cluster)
+        return cluster
+
+    yield make
+    for cluster in clusters:
+        cluster.close()

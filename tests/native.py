@@ -1,0 +1,22 @@
+"""Access to the built native artifacts from tests, without importing TensorFlow.
+
+`tf_ps_ops/__init__.py` imports TensorFlow (seconds per process); tests of the core and
+the server load the pybind11 module straight from its file instead.
+"""
+
+import glob
+import importlib.util
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PS_SERVER = os.path.join(ROOT, "tf_ps_ops", "bin", "ps_server")
+
+
+def load_core():
+    paths = glob.glob(os.path.join(ROOT, "tf_ps_ops", "_core*.so"))
+    if not paths:
+        raise RuntimeError("tf_ps_ops/_core*.so is not built: run `make build`")
+    spec = importlib.util.spec_from_file_location("_core", paths[0])
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -1,0 +1,89 @@
+"""The wire protocol: encode/decode round trip and rejection of every kind of bad header."""
+
+import numpy as np
+import pytest
+
+from native import load_core
+
+core = load_core()
+T = core.MSG_TYPES
+
+
+def push_fields(**overrides):
+    fields = dict(type=T["PUSH_PULL"], key=core.key_of_name("w"), partition=1, num_partitions=3,
+                  step=7, dtype=core.wire_dtype(np.dtype(np.float32)), flags=0, sender=2,
+                  count=6, total_count=18)
+    fields.update(overrides)
+    return fields
+
+
+def test_header_is_64_bytes():
+    assert core.HEADER_BYTES == 64
+    assert len(core.encode_head({"type": T["HELLO"]})) == 64
+
+
+def test_round_trip_keeps_every_field():
+    fields = push_fields()
+    frame = core.encode_head(fields, [3, 6])
+    assert len(frame) == 64 + 2 * 8
+    err, decoded = core.decode_head(frame, 6 * 4)
+    assert err is None
+    for name, value in fields.items():
+        assert decoded[name] == value, name
+    assert decoded["dims"] == [3, 6]
+    assert decoded["magic"] == core.MAGIC and decoded["version"] == core.PROTOCOL_VERSION
+
+
+def test_no_data_push_has_an_empty_payload():
+    frame = core.encode_head(push_fields(flags=core.FLAG_NO_DATA), [18])
+    assert core.decode_head(frame, 0)[0] is None
+    assert "payload" in core.decode_head(frame, 24)[0]
+
+
+@pytest.mark.parametrize("overrides, dims, payload, message", [
+    (dict(magic=0x12345678), [18], 24, "magic"),
+    (dict(version=99), [18], 24, "version mismatch"),
+    (dict(type=0), [18], 24, "message type"),
+    (dict(type=200), [18], 24, "message type"),
+    (dict(flags=1 << 20), [18], 24, "flags"),
+    (dict(dtype=0), [18], 24, "dtype"),
+    (dict(dtype=77), [18], 24, "dtype"),
+    (dict(partition=3), [18], 24, "out of range"),
+    (dict(num_partitions=0, partition=0), [18], 24, "out of range"),
+    (dict(count=19), [18], 76, "count"),
+    (dict(count=1 << 62, total_count=1 << 62), [1 << 62], 0, "out of range"),
+    ({}, [18], 23, "payload has 23 bytes"),
+    ({}, [4, 4], 24, "does not hold 18 elements"),
+    ({}, [-18, -1], 24, "dimension"),
+])
+def test_bad_headers_are_rejected(overrides, dims, payload, message):
+    err, decoded = core.decode_head(core.encode_head(push_fields(**overrides), dims), payload)
+    assert decoded is None
+    assert message in err
+
+
+def test_truncated_and_padded_frames_are_rejected():
+    frame = core.encode_head(push_fields(), [18])
+    assert "shorter" in core.decode_head(frame[:40], 24)[0]
+    assert "dims" in core.decode_head(frame + b"\0" * 3, 24)[0]
+    assert "dims" in core.decode_head(frame[:-8], 24)[0]
+
+
+def test_random_garbage_never_decodes():
+    rng = np.random.default_rng(0)
+    for _ in range(2000):
+        size = int(rng.integers(0, 200))
+        err, decoded = core.decode_head(rng.bytes(size), int(rng.integers(0, 100)))
+        assert decoded is None and err
+
+
+def test_error_replies_carry_text_payloads():
+    frame = core.encode_head(dict(type=T["ERROR"], status=3, key=5, sender=0))
+    err, decoded = core.decode_head(frame, 100)
+    assert err is None and decoded["status"] == 3
+
+
+def test_key_of_name_is_stable_fnv1a():
+    # FNV-1a 64 of "a": the key must never change between releases or hosts.
+    assert core.key_of_name("a") == 0xAF63DC4C8601EC8C
+    assert core.key_of_name("grad.dense/kernel") != core.key_of_name("grad.dense/bias")
