@@ -132,10 +132,10 @@ std::string DescribeTensor(DType dtype, const std::vector<int64_t>& dims) {
 }
 
 uint64_t KeyOfName(const std::string& name) {
-  uint64_t h = 1469598103934665603ull;
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV offset basis
   for (unsigned char c : name) {
     h ^= c;
-    h *= 1099511628211ull;
+    h *= 0x100000001b3ull;  // FNV prime
   }
   return h;
 }
