@@ -35,7 +35,7 @@ int Scheduler::Run(const std::atomic<bool>& stop) {
   while (!stop) {
     zmq::pollitem_t items[] = {{router_.handle(), 0, ZMQ_POLLIN, 0},
                                {monitor.socket().handle(), 0, ZMQ_POLLIN, 0}};
-    zmq::poll(items, 2, std::chrono::milliseconds(200));
+    Poll(items, 2, 200);
     while (RecvFrames(router_, &frames)) OnMessage(frames);
     int event = 0, value = 0;
     std::string address;
@@ -117,6 +117,7 @@ void Scheduler::OnRegister(const std::string& identity, zmq::message_t& payload,
                  " workers, or that rank registered twice");
       return;
     }
+    m.port = std::atoi(kv["peer_port"].c_str());  // 0: the worker takes no peer traffic
     workers_[rank] = m;
     TFPS_LOG(Info) << "worker " << rank << " registered from " << m.host;
   } else {
@@ -128,17 +129,21 @@ void Scheduler::OnRegister(const std::string& identity, zmq::message_t& payload,
     return;
   }
   ready_ = true;
-  std::string servers, workers;
+  std::string servers, workers, peers;
   for (const Member& s : servers_) {
     servers += (servers.empty() ? "" : ",") + s.host + ":" + std::to_string(s.port);
   }
-  for (const auto& w : workers_) workers += (workers.empty() ? "" : ",") + w.second.host;
+  for (const auto& w : workers_) {
+    workers += (workers.empty() ? "" : ",") + w.second.host;
+    peers += (peers.empty() ? "" : ",") + w.second.host + ":" + std::to_string(w.second.port);
+  }
   for (size_t i = 0; i < servers_.size(); ++i) {
     Reply(servers_[i].identity, {{"status", "ready"}, {"servers", servers}, {"workers", workers},
                                  {"server_id", std::to_string(i)}});
   }
   for (const auto& w : workers_) {
-    Reply(w.second.identity, {{"status", "ready"}, {"servers", servers}, {"workers", workers}});
+    Reply(w.second.identity, {{"status", "ready"}, {"servers", servers}, {"workers", workers},
+                              {"peers", peers}});
   }
   TFPS_LOG(Info) << "cluster complete: " << num_servers_ << " server(s) [" << servers << "], "
                  << num_workers_ << " worker(s)";

@@ -30,7 +30,7 @@ class Scheduler {
   struct Member {
     std::string identity;  // ZeroMQ routing id
     std::string host;
-    int port = 0;          // servers
+    int port = 0;          // servers: their port; workers: their peer port (SFB), or 0
     int fd = -1;           // the connection's file descriptor, to match disconnects
     bool done = false;     // worker said goodbye
   };

@@ -107,7 +107,7 @@ int ShardServer::Run(const std::atomic<bool>& stop) {
     zmq::pollitem_t items[] = {{router_.handle(), 0, ZMQ_POLLIN, 0},
                                {monitor.socket().handle(), 0, ZMQ_POLLIN, 0},
                                {nullptr, wake_fd_, ZMQ_POLLIN, 0}};
-    zmq::poll(items, 3, std::chrono::milliseconds(200));
+    Poll(items, 3, 200);
     if (items[2].revents & ZMQ_POLLIN) {
       uint64_t n;
       (void)!read(wake_fd_, &n, sizeof(n));

@@ -9,6 +9,7 @@
 #include <map>
 #include <tuple>
 #include <unordered_map>
+#include <variant>
 
 #include <zmq.hpp>
 
@@ -23,17 +24,20 @@ using Clock = std::chrono::steady_clock;
 
 class Engine::Loop {
  public:
-  Loop(const Config& config, int rank) : config_(config), rank_(rank), context_(1) {
+  Loop(const Config& config, int rank, int size)
+      : config_(config), rank_(rank), context_(1), mesh_(context_, config, rank, size) {
     wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   }
   ~Loop() { close(wake_fd_); }
 
   Status Connect(const EngineOptions& options, ClusterView* view);
   void RunOnLoop();
-  void Enqueue(PushPullRequest request);
+  using Request = std::variant<PushPullRequest, GatherRequest>;
+  void Enqueue(Request request);
   void RequestStop();
   EngineStats stats() const {
-    return EngineStats{bytes_sent_.load(), bytes_received_.load(), messages_sent_.load()};
+    return EngineStats{bytes_sent_.load(), bytes_received_.load(), messages_sent_.load(),
+                       peer_bytes_sent_.load()};
   }
 
  private:
@@ -69,9 +73,10 @@ class Engine::Loop {
   zmq::context_t context_;
   std::unique_ptr<zmq::socket_t> scheduler_;
   std::vector<Server> servers_;
+  PeerMesh mesh_;
 
   std::mutex queue_mu_;
-  std::deque<PushPullRequest> queue_;  // guarded by queue_mu_
+  std::deque<Request> queue_;  // guarded by queue_mu_
   bool stopping_ = false;              // guarded by queue_mu_
   int wake_fd_ = -1;
 
@@ -81,7 +86,7 @@ class Engine::Loop {
   std::map<uint64_t, Op> ops_;  // by id: ids grow with time, so deadlines are in order
   std::map<PartId, uint64_t> pending_;  // partition -> op id
 
-  std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0}, messages_sent_{0};
+  std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0}, messages_sent_{0}, peer_bytes_sent_{0};
 };
 
 Status Engine::Loop::Connect(const EngineOptions& options, ClusterView* view) {
@@ -89,10 +94,14 @@ Status Engine::Loop::Connect(const EngineOptions& options, ClusterView* view) {
   scheduler_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
   SetCommonOptions(*scheduler_, config_.heartbeat_timeout_s);
   scheduler_->connect(scheduler);
+  int peer_port = 0;
+  TFPS_RETURN_IF_ERROR(mesh_.Bind(&peer_port));
   TFPS_RETURN_IF_ERROR(RegisterWithScheduler(
       *scheduler_, scheduler,
-      {{"role", "worker"}, {"rank", std::to_string(rank_)}, {"size", std::to_string(options.size)}},
+      {{"role", "worker"}, {"rank", std::to_string(rank_)}, {"size", std::to_string(options.size)},
+       {"peer_port", std::to_string(peer_port)}},
       config_.timeout_s, view));
+  TFPS_RETURN_IF_ERROR(mesh_.Connect(view->worker_peers));
   if (options.num_servers > 0 && static_cast<int>(view->servers.size()) != options.num_servers) {
     return InvalidArgument("expected " + std::to_string(options.num_servers) +
                            " servers (TFPS_NUM_SERVERS/DMLC_NUM_SERVER) but the scheduler knows " +
@@ -130,7 +139,7 @@ Status Engine::Loop::Connect(const EngineOptions& options, ClusterView* view) {
     }
     std::vector<zmq::pollitem_t> items;
     for (Server& s : servers_) items.push_back({s.socket->handle(), 0, ZMQ_POLLIN, 0});
-    zmq::poll(items.data(), items.size(), std::chrono::milliseconds(100));
+    Poll(items.data(), items.size(), 100);
     for (size_t i = 0; i < servers_.size(); ++i) {
       if (!RecvFrames(*servers_[i].socket, &frames)) continue;
       Head head;
@@ -149,17 +158,19 @@ Status Engine::Loop::Connect(const EngineOptions& options, ClusterView* view) {
   return Status::Ok();
 }
 
-void Engine::Loop::Enqueue(PushPullRequest request) {
+void Engine::Loop::Enqueue(Request request) {
+  bool accepted = false;
   {
     std::lock_guard<std::mutex> lock(queue_mu_);
     if (!stopping_) {
       queue_.push_back(std::move(request));
-      request.done = nullptr;
+      accepted = true;
     }
   }
-  if (request.done) {
-    request.done(Aborted("tf_ps_ops is shutting down; push_pull of '" + request.name +
-                         "' was not started"));
+  if (!accepted) {
+    const Status aborted = Aborted("tf_ps_ops is shutting down; the request was not started");
+    if (auto* p = std::get_if<PushPullRequest>(&request)) p->done(aborted);
+    if (auto* g = std::get_if<GatherRequest>(&request)) g->done(aborted, {});
     return;
   }
   const uint64_t one = 1;
@@ -185,18 +196,24 @@ void Engine::Loop::RunOnLoop() {
       items.push_back({s.monitor->socket().handle(), 0, ZMQ_POLLIN, 0});
     }
     items.push_back({nullptr, wake_fd_, ZMQ_POLLIN, 0});
-    zmq::poll(items.data(), items.size(), std::chrono::milliseconds(100));
+    mesh_.AppendPollItems(&items);
+    Poll(items.data(), items.size(), 100);
     uint64_t n;
     (void)!read(wake_fd_, &n, sizeof(n));
 
-    std::deque<PushPullRequest> batch;
+    std::deque<Request> batch;
     bool stop;
     {
       std::lock_guard<std::mutex> lock(queue_mu_);
       batch.swap(queue_);
       stop = stopping_;
     }
-    for (PushPullRequest& r : batch) StartOnLoop(std::move(r));
+    for (Request& r : batch) {
+      if (auto* p = std::get_if<PushPullRequest>(&r)) StartOnLoop(std::move(*p));
+      if (auto* g = std::get_if<GatherRequest>(&r)) mesh_.StartOnLoop(std::move(*g));
+    }
+    mesh_.PollOnLoop();
+    peer_bytes_sent_ = mesh_.bytes_sent();
     for (size_t i = 0; i < servers_.size(); ++i) {
       while (RecvFrames(*servers_[i].socket, &frames)) OnReplyOnLoop(static_cast<int>(i), frames);
       int event = 0, value = 0;
@@ -208,12 +225,12 @@ void Engine::Loop::RunOnLoop() {
       }
     }
     CheckDeadlinesOnLoop();
+    mesh_.CheckDeadlinesOnLoop(Clock::now());
     if (stop) break;
   }
-  while (!ops_.empty()) {
-    FinishOnLoop(ops_.begin()->first,
-                 Aborted("tf_ps_ops was shut down while this push_pull was in flight"));
-  }
+  const Status aborted = Aborted("tf_ps_ops was shut down while this request was in flight");
+  while (!ops_.empty()) FinishOnLoop(ops_.begin()->first, aborted);
+  mesh_.FailAllOnLoop(aborted);
   SayGoodbyeOnLoop();
 }
 
@@ -374,6 +391,7 @@ void Engine::Loop::SayGoodbyeOnLoop() {
     s.socket->close();
   }
   scheduler_->close();
+  mesh_.CloseOnLoop();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -395,7 +413,7 @@ Status Engine::Init(const EngineOptions& options) {
                            std::to_string(options.size));
   }
   SetLogRole("worker " + std::to_string(options.rank));
-  auto loop = std::make_unique<Loop>(config, options.rank);
+  auto loop = std::make_unique<Loop>(config, options.rank, options.size);
   ClusterView view;
   Status s;
   try {
@@ -438,6 +456,15 @@ EngineStats Engine::stats() {
   return loop_ ? loop_->stats() : EngineStats();
 }
 
+namespace {
+
+Status NotInitialised(const std::string& what, const std::string& name) {
+  return FailedPrecondition("tf_ps_ops is not initialised: call tf_ps_ops.init() before " + what +
+                            " of '" + name + "'");
+}
+
+}  // namespace
+
 void Engine::Enqueue(PushPullRequest request) {
   std::shared_ptr<Loop> loop;
   {
@@ -445,8 +472,20 @@ void Engine::Enqueue(PushPullRequest request) {
     loop = loop_;
   }
   if (!loop) {
-    request.done(FailedPrecondition("tf_ps_ops is not initialised: call tf_ps_ops.init() before "
-                                    "push_pull of '" + request.name + "'"));
+    request.done(NotInitialised("push_pull", request.name));
+    return;
+  }
+  loop->Enqueue(std::move(request));
+}
+
+void Engine::EnqueueGather(GatherRequest request) {
+  std::shared_ptr<Loop> loop;
+  {
+    std::lock_guard<std::mutex> lock(loop_mu_);
+    loop = loop_;
+  }
+  if (!loop) {
+    request.done(NotInitialised("allgather", request.name), {});
     return;
   }
   loop->Enqueue(std::move(request));

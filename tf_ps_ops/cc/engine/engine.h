@@ -19,6 +19,7 @@
 
 #include "tf_ps_ops/cc/common/config.h"
 #include "tf_ps_ops/cc/common/status.h"
+#include "tf_ps_ops/cc/engine/peer_mesh.h"
 #include "tf_ps_ops/cc/wire/message.h"
 
 namespace tfps {
@@ -48,6 +49,7 @@ struct EngineStats {
   uint64_t bytes_sent = 0;      // payload bytes
   uint64_t bytes_received = 0;
   uint64_t messages_sent = 0;
+  uint64_t peer_bytes_sent = 0;  // allgather payload bytes sent to other workers
 };
 
 class Engine {
@@ -67,8 +69,9 @@ class Engine {
   int num_servers() const { return num_servers_; }
   EngineStats stats();
 
-  // Thread-safe. Fails `request` at once when the engine is not running.
+  // Thread-safe. Fail the request at once when the engine is not running.
   void Enqueue(PushPullRequest request);
+  void EnqueueGather(GatherRequest request);
 
   ~Engine();
 

@@ -21,7 +21,7 @@ Status RegisterWithScheduler(zmq::socket_t& socket, const std::string& scheduler
   std::vector<zmq::message_t> frames;
   while (Clock::now() < deadline) {
     zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
-    zmq::poll(&item, 1, std::chrono::milliseconds(100));
+    Poll(&item, 1, 100);
     if (!RecvFrames(socket, &frames)) continue;
     Head head;
     const size_t payload = frames.size() > 1 ? frames[1].size() : 0;
@@ -41,6 +41,7 @@ Status RegisterWithScheduler(zmq::socket_t& socket, const std::string& scheduler
     }
     view->servers = SplitList(kv["servers"], ',');
     view->worker_hosts = SplitList(kv["workers"], ',');
+    view->worker_peers = SplitList(kv["peers"], ',');
     view->server_id = kv.count("server_id") ? std::stoi(kv["server_id"]) : -1;
     return Status::Ok();
   }

@@ -16,10 +16,11 @@ namespace tfps {
 struct ClusterView {
   std::vector<std::string> servers;       // "host:port", indexed by server id
   std::vector<std::string> worker_hosts;  // indexed by rank
+  std::vector<std::string> worker_peers;  // "host:peer_port" by rank (workers only; port 0: none)
   int server_id = -1;                     // this process's id when it is a server
 };
 
-// Registers `info` ("role", "rank" or "port"/"host") on `socket` (a DEALER connected to the
+// Registers `info` ("role", "rank"/"size"/"peer_port" or "port"/"host") on `socket` (a DEALER connected to the
 // scheduler, kept open afterwards: the scheduler notices a registrant that dies) and waits
 // up to `timeout_s` for the cluster to be complete.
 Status RegisterWithScheduler(zmq::socket_t& socket, const std::string& scheduler,

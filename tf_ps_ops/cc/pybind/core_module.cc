@@ -4,6 +4,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstring>
 #include <future>
 
 #include "ps_server/reduce.h"
@@ -110,6 +111,45 @@ py::array PushPullPy(const std::string& name, py::array input, int root_rank) {
   return out;
 }
 
+py::list AllgatherPy(const std::string& name, py::array input) {
+  py::array in = py::array::ensure(input, py::array::c_style);
+  GatherRequest request;
+  request.name = name;
+  request.dtype = WireDTypeOf(in.dtype());
+  for (py::ssize_t i = 0; i < in.ndim(); ++i) request.dims.push_back(in.shape(i));
+  request.count = static_cast<uint64_t>(in.size());
+  request.input = in.data();
+  request.input_holder = std::make_shared<int>(0);  // `in` outlives the wait below
+  std::promise<Status> promise;
+  std::vector<std::vector<char>> bytes;
+  std::vector<std::vector<int64_t>> dims;
+  const size_t elem = in.itemsize();
+  request.done = [&](const Status& s, const std::vector<PeerTensor>& parts) {
+    for (const PeerTensor& p : parts) {  // copy out: the parts die with the callback
+      size_t n = elem;
+      for (int64_t d : p.dims) n *= static_cast<size_t>(d);
+      const char* data = static_cast<const char*>(p.data);
+      bytes.emplace_back(data, data + (data == nullptr ? 0 : n));
+      dims.push_back(p.dims);
+    }
+    promise.set_value(s);
+  };
+  Status status;
+  {
+    py::gil_scoped_release release;
+    Engine::Get().EnqueueGather(std::move(request));
+    status = promise.get_future().get();
+  }
+  ThrowIfError(status);
+  py::list out;
+  for (size_t r = 0; r < bytes.size(); ++r) {
+    py::array a(in.dtype(), std::vector<py::ssize_t>(dims[r].begin(), dims[r].end()));
+    if (!bytes[r].empty()) std::memcpy(a.mutable_data(), bytes[r].data(), bytes[r].size());
+    out.append(a);
+  }
+  return out;
+}
+
 }  // namespace
 }  // namespace tfps
 
@@ -183,12 +223,15 @@ PYBIND11_MODULE(_core, m) {
   m.def("local_size", [] { return Engine::Get().local_size(); });
   m.def("push_pull", &PushPullPy, py::arg("name"), py::arg("array"), py::arg("root_rank") = -1,
         "Blocking push_pull of a NumPy array; returns the sum (or root's array).");
+  m.def("allgather", &AllgatherPy, py::arg("name"), py::arg("array"),
+        "Blocking peer-to-peer allgather; returns every worker's array in rank order.");
   m.def("stats", [] {
     EngineStats s = Engine::Get().stats();
     py::dict d;
     d["bytes_sent"] = s.bytes_sent;
     d["bytes_received"] = s.bytes_received;
     d["messages_sent"] = s.messages_sent;
+    d["peer_bytes_sent"] = s.peer_bytes_sent;
     return d;
   });
 }

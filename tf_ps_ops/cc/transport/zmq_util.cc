@@ -1,5 +1,7 @@
 #include "tf_ps_ops/cc/transport/zmq_util.h"
 
+#include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <sstream>
 
@@ -38,6 +40,15 @@ Status SendText(zmq::socket_t& socket, const std::string& identity, const Header
   Head head;
   head.header = header;
   return SendMessage(socket, identity, head, zmq::message_t(text.data(), text.size()));
+}
+
+int Poll(zmq::pollitem_t* items, size_t count, int timeout_ms) {
+  try {
+    return zmq::poll(items, count, std::chrono::milliseconds(timeout_ms));
+  } catch (const zmq::error_t& e) {
+    if (e.num() == EINTR) return 0;
+    throw;
+  }
 }
 
 bool RecvFrames(zmq::socket_t& socket, std::vector<zmq::message_t>* frames) {

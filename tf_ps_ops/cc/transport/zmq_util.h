@@ -26,6 +26,10 @@ Status SendMessage(zmq::socket_t& socket, const std::string& identity, const Hea
 Status SendText(zmq::socket_t& socket, const std::string& identity, const Header& header,
                 const std::string& text);
 
+// zmq::poll that treats a signal (EINTR) as "nothing happened", so callers re-check
+// their stop flag instead of dying on an uncaught zmq::error_t.
+int Poll(zmq::pollitem_t* items, size_t count, int timeout_ms);
+
 // Receives every frame of one multipart message without blocking; false if none is waiting.
 bool RecvFrames(zmq::socket_t& socket, std::vector<zmq::message_t>* frames);
 

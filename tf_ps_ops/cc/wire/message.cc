@@ -46,7 +46,8 @@ std::string EncodeHead(const Head& head) {
 namespace {
 
 bool CarriesTensor(MsgType type) {
-  return type == MsgType::kPushPull || type == MsgType::kPushPullReply;
+  return type == MsgType::kPushPull || type == MsgType::kPushPullReply ||
+         type == MsgType::kPeerData;
 }
 
 Status CheckTensorFields(const Head& head, size_t payload_size) {
@@ -70,7 +71,7 @@ Status CheckTensorFields(const Head& head, size_t payload_size) {
                            std::to_string(expected) + " (" + std::to_string(h.count) + " x " +
                            DTypeName(dtype) + ")");
   }
-  if (static_cast<MsgType>(h.type) == MsgType::kPushPull) {
+  if (static_cast<MsgType>(h.type) != MsgType::kPushPullReply) {  // these carry the shape
     uint64_t product = 1;
     for (int64_t d : head.dims) {
       if (d < 0 || (d > 0 && product > kMaxElements / static_cast<uint64_t>(d))) {

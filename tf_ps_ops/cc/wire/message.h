@@ -49,8 +49,9 @@ enum class MsgType : uint16_t {
   kPushPullReply = 6,  // server -> worker: the sum over all workers
   kError = 7,          // reply carrying `status` and a UTF-8 message as payload
   kBye = 8,            // worker -> server/scheduler: clean shutdown
+  kPeerData = 9,       // worker -> worker: its part of an allgather (SFB factors)
 };
-constexpr uint16_t kMaxMsgType = 8;
+constexpr uint16_t kMaxMsgType = 9;
 
 // Header flags.
 constexpr uint32_t kFlagNoData = 1u << 0;  // push counted, contributes nothing (broadcast)

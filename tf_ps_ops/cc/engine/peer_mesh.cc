@@ -1,0 +1,278 @@
+#include "tf_ps_ops/cc/engine/peer_mesh.h"
+
+#include <algorithm>
+
+#include "tf_ps_ops/cc/common/logging.h"
+
+namespace tfps {
+
+namespace {
+
+bool TrailingDimsAgree(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+  if (a.size() != b.size() || a.empty()) return a == b;
+  return std::equal(a.begin() + 1, a.end(), b.begin() + 1);
+}
+
+}  // namespace
+
+PeerMesh::PeerMesh(zmq::context_t& context, const Config& config, int rank, int size)
+    : context_(context),
+      config_(config),
+      rank_(rank),
+      size_(size),
+      incoming_(context, zmq::socket_type::router),
+      dead_(size),
+      shut_down_(size, false) {
+  SetCommonOptions(incoming_, config_.heartbeat_timeout_s);
+}
+
+Status PeerMesh::Bind(int* port) {
+  try {
+    incoming_.bind("tcp://*:0");
+  } catch (const zmq::error_t& e) {
+    return Unavailable(std::string("cannot bind a port for peer traffic: ") + e.what());
+  }
+  *port = BoundPort(incoming_);
+  return Status::Ok();
+}
+
+Status PeerMesh::Connect(const std::vector<std::string>& peers) {
+  if (static_cast<int>(peers.size()) != size_) {
+    return Internal("the rendezvous listed " + std::to_string(peers.size()) + " peers for " +
+                    std::to_string(size_) + " workers");
+  }
+  addresses_ = peers;
+  outgoing_.resize(size_);
+  monitors_.resize(size_);
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    auto socket = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
+    SetCommonOptions(*socket, config_.heartbeat_timeout_s);
+    socket->set(zmq::sockopt::routing_id, "w" + std::to_string(rank_));
+    monitors_[r] = std::make_unique<Monitor>(context_, *socket, "peer-" + std::to_string(r),
+                                             ZMQ_EVENT_DISCONNECTED);
+    socket->connect("tcp://" + peers[r]);
+    outgoing_[r] = std::move(socket);
+  }
+  return Status::Ok();
+}
+
+void PeerMesh::AppendPollItems(std::vector<zmq::pollitem_t>* items) {
+  items->push_back({incoming_.handle(), 0, ZMQ_POLLIN, 0});
+  for (int r = 0; r < size_; ++r) {
+    if (monitors_.empty() || !monitors_[r]) continue;
+    items->push_back({outgoing_[r]->handle(), 0, ZMQ_POLLIN, 0});
+    items->push_back({monitors_[r]->socket().handle(), 0, ZMQ_POLLIN, 0});
+  }
+}
+
+void PeerMesh::PollOnLoop() {
+  std::vector<zmq::message_t> frames;
+  while (RecvFrames(incoming_, &frames)) OnPeerDataOnLoop(frames);
+  for (int r = 0; r < size_; ++r) {
+    if (monitors_.empty() || !monitors_[r]) continue;
+    // Peers answer on this socket only to reject what we sent.
+    while (RecvFrames(*outgoing_[r], &frames)) {
+      const std::string why = frames.size() > 1 ? frames[1].to_string() : "malformed rejection";
+      PeerDiedOnLoop(r, "rejected our data: " + why);
+    }
+    int event = 0, value = 0;
+    std::string address;
+    while (monitors_[r]->Read(&event, &value, &address)) {
+      if (event == ZMQ_EVENT_DISCONNECTED) {
+        PeerDiedOnLoop(r, "closed the connection (did the process die?)");
+      }
+    }
+  }
+}
+
+PeerMesh::Gather& PeerMesh::EntryOnLoop(const GatherId& id) {
+  auto it = gathers_.find(id);
+  if (it != gathers_.end()) return it->second;
+  Gather& g = gathers_[id];
+  g.parts.resize(size_);
+  g.dims.resize(size_);
+  g.dtypes.assign(size_, 0);
+  g.arrived.assign(size_, false);
+  return g;
+}
+
+void PeerMesh::StartOnLoop(GatherRequest request) {
+  const uint64_t key = KeyOfName(request.name);
+  const GatherId id(key, ++calls_[request.name]);
+  Gather& g = EntryOnLoop(id);
+  g.started = true;
+  g.deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                  std::chrono::duration<double>(config_.timeout_s));
+  g.request = std::move(request);
+  const GatherRequest& r = g.request;
+  g.arrived[rank_] = true;
+  g.dims[rank_] = r.dims;
+  ++g.num_arrived;
+  Head head;
+  Header& h = head.header;
+  h.type = static_cast<uint16_t>(MsgType::kPeerData);
+  h.key = key;
+  h.num_partitions = 1;
+  h.step = id.second;
+  h.dtype = static_cast<uint8_t>(r.dtype);
+  h.sender = rank_;
+  h.count = r.count;
+  h.total_count = r.count;
+  head.dims = r.dims;
+  const size_t bytes = r.count * DTypeSize(r.dtype);
+  Status status;
+  for (int peer = 0; peer < size_ && status.ok(); ++peer) {
+    if (peer == rank_) continue;
+    if (!dead_[peer].empty()) {
+      status = Unavailable("worker " + std::to_string(peer) + " (" + addresses_[peer] + ") " +
+                           dead_[peer]);
+      break;
+    }
+    status = SendMessage(*outgoing_[peer], "", head,
+                         ZeroCopyMessage(r.input, bytes, r.input_holder));
+    bytes_sent_ += bytes;
+  }
+  auto it = gathers_.find(id);
+  if (!status.ok()) {
+    FinishOnLoop(it, status);
+    return;
+  }
+  MaybeFinishOnLoop(it);
+}
+
+void PeerMesh::OnPeerDataOnLoop(std::vector<zmq::message_t>& frames) {
+  Head head;
+  const size_t payload = frames.size() == 3 ? frames[2].size() : 0;
+  Status s = frames.size() < 2 || frames.size() > 3
+                 ? InvalidArgument("a message of " + std::to_string(frames.size()) + " frames")
+                 : DecodeHead(frames[1].data(), frames[1].size(), payload, &head);
+  const Header& h = head.header;
+  const bool bye = s.ok() && h.type == static_cast<uint16_t>(MsgType::kBye);
+  if (s.ok() && ((h.type != static_cast<uint16_t>(MsgType::kPeerData) && !bye) || h.sender < 0 ||
+                 h.sender >= size_ || h.sender == rank_ ||
+                 frames[0].to_string() != "w" + std::to_string(h.sender))) {
+    s = InvalidArgument("not peer data from a worker of this job");
+  }
+  if (!s.ok()) {
+    TFPS_LOG(Warning) << "dropped a malformed peer message: " << s.message();
+    if (!frames.empty()) {
+      Header reject;
+      reject.type = static_cast<uint16_t>(MsgType::kError);
+      reject.status = static_cast<uint32_t>(s.code());
+      reject.sender = rank_;
+      (void)SendText(incoming_, frames[0].to_string(), reject, s.message());
+    }
+    return;
+  }
+  if (bye) {
+    shut_down_[h.sender] = true;
+    return;
+  }
+  const GatherId id(h.key, h.step);
+  Gather& g = EntryOnLoop(id);
+  if (g.arrived[h.sender]) {
+    TFPS_LOG(Warning) << "worker " << h.sender << " sent call " << h.step << " twice; dropped";
+    return;
+  }
+  g.arrived[h.sender] = true;
+  ++g.num_arrived;
+  g.dims[h.sender] = head.dims;
+  g.dtypes[h.sender] = h.dtype;  // checked against ours once our own request is known
+  if (frames.size() == 3) g.parts[h.sender] = std::move(frames[2]);
+  MaybeFinishOnLoop(gathers_.find(id));
+}
+
+void PeerMesh::MaybeFinishOnLoop(std::map<GatherId, Gather>::iterator it) {
+  Gather& g = it->second;
+  if (!g.started || g.num_arrived < size_) return;
+  const GatherRequest& r = g.request;
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    if (g.dtypes[peer] != static_cast<uint8_t>(r.dtype) || !TrailingDimsAgree(g.dims[peer], r.dims)) {
+      FinishOnLoop(it, InvalidArgument(
+                           "worker " + std::to_string(peer) + " sent " +
+                           DescribeTensor(static_cast<DType>(g.dtypes[peer]), g.dims[peer]) +
+                           ", worker " + std::to_string(rank_) + " has " +
+                           DescribeTensor(r.dtype, r.dims) +
+                           ": the dtype and every dimension but the first must agree"));
+      return;
+    }
+  }
+  FinishOnLoop(it, Status::Ok());
+}
+
+void PeerMesh::FinishOnLoop(std::map<GatherId, Gather>::iterator it, const Status& status) {
+  const uint64_t call = it->first.second;
+  Gather g = std::move(it->second);
+  gathers_.erase(it);
+  std::vector<PeerTensor> parts(size_);
+  if (status.ok()) {
+    for (int peer = 0; peer < size_; ++peer) {
+      parts[peer].dims = g.dims[peer];
+      parts[peer].data = peer == rank_ ? g.request.input : g.parts[peer].data();
+    }
+  }
+  g.request.done(status.WithPrefix("allgather of tensor '" + g.request.name + "' (call " +
+                                   std::to_string(call) + " on rank " + std::to_string(rank_) +
+                                   "): "),
+                 parts);
+}
+
+void PeerMesh::PeerDiedOnLoop(int peer, const std::string& reason) {
+  if (!dead_[peer].empty()) return;
+  // A peer that said goodbye first has merely finished: no error unless we still need it.
+  const std::string why = shut_down_[peer] ? "has shut down (called tf_ps_ops.shutdown())" : reason;
+  dead_[peer] = why;
+  if (!shut_down_[peer]) TFPS_LOG(Error) << "worker " << peer << " (" << addresses_[peer] << ") " << why;
+  const Status status = Unavailable("worker " + std::to_string(peer) + " (" + addresses_[peer] +
+                                    ") " + why);
+  for (auto it = gathers_.begin(); it != gathers_.end();) {
+    auto next = std::next(it);
+    if (it->second.started && !it->second.arrived[peer]) FinishOnLoop(it, status);
+    it = next;
+  }
+}
+
+void PeerMesh::CheckDeadlinesOnLoop(Clock::time_point now) {
+  for (auto it = gathers_.begin(); it != gathers_.end();) {
+    auto next = std::next(it);
+    Gather& g = it->second;
+    if (g.started && g.deadline < now) {
+      std::string missing;
+      for (int peer = 0; peer < size_; ++peer) {
+        if (!g.arrived[peer]) missing += (missing.empty() ? "" : ", ") + std::to_string(peer);
+      }
+      FinishOnLoop(it, DeadlineExceeded("timed out after " + std::to_string(int(config_.timeout_s)) +
+                                        " s (TFPS_TIMEOUT) waiting for worker(s) " + missing +
+                                        "; is that worker stuck, dead or running other code?"));
+    }
+    it = next;
+  }
+}
+
+void PeerMesh::FailAllOnLoop(const Status& status) {
+  for (auto it = gathers_.begin(); it != gathers_.end();) {
+    auto next = std::next(it);
+    if (it->second.started) FinishOnLoop(it, status);
+    it = next;
+  }
+}
+
+void PeerMesh::CloseOnLoop() {
+  Head bye;
+  bye.header.type = static_cast<uint16_t>(MsgType::kBye);
+  bye.header.sender = rank_;
+  for (int peer = 0; peer < size_; ++peer) {
+    if (outgoing_.size() > static_cast<size_t>(peer) && outgoing_[peer] && dead_[peer].empty()) {
+      (void)SendMessage(*outgoing_[peer], "", bye, zmq::message_t());
+    }
+  }
+  monitors_.clear();
+  for (auto& socket : outgoing_) {
+    if (socket) socket->close();
+  }
+  incoming_.close();
+}
+
+}  // namespace tfps

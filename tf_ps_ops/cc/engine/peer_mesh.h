@@ -1,0 +1,103 @@
+// Worker-to-worker allgather over direct connections (no server in the path): each worker
+// sends its tensor to every peer once and receives every peer's, which is what Sufficient
+// Factor Broadcasting needs (each worker's factors u, v to all others) and what Horovod's
+// allgather means. Owned and driven by the engine thread (methods ...OnLoop).
+//
+// Every worker binds a ROUTER for incoming peer data (its port travels through the
+// rendezvous) and connects one DEALER to each other worker's ROUTER. A peer's part may
+// arrive before this worker asks for the same name and call: it waits in the table.
+#ifndef TFPS_CC_ENGINE_PEER_MESH_H_
+#define TFPS_CC_ENGINE_PEER_MESH_H_
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "tf_ps_ops/cc/common/config.h"
+#include "tf_ps_ops/cc/common/status.h"
+#include "tf_ps_ops/cc/transport/zmq_util.h"
+#include "tf_ps_ops/cc/wire/message.h"
+
+namespace tfps {
+
+// One worker's part as received: valid only during the `done` callback.
+struct PeerTensor {
+  const void* data = nullptr;
+  std::vector<int64_t> dims;
+};
+
+struct GatherRequest {
+  std::string name;  // identical on every worker
+  DType dtype = DType::kInvalid;
+  std::vector<int64_t> dims;  // all but the first must agree across workers
+  uint64_t count = 0;
+  const void* input = nullptr;
+  std::shared_ptr<void> input_holder;  // keeps `input` alive until ZeroMQ has sent it
+  // Called once on the engine thread with every worker's part in rank order (own included).
+  std::function<void(const Status&, const std::vector<PeerTensor>&)> done;
+};
+
+class PeerMesh {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  PeerMesh(zmq::context_t& context, const Config& config, int rank, int size);
+
+  // Binds the incoming socket; call before the rendezvous, which publishes the port.
+  Status Bind(int* port);
+  // Connects to every other worker ("host:port" by rank, from the rendezvous).
+  Status Connect(const std::vector<std::string>& peers);
+
+  void AppendPollItems(std::vector<zmq::pollitem_t>* items);
+  void PollOnLoop();  // reads whatever its sockets hold
+  void StartOnLoop(GatherRequest request);
+  void CheckDeadlinesOnLoop(Clock::time_point now);
+  void FailAllOnLoop(const Status& status);
+  void CloseOnLoop();
+
+  uint64_t bytes_sent() const { return bytes_sent_; }
+
+ private:
+  struct Gather {
+    bool started = false;
+    GatherRequest request;
+    std::vector<zmq::message_t> parts;        // by rank
+    std::vector<std::vector<int64_t>> dims;   // by rank
+    std::vector<uint8_t> dtypes;              // by rank, as each peer claimed
+    std::vector<bool> arrived;
+    int num_arrived = 0;
+    Clock::time_point deadline;
+  };
+  using GatherId = std::pair<uint64_t, uint64_t>;  // key, call
+
+  void OnPeerDataOnLoop(std::vector<zmq::message_t>& frames);
+  void MaybeFinishOnLoop(std::map<GatherId, Gather>::iterator it);
+  void FinishOnLoop(std::map<GatherId, Gather>::iterator it, const Status& status);
+  void PeerDiedOnLoop(int peer, const std::string& reason);
+  Gather& EntryOnLoop(const GatherId& id);
+
+  zmq::context_t& context_;
+  const Config config_;
+  const int rank_;
+  const int size_;
+  zmq::socket_t incoming_;
+  std::vector<std::unique_ptr<zmq::socket_t>> outgoing_;  // by rank; null for self
+  std::vector<std::unique_ptr<Monitor>> monitors_;
+  std::vector<std::string> addresses_;
+  std::vector<std::string> dead_;  // why a peer is unusable, by rank
+  std::vector<bool> shut_down_;    // the peer said goodbye
+  std::unordered_map<std::string, uint64_t> calls_;
+  std::map<GatherId, Gather> gathers_;
+  uint64_t bytes_sent_ = 0;
+};
+
+}  // namespace tfps
+
+#endif  // TFPS_CC_ENGINE_PEER_MESH_H_

@@ -1,0 +1,101 @@
+// PsAllgather: every worker's tensor, concatenated along the first dimension in rank order,
+// exchanged peer to peer (no server in the path). First dimensions may differ.
+#include <cstring>
+#include <memory>
+
+#include "tensorflow/core/framework/common_shape_fns.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tf_ps_ops/cc/engine/engine.h"
+#include "tf_ps_ops/kernels/status_adapter.h"
+
+namespace tfps {
+namespace {
+
+using tensorflow::AsyncOpKernel;
+using tensorflow::OpKernelConstruction;
+using tensorflow::OpKernelContext;
+using tensorflow::Tensor;
+using tensorflow::TensorShape;
+
+class PsAllgatherOp : public AsyncOpKernel {
+ public:
+  explicit PsAllgatherOp(OpKernelConstruction* ctx) : AsyncOpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("tensor_name", &tensor_name_));
+    if (tensor_name_.empty()) tensor_name_ = name();
+  }
+
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    const Tensor& input = ctx->input(0);
+    OP_REQUIRES_ASYNC(ctx, input.dims() >= 1,
+                      absl::InvalidArgumentError("allgather of '" + tensor_name_ +
+                                                 "' needs a tensor of rank >= 1, got a scalar"),
+                      done);
+    OP_REQUIRES_ASYNC(ctx, Engine::Get().initialized(),
+                      absl::FailedPreconditionError("tf_ps_ops is not initialised: call "
+                                                    "tf_ps_ops.init() before allgather of '" +
+                                                    tensor_name_ + "'"),
+                      done);
+    GatherRequest request;
+    request.name = tensor_name_;
+    request.dtype = ToWireDType(input.dtype());
+    for (int i = 0; i < input.dims(); ++i) request.dims.push_back(input.dim_size(i));
+    request.count = static_cast<uint64_t>(input.NumElements());
+    request.input = input.tensor_data().data();
+    request.input_holder = std::make_shared<Tensor>(input);
+    const TensorShape shape = input.shape();
+    request.done = [ctx, done, shape](const Status& status,
+                                            const std::vector<PeerTensor>& parts) {
+      if (!status.ok()) {
+        ctx->SetStatus(ToTfStatus(status));
+        done();
+        return;
+      }
+      TensorShape out_shape = shape;
+      int64_t rows = 0;
+      for (const PeerTensor& p : parts) rows += p.dims[0];
+      out_shape.set_dim(0, rows);
+      Tensor* output = nullptr;
+      OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(0, out_shape, &output), done);
+      char* dst = const_cast<char*>(output->tensor_data().data());
+      const size_t row_bytes = rows == 0 ? 0 : output->TotalBytes() / rows;
+      for (const PeerTensor& p : parts) {
+        const size_t bytes = row_bytes * p.dims[0];
+        if (bytes > 0) std::memcpy(dst, p.data, bytes);
+        dst += bytes;
+      }
+      done();
+    };
+    Engine::Get().EnqueueGather(std::move(request));
+  }
+
+ private:
+  std::string tensor_name_;
+};
+
+REGISTER_OP("PsAllgather")
+    .Input("tensor: T")
+    .Output("gathered: T")
+    .Attr("T: {half, bfloat16, float, double, int8, uint8, int32, int64}")
+    .Attr("tensor_name: string = ''")
+    .SetIsStateful()
+    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
+      tensorflow::shape_inference::ShapeHandle out;
+      TF_RETURN_IF_ERROR(c->ReplaceDim(c->input(0), 0, c->UnknownDim(), &out));
+      c->set_output(0, out);
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+Concatenates every worker's `tensor` along dimension 0, in rank order. Peer to peer.
+The dtype and every dimension but the first must agree across workers.
+)doc");
+
+REGISTER_KERNEL_BUILDER(Name("PsAllgather").Device(tensorflow::DEVICE_CPU), PsAllgatherOp);
+#if GOOGLE_CUDA
+REGISTER_KERNEL_BUILDER(
+    Name("PsAllgather").Device(tensorflow::DEVICE_GPU).HostMemory("tensor").HostMemory("gathered"),
+    PsAllgatherOp);
+#endif
+
+}  // namespace
+}  // namespace tfps
