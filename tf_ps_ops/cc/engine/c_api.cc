@@ -41,5 +41,6 @@ int tfps_local_size(void) { return tfps::Engine::Get().local_size(); }
 int tfps_num_servers(void) { return tfps::Engine::Get().num_servers(); }
 unsigned long long tfps_bytes_sent(void) { return tfps::Engine::Get().stats().bytes_sent; }
 unsigned long long tfps_bytes_received(void) { return tfps::Engine::Get().stats().bytes_received; }
+unsigned long long tfps_peer_bytes_sent(void) { return tfps::Engine::Get().stats().peer_bytes_sent; }
 
 }  // extern "C"
