@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "ps_server/optimizers.h"
 #include "ps_server/reduce.h"
 #include "tf_ps_ops/cc/common/logging.h"
 
@@ -39,6 +40,7 @@ void KeyStore::OnPush(const Head& head, zmq::message_t payload, std::vector<Outg
     Round& r = it->second;
     r.first = h;
     r.dims = head.dims;
+    r.params = head.params;
     r.first_sender = h.sender;
     r.arrived.assign(num_workers_, false);
     r.answered.assign(num_workers_, false);
@@ -57,6 +59,16 @@ void KeyStore::OnPush(const Head& head, zmq::message_t payload, std::vector<Outg
   }
   r.arrived[h.sender] = true;
   ++r.num_arrived;
+  constexpr uint32_t kModeFlags = kFlagPsInit | kFlagPsApply;
+  if (r.error.ok() && ((h.flags & kModeFlags) != (r.first.flags & kModeFlags) ||
+                       h.optimizer != r.first.optimizer)) {
+    r.error = InvalidArgument("workers disagree on how to update this tensor: worker " +
+                              std::to_string(r.first_sender) + " asked for " +
+                              OptimizerName(static_cast<Optimizer>(r.first.optimizer)) +
+                              ", worker " + std::to_string(h.sender) + " for " +
+                              OptimizerName(static_cast<Optimizer>(h.optimizer)) + " (" +
+                              Where(id) + ")");
+  }
   if (r.error.ok() && (h.dtype != r.first.dtype || head.dims != r.dims ||
                        h.count != r.first.count || h.num_partitions != r.first.num_partitions)) {
     r.error = InvalidArgument(
@@ -87,6 +99,16 @@ void KeyStore::Answer(const RoundId& id, Round& round, std::vector<Outgoing>* ou
     round.sum.rebuild(bytes);
     std::memset(round.sum.data(), 0, bytes);
   }
+  if ((round.first.flags & (kFlagPsInit | kFlagPsApply)) != 0) {
+    zmq::message_t reply;
+    Status s = FinishPsRound(id, round, &reply);
+    if (!s.ok()) {
+      round.answered.assign(num_workers_, false);
+      Fail(round, s, out);
+      return;
+    }
+    round.sum = std::move(reply);
+  }
   Head head;
   head.header = round.first;
   head.header.type = static_cast<uint16_t>(MsgType::kPushPullReply);
@@ -98,7 +120,56 @@ void KeyStore::Answer(const RoundId& id, Round& round, std::vector<Outgoing>* ou
     copy.copy(round.sum);  // shares the buffer (reference counted), no byte copy
     out->push_back(Outgoing{WorkerIdentity(rank), encoded, std::move(copy)});
   }
-  (void)id;
+}
+
+Status KeyStore::FinishPsRound(const RoundId& id, Round& round, zmq::message_t* reply) {
+  const Header& h = round.first;
+  const DType dtype = static_cast<DType>(h.dtype);
+  const ParamId pid(std::get<0>(id), std::get<1>(id));
+  auto it = params_.find(pid);
+  if ((h.flags & kFlagPsInit) != 0) {
+    if (dtype != DType::kFloat32 && dtype != DType::kFloat64) {
+      return InvalidArgument(std::string("PS mode holds float32 and float64 parameters, not ") +
+                             DTypeName(dtype));
+    }
+    if (it == params_.end()) {  // first init wins; later ones (a restarted worker) read it
+      Param p;
+      p.dtype = dtype;
+      p.count = h.count;
+      p.optimizer = static_cast<Optimizer>(h.optimizer);
+      const char* data = static_cast<const char*>(round.sum.data());
+      p.value.assign(data, data + round.sum.size());
+      // The params of an init push are the slots' initial values (e.g. Adagrad's 0.1).
+      for (double fill : round.params) {
+        std::vector<char> slot(p.value.size());
+        for (uint64_t i = 0; i < p.count; ++i) {
+          if (dtype == DType::kFloat32) reinterpret_cast<float*>(slot.data())[i] = float(fill);
+          else reinterpret_cast<double*>(slot.data())[i] = fill;
+        }
+        p.slots.push_back(std::move(slot));
+      }
+      it = params_.emplace(pid, std::move(p)).first;
+    }
+  } else {
+    if (it == params_.end()) {
+      return FailedPrecondition("the parameter was never initialised on this server (" +
+                                Where(id) + "): the first PS update of a variable must be "
+                                "preceded by its init push");
+    }
+    Param& p = it->second;
+    if (p.dtype != dtype || p.count != h.count) {
+      return InvalidArgument("the gradient " + DescribeTensor(dtype, round.dims) +
+                             " does not match the parameter held (" + DTypeName(p.dtype) + ", " +
+                             std::to_string(p.count) + " elements in this partition; " +
+                             Where(id) + ")");
+    }
+    TFPS_RETURN_IF_ERROR(ApplyOptimizer(static_cast<Optimizer>(h.optimizer), round.params, dtype,
+                                        p.value.data(), &p.slots, round.sum.data(), h.count,
+                                        num_workers_));
+  }
+  // A snapshot: the parameter changes again next step while replies may still be queued.
+  reply->rebuild(it->second.value.data(), it->second.value.size());
+  return Status::Ok();
 }
 
 void KeyStore::Fail(Round& round, const Status& status, std::vector<Outgoing>* out) {

@@ -1,10 +1,14 @@
-// The summation state of one server thread's keys (summation mode, BSP).
+// The state of one server thread's keys: summation rounds and, in PS mode, parameters.
 //
 // A round is (key, partition, step). It collects one push from every worker; the first
 // push with data becomes the accumulator (no copy), later ones are summed into it, and
 // when the last worker's push is in, every worker gets the same sum (one buffer shared by
 // all replies). Rounds of different steps are independent, so a push for step t+1 that
 // arrives while step t is still open corrupts nothing. Owned by one thread: no locks.
+//
+// PS mode uses the same rounds: an init round (root's value, kFlagPsInit) creates the
+// parameter and its optimizer slots unless it exists; an apply round (kFlagPsApply) sums
+// the gradients, applies the optimizer once, and answers the new parameter values.
 #ifndef TFPS_PS_SERVER_KEY_STORE_H_
 #define TFPS_PS_SERVER_KEY_STORE_H_
 
@@ -13,6 +17,7 @@
 #include <map>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include <zmq.hpp>
@@ -44,12 +49,22 @@ class KeyStore {
   void OnTick(Clock::time_point now, std::vector<Outgoing>* out);
 
   size_t open_rounds() const { return rounds_.size(); }
+  size_t num_parameters() const { return params_.size(); }
 
  private:
   using RoundId = std::tuple<uint64_t, uint32_t, uint64_t>;  // key, partition, step
+  using ParamId = std::pair<uint64_t, uint32_t>;              // key, partition
+  struct Param {
+    DType dtype = DType::kInvalid;
+    uint64_t count = 0;
+    std::vector<char> value;
+    std::vector<std::vector<char>> slots;
+    Optimizer optimizer = Optimizer::kNone;
+  };
   struct Round {
     Header first;               // the first push's header: what every other must match
     std::vector<int64_t> dims;
+    std::vector<double> params;  // the first push's hyperparameters (PS mode)
     int first_sender = -1;
     std::vector<bool> arrived;
     std::vector<bool> answered;
@@ -61,6 +76,8 @@ class KeyStore {
   };
 
   void Answer(const RoundId& id, Round& round, std::vector<Outgoing>* out);
+  // Completes a PS-mode round: initialises or updates the parameter; the reply payload.
+  Status FinishPsRound(const RoundId& id, Round& round, zmq::message_t* reply);
   void Fail(Round& round, const Status& status, std::vector<Outgoing>* out);
   std::string Where(const RoundId& id) const;
   Outgoing ErrorReply(const Header& about, int rank, const Status& status) const;
@@ -70,6 +87,7 @@ class KeyStore {
   const double timeout_s_;
   std::map<RoundId, Round> rounds_;
   std::map<int, std::string> lost_;  // rank -> why
+  std::map<ParamId, Param> params_;
 };
 
 }  // namespace tfps

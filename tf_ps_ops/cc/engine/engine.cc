@@ -267,7 +267,9 @@ void Engine::Loop::StartOnLoop(PushPullRequest request) {
     h.num_partitions = static_cast<uint32_t>(o.parts.size());
     h.step = o.step;
     h.dtype = static_cast<uint8_t>(r.dtype);
-    h.flags = no_data ? kFlagNoData : 0;
+    h.flags = (no_data ? kFlagNoData : 0) | r.flags;
+    h.optimizer = static_cast<uint8_t>(r.optimizer);
+    head.params = r.params;
     h.sender = rank_;
     h.count = p.count;
     h.total_count = r.count;

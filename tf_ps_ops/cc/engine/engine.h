@@ -41,6 +41,9 @@ struct PushPullRequest {
   const void* input = nullptr;
   void* output = nullptr;       // count elements, written before done(OK)
   int root_rank = -1;           // >= 0: broadcast, only root_rank's data is summed
+  uint32_t flags = 0;           // kFlagPsInit / kFlagPsApply (PS mode), see wire/message.h
+  Optimizer optimizer = Optimizer::kNone;
+  std::vector<double> params;   // optimizer hyperparameters, or slot initial values (init)
   std::shared_ptr<void> input_holder;  // keeps `input` alive until ZeroMQ has sent it
   std::function<void(const Status&)> done;
 };

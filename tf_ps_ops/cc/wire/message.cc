@@ -35,10 +35,14 @@ const char* DTypeName(DType dtype) {
 std::string EncodeHead(const Head& head) {
   Header h = head.header;
   h.ndims = static_cast<uint8_t>(head.dims.size());
-  std::string out(sizeof(Header) + head.dims.size() * sizeof(int64_t), '\0');
+  h.nparams = static_cast<uint8_t>(head.params.size());
+  const size_t dims_bytes = head.dims.size() * sizeof(int64_t);
+  std::string out(sizeof(Header) + dims_bytes + head.params.size() * sizeof(double), '\0');
   std::memcpy(&out[0], &h, sizeof(Header));
-  if (!head.dims.empty()) {
-    std::memcpy(&out[sizeof(Header)], head.dims.data(), head.dims.size() * sizeof(int64_t));
+  if (!head.dims.empty()) std::memcpy(&out[sizeof(Header)], head.dims.data(), dims_bytes);
+  if (!head.params.empty()) {
+    std::memcpy(&out[sizeof(Header) + dims_bytes], head.params.data(),
+                head.params.size() * sizeof(double));
   }
   return out;
 }
@@ -109,17 +113,61 @@ Status DecodeHead(const void* data, size_t size, size_t payload_size, Head* head
   if ((h.flags & ~kKnownFlags) != 0) {
     return InvalidArgument("unknown flags 0x" + std::to_string(h.flags));
   }
-  if (h.ndims > kMaxDims || size != sizeof(Header) + h.ndims * sizeof(int64_t)) {
+  if (h.ndims > kMaxDims || h.nparams > kMaxParams ||
+      size != sizeof(Header) + h.ndims * sizeof(int64_t) + h.nparams * sizeof(double)) {
     return InvalidArgument("head frame of " + std::to_string(size) + " bytes does not match " +
-                           std::to_string(h.ndims) + " dims");
+                           std::to_string(h.ndims) + " dims and " + std::to_string(h.nparams) +
+                           " parameters");
   }
   head->dims.resize(h.ndims);
-  if (h.ndims > 0) {
-    std::memcpy(head->dims.data(), static_cast<const char*>(data) + sizeof(Header),
-                h.ndims * sizeof(int64_t));
+  head->params.resize(h.nparams);
+  const char* tail = static_cast<const char*>(data) + sizeof(Header);
+  if (h.ndims > 0) std::memcpy(head->dims.data(), tail, h.ndims * sizeof(int64_t));
+  if (h.nparams > 0) {
+    std::memcpy(head->params.data(), tail + h.ndims * sizeof(int64_t), h.nparams * sizeof(double));
+  }
+  if ((h.flags & kFlagPsApply) != 0) {
+    const auto opt = static_cast<Optimizer>(h.optimizer);
+    if (h.optimizer == 0 || h.optimizer > kMaxOptimizer) {
+      return InvalidArgument("unknown optimizer code " + std::to_string(h.optimizer));
+    }
+    if (h.nparams != OptimizerParamCount(opt)) {
+      return InvalidArgument(std::string(OptimizerName(opt)) + " takes " +
+                             std::to_string(OptimizerParamCount(opt)) + " hyperparameters, got " +
+                             std::to_string(h.nparams));
+    }
+    if ((h.flags & (kFlagPsInit | kFlagNoData)) != 0) {
+      return InvalidArgument("a PS apply push cannot also be an init or carry no data");
+    }
   }
   if (CarriesTensor(static_cast<MsgType>(h.type))) return CheckTensorFields(*head, payload_size);
   return Status::Ok();
+}
+
+int OptimizerParamCount(Optimizer optimizer) {
+  switch (optimizer) {
+    case Optimizer::kGradientDescent: return 1;
+    case Optimizer::kMomentum:
+    case Optimizer::kKerasMomentum: return 3;
+    case Optimizer::kAdam: return 8;
+    case Optimizer::kAdagrad: return 3;
+    case Optimizer::kRMSProp:
+    case Optimizer::kCenteredRMSProp: return 4;
+    default: return 0;
+  }
+}
+
+const char* OptimizerName(Optimizer optimizer) {
+  switch (optimizer) {
+    case Optimizer::kGradientDescent: return "GradientDescent";
+    case Optimizer::kMomentum: return "Momentum";
+    case Optimizer::kKerasMomentum: return "KerasMomentum";
+    case Optimizer::kAdam: return "Adam";
+    case Optimizer::kAdagrad: return "Adagrad";
+    case Optimizer::kRMSProp: return "RMSProp";
+    case Optimizer::kCenteredRMSProp: return "CenteredRMSProp";
+    default: return "none";
+  }
 }
 
 std::string DescribeTensor(DType dtype, const std::vector<int64_t>& dims) {

@@ -2,7 +2,8 @@
 //
 // Every message is a ZeroMQ multipart message:
 //   frame 0: Header (64 bytes, little-endian) followed by `ndims` int64 dims of the
-//            whole tensor (push messages) — the "head" frame;
+//            whole tensor (push messages) and `nparams` float64 optimizer
+//            hyperparameters (PS-mode pushes) — the "head" frame;
 //   frame 1: payload (optional): `count` elements of `dtype` (push/reply), UTF-8 text
 //            (register/error), sent zero-copy from the tensor's buffer.
 // Both ends check `version` on every message; every field is validated by DecodeHead()
@@ -54,8 +55,30 @@ enum class MsgType : uint16_t {
 constexpr uint16_t kMaxMsgType = 9;
 
 // Header flags.
-constexpr uint32_t kFlagNoData = 1u << 0;  // push counted, contributes nothing (broadcast)
-constexpr uint32_t kKnownFlags = kFlagNoData;
+constexpr uint32_t kFlagNoData = 1u << 0;   // push counted, contributes nothing (broadcast)
+constexpr uint32_t kFlagPsInit = 1u << 1;   // PS mode: the sum (root's data) initialises the
+                                            // server's parameter unless it already holds one
+constexpr uint32_t kFlagPsApply = 1u << 2;  // PS mode: payload is a gradient; the server
+                                            // averages, applies `optimizer`, answers parameters
+constexpr uint32_t kKnownFlags = kFlagNoData | kFlagPsInit | kFlagPsApply;
+
+// Server-side optimizers (PS mode), with TensorFlow's ResourceApplyXXX semantics. The
+// hyperparameters travel with every push, in the order listed, so schedules keep working.
+enum class Optimizer : uint8_t {
+  kNone = 0,
+  kGradientDescent = 1,  // lr
+  kMomentum = 2,         // lr, momentum, use_nesterov
+  kKerasMomentum = 3,    // lr, momentum, use_nesterov
+  kAdam = 4,             // lr, beta1, beta2, epsilon, beta1_power, beta2_power, use_nesterov, amsgrad
+  kAdagrad = 5,          // lr, epsilon, update_slots
+  kRMSProp = 6,          // lr, rho, momentum, epsilon
+  kCenteredRMSProp = 7,  // lr, rho, momentum, epsilon
+};
+constexpr uint8_t kMaxOptimizer = 7;
+constexpr int kMaxParams = 16;
+// Number of hyperparameters each optimizer expects.
+int OptimizerParamCount(Optimizer optimizer);
+const char* OptimizerName(Optimizer optimizer);
 
 #pragma pack(push, 1)
 struct Header {
@@ -68,7 +91,8 @@ struct Header {
   uint64_t step = 0;            // per-key call count, 1-based
   uint8_t dtype = 0;            // DType
   uint8_t ndims = 0;            // dims that follow the header in the head frame
-  uint16_t reserved = 0;
+  uint8_t optimizer = 0;        // Optimizer of a kFlagPsApply push
+  uint8_t nparams = 0;          // float64 hyperparameters that follow the dims
   uint32_t flags = 0;
   int32_t sender = -1;          // worker rank, server id, -1 for the scheduler
   uint32_t status = 0;          // Code of a kError reply
@@ -81,6 +105,7 @@ static_assert(sizeof(Header) == 64, "the header is 64 bytes on the wire");
 struct Head {
   Header header;
   std::vector<int64_t> dims;  // shape of the whole tensor (push only)
+  std::vector<double> params;  // optimizer hyperparameters (PS-mode push only)
 };
 
 // Serialises a head frame.

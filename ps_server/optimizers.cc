@@ -1,0 +1,152 @@
+#include "ps_server/optimizers.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace tfps {
+
+int SlotCount(Optimizer optimizer) {
+  switch (optimizer) {
+    case Optimizer::kGradientDescent: return 0;
+    case Optimizer::kMomentum:
+    case Optimizer::kKerasMomentum:
+    case Optimizer::kAdagrad: return 1;
+    case Optimizer::kRMSProp: return 2;           // ms, mom
+    case Optimizer::kAdam:                        // m, v, vhat (AMSGrad)
+    case Optimizer::kCenteredRMSProp: return 3;   // mg, ms, mom
+    default: return 0;
+  }
+}
+
+namespace {
+
+// The formulas follow tensorflow/core/kernels/training_ops.cc (CPU functors), with the
+// gradient g = sum / num_workers computed on the fly.
+template <typename T>
+void Apply(Optimizer opt, const std::vector<double>& p, T* var, std::vector<T*> s,
+           const T* sum, uint64_t n, int num_workers) {
+  const T inv = T(1) / static_cast<T>(num_workers);
+  const T lr = static_cast<T>(p[0]);
+  switch (opt) {
+    case Optimizer::kGradientDescent:
+      for (uint64_t i = 0; i < n; ++i) var[i] -= lr * (sum[i] * inv);
+      break;
+    case Optimizer::kMomentum: {
+      const T momentum = static_cast<T>(p[1]);
+      const bool nesterov = p[2] != 0;
+      T* accum = s[0];
+      for (uint64_t i = 0; i < n; ++i) {
+        const T g = sum[i] * inv;
+        accum[i] = accum[i] * momentum + g;
+        var[i] -= nesterov ? g * lr + accum[i] * momentum * lr : accum[i] * lr;
+      }
+      break;
+    }
+    case Optimizer::kKerasMomentum: {
+      const T momentum = static_cast<T>(p[1]);
+      const bool nesterov = p[2] != 0;
+      T* accum = s[0];
+      for (uint64_t i = 0; i < n; ++i) {
+        const T g = sum[i] * inv;
+        accum[i] = accum[i] * momentum - g * lr;
+        var[i] += nesterov ? accum[i] * momentum - g * lr : accum[i];
+      }
+      break;
+    }
+    case Optimizer::kAdam: {
+      const T beta1 = static_cast<T>(p[1]), beta2 = static_cast<T>(p[2]);
+      const T epsilon = static_cast<T>(p[3]);
+      const T beta1_power = static_cast<T>(p[4]), beta2_power = static_cast<T>(p[5]);
+      const bool nesterov = p[6] != 0, amsgrad = p[7] != 0;
+      const T alpha = lr * std::sqrt(T(1) - beta2_power) / (T(1) - beta1_power);
+      T *m = s[0], *v = s[1], *vhat = s[2];
+      for (uint64_t i = 0; i < n; ++i) {
+        const T g = sum[i] * inv;
+        m[i] += (g - m[i]) * (T(1) - beta1);
+        v[i] += (g * g - v[i]) * (T(1) - beta2);
+        T denom_v = v[i];
+        if (amsgrad) {
+          vhat[i] = std::max(vhat[i], v[i]);
+          denom_v = vhat[i];
+        }
+        const T numer = nesterov ? m[i] * beta1 + g * (T(1) - beta1) : m[i];
+        var[i] -= numer * alpha / (std::sqrt(denom_v) + epsilon);
+      }
+      break;
+    }
+    case Optimizer::kAdagrad: {
+      const T epsilon = static_cast<T>(p[1]);
+      const bool update_slots = p[2] != 0;
+      T* accum = s[0];
+      for (uint64_t i = 0; i < n; ++i) {
+        const T g = sum[i] * inv;
+        if (update_slots) accum[i] += g * g;
+        // TF's v1 kernel multiplies by rsqrt(accum); V2 divides by sqrt(accum) + epsilon.
+        var[i] -= epsilon == T(0) ? g * lr * (T(1) / std::sqrt(accum[i]))
+                                  : g * lr / (std::sqrt(accum[i]) + epsilon);
+      }
+      break;
+    }
+    case Optimizer::kRMSProp: {
+      const T rho = static_cast<T>(p[1]), momentum = static_cast<T>(p[2]);
+      const T epsilon = static_cast<T>(p[3]);
+      T *ms = s[0], *mom = s[1];
+      for (uint64_t i = 0; i < n; ++i) {
+        const T g = sum[i] * inv;
+        ms[i] += (g * g - ms[i]) * (T(1) - rho);
+        mom[i] = mom[i] * momentum + g * lr / std::sqrt(ms[i] + epsilon);
+        var[i] -= mom[i];
+      }
+      break;
+    }
+    case Optimizer::kCenteredRMSProp: {
+      const T rho = static_cast<T>(p[1]), momentum = static_cast<T>(p[2]);
+      const T epsilon = static_cast<T>(p[3]);
+      T *mg = s[0], *ms = s[1], *mom = s[2];
+      for (uint64_t i = 0; i < n; ++i) {
+        const T g = sum[i] * inv;
+        ms[i] += (g * g - ms[i]) * (T(1) - rho);
+        mg[i] += (g - mg[i]) * (T(1) - rho);
+        const T denom = ms[i] - mg[i] * mg[i] + epsilon;
+        mom[i] = mom[i] * momentum + g * lr / std::sqrt(denom);
+        var[i] -= mom[i];
+      }
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+template <typename T>
+std::vector<T*> SlotPointers(std::vector<std::vector<char>>* slots) {
+  std::vector<T*> out;
+  for (auto& slot : *slots) out.push_back(reinterpret_cast<T*>(slot.data()));
+  return out;
+}
+
+}  // namespace
+
+Status ApplyOptimizer(Optimizer optimizer, const std::vector<double>& params, DType dtype,
+                      void* var, std::vector<std::vector<char>>* slots, const void* grad_sum,
+                      uint64_t count, int num_workers) {
+  if (static_cast<int>(slots->size()) != SlotCount(optimizer)) {
+    return InvalidArgument(std::string(OptimizerName(optimizer)) + " needs " +
+                           std::to_string(SlotCount(optimizer)) + " slots but the parameter was "
+                           "initialised with " + std::to_string(slots->size()) +
+                           " (another optimizer?)");
+  }
+  if (dtype == DType::kFloat32) {
+    Apply<float>(optimizer, params, static_cast<float*>(var), SlotPointers<float>(slots),
+                 static_cast<const float*>(grad_sum), count, num_workers);
+  } else if (dtype == DType::kFloat64) {
+    Apply<double>(optimizer, params, static_cast<double*>(var), SlotPointers<double>(slots),
+                  static_cast<const double*>(grad_sum), count, num_workers);
+  } else {
+    return InvalidArgument(std::string("PS mode holds float32 and float64 parameters, not ") +
+                           DTypeName(dtype));
+  }
+  return Status::Ok();
+}
+
+}  // namespace tfps

@@ -1,0 +1,328 @@
+// PsApplyXXX: PS-mode replacements of TensorFlow's ResourceApplyXXX ops, with the same
+// inputs and attrs (a graph rewrite is a 1:1 node swap) plus an optional `tensor_name`.
+//
+// The kernel pushes the gradient, the server averages the workers' gradients and applies
+// the optimizer, and the kernel writes the returned parameter into the variable. The first
+// call for a variable first initialises the server from rank 0's value and slot initial
+// values, and every rank adopts the server's value, so replicas start equal. The local slot
+// variables (accum, m, v, ...) are only read once for their initial value: in PS mode the
+// slots live on the servers.
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/resource_mgr.h"
+#include "tensorflow/core/framework/resource_var.h"
+#include "tensorflow/core/framework/shape_inference.h"
+#include "tf_ps_ops/cc/engine/engine.h"
+#include "tf_ps_ops/kernels/status_adapter.h"
+
+namespace tfps {
+namespace {
+
+using tensorflow::AsyncOpKernel;
+using tensorflow::OpKernelConstruction;
+using tensorflow::OpKernelContext;
+using tensorflow::Tensor;
+using tensorflow::Var;
+
+struct PsApplySpec {
+  Optimizer optimizer;
+  std::vector<const char*> slots;    // resource inputs, in the server's slot order
+  std::vector<const char*> scalars;  // scalar inputs, in the wire's parameter order
+  bool has_nesterov = false;         // attr use_nesterov follows the scalars
+  bool has_update_slots = false;     // attr update_slots follows the scalars
+  bool amsgrad = false;              // Adam only: appended as the last parameter
+  bool zero_epsilon = false;         // Adagrad (v1) has no epsilon input
+  const char* grad = "grad";
+};
+
+// Variables this process has initialised on the servers (by key name).
+std::mutex g_initialised_mu;
+std::set<std::string> g_initialised;
+
+double ScalarOf(const Tensor& t) {
+  return t.dtype() == tensorflow::DT_FLOAT ? static_cast<double>(t.scalar<float>()())
+                                           : t.scalar<double>()();
+}
+
+double FirstElementOf(const Tensor& t) {
+  if (t.NumElements() == 0) return 0.0;
+  return t.dtype() == tensorflow::DT_FLOAT ? static_cast<double>(t.flat<float>()(0))
+                                           : t.flat<double>()(0);
+}
+
+void FillRequest(const std::string& name, const Tensor& in, Tensor* out, PushPullRequest* r) {
+  r->name = name;
+  r->dtype = ToWireDType(in.dtype());
+  for (int i = 0; i < in.dims(); ++i) r->dims.push_back(in.dim_size(i));
+  r->count = static_cast<uint64_t>(in.NumElements());
+  r->input = in.tensor_data().data();
+  r->output = const_cast<char*>(out->tensor_data().data());
+  r->input_holder = std::make_shared<Tensor>(in);
+}
+
+class PsApplyOp : public AsyncOpKernel {
+ public:
+  PsApplyOp(OpKernelConstruction* ctx, PsApplySpec spec) : AsyncOpKernel(ctx), spec_(spec) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("tensor_name", &tensor_name_));
+    if (spec_.has_nesterov) OP_REQUIRES_OK(ctx, ctx->GetAttr("use_nesterov", &nesterov_));
+    if (spec_.has_update_slots) OP_REQUIRES_OK(ctx, ctx->GetAttr("update_slots", &update_slots_));
+  }
+
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    OP_REQUIRES_ASYNC(ctx, Engine::Get().initialized(),
+                      absl::FailedPreconditionError("tf_ps_ops is not initialised: call "
+                                                    "tf_ps_ops.init() before " + type_string()),
+                      done);
+    tensorflow::core::RefCountPtr<Var> var;
+    OP_REQUIRES_OK_ASYNC(ctx, LookupResource(ctx, HandleFromInput(ctx, 0), &var), done);
+    const std::string name =
+        tensor_name_.empty() ? "ps:" + HandleFromInput(ctx, 0).name() : tensor_name_;
+    const Tensor* grad = nullptr;
+    OP_REQUIRES_OK_ASYNC(ctx, ctx->input(spec_.grad, &grad), done);
+    std::vector<double> params;
+    for (const char* scalar : spec_.scalars) {
+      const Tensor* t = nullptr;
+      OP_REQUIRES_OK_ASYNC(ctx, ctx->input(scalar, &t), done);
+      OP_REQUIRES_ASYNC(ctx, tensorflow::TensorShapeUtils::IsScalar(t->shape()),
+                        absl::InvalidArgumentError(std::string(scalar) + " must be a scalar"),
+                        done);
+      params.push_back(ScalarOf(*t));
+    }
+    // The rest of the wire's parameter order (wire/message.h, enum Optimizer).
+    const Optimizer opt = spec_.optimizer;
+    if (spec_.zero_epsilon) params.push_back(0.0);
+    if (opt == Optimizer::kMomentum || opt == Optimizer::kKerasMomentum ||
+        opt == Optimizer::kAdam) {
+      params.push_back(nesterov_ ? 1.0 : 0.0);
+    }
+    if (spec_.has_update_slots) params.push_back(update_slots_ ? 1.0 : 0.0);
+    if (opt == Optimizer::kAdam) params.push_back(spec_.amsgrad ? 1.0 : 0.0);
+
+    Tensor value;
+    {
+      tensorflow::tf_shared_lock lock(*var->mu());
+      OP_REQUIRES_ASYNC(ctx, var->is_initialized,
+                        absl::FailedPreconditionError("variable '" + name +
+                                                      "' is used before it is initialised"),
+                        done);
+      value = *var->tensor();
+    }
+    OP_REQUIRES_ASYNC(ctx, value.shape() == grad->shape() && value.dtype() == grad->dtype(),
+                      absl::InvalidArgumentError(
+                          type_string() + " of '" + name + "': the gradient " +
+                          grad->shape().DebugString() + " does not match the variable " +
+                          value.shape().DebugString()),
+                      done);
+    bool needs_init;
+    {
+      std::lock_guard<std::mutex> lock(g_initialised_mu);
+      needs_init = g_initialised.insert(name).second;
+    }
+    Var* raw_var = var.release();  // owned by the callbacks from here on
+    if (needs_init) {
+      std::vector<double> slot_inits;
+      for (const char* slot : spec_.slots) slot_inits.push_back(SlotInitialValue(ctx, slot));
+      while (slot_inits.size() < static_cast<size_t>(SlotCountOf(spec_.optimizer))) {
+        slot_inits.push_back(0.0);  // Adam's vhat when the op is not the AMSGrad one
+      }
+      Init(ctx, raw_var, name, value, slot_inits, *grad, params, std::move(done));
+    } else {
+      Apply(ctx, raw_var, name, *grad, params, std::move(done));
+    }
+  }
+
+ private:
+  static int SlotCountOf(Optimizer opt) {
+    switch (opt) {
+      case Optimizer::kGradientDescent: return 0;
+      case Optimizer::kMomentum:
+      case Optimizer::kKerasMomentum:
+      case Optimizer::kAdagrad: return 1;
+      case Optimizer::kRMSProp: return 2;
+      default: return 3;
+    }
+  }
+
+  double SlotInitialValue(OpKernelContext* ctx, const char* input_name) {
+    int index = -1, stop = -1;
+    if (!ctx->op_kernel().InputRange(input_name, &index, &stop).ok()) return 0.0;
+    tensorflow::core::RefCountPtr<Var> slot;
+    if (!LookupResource(ctx, HandleFromInput(ctx, index), &slot).ok()) return 0.0;
+    tensorflow::tf_shared_lock lock(*slot->mu());
+    return slot->is_initialized ? FirstElementOf(*slot->tensor()) : 0.0;
+  }
+
+  // Writes the server's answer into the variable: the new buffer replaces the old one
+  // under the variable's lock (no copy; readers holding the old buffer keep it).
+  static void Store(Var* var, const Tensor& fresh) {
+    tensorflow::mutex_lock lock(*var->mu());
+    *var->tensor() = fresh;
+    var->is_initialized = true;
+  }
+
+  void Init(OpKernelContext* ctx, Var* var, const std::string& name, const Tensor& value,
+            const std::vector<double>& slot_inits, const Tensor& grad,
+            const std::vector<double>& params, DoneCallback done) {
+    auto fresh = std::make_shared<Tensor>();
+    Status alloc = ctx->allocate_temp(value.dtype(), value.shape(), fresh.get()).ok()
+                       ? Status::Ok() : Internal("cannot allocate the parameter buffer");
+    if (!alloc.ok()) {
+      var->Unref();
+      ctx->SetStatus(ToTfStatus(alloc));
+      done();
+      return;
+    }
+    PushPullRequest request;
+    FillRequest(name, value, fresh.get(), &request);
+    request.root_rank = 0;
+    request.flags = kFlagPsInit;
+    request.optimizer = spec_.optimizer;
+    request.params = slot_inits;
+    Tensor grad_copy = grad;
+    request.done = [this, ctx, var, name, fresh, grad_copy, params, done](const Status& s) {
+      if (!s.ok()) {
+        {
+          std::lock_guard<std::mutex> lock(g_initialised_mu);
+          g_initialised.erase(name);  // a retry must initialise again
+        }
+        var->Unref();
+        ctx->SetStatus(ToTfStatus(s));
+        done();
+        return;
+      }
+      Store(var, *fresh);
+      Apply(ctx, var, name, grad_copy, params, done);
+    };
+    Engine::Get().Enqueue(std::move(request));
+  }
+
+  void Apply(OpKernelContext* ctx, Var* var, const std::string& name, const Tensor& grad,
+             const std::vector<double>& params, DoneCallback done) {
+    auto fresh = std::make_shared<Tensor>();
+    if (!ctx->allocate_temp(grad.dtype(), grad.shape(), fresh.get()).ok()) {
+      var->Unref();
+      ctx->SetStatus(absl::InternalError("cannot allocate the parameter buffer"));
+      done();
+      return;
+    }
+    PushPullRequest request;
+    FillRequest(name, grad, fresh.get(), &request);
+    request.flags = kFlagPsApply;
+    request.optimizer = spec_.optimizer;
+    request.params = params;
+    request.done = [ctx, var, fresh, done](const Status& s) {
+      if (s.ok()) Store(var, *fresh);
+      var->Unref();
+      ctx->SetStatus(ToTfStatus(s));
+      done();
+    };
+    Engine::Get().Enqueue(std::move(request));
+  }
+
+  const PsApplySpec spec_;
+  std::string tensor_name_;
+  bool nesterov_ = false;
+  bool update_slots_ = true;
+};
+
+#define TFPS_PS_KERNEL(OP, ...)                                                       \
+  class OP##Kernel : public PsApplyOp {                                               \
+   public:                                                                            \
+    explicit OP##Kernel(OpKernelConstruction* ctx) : PsApplyOp(ctx, __VA_ARGS__) {}   \
+  };                                                                                  \
+  REGISTER_KERNEL_BUILDER(Name(#OP).Device(tensorflow::DEVICE_CPU), OP##Kernel)
+
+PsApplySpec Spec(Optimizer opt, std::vector<const char*> slots, std::vector<const char*> scalars) {
+  PsApplySpec s{opt, std::move(slots), std::move(scalars)};
+  return s;
+}
+
+PsApplySpec WithNesterov(PsApplySpec s) { s.has_nesterov = true; return s; }
+PsApplySpec WithUpdateSlots(PsApplySpec s) { s.has_update_slots = true; return s; }
+PsApplySpec WithAmsgrad(PsApplySpec s) { s.amsgrad = true; return s; }
+PsApplySpec WithZeroEpsilon(PsApplySpec s) { s.zero_epsilon = true; return s; }
+PsApplySpec WithGrad(PsApplySpec s, const char* grad) { s.grad = grad; return s; }
+
+TFPS_PS_KERNEL(PsApplyGradientDescent,
+               WithGrad(Spec(Optimizer::kGradientDescent, {}, {"alpha"}), "delta"));
+TFPS_PS_KERNEL(PsApplyMomentum,
+               WithNesterov(Spec(Optimizer::kMomentum, {"accum"}, {"lr", "momentum"})));
+TFPS_PS_KERNEL(PsApplyKerasMomentum,
+               WithNesterov(Spec(Optimizer::kKerasMomentum, {"accum"}, {"lr", "momentum"})));
+TFPS_PS_KERNEL(PsApplyAdam,
+               WithNesterov(Spec(Optimizer::kAdam, {"m", "v"},
+                                 {"lr", "beta1", "beta2", "epsilon", "beta1_power",
+                                  "beta2_power"})));
+TFPS_PS_KERNEL(PsApplyAdamWithAmsgrad,
+               WithAmsgrad(Spec(Optimizer::kAdam, {"m", "v", "vhat"},
+                                {"lr", "beta1", "beta2", "epsilon", "beta1_power",
+                                 "beta2_power"})));
+TFPS_PS_KERNEL(PsApplyAdagrad,
+               WithUpdateSlots(WithZeroEpsilon(Spec(Optimizer::kAdagrad, {"accum"}, {"lr"}))));
+TFPS_PS_KERNEL(PsApplyAdagradV2,
+               WithUpdateSlots(Spec(Optimizer::kAdagrad, {"accum"}, {"lr", "epsilon"})));
+TFPS_PS_KERNEL(PsApplyRMSProp,
+               Spec(Optimizer::kRMSProp, {"ms", "mom"}, {"lr", "rho", "momentum", "epsilon"}));
+TFPS_PS_KERNEL(PsApplyCenteredRMSProp,
+               Spec(Optimizer::kCenteredRMSProp, {"mg", "ms", "mom"},
+                    {"lr", "rho", "momentum", "epsilon"}));
+
+// Op definitions: ResourceApplyXXX's inputs and attrs, plus `tensor_name` (the key; by
+// default the variable's shared name).
+#define TFPS_PS_OP(OP) \
+  REGISTER_OP(OP).Attr("tensor_name: string = ''").Attr("use_locking: bool = false")
+
+static absl::Status NoOutputs(tensorflow::shape_inference::InferenceContext*) {
+  return absl::OkStatus();
+}
+
+TFPS_PS_OP("PsApplyGradientDescent")
+    .Input("var: resource").Input("alpha: T").Input("delta: T")
+    .Attr("T: {float, double}").SetIsStateful().SetShapeFn(NoOutputs)
+    .Doc("PS-mode ResourceApplyGradientDescent: var -= alpha * mean(delta over workers).");
+TFPS_PS_OP("PsApplyMomentum")
+    .Input("var: resource").Input("accum: resource").Input("lr: T").Input("grad: T")
+    .Input("momentum: T").Attr("T: {float, double}").Attr("use_nesterov: bool = false")
+    .SetIsStateful().SetShapeFn(NoOutputs).Doc("PS-mode ResourceApplyMomentum.");
+TFPS_PS_OP("PsApplyKerasMomentum")
+    .Input("var: resource").Input("accum: resource").Input("lr: T").Input("grad: T")
+    .Input("momentum: T").Attr("T: {float, double}").Attr("use_nesterov: bool = false")
+    .SetIsStateful().SetShapeFn(NoOutputs).Doc("PS-mode ResourceApplyKerasMomentum.");
+TFPS_PS_OP("PsApplyAdam")
+    .Input("var: resource").Input("m: resource").Input("v: resource")
+    .Input("beta1_power: T").Input("beta2_power: T").Input("lr: T").Input("beta1: T")
+    .Input("beta2: T").Input("epsilon: T").Input("grad: T").Attr("T: {float, double}")
+    .Attr("use_nesterov: bool = false").SetIsStateful().SetShapeFn(NoOutputs)
+    .Doc("PS-mode ResourceApplyAdam.");
+TFPS_PS_OP("PsApplyAdamWithAmsgrad")
+    .Input("var: resource").Input("m: resource").Input("v: resource").Input("vhat: resource")
+    .Input("beta1_power: T").Input("beta2_power: T").Input("lr: T").Input("beta1: T")
+    .Input("beta2: T").Input("epsilon: T").Input("grad: T").Attr("T: {float, double}")
+    .SetIsStateful().SetShapeFn(NoOutputs).Doc("PS-mode ResourceApplyAdamWithAmsgrad.");
+TFPS_PS_OP("PsApplyAdagrad")
+    .Input("var: resource").Input("accum: resource").Input("lr: T").Input("grad: T")
+    .Attr("T: {float, double}").Attr("update_slots: bool = true").SetIsStateful()
+    .SetShapeFn(NoOutputs).Doc("PS-mode ResourceApplyAdagrad.");
+TFPS_PS_OP("PsApplyAdagradV2")
+    .Input("var: resource").Input("accum: resource").Input("lr: T").Input("epsilon: T")
+    .Input("grad: T").Attr("T: {float, double}").Attr("update_slots: bool = true")
+    .SetIsStateful().SetShapeFn(NoOutputs).Doc("PS-mode ResourceApplyAdagradV2.");
+TFPS_PS_OP("PsApplyRMSProp")
+    .Input("var: resource").Input("ms: resource").Input("mom: resource").Input("lr: T")
+    .Input("rho: T").Input("momentum: T").Input("epsilon: T").Input("grad: T")
+    .Attr("T: {float, double}").SetIsStateful().SetShapeFn(NoOutputs)
+    .Doc("PS-mode ResourceApplyRMSProp.");
+TFPS_PS_OP("PsApplyCenteredRMSProp")
+    .Input("var: resource").Input("mg: resource").Input("ms: resource").Input("mom: resource")
+    .Input("lr: T").Input("rho: T").Input("momentum: T").Input("epsilon: T").Input("grad: T")
+    .Attr("T: {float, double}").SetIsStateful().SetShapeFn(NoOutputs)
+    .Doc("PS-mode ResourceApplyCenteredRMSProp.");
+
+}  // namespace
+}  // namespace tfps
