@@ -8,6 +8,7 @@ build/native/; each is rebuilt only when its source or a header it includes (fro
 
 import concurrent.futures
 import glob
+import json
 import os
 import shutil
 import subprocess
@@ -21,7 +22,7 @@ OBJ_DIR = os.path.join(ROOT, "build", "native")
 CORE = ["tf_ps_ops/cc/common", "tf_ps_ops/cc/wire", "tf_ps_ops/cc/transport",
         "tf_ps_ops/cc/engine"]
 SERVER_LIB = ["ps_server"]          # minus main.cc, which only the binary links
-KERNELS = ["tf_ps_ops/kernels"]
+KERNELS = ["tf_ps_ops/kernels", "sfb/kernels"]
 PYBIND = ["tf_ps_ops/cc/pybind"]
 
 BASE_FLAGS = ["-std=c++17", "-O2", "-fPIC", "-Wall", "-Wextra", "-Wno-unused-parameter",
@@ -38,11 +39,20 @@ def sources(folders, exclude=()):
 
 
 def tf_flags():
-    import tensorflow as tf  # only the op library needs TensorFlow
+    # Asked in a child process: importing TensorFlow here would spill its start-up log into
+    # the build output and cost memory during the parallel compile.
+    code = ("import json, tensorflow as tf; print(json.dumps([tf.sysconfig.get_compile_flags(), "
+            "tf.sysconfig.get_link_flags()]))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    if result.returncode != 0:
+        raise RuntimeError("cannot ask TensorFlow for its build flags (is tensorflow installed? "
+                           "`make deps` installs it):\n" + result.stderr[-2000:])
+    compile_flags, link_flags = json.loads(result.stdout.strip().splitlines()[-1])
     # -isystem silences warnings from TF's headers but not from ours.
     compile_flags = ["-isystem" + f[2:] if f.startswith("-I") else f
-                     for f in tf.sysconfig.get_compile_flags() if not f.startswith("--std")]
-    return compile_flags + ["-DEIGEN_USE_THREADS"], tf.sysconfig.get_link_flags()
+                     for f in compile_flags if not f.startswith("--std")]
+    return compile_flags + ["-DEIGEN_USE_THREADS"], link_flags
 
 
 def compiler():
