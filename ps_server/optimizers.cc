@@ -5,19 +5,6 @@
 
 namespace tfps {
 
-int SlotCount(Optimizer optimizer) {
-  switch (optimizer) {
-    case Optimizer::kGradientDescent: return 0;
-    case Optimizer::kMomentum:
-    case Optimizer::kKerasMomentum:
-    case Optimizer::kAdagrad: return 1;
-    case Optimizer::kRMSProp: return 2;           // ms, mom
-    case Optimizer::kAdam:                        // m, v, vhat (AMSGrad)
-    case Optimizer::kCenteredRMSProp: return 3;   // mg, ms, mom
-    default: return 0;
-  }
-}
-
 namespace {
 
 // The formulas follow tensorflow/core/kernels/training_ops.cc (CPU functors), with the
@@ -87,6 +74,16 @@ void Apply(Optimizer opt, const std::vector<double>& p, T* var, std::vector<T*> 
       }
       break;
     }
+    case Optimizer::kKerasAdagrad: {
+      const T epsilon = static_cast<T>(p[1]);
+      T* accum = s[0];
+      for (uint64_t i = 0; i < n; ++i) {
+        const T g = sum[i] * inv;
+        accum[i] += g * g;
+        var[i] -= lr * g / std::sqrt(accum[i] + epsilon);
+      }
+      break;
+    }
     case Optimizer::kRMSProp: {
       const T rho = static_cast<T>(p[1]), momentum = static_cast<T>(p[2]);
       const T epsilon = static_cast<T>(p[3]);
@@ -130,9 +127,9 @@ std::vector<T*> SlotPointers(std::vector<std::vector<char>>* slots) {
 Status ApplyOptimizer(Optimizer optimizer, const std::vector<double>& params, DType dtype,
                       void* var, std::vector<std::vector<char>>* slots, const void* grad_sum,
                       uint64_t count, int num_workers) {
-  if (static_cast<int>(slots->size()) != SlotCount(optimizer)) {
+  if (static_cast<int>(slots->size()) != OptimizerSlotCount(optimizer)) {
     return InvalidArgument(std::string(OptimizerName(optimizer)) + " needs " +
-                           std::to_string(SlotCount(optimizer)) + " slots but the parameter was "
+                           std::to_string(OptimizerSlotCount(optimizer)) + " slots but the parameter was "
                            "initialised with " + std::to_string(slots->size()) +
                            " (another optimizer?)");
   }

@@ -11,9 +11,6 @@
 
 namespace tfps {
 
-// How many slot tensors (same shape as the parameter) an optimizer keeps.
-int SlotCount(Optimizer optimizer);
-
 // var -= update(grad_sum / num_workers) in place, reading and writing `slots`.
 // dtype is float32 or float64; `params` holds OptimizerParamCount(optimizer) values.
 Status ApplyOptimizer(Optimizer optimizer, const std::vector<double>& params, DType dtype,

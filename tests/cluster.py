@@ -28,6 +28,18 @@ OP_LIBRARY = REPO / "tf_ps_ops" / "_tf_ps_ops.so"
 _FOREIGN_PREFIXES = ("TFPS_", "DMLC_", "HOROVOD_")
 
 
+def require_build():
+    """Skips the test when the native build is missing; in CI that is a failure."""
+    import pytest
+
+    missing = [str(path) for path in (OP_LIBRARY, PS_SERVER) if not path.exists()]
+    if missing:
+        message = f"not built: {', '.join(missing)}; run `make build`"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+
+
 @dataclasses.dataclass
 class ProcessResult:
     role: str

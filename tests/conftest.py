@@ -4,21 +4,9 @@ pytest puts this folder on sys.path (there is no tests/__init__.py), so tests im
 the helper as `from cluster import Cluster`.
 """
 
-import os
-
 import pytest
 
-from cluster import OP_LIBRARY, PS_SERVER, Cluster
-
-
-def require_build():
-    """Skips when the native build is missing, except in CI where that is a failure."""
-    missing = [str(path) for path in (OP_LIBRARY, PS_SERVER) if not path.exists()]
-    if missing:
-        message = f"not built: {', '.join(missing)}; run `make build`"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+from cluster import Cluster, require_build
 
 
 @pytest.fixture

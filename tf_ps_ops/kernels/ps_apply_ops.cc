@@ -128,7 +128,7 @@ class PsApplyOp : public AsyncOpKernel {
     if (needs_init) {
       std::vector<double> slot_inits;
       for (const char* slot : spec_.slots) slot_inits.push_back(SlotInitialValue(ctx, slot));
-      while (slot_inits.size() < static_cast<size_t>(SlotCountOf(spec_.optimizer))) {
+      while (slot_inits.size() < static_cast<size_t>(OptimizerSlotCount(spec_.optimizer))) {
         slot_inits.push_back(0.0);  // Adam's vhat when the op is not the AMSGrad one
       }
       Init(ctx, raw_var, name, value, slot_inits, *grad, params, std::move(done));
@@ -138,17 +138,6 @@ class PsApplyOp : public AsyncOpKernel {
   }
 
  private:
-  static int SlotCountOf(Optimizer opt) {
-    switch (opt) {
-      case Optimizer::kGradientDescent: return 0;
-      case Optimizer::kMomentum:
-      case Optimizer::kKerasMomentum:
-      case Optimizer::kAdagrad: return 1;
-      case Optimizer::kRMSProp: return 2;
-      default: return 3;
-    }
-  }
-
   double SlotInitialValue(OpKernelContext* ctx, const char* input_name) {
     int index = -1, stop = -1;
     if (!ctx->op_kernel().InputRange(input_name, &index, &stop).ok()) return 0.0;
@@ -267,6 +256,8 @@ TFPS_PS_KERNEL(PsApplyAdagrad,
                WithUpdateSlots(WithZeroEpsilon(Spec(Optimizer::kAdagrad, {"accum"}, {"lr"}))));
 TFPS_PS_KERNEL(PsApplyAdagradV2,
                WithUpdateSlots(Spec(Optimizer::kAdagrad, {"accum"}, {"lr", "epsilon"})));
+TFPS_PS_KERNEL(PsApplyKerasAdagrad,
+               Spec(Optimizer::kKerasAdagrad, {"accum"}, {"lr", "epsilon"}));
 TFPS_PS_KERNEL(PsApplyRMSProp,
                Spec(Optimizer::kRMSProp, {"ms", "mom"}, {"lr", "rho", "momentum", "epsilon"}));
 TFPS_PS_KERNEL(PsApplyCenteredRMSProp,
@@ -313,6 +304,10 @@ TFPS_PS_OP("PsApplyAdagradV2")
     .Input("var: resource").Input("accum: resource").Input("lr: T").Input("epsilon: T")
     .Input("grad: T").Attr("T: {float, double}").Attr("update_slots: bool = true")
     .SetIsStateful().SetShapeFn(NoOutputs).Doc("PS-mode ResourceApplyAdagradV2.");
+TFPS_PS_OP("PsApplyKerasAdagrad")
+    .Input("var: resource").Input("accum: resource").Input("lr: T").Input("epsilon: T")
+    .Input("grad: T").Attr("T: {float, double}").SetIsStateful().SetShapeFn(NoOutputs)
+    .Doc("PS-mode Keras 3 Adagrad: var -= lr * g / sqrt(accum + epsilon).");
 TFPS_PS_OP("PsApplyRMSProp")
     .Input("var: resource").Input("ms: resource").Input("mom: resource").Input("lr: T")
     .Input("rho: T").Input("momentum: T").Input("epsilon: T").Input("grad: T")

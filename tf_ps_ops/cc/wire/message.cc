@@ -140,6 +140,13 @@ Status DecodeHead(const void* data, size_t size, size_t payload_size, Head* head
       return InvalidArgument("a PS apply push cannot also be an init or carry no data");
     }
   }
+  if ((h.flags & kFlagPsInit) != 0) {
+    const auto opt = static_cast<Optimizer>(h.optimizer);
+    if (h.optimizer > kMaxOptimizer || h.nparams != OptimizerSlotCount(opt)) {
+      return InvalidArgument("a PS init push for optimizer code " + std::to_string(h.optimizer) +
+                             " carries " + std::to_string(h.nparams) + " slot values");
+    }
+  }
   if (CarriesTensor(static_cast<MsgType>(h.type))) return CheckTensorFields(*head, payload_size);
   return Status::Ok();
 }
@@ -151,8 +158,22 @@ int OptimizerParamCount(Optimizer optimizer) {
     case Optimizer::kKerasMomentum: return 3;
     case Optimizer::kAdam: return 8;
     case Optimizer::kAdagrad: return 3;
+    case Optimizer::kKerasAdagrad: return 2;
     case Optimizer::kRMSProp:
     case Optimizer::kCenteredRMSProp: return 4;
+    default: return 0;
+  }
+}
+
+int OptimizerSlotCount(Optimizer optimizer) {
+  switch (optimizer) {
+    case Optimizer::kMomentum:
+    case Optimizer::kKerasMomentum:
+    case Optimizer::kAdagrad:
+    case Optimizer::kKerasAdagrad: return 1;
+    case Optimizer::kRMSProp: return 2;          // ms, mom
+    case Optimizer::kAdam:                       // m, v, vhat (AMSGrad)
+    case Optimizer::kCenteredRMSProp: return 3;  // mg, ms, mom
     default: return 0;
   }
 }
@@ -166,6 +187,7 @@ const char* OptimizerName(Optimizer optimizer) {
     case Optimizer::kAdagrad: return "Adagrad";
     case Optimizer::kRMSProp: return "RMSProp";
     case Optimizer::kCenteredRMSProp: return "CenteredRMSProp";
+    case Optimizer::kKerasAdagrad: return "KerasAdagrad";
     default: return "none";
   }
 }

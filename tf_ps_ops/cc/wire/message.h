@@ -73,11 +73,15 @@ enum class Optimizer : uint8_t {
   kAdagrad = 5,          // lr, epsilon, update_slots
   kRMSProp = 6,          // lr, rho, momentum, epsilon
   kCenteredRMSProp = 7,  // lr, rho, momentum, epsilon
+  kKerasAdagrad = 8,     // lr, epsilon (Keras 3: epsilon inside the square root)
 };
-constexpr uint8_t kMaxOptimizer = 7;
+constexpr uint8_t kMaxOptimizer = 8;
 constexpr int kMaxParams = 16;
 // Number of hyperparameters each optimizer expects.
 int OptimizerParamCount(Optimizer optimizer);
+// Number of slot tensors (same shape as the parameter) it keeps on the server; an init push
+// carries that many parameters: the slots' initial values.
+int OptimizerSlotCount(Optimizer optimizer);
 const char* OptimizerName(Optimizer optimizer);
 
 #pragma pack(push, 1)

@@ -1,0 +1,94 @@
+"""Distributed training reproduces single-process training on the concatenated batch.
+
+One cluster run (workers/train_worker.py, 3 workers, 2 servers) trains with
+DistributedGradientTape and with Keras `fit` + DistributedOptimizer; this process then
+trains the single-process oracle with the same code and compares.
+"""
+
+import importlib
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cluster import Cluster, require_build
+
+WORKERS = Path(__file__).resolve().parent / "workers"
+sys.path.insert(0, str(WORKERS))
+import harness  # noqa: E402
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def assert_close(actual, desired, message):
+    """rtol 1e-5, with elements near zero judged against the tensor's scale: float32
+    sums in another order (the servers add workers in arrival order, 3 x 4 rows instead
+    of 12) differ by ~1e-6 of the largest weight after 20 momentum steps, while a wrong
+    average is off by the size of an update (~1e-2)."""
+    scale = float(np.max(np.abs(desired)))
+    np.testing.assert_allclose(actual, desired, rtol=1e-5, atol=1e-5 * scale, err_msg=message)
+
+
+def _train_worker():
+    # Imported only when needed: it imports TensorFlow, which test collection should not.
+    try:
+        harness.pin_threads()
+    except RuntimeError:
+        pass  # TF already runs in this process (another test): keep its thread pools
+    return importlib.import_module("train_worker")
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """What every worker wrote: a list, by rank, of {name: array}."""
+    require_build()
+    workdir = tmp_path_factory.mktemp("training")
+    out = workdir / "out"
+    out.mkdir()
+    num_workers = _train_worker().NUM_WORKERS
+    cluster = Cluster(workdir, num_workers, 2, timeout=200, env={"TFPS_TEST_OUT": str(out)})
+    try:
+        harness.run_and_check(cluster, WORKERS / "train_worker.py")
+    finally:
+        cluster.close()
+    return [dict(np.load(out / f"rank{rank}.npz")) for rank in range(num_workers)]
+
+
+def test_gradient_tape_matches_single_process(trained):
+    worker = _train_worker()
+    x, ids, y = worker.dataset()
+    initial = {name: var.numpy() for name, var in worker.tape_variables(seed=0).items()}
+    expected = worker.train_with_tape(worker.tape_variables(seed=0), x, ids, y,
+                                      worker.NUM_WORKERS * worker.BATCH)
+    assert not np.allclose(expected["kernel"], initial["kernel"]), "the oracle did not train"
+    for rank, result in enumerate(trained):
+        for name, value in expected.items():
+            assert_close(result[f"tape.{name}"], value, f"rank {rank}, variable {name}")
+
+
+def test_keras_fit_matches_single_process(trained):
+    worker = _train_worker()
+    num_weights = sum(key.startswith("fit.final.") for key in trained[0])
+    initial = [trained[0][f"fit.initial.{i}"] for i in range(num_weights)]
+    assert not np.array_equal(initial[0], trained[1]["fit.initial.0"]), (
+        "workers started from the same weights: the broadcast is not tested")
+
+    # Every worker ends with the same weights and (MetricAverageCallback) the same losses.
+    for rank, result in enumerate(trained[1:], start=1):
+        for i in range(num_weights):
+            np.testing.assert_array_equal(result[f"fit.final.{i}"], trained[0][f"fit.final.{i}"],
+                                          err_msg=f"weight {i} differs on rank {rank}")
+        np.testing.assert_array_equal(result["fit.loss"], trained[0]["fit.loss"])
+
+    # ... which are those of single-process training from rank 0's initial weights.
+    x, _, y = worker.dataset()
+    rows = worker.FIT_STEPS * worker.NUM_WORKERS * worker.BATCH
+    model = worker.keras_model(seed=0)
+    model.set_weights(initial)
+    model.compile(optimizer=worker.sgd_momentum(), loss="mse")
+    history = model.fit(x[:rows], y[:rows], batch_size=worker.NUM_WORKERS * worker.BATCH,
+                        epochs=worker.FIT_EPOCHS, shuffle=False, verbose=0)
+    for i, weight in enumerate(model.get_weights()):
+        assert_close(trained[0][f"fit.final.{i}"], weight, f"weight {i}")
+    assert_close(trained[0]["fit.loss"], history.history["loss"], "epoch losses")

@@ -1,0 +1,48 @@
+"""tf_ps_ops: parameter-server data-parallel training for TensorFlow.
+
+Horovod- and BytePS-compatible: a Horovod script runs with `import horovod.tensorflow as
+hvd` (or `horovod.tensorflow.keras`) replaced by
+
+    import tf_ps_ops as hvd
+
+Names are resolved on first access (PEP 562): the launcher `tfps-run` lives in this
+package and must start without importing TensorFlow (seconds) or the op library.
+"""
+
+import importlib
+
+# Public name -> the submodule that defines it.
+_EXPORTS = {
+    # basics: the cluster and this worker's place in it
+    "init": "basics", "shutdown": "basics", "is_initialized": "basics",
+    "rank": "basics", "size": "basics", "local_rank": "basics", "local_size": "basics",
+    "num_servers": "basics", "rank_op": "basics", "size_op": "basics",
+    "local_rank_op": "basics", "local_size_op": "basics",
+    # collective operations
+    "Average": "ops", "Sum": "ops", "Adasum": "ops",
+    "allreduce": "ops", "push_pull": "ops", "grouped_allreduce": "ops",
+    "allgather": "ops", "broadcast": "ops", "broadcast_": "ops",
+    "broadcast_variables": "ops", "broadcast_object": "ops", "allgather_object": "ops",
+    "Compression": "compression",
+    # training glue
+    "DistributedGradientTape": "tape",
+    "DistributedOptimizer": "keras",
+}
+# Submodules that are part of the API themselves (`hvd.callbacks.MetricAverageCallback`).
+_SUBMODULES = ("callbacks", "compression", "keras")
+
+__all__ = sorted(_EXPORTS) + list(_SUBMODULES)
+
+
+def __getattr__(name):
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -1,0 +1,131 @@
+"""Joining the cluster and asking for this worker's place in it (Horovod's basics)."""
+
+import atexit
+import ctypes
+
+import tensorflow as tf
+
+from tf_ps_ops import _config
+from tf_ps_ops import _library
+
+# The validated environment of the last successful init(): local_rank/local_size may be
+# overridden there. The engine's own state lives in C++; this is only the Python view.
+_cluster = None
+_atexit_registered = False
+
+
+def init(comm=None):
+    """Joins the cluster described by the environment (see docs/env.md).
+
+    Blocks until the scheduler has seen every worker and server, or TFPS_TIMEOUT passes.
+    Calling it again once initialised does nothing, as in Horovod.
+
+    Args:
+      comm: accepted for Horovod signature compatibility; must be None, since the
+        cluster comes from the environment, not from an MPI communicator.
+    """
+    global _cluster, _atexit_registered
+    if comm is not None:
+        raise NotImplementedError(
+            "tf_ps_ops.init() takes its cluster from the environment (tfps-run, TFPS_* or "
+            "DMLC_* variables), not from an MPI communicator")
+    lib = _library.c_api()
+    if lib.tfps_is_initialized():
+        return
+    cluster = _config.read_cluster()
+    error = ctypes.create_string_buffer(4096)
+    status = lib.tfps_init(cluster.scheduler_host.encode(), cluster.scheduler_port,
+                           cluster.rank, cluster.size, cluster.num_servers,
+                           error, len(error))
+    if status != 0:
+        raise RuntimeError(
+            f"tf_ps_ops.init() failed for worker {cluster.rank} of {cluster.size} "
+            f"(scheduler {cluster.scheduler_host}:{cluster.scheduler_port}): "
+            f"{error.value.decode(errors='replace')}")
+    _cluster = cluster
+    if not _atexit_registered:
+        # Servers exit once every worker said goodbye; Horovod scripts never call
+        # shutdown() themselves, so say it for them.
+        atexit.register(shutdown)
+        _atexit_registered = True
+
+
+def shutdown():
+    """Says goodbye to the servers and stops the engine. Safe to call more than once."""
+    global _cluster
+    lib = _library.c_api()
+    if lib.tfps_is_initialized():
+        lib.tfps_shutdown()
+    _cluster = None
+
+
+def is_initialized():
+    """True between a successful init() and shutdown()."""
+    return bool(_library.c_api().tfps_is_initialized())
+
+
+def _initialized_api():
+    lib = _library.c_api()
+    if not lib.tfps_is_initialized():
+        raise ValueError("tf_ps_ops has not been initialized; use tf_ps_ops.init().")
+    return lib
+
+
+def rank():
+    """This worker's rank, 0 <= rank < size()."""
+    return _initialized_api().tfps_rank()
+
+
+def size():
+    """The number of workers."""
+    return _initialized_api().tfps_size()
+
+
+def local_rank():
+    """This worker's rank among the workers on its host.
+
+    The scheduler derives it from the workers' hosts; TFPS_LOCAL_RANK (or
+    HOROVOD_LOCAL_RANK) overrides it when the launcher knows better.
+    """
+    lib = _initialized_api()
+    if _cluster is not None and _cluster.local_rank is not None:
+        return _cluster.local_rank
+    return lib.tfps_local_rank()
+
+
+def local_size():
+    """The number of workers on this worker's host (TFPS_LOCAL_SIZE overrides it)."""
+    lib = _initialized_api()
+    if _cluster is not None and _cluster.local_size is not None:
+        return _cluster.local_size
+    return lib.tfps_local_size()
+
+
+def num_servers():
+    """The number of parameter servers the keys are sharded across."""
+    return _initialized_api().tfps_num_servers()
+
+
+def rank_op(name=None):
+    """An int32 scalar op that evaluates to rank() when run (fails before init)."""
+    return _library.ops().ps_rank(name=name)
+
+
+def size_op(name=None):
+    """An int32 scalar op that evaluates to size() when run."""
+    return _library.ops().ps_size(name=name)
+
+
+def local_rank_op(name=None):
+    """An int32 scalar op that evaluates to local_rank() when run."""
+    if _cluster is not None and _cluster.local_rank is not None:
+        # The override exists only in Python, so the op must carry it as a constant.
+        return tf.constant(_cluster.local_rank, tf.int32, name=name)
+    return _library.ops().ps_local_rank(name=name)
+
+
+def local_size_op(name=None):
+    """An int32 scalar op that evaluates to local_size() when run."""
+    if _cluster is not None and _cluster.local_size is not None:
+        return tf.constant(_cluster.local_size, tf.int32, name=name)
+    return _library.ops().ps_local_size(name=name)

@@ -1,0 +1,135 @@
+"""Keras callbacks for distributed training (Horovod's `hvd.callbacks`)."""
+
+import warnings
+
+import keras
+import tensorflow as tf
+
+from tf_ps_ops.basics import size
+from tf_ps_ops.ops import Average, allreduce, broadcast_variables
+
+
+class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
+    """Copies root_rank's model and optimizer variables to every worker as training begins.
+
+    Unlike Horovod's (which waits for the end of the first batch, when Keras 3 would
+    have built the optimizer), this builds the optimizer itself, so the very first step
+    already runs on identical weights and optimizer state. Broadcasts once per instance.
+    """
+
+    def __init__(self, root_rank, device=""):
+        super().__init__()
+        self.root_rank = root_rank
+        self.device = device
+        self._done = False
+
+    def on_train_begin(self, logs=None):
+        if self._done:
+            return
+        variables = list(self.model.variables)
+        optimizer = getattr(self.model, "optimizer", None)
+        if optimizer is not None:
+            if not optimizer.built:
+                optimizer.build(self.model.trainable_variables)
+            variables += list(optimizer.variables)
+        with tf.device(self.device):
+            broadcast_variables(variables, self.root_rank)
+        self._done = True
+
+
+class MetricAverageCallback(keras.callbacks.Callback):
+    """Replaces each epoch's metrics in `logs` by their average over all workers.
+
+    Put it before callbacks that read the metrics (ModelCheckpoint, EarlyStopping,
+    ReduceLROnPlateau, loggers) so that they all see, and decide on, the same values.
+    Every worker must report the same metric names.
+    """
+
+    def on_epoch_end(self, epoch, logs=None):
+        if not logs:
+            return
+        names = sorted(logs)
+        # One push_pull for all metrics; float64 so averaging adds no rounding of its own.
+        values = tf.constant([float(logs[name]) for name in names], tf.float64)
+        averaged = allreduce(values, op=Average, name="MetricAverageCallback.logs").numpy()
+        for name, value in zip(names, averaged):
+            logs[name] = float(value)
+
+
+class LearningRateScheduleCallback(keras.callbacks.Callback):
+    """Sets the learning rate to `initial_lr * multiplier(epoch)` (Horovod's callback).
+
+    `multiplier` is a number, or a function of the epoch: with `staircase=True` it is
+    called once per epoch with the integer epoch, otherwise before every batch with the
+    fractional epoch (epoch + batch / steps_per_epoch). Applies in
+    [start_epoch, end_epoch); `initial_lr` defaults to the optimizer's rate at the start.
+
+    momentum_correction: Horovod scales momentum by new_lr / old_lr for one batch after
+    each change. Keras 3 optimizers fix `momentum` as a constant when the train step is
+    traced, so it cannot change per batch: it is not applied, and a warning says so.
+    """
+
+    def __init__(self, initial_lr=None, multiplier=1.0, start_epoch=0, end_epoch=None,
+                 staircase=True, momentum_correction=True, steps_per_epoch=None):
+        super().__init__()
+        self.initial_lr = initial_lr
+        self.multiplier = multiplier if callable(multiplier) else (lambda epoch: multiplier)
+        self.staircase = staircase if callable(multiplier) else True
+        self.start_epoch, self.end_epoch = start_epoch, end_epoch
+        self.momentum_correction = momentum_correction
+        self.steps_per_epoch = steps_per_epoch
+        self.current_epoch = 0
+
+    def on_train_begin(self, logs=None):
+        optimizer = self.model.optimizer
+        if self.initial_lr is None:
+            self.initial_lr = float(optimizer.learning_rate)
+        if not self.staircase and not self.steps_per_epoch:
+            self.steps_per_epoch = self.params.get("steps")
+            if not self.steps_per_epoch:
+                raise ValueError("could not infer steps_per_epoch from fit(); pass "
+                                 "steps_per_epoch to the learning rate callback")
+        if self.momentum_correction and getattr(optimizer, "momentum", 0):
+            warnings.warn("momentum_correction is not applied: Keras 3 optimizers fix "
+                          "momentum when the train step is traced", stacklevel=2)
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.current_epoch = epoch
+
+    def on_batch_begin(self, batch, logs=None):
+        epoch = self.current_epoch
+        if epoch < self.start_epoch or (self.end_epoch is not None and epoch >= self.end_epoch):
+            return
+        if self.staircase:
+            if batch == 0:
+                self.model.optimizer.learning_rate = self.initial_lr * self.multiplier(epoch)
+        else:
+            fractional = epoch + batch / self.steps_per_epoch
+            self.model.optimizer.learning_rate = self.initial_lr * self.multiplier(fractional)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is not None:
+            logs["lr"] = float(self.model.optimizer.learning_rate)
+
+
+class LearningRateWarmupCallback(LearningRateScheduleCallback):
+    """Ramps the learning rate from initial_lr / size() up to initial_lr over
+    `warmup_epochs`, per batch (Horovod's warmup for a rate scaled by size())."""
+
+    def __init__(self, initial_lr=None, warmup_epochs=5, momentum_correction=True,
+                 steps_per_epoch=None, verbose=0):
+        def multiplier(epoch):
+            # Shifted by one batch so that each epoch ends on a round value, as in Horovod.
+            epoch += 1.0 / self.steps_per_epoch
+            return 1.0 / size() * (epoch * (size() - 1) / warmup_epochs + 1)
+
+        super().__init__(initial_lr, multiplier, start_epoch=0, end_epoch=warmup_epochs,
+                         staircase=False, momentum_correction=momentum_correction,
+                         steps_per_epoch=steps_per_epoch)
+        self.verbose = verbose
+
+    def on_epoch_end(self, epoch, logs=None):
+        super().on_epoch_end(epoch, logs)
+        if epoch == self.end_epoch - 1 and self.verbose > 0:
+            print(f"\nEpoch {epoch + 1}: finished gradual learning rate warmup to "
+                  f"{float(self.model.optimizer.learning_rate):g}.")

@@ -1,0 +1,91 @@
+"""DistributedOptimizer for Keras 3: gradients are averaged over workers before each update."""
+
+import functools
+
+import keras
+
+from tf_ps_ops.compression import Compression
+from tf_ps_ops.ops import Average, keys_for
+from tf_ps_ops.tape import check_gradient_options, reduce_gradients
+
+
+class _DistributedOptimizerMixin:
+    """Placed before the user's optimizer class in the MRO, so `super()` is that class.
+
+    Keras 3 routes every update through `apply`: `fit`'s train step, `apply_gradients`
+    and custom loops alike. (Horovod 0.28 hooks methods Keras 3 no longer calls, so its
+    `fit` silently trains each replica on its own gradients.)
+    """
+
+    def apply(self, grads, trainable_variables=None):
+        if trainable_variables is None:
+            if not self.built:
+                return super().apply(grads)  # Keras raises its own, clear error
+            variables = self._trainable_variables
+        else:
+            variables = trainable_variables = list(trainable_variables)
+        grads = list(grads)
+        keys = keys_for(variables, self._tfps_key_prefix)
+        grads = reduce_gradients(grads, keys, self._tfps_compression, self._tfps_op,
+                                 self._tfps_predivide, self._tfps_device, variables)
+        return super().apply(grads, trainable_variables)
+
+
+@functools.cache
+def _distributed_class(optimizer_class):
+    # Same name, module and isinstance relations as the user's optimizer: a saved model
+    # then names the user's class and loads with a plain, non-distributed optimizer, to
+    # be wrapped again (Horovod's hvd.load_model does the same).
+    return type(optimizer_class.__name__, (_DistributedOptimizerMixin, optimizer_class),
+                {"__module__": optimizer_class.__module__,
+                 "__qualname__": optimizer_class.__qualname__})
+
+
+def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
+                         compression=Compression.none, sparse_as_dense=False,
+                         gradient_predivide_factor=1.0, op=Average,
+                         backward_passes_per_step=1, average_aggregated_gradients=False,
+                         num_groups=0, groups=None):
+    """Returns a copy of a Keras 3 optimizer that averages gradients over all workers.
+
+    The result is an instance of a subclass of the optimizer's own class, created from
+    `optimizer.get_config()`, so wrap the optimizer before training (its variables are
+    not copied). Works under `model.fit`, `apply_gradients` and `apply`.
+
+        opt = tf_ps_ops.DistributedOptimizer(keras.optimizers.SGD(0.01 * tf_ps_ops.size()))
+        model.compile(optimizer=opt, loss=...)
+
+    Keys are '<name>.' + each variable's path, so all workers must train the same model.
+
+    Args:
+      optimizer: a keras.optimizers.Optimizer.
+      name: key prefix; defaults to 'Distributed' + the optimizer class name. The Keras
+        optimizer keeps its own name, so its variables keep their paths.
+      compression: Compression.none or Compression.fp16 (or a Compressor).
+      sparse_as_dense: accepted for compatibility; sparse gradients are always reduced
+        as dense tensors.
+      op: Average (default) or Sum.
+      gradient_predivide_factor: with op=Average, divide by this before the sum and by
+        size()/factor after it.
+      device_dense: device for the reduction ops ('' lets TF place them).
+      backward_passes_per_step: only 1 is supported.
+      device_sparse, average_aggregated_gradients, num_groups, groups: accepted for
+        Horovod compatibility; they do not change results here.
+    """
+    if not isinstance(optimizer, keras.optimizers.Optimizer):
+        raise TypeError(
+            f"DistributedOptimizer wraps Keras 3 optimizers, got {type(optimizer).__name__}; "
+            "for tf.compat.v1 optimizers use DistributedGradientTape, or the graph rewrite "
+            "that swaps their update ops")
+    if backward_passes_per_step != 1:
+        raise NotImplementedError(
+            "backward_passes_per_step > 1 (local gradient aggregation) is not implemented")
+    op = check_gradient_options(op, gradient_predivide_factor)
+    cls = _distributed_class(type(optimizer))
+    distributed = cls.from_config(optimizer.get_config())
+    distributed._tfps_key_prefix = name or f"Distributed{type(optimizer).__name__}"
+    distributed._tfps_compression = compression
+    distributed._tfps_op = op
+    distributed._tfps_predivide = gradient_predivide_factor
+    distributed._tfps_device = device_dense
+    return distributed

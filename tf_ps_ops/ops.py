@@ -1,0 +1,267 @@
+"""Collective operations (Horovod/BytePS API) on top of the PsPushPull and PsBroadcast ops.
+
+Keys: workers' tensors meet on the servers by key (`tensor_name`) and by how many times
+that key was used, so every worker must use the same keys in the same order.
+  - A given `name` is the key.
+  - In a graph (tf.function) the key comes from the input tensor's name, as in Horovod:
+    the same program builds the same graph on every worker.
+  - Eagerly, tensors have no names: each operation kind uses one fixed key, and the
+    n-th eager call on one worker meets the n-th eager call on the others.
+"""
+
+import re
+
+import cloudpickle
+import numpy as np
+import tensorflow as tf
+from tensorflow.python.ops import control_flow_util
+
+from tf_ps_ops import _library
+from tf_ps_ops.basics import rank, size
+from tf_ps_ops.compression import Compression
+
+# Reduction ops, with Horovod's values so code that compares or logs them keeps working.
+Average = 0
+Sum = 1
+Adasum = 2
+
+_EAGER_KEYS = {
+    "allreduce": "push_pull.eager",
+    "broadcast": "broadcast.eager",
+    "allgather": "allgather.eager",
+}
+_GRAPH_PREFIXES = {
+    "allreduce": "HorovodAllreduce_",
+    "broadcast": "HorovodBroadcast_",
+    "allgather": "HorovodAllgather_",
+}
+
+
+def _key(kind, name, tensor):
+    if name is not None:
+        return name
+    if tf.executing_eagerly():
+        return _EAGER_KEYS[kind]
+    return _GRAPH_PREFIXES[kind] + re.sub(r"[^a-zA-Z0-9_]", "_", tensor.name)
+
+
+def _check_not_xla():
+    # Tracing under jit_compile would otherwise fail later, in XLA, with a message about a
+    # missing kernel that does not say what to change.
+    graph = tf.compat.v1.get_default_graph()
+    if not tf.executing_eagerly() and control_flow_util.GraphOrParentsInXlaContext(graph):
+        raise RuntimeError(
+            "tf_ps_ops communication ops have no XLA kernels: run them without XLA, i.e. "
+            "model.compile(..., jit_compile=False) (Keras' default 'auto' turns XLA on "
+            "where there is a GPU) or tf.function(jit_compile=False)")
+
+
+def _dense(tensor):
+    # tf.IndexedSlices become dense tensors (Horovod's sparse_as_dense): the servers sum
+    # dense buffers.
+    return tf.convert_to_tensor(tensor)
+
+
+def _resolve_op(op, average):
+    if op is not None and average is not None:
+        raise ValueError("The op parameter supersedes average. Please provide only one of them.")
+    if op is None:
+        op = Average if average is None or average else Sum
+    if op == Adasum:
+        raise NotImplementedError(
+            "Adasum is not supported: it combines gradients pairwise with dot products along "
+            "a reduction tree, which summing parameter servers do not compute. "
+            "Use op=Average or op=Sum.")
+    if op not in (Average, Sum):
+        raise ValueError(f"unknown reduction op {op!r}: use tf_ps_ops.Average or tf_ps_ops.Sum")
+    return op
+
+
+def _scale(tensor, factor):
+    if factor == 1.0:
+        return tensor
+    if tensor.dtype.is_integer:
+        # As Horovod does for integers: scale in double precision, then truncate.
+        return tf.cast(tf.cast(tensor, tf.float64) * factor, tensor.dtype)
+    return tensor * tf.cast(factor, tensor.dtype)
+
+
+def _average(summed):
+    if summed.dtype.is_integer:
+        return tf.math.floordiv(summed, tf.cast(size(), summed.dtype))
+    return summed / tf.cast(size(), summed.dtype)
+
+
+def allreduce(tensor, average=None, device_dense="", device_sparse="",
+              compression=Compression.none, op=None, prescale_factor=1.0,
+              postscale_factor=1.0, name=None):
+    """Sums (op=Sum) or averages (op=Average, the default) `tensor` over all workers.
+
+    Every worker must pass a tensor of the same shape and dtype under the same key;
+    otherwise every worker gets an InvalidArgumentError that names the key.
+    Averages of integer tensors use floor division. A tf.IndexedSlices is converted to a
+    dense tensor first (Horovod's sparse_as_dense), so the result is always dense.
+    `prescale_factor` multiplies the input before the sum, `postscale_factor` the result
+    after averaging. `device_sparse` is accepted for Horovod compatibility only.
+    """
+    op = _resolve_op(op, average)
+    _check_not_xla()
+    with tf.device(device_dense):
+        tensor = _dense(tensor)
+        key = _key("allreduce", name, tensor)
+        sent, ctx = compression.compress(_scale(tensor, prescale_factor))
+        summed = compression.decompress(_library.ops().ps_push_pull(sent, tensor_name=key), ctx)
+        if op == Average:
+            summed = _average(summed)
+        return _scale(summed, postscale_factor)
+
+
+def push_pull(tensor, average=True, name=None, compression=Compression.none):
+    """BytePS's name for allreduce: the sum over workers, divided by size() if `average`."""
+    return allreduce(tensor, op=Average if average else Sum, name=name, compression=compression)
+
+
+def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
+                      compression=Compression.none, op=None, prescale_factor=1.0,
+                      postscale_factor=1.0, name=None):
+    """allreduce of each tensor in a list; returns the list of results in the same order."""
+    eager = tf.executing_eagerly()
+    results = []
+    for index, tensor in enumerate(tensors):
+        key = f"{name}.{index}" if name else (f"grouped_allreduce.eager.{index}" if eager else None)
+        results.append(allreduce(tensor, average, device_dense, device_sparse, compression, op,
+                                 prescale_factor, postscale_factor, name=key))
+    return results
+
+
+def _check_root(root_rank):
+    if not isinstance(root_rank, (int, np.integer)) or not 0 <= root_rank < size():
+        raise ValueError(f"root_rank={root_rank!r} is not a rank in 0..{size() - 1}")
+
+
+def broadcast(tensor, root_rank, name=None):
+    """Returns root_rank's `tensor` on every worker; shapes and dtypes must match."""
+    _check_root(root_rank)
+    _check_not_xla()
+    tensor = _dense(tensor)
+    key = _key("broadcast", name, tensor)
+    return _library.ops().ps_broadcast(tensor, tensor_name=key, root_rank=int(root_rank))
+
+
+def allgather(tensor, name=None):
+    """Concatenates every worker's `tensor` along the first dimension, in rank order.
+
+    First dimensions may differ between workers; the others must match. Built on
+    push_pull: the row counts are summed from one-hot vectors, then each worker places
+    its rows at its offset in a zero tensor of the total size and those are summed.
+    Adding zeros is exact, so the result is bit-exact for every dtype.
+    """
+    _check_not_xla()
+    tensor = tf.convert_to_tensor(tensor)
+    if tensor.shape.rank == 0:
+        raise ValueError("allgather needs a tensor with at least one dimension, got a scalar")
+    key = _key("allgather", name, tensor)
+    lib, me = _library.ops(), rank()
+    shape = tf.shape(tensor, out_type=tf.int64)
+    counts = lib.ps_push_pull(tf.one_hot(me, size(), dtype=tf.int64) * shape[0],
+                              tensor_name=key + ".sizes")
+    before = tf.zeros(tf.concat([[tf.reduce_sum(counts[:me])], shape[1:]], 0), tensor.dtype)
+    after = tf.zeros(tf.concat([[tf.reduce_sum(counts[me + 1:])], shape[1:]], 0), tensor.dtype)
+    padded = tf.concat([before, tensor, after], axis=0)
+    return lib.ps_push_pull(padded, tensor_name=key + ".data")
+
+
+def keys_for(objects, prefix):
+    """Stable, distinct keys `prefix.<name>` for variables or graph tensors.
+
+    Keras 3 variables use `path` (their `name` is only the last component), tf.Variables
+    and graph tensors their `name`; eager tensors have none and use their position.
+    Repeated names get a `#n` suffix so that no two objects share a key.
+    """
+    keys, seen = [], {}
+    for index, obj in enumerate(objects):
+        path = getattr(obj, "path", None)
+        if isinstance(path, str):
+            label = path
+        elif isinstance(obj, tf.Variable) or not tf.executing_eagerly():
+            label = obj.name
+        else:
+            label = f"source{index}"
+        base = f"{prefix}.{label}"
+        seen[base] = seen.get(base, 0) + 1
+        keys.append(base if seen[base] == 1 else f"{base}#{seen[base] - 1}")
+    return keys
+
+
+def _assign_broadcast(variables, root_rank, prefix):
+    _check_root(root_rank)
+    variables = list(variables) if isinstance(variables, (list, tuple)) else [variables]
+    keys = keys_for(variables, prefix)
+    return variables, [var.assign(broadcast(var, root_rank, name=key))
+                       for var, key in zip(variables, keys)]
+
+
+def broadcast_variables(variables, root_rank):
+    """Assigns root_rank's values to `variables` on every worker.
+
+    Returns a grouped op in graph mode and None eagerly, as Horovod does.
+    """
+    _, assignments = _assign_broadcast(variables, root_rank, "broadcast_variables")
+    return tf.group(*assignments)
+
+
+def broadcast_(variables, root_rank, name=None):
+    """In-place broadcast of a variable or list of variables; returns the variables."""
+    variables, _ = _assign_broadcast(variables, root_rank, name or "broadcast_")
+    return variables
+
+
+def _require_eager(what):
+    if not tf.executing_eagerly():
+        raise RuntimeError(f"{what} pickles Python objects and must run eagerly, "
+                           "not inside tf.function")
+
+
+def broadcast_object(obj, root_rank=0, name=None):
+    """Returns root_rank's `obj` (any cloudpickle-able object) on every worker."""
+    _require_eager("broadcast_object")
+    _check_root(root_rank)
+    key = name or "broadcast_object"
+    payload = b""
+    if rank() == root_rank:
+        payload = cloudpickle.dumps(obj)
+    length = broadcast(tf.constant([len(payload)], tf.int64), root_rank, name=key + ".size")
+    if rank() != root_rank:
+        payload = bytes(int(length[0]))
+    data = broadcast(tf.constant(np.frombuffer(payload, np.uint8)), root_rank, name=key + ".data")
+    return cloudpickle.loads(data.numpy().tobytes())
+
+
+def allgather_object(obj, name=None):
+    """Returns the list of every worker's `obj`, in rank order."""
+    _require_eager("allgather_object")
+    key = name or "allgather_object"
+    payload = np.frombuffer(cloudpickle.dumps(obj), np.uint8)
+    lengths = allgather(tf.constant([payload.size], tf.int64), name=key + ".sizes").numpy()
+    data = allgather(tf.constant(payload), name=key + ".data").numpy()
+    chunks = np.split(data, np.cumsum(lengths)[:-1])
+    return [cloudpickle.loads(chunk.tobytes()) for chunk in chunks]
+
+
+@tf.RegisterGradient("PsPushPull")
+def _push_pull_grad(op, grad):
+    # d(sum over workers of x_w)/dx_w: every worker's upstream gradient, summed.
+    key = tf.compat.as_str(op.get_attr("tensor_name")) + ".grad"
+    return _library.ops().ps_push_pull(_dense(grad), tensor_name=key)
+
+
+@tf.RegisterGradient("PsBroadcast")
+def _broadcast_grad(op, grad):
+    # Only the root's input reaches the output, so only the root gets a gradient (Horovod).
+    # Every worker still pushes: the root's sum needs them all.
+    key = tf.compat.as_str(op.get_attr("tensor_name")) + ".grad"
+    reduced = _library.ops().ps_push_pull(_dense(grad), tensor_name=key)
+    if rank() == op.get_attr("root_rank"):
+        return reduced
+    with tf.control_dependencies([reduced]):
+        return tf.zeros_like(reduced)

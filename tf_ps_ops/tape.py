@@ -1,0 +1,102 @@
+"""DistributedGradientTape: a tf.GradientTape whose gradients are averaged over workers."""
+
+import functools
+
+import tensorflow as tf
+
+from tf_ps_ops.basics import size
+from tf_ps_ops.compression import Compression
+from tf_ps_ops.ops import Average, Sum, _resolve_op, allreduce, keys_for
+
+
+def check_gradient_options(op, gradient_predivide_factor):
+    """Validates the reduction options shared by the tape and the Keras optimizer."""
+    op = _resolve_op(op, None)
+    if gradient_predivide_factor != 1.0 and op != Average:
+        raise ValueError("gradient_predivide_factor is only supported with op=Average")
+    return op
+
+
+def reduce_gradients(grads, keys, compression, op, gradient_predivide_factor=1.0,
+                     device_dense="", variables=()):
+    """allreduce of each gradient under its key; None gradients stay None.
+
+    With op=Average and a predivide factor f, as in Horovod: each worker multiplies by
+    1/f before the sum and the sum is multiplied by f/size() after it.
+    """
+    prescale = postscale = 1.0
+    if op == Average and gradient_predivide_factor != 1.0:
+        op = Sum
+        prescale = 1.0 / gradient_predivide_factor
+        postscale = gradient_predivide_factor / size()
+    # sfb.Dense kernels (marked `_tfps_sfb`) arrive already averaged over workers.
+    sfb = [getattr(v, "_tfps_sfb", False) for v in variables] or [False] * len(grads)
+    return [grad if grad is None or skip else
+            allreduce(grad, device_dense=device_dense, compression=compression, op=op,
+                      prescale_factor=prescale, postscale_factor=postscale, name=key)
+            for grad, key, skip in zip(grads, keys, sfb)]
+
+
+class _DistributedGradientTapeMixin:
+    """Placed before the user's tape class in the MRO, so `super()` is that class."""
+
+    def gradient(self, target, sources, output_gradients=None,
+                 unconnected_gradients=tf.UnconnectedGradients.NONE):
+        """The local gradients, each averaged (or summed) over all workers.
+
+        Every worker must ask for the same sources in the same order. A gradient that
+        is a tf.IndexedSlices is reduced as a dense tensor; a None gradient stays None.
+        """
+        grads = super().gradient(target, sources, output_gradients, unconnected_gradients)
+        keys = keys_for(tf.nest.flatten(sources), "DistributedGradientTape")
+        reduced = reduce_gradients(tf.nest.flatten(grads), keys, self._tfps_compression,
+                                   self._tfps_op, self._tfps_predivide, self._tfps_device,
+                                   tf.nest.flatten(sources))
+        return tf.nest.pack_sequence_as(grads, reduced)
+
+
+@functools.cache
+def _distributed_class(tape_class):
+    # Keeps the user's class name and isinstance relations, like Horovod's wrapper.
+    return type(tape_class.__name__, (_DistributedGradientTapeMixin, tape_class), {})
+
+
+def DistributedGradientTape(gradtape, device_dense="", device_sparse="",
+                            compression=Compression.none, sparse_as_dense=False, op=Average,
+                            gradient_predivide_factor=1.0, num_groups=0, groups=None):
+    """Wraps a tf.GradientTape so that gradient() averages gradients over all workers.
+
+    Usage, as in Horovod:
+
+        with tf.GradientTape() as tape:
+            loss = ...
+        tape = tf_ps_ops.DistributedGradientTape(tape)
+        grads = tape.gradient(loss, model.trainable_variables)
+
+    Keys are 'DistributedGradientTape.' + each source's variable path or name, so they
+    match across workers without depending on call order within a step.
+
+    Args:
+      gradtape: the recorded tape; the wrapper shares its recording.
+      compression: Compression.none or Compression.fp16 (or a Compressor).
+      sparse_as_dense: accepted for Horovod compatibility; sparse gradients
+        (tf.IndexedSlices) are always reduced as dense tensors.
+      op: Average (default) or Sum.
+      gradient_predivide_factor: with op=Average, divide by this before the sum and by
+        size()/factor after it.
+      device_dense: device for the reduction ops ('' lets TF place them).
+      device_sparse, num_groups, groups: accepted for Horovod compatibility. Grouping
+        only fuses communication in Horovod; the engine here batches and partitions
+        tensors itself, and results do not depend on it.
+    """
+    op = check_gradient_options(op, gradient_predivide_factor)
+    cls = _distributed_class(type(gradtape))
+    tape = cls.__new__(cls)
+    # Share the recorded state (`_tape`, `_persistent`, watched variables, ...) instead
+    # of re-recording: users wrap the tape after their `with` block has closed.
+    tape.__dict__.update(gradtape.__dict__)
+    tape._tfps_compression = compression
+    tape._tfps_op = op
+    tape._tfps_predivide = gradient_predivide_factor
+    tape._tfps_device = device_dense
+    return tape
