@@ -122,6 +122,19 @@ void KeyStore::Answer(const RoundId& id, Round& round, std::vector<Outgoing>* ou
   }
 }
 
+namespace {
+
+std::vector<char> FilledBuffer(DType dtype, uint64_t count, double fill) {
+  std::vector<char> buffer(count * DTypeSize(dtype));
+  for (uint64_t i = 0; i < count; ++i) {
+    if (dtype == DType::kFloat32) reinterpret_cast<float*>(buffer.data())[i] = float(fill);
+    else reinterpret_cast<double*>(buffer.data())[i] = fill;
+  }
+  return buffer;
+}
+
+}  // namespace
+
 Status KeyStore::FinishPsRound(const RoundId& id, Round& round, zmq::message_t* reply) {
   const Header& h = round.first;
   const DType dtype = static_cast<DType>(h.dtype);
@@ -136,18 +149,8 @@ Status KeyStore::FinishPsRound(const RoundId& id, Round& round, zmq::message_t* 
       Param p;
       p.dtype = dtype;
       p.count = h.count;
-      p.optimizer = static_cast<Optimizer>(h.optimizer);
       const char* data = static_cast<const char*>(round.sum.data());
       p.value.assign(data, data + round.sum.size());
-      // The params of an init push are the slots' initial values (e.g. Adagrad's 0.1).
-      for (double fill : round.params) {
-        std::vector<char> slot(p.value.size());
-        for (uint64_t i = 0; i < p.count; ++i) {
-          if (dtype == DType::kFloat32) reinterpret_cast<float*>(slot.data())[i] = float(fill);
-          else reinterpret_cast<double*>(slot.data())[i] = fill;
-        }
-        p.slots.push_back(std::move(slot));
-      }
       it = params_.emplace(pid, std::move(p)).first;
     }
   } else {
@@ -163,9 +166,23 @@ Status KeyStore::FinishPsRound(const RoundId& id, Round& round, zmq::message_t* 
                              std::to_string(p.count) + " elements in this partition; " +
                              Where(id) + ")");
     }
-    TFPS_RETURN_IF_ERROR(ApplyOptimizer(static_cast<Optimizer>(h.optimizer), round.params, dtype,
-                                        p.value.data(), &p.slots, round.sum.data(), h.count,
-                                        num_workers_));
+    const auto optimizer = static_cast<Optimizer>(h.optimizer);
+    const size_t num_hyper = static_cast<size_t>(OptimizerParamCount(optimizer));
+    if (p.optimizer == Optimizer::kNone) {
+      // First update: create the slots from the initial values after the hyperparameters
+      // (e.g. Adagrad's 0.1, v1 RMSProp's 1.0).
+      for (size_t k = num_hyper; k < round.params.size(); ++k) {
+        p.slots.push_back(FilledBuffer(dtype, p.count, round.params[k]));
+      }
+      p.optimizer = optimizer;
+    } else if (p.optimizer != optimizer) {
+      return InvalidArgument(std::string("this parameter is updated with ") +
+                             OptimizerName(p.optimizer) + "; a " + OptimizerName(optimizer) +
+                             " update cannot use its slots (" + Where(id) + ")");
+    }
+    const std::vector<double> hyper(round.params.begin(), round.params.begin() + num_hyper);
+    TFPS_RETURN_IF_ERROR(ApplyOptimizer(optimizer, hyper, dtype, p.value.data(), &p.slots,
+                                        round.sum.data(), h.count, num_workers_));
   }
   // A snapshot: the parameter changes again next step while replies may still be queued.
   reply->rebuild(it->second.value.data(), it->second.value.size());

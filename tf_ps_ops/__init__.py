@@ -27,9 +27,12 @@ _EXPORTS = {
     # training glue
     "DistributedGradientTape": "tape",
     "DistributedOptimizer": "keras",
+    # PS mode: the servers run the optimizer
+    "enable_graph_rewrite": "ps_mode", "disable_graph_rewrite": "ps_mode",
+    "rewrite_graph_def": "ps_mode",
 }
 # Submodules that are part of the API themselves (`hvd.callbacks.MetricAverageCallback`).
-_SUBMODULES = ("callbacks", "compression", "keras")
+_SUBMODULES = ("callbacks", "compression", "keras", "optimizers", "ps_mode")
 
 __all__ = sorted(_EXPORTS) + list(_SUBMODULES)
 

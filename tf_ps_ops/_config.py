@@ -44,6 +44,10 @@ VARIABLES = (
     EnvVar("TFPS_NUM_SERVERS", "int", 1,
            "Number of `ps_server --role server` processes in the cluster.",
            ("DMLC_NUM_SERVER",)),
+    EnvVar("TFPS_GRAPH_REWRITE", "int", 0,
+           "1: `init()` turns on PS mode's graph rewrite (ResourceApplyXXX ops become "
+           "PsApplyXXX: the servers run the optimizer). Same as "
+           "`tf_ps_ops.enable_graph_rewrite()`. See docs/ps_mode.md."),
     EnvVar("TFPS_MODE", "str", None,
            "Default of `sfb.convert(model)`: `sfb` (every Dense layer by SFB; also when "
            "unset), `hybrid` (HybComm's cost model picks SFB or PS per Dense layer), "

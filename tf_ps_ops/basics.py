@@ -43,6 +43,12 @@ def init(comm=None):
             f"(scheduler {cluster.scheduler_host}:{cluster.scheduler_port}): "
             f"{error.value.decode(errors='replace')}")
     _cluster = cluster
+    rewrite, source = _config.lookup("TFPS_GRAPH_REWRITE")
+    if rewrite not in (0, 1):
+        raise ValueError(f"{source}={rewrite}: expected 0 or 1")
+    if rewrite:
+        from tf_ps_ops import ps_mode
+        ps_mode.enable_graph_rewrite()
     if not _atexit_registered:
         # Servers exit once every worker said goodbye; Horovod scripts never call
         # shutdown() themselves, so say it for them.

@@ -2,11 +2,14 @@
 // inputs and attrs (a graph rewrite is a 1:1 node swap) plus an optional `tensor_name`.
 //
 // The kernel pushes the gradient, the server averages the workers' gradients and applies
-// the optimizer, and the kernel writes the returned parameter into the variable. The first
-// call for a variable first initialises the server from rank 0's value and slot initial
-// values, and every rank adopts the server's value, so replicas start equal. The local slot
-// variables (accum, m, v, ...) are only read once for their initial value: in PS mode the
-// slots live on the servers.
+// the optimizer, and the kernel writes the returned parameter into the variable.
+// Initialisation: PsInitVariable (or, failing that, the first PsApply of a variable) sends
+// rank 0's value to the servers and every rank adopts the server's value, so replicas start
+// equal. Run PsInitVariable before the first forward pass (tf_ps_ops.ps_mode.
+// initialize_variables; the Keras PS optimizers do it in build()): a gradient computed
+// before it, on a rank's own initial weights, would differ from rank 0's.
+// The local slot variables (accum, m, v, ...) are only read for their initial value, which
+// travels with each push: in PS mode the slots live on the servers.
 #include <memory>
 #include <mutex>
 #include <set>
@@ -66,6 +69,40 @@ void FillRequest(const std::string& name, const Tensor& in, Tensor* out, PushPul
   r->input_holder = std::make_shared<Tensor>(in);
 }
 
+// Writes the server's answer into the variable: the new buffer replaces the old one under
+// the variable's lock (no copy; readers holding the old buffer keep it).
+void Store(Var* var, const Tensor& fresh) {
+  tensorflow::mutex_lock lock(*var->mu());
+  *var->tensor() = fresh;
+  var->is_initialized = true;
+}
+
+// Sends rank 0's `value` of the variable to the servers (unless they hold it already) and
+// writes the servers' value into `var`, then calls `then`. On failure the name is
+// forgotten, so a retry initialises again. Keeps `var` referenced; `then` owns it after.
+void InitVariable(OpKernelContext* ctx, Var* var, const std::string& name, const Tensor& value,
+                  std::function<void(const Status&)> then) {
+  auto fresh = std::make_shared<Tensor>();
+  if (!ctx->allocate_temp(value.dtype(), value.shape(), fresh.get()).ok()) {
+    then(Internal("cannot allocate a buffer for the parameter '" + name + "'"));
+    return;
+  }
+  PushPullRequest request;
+  FillRequest(name, value, fresh.get(), &request);
+  request.root_rank = 0;
+  request.flags = kFlagPsInit;
+  request.done = [var, name, fresh, then](const Status& s) {
+    if (s.ok()) {
+      Store(var, *fresh);
+    } else {
+      std::lock_guard<std::mutex> lock(g_initialised_mu);
+      g_initialised.erase(name);
+    }
+    then(s);
+  };
+  Engine::Get().Enqueue(std::move(request));
+}
+
 class PsApplyOp : public AsyncOpKernel {
  public:
   PsApplyOp(OpKernelConstruction* ctx, PsApplySpec spec) : AsyncOpKernel(ctx), spec_(spec) {
@@ -103,6 +140,11 @@ class PsApplyOp : public AsyncOpKernel {
     }
     if (spec_.has_update_slots) params.push_back(update_slots_ ? 1.0 : 0.0);
     if (opt == Optimizer::kAdam) params.push_back(spec_.amsgrad ? 1.0 : 0.0);
+    // Then the slots' initial values, for the server to create its slots with.
+    for (const char* slot : spec_.slots) params.push_back(SlotInitialValue(ctx, slot));
+    while (params.size() < static_cast<size_t>(OptimizerParamCount(opt) + OptimizerSlotCount(opt))) {
+      params.push_back(0.0);  // Adam's vhat when the op is not the AMSGrad one
+    }
 
     Tensor value;
     {
@@ -125,16 +167,21 @@ class PsApplyOp : public AsyncOpKernel {
       needs_init = g_initialised.insert(name).second;
     }
     Var* raw_var = var.release();  // owned by the callbacks from here on
-    if (needs_init) {
-      std::vector<double> slot_inits;
-      for (const char* slot : spec_.slots) slot_inits.push_back(SlotInitialValue(ctx, slot));
-      while (slot_inits.size() < static_cast<size_t>(OptimizerSlotCount(spec_.optimizer))) {
-        slot_inits.push_back(0.0);  // Adam's vhat when the op is not the AMSGrad one
-      }
-      Init(ctx, raw_var, name, value, slot_inits, *grad, params, std::move(done));
-    } else {
+    if (!needs_init) {
       Apply(ctx, raw_var, name, *grad, params, std::move(done));
+      return;
     }
+    const Tensor grad_copy = *grad;
+    InitVariable(ctx, raw_var, name, value,
+                 [this, ctx, raw_var, name, grad_copy, params, done](const Status& s) {
+                   if (!s.ok()) {
+                     raw_var->Unref();
+                     ctx->SetStatus(ToTfStatus(s));
+                     done();
+                     return;
+                   }
+                   Apply(ctx, raw_var, name, grad_copy, params, done);
+                 });
   }
 
  private:
@@ -147,52 +194,8 @@ class PsApplyOp : public AsyncOpKernel {
     return slot->is_initialized ? FirstElementOf(*slot->tensor()) : 0.0;
   }
 
-  // Writes the server's answer into the variable: the new buffer replaces the old one
-  // under the variable's lock (no copy; readers holding the old buffer keep it).
-  static void Store(Var* var, const Tensor& fresh) {
-    tensorflow::mutex_lock lock(*var->mu());
-    *var->tensor() = fresh;
-    var->is_initialized = true;
-  }
-
-  void Init(OpKernelContext* ctx, Var* var, const std::string& name, const Tensor& value,
-            const std::vector<double>& slot_inits, const Tensor& grad,
-            const std::vector<double>& params, DoneCallback done) {
-    auto fresh = std::make_shared<Tensor>();
-    Status alloc = ctx->allocate_temp(value.dtype(), value.shape(), fresh.get()).ok()
-                       ? Status::Ok() : Internal("cannot allocate the parameter buffer");
-    if (!alloc.ok()) {
-      var->Unref();
-      ctx->SetStatus(ToTfStatus(alloc));
-      done();
-      return;
-    }
-    PushPullRequest request;
-    FillRequest(name, value, fresh.get(), &request);
-    request.root_rank = 0;
-    request.flags = kFlagPsInit;
-    request.optimizer = spec_.optimizer;
-    request.params = slot_inits;
-    Tensor grad_copy = grad;
-    request.done = [this, ctx, var, name, fresh, grad_copy, params, done](const Status& s) {
-      if (!s.ok()) {
-        {
-          std::lock_guard<std::mutex> lock(g_initialised_mu);
-          g_initialised.erase(name);  // a retry must initialise again
-        }
-        var->Unref();
-        ctx->SetStatus(ToTfStatus(s));
-        done();
-        return;
-      }
-      Store(var, *fresh);
-      Apply(ctx, var, name, grad_copy, params, done);
-    };
-    Engine::Get().Enqueue(std::move(request));
-  }
-
   void Apply(OpKernelContext* ctx, Var* var, const std::string& name, const Tensor& grad,
-             const std::vector<double>& params, DoneCallback done) {
+             const std::vector<double>& params, DoneCallback done) const {
     auto fresh = std::make_shared<Tensor>();
     if (!ctx->allocate_temp(grad.dtype(), grad.shape(), fresh.get()).ok()) {
       var->Unref();
@@ -219,6 +222,49 @@ class PsApplyOp : public AsyncOpKernel {
   bool nesterov_ = false;
   bool update_slots_ = true;
 };
+
+// PsInitVariable: the initialisation alone, for before the first forward pass.
+class PsInitVariableOp : public AsyncOpKernel {
+ public:
+  explicit PsInitVariableOp(OpKernelConstruction* ctx) : AsyncOpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("tensor_name", &tensor_name_));
+  }
+
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    OP_REQUIRES_ASYNC(ctx, Engine::Get().initialized(),
+                      absl::FailedPreconditionError("tf_ps_ops is not initialised: call "
+                                                    "tf_ps_ops.init() before PsInitVariable"),
+                      done);
+    tensorflow::core::RefCountPtr<Var> var;
+    OP_REQUIRES_OK_ASYNC(ctx, LookupResource(ctx, HandleFromInput(ctx, 0), &var), done);
+    const std::string name =
+        tensor_name_.empty() ? "ps:" + HandleFromInput(ctx, 0).name() : tensor_name_;
+    Tensor value;
+    {
+      tensorflow::tf_shared_lock lock(*var->mu());
+      OP_REQUIRES_ASYNC(ctx, var->is_initialized,
+                        absl::FailedPreconditionError("variable '" + name +
+                                                      "' must hold its initial value first"),
+                        done);
+      value = *var->tensor();
+    }
+    {
+      std::lock_guard<std::mutex> lock(g_initialised_mu);
+      g_initialised.insert(name);  // later PsApply calls skip their own initialisation
+    }
+    Var* raw_var = var.release();
+    InitVariable(ctx, raw_var, name, value, [ctx, raw_var, done](const Status& s) {
+      raw_var->Unref();
+      ctx->SetStatus(ToTfStatus(s));
+      done();
+    });
+  }
+
+ private:
+  std::string tensor_name_;
+};
+
+REGISTER_KERNEL_BUILDER(Name("PsInitVariable").Device(tensorflow::DEVICE_CPU), PsInitVariableOp);
 
 #define TFPS_PS_KERNEL(OP, ...)                                                       \
   class OP##Kernel : public PsApplyOp {                                               \
@@ -272,6 +318,13 @@ TFPS_PS_KERNEL(PsApplyCenteredRMSProp,
 static absl::Status NoOutputs(tensorflow::shape_inference::InferenceContext*) {
   return absl::OkStatus();
 }
+
+REGISTER_OP("PsInitVariable")
+    .Input("var: resource")
+    .Attr("tensor_name: string = ''")
+    .SetIsStateful()
+    .SetShapeFn(NoOutputs)
+    .Doc("PS mode: rank 0's value of `var` goes to the servers; every rank adopts it.");
 
 TFPS_PS_OP("PsApplyGradientDescent")
     .Input("var: resource").Input("alpha: T").Input("delta: T")

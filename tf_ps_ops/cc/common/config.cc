@@ -68,7 +68,7 @@ Status LoadConfig(Config* config) {
   TFPS_RETURN_IF_ERROR(ParseDouble("TFPS_TIMEOUT", 0.1, &config->timeout_s));
   TFPS_RETURN_IF_ERROR(ParseDouble("TFPS_HEARTBEAT_TIMEOUT", 1.0, &config->heartbeat_timeout_s));
   TFPS_RETURN_IF_ERROR(
-      ParseInt("TFPS_PARTITION_BYTES", 1024, int64_t{1} << 31, &config->partition_bytes));
+      ParseInt("TFPS_PARTITION_BYTES", 8, int64_t{1} << 31, &config->partition_bytes));
   int64_t threads = 0;
   TFPS_RETURN_IF_ERROR(ParseInt("TFPS_SERVER_THREADS", 1, 256, &threads));
   config->server_threads = static_cast<int>(threads);

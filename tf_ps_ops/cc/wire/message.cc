@@ -131,21 +131,19 @@ Status DecodeHead(const void* data, size_t size, size_t payload_size, Head* head
     if (h.optimizer == 0 || h.optimizer > kMaxOptimizer) {
       return InvalidArgument("unknown optimizer code " + std::to_string(h.optimizer));
     }
-    if (h.nparams != OptimizerParamCount(opt)) {
+    const int expected = OptimizerParamCount(opt) + OptimizerSlotCount(opt);
+    if (h.nparams != expected) {
       return InvalidArgument(std::string(OptimizerName(opt)) + " takes " +
-                             std::to_string(OptimizerParamCount(opt)) + " hyperparameters, got " +
-                             std::to_string(h.nparams));
+                             std::to_string(OptimizerParamCount(opt)) + " hyperparameters and " +
+                             std::to_string(OptimizerSlotCount(opt)) +
+                             " slot initial values, got " + std::to_string(h.nparams));
     }
     if ((h.flags & (kFlagPsInit | kFlagNoData)) != 0) {
       return InvalidArgument("a PS apply push cannot also be an init or carry no data");
     }
   }
-  if ((h.flags & kFlagPsInit) != 0) {
-    const auto opt = static_cast<Optimizer>(h.optimizer);
-    if (h.optimizer > kMaxOptimizer || h.nparams != OptimizerSlotCount(opt)) {
-      return InvalidArgument("a PS init push for optimizer code " + std::to_string(h.optimizer) +
-                             " carries " + std::to_string(h.nparams) + " slot values");
-    }
+  if ((h.flags & kFlagPsInit) != 0 && (h.optimizer != 0 || h.nparams != 0)) {
+    return InvalidArgument("a PS init push carries neither optimizer nor parameters");
   }
   if (CarriesTensor(static_cast<MsgType>(h.type))) return CheckTensorFields(*head, payload_size);
   return Status::Ok();

@@ -57,7 +57,8 @@ constexpr uint16_t kMaxMsgType = 9;
 // Header flags.
 constexpr uint32_t kFlagNoData = 1u << 0;   // push counted, contributes nothing (broadcast)
 constexpr uint32_t kFlagPsInit = 1u << 1;   // PS mode: the sum (root's data) initialises the
-                                            // server's parameter unless it already holds one
+                                            // server's parameter unless it already holds one;
+                                            // every worker gets the parameter held
 constexpr uint32_t kFlagPsApply = 1u << 2;  // PS mode: payload is a gradient; the server
                                             // averages, applies `optimizer`, answers parameters
 constexpr uint32_t kKnownFlags = kFlagNoData | kFlagPsInit | kFlagPsApply;
@@ -79,8 +80,9 @@ constexpr uint8_t kMaxOptimizer = 8;
 constexpr int kMaxParams = 16;
 // Number of hyperparameters each optimizer expects.
 int OptimizerParamCount(Optimizer optimizer);
-// Number of slot tensors (same shape as the parameter) it keeps on the server; an init push
-// carries that many parameters: the slots' initial values.
+// Number of slot tensors (same shape as the parameter) it keeps on the server. An apply
+// push carries their initial values after the hyperparameters; the server uses them when it
+// creates the slots, at the parameter's first update.
 int OptimizerSlotCount(Optimizer optimizer);
 const char* OptimizerName(Optimizer optimizer);
 

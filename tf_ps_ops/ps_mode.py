@@ -1,0 +1,214 @@
+"""PS mode's graph rewrite: ResourceApplyXXX ops become PsApplyXXX ops.
+
+    tf_ps_ops.init()
+    tf_ps_ops.enable_graph_rewrite()
+    tf_ps_ops.ps_mode.initialize_variables(variables)   # before the first forward pass
+    ... train with tf.compat.v1.train / tf_keras legacy optimizers as usual ...
+
+From `enable_graph_rewrite()` on (or with TFPS_GRAPH_REWRITE=1 at `init()`), code that
+creates TensorFlow's dense update ops gets ours instead: tf.compat.v1.train optimizers
+(graph, tf.function and eager), tf_keras legacy optimizers (they call `tf.raw_ops`) and
+direct `tf.raw_ops` calls. `rewrite_graph_def` swaps the nodes of an existing GraphDef.
+
+Each PsApplyXXX op has its TF twin's inputs and attrs plus `tensor_name`, the key on the
+servers, which must be identical on every worker. It comes from the variable: its graph
+name where there is a graph, else the Python variable's name (with a per-name ordinal,
+so two variables both called "Variable" get different keys in creation order).
+"""
+
+import inspect
+import logging
+import sys
+import threading
+
+import tensorflow as tf
+from tensorflow.python.framework import ops as tf_ops
+from tensorflow.python.ops import gen_training_ops
+
+from tf_ps_ops._library import ops as _ops
+
+_log = logging.getLogger("tf_ps_ops")
+
+# TensorFlow op -> our op. Ops missing here (sparse, ref-variable ApplyXXX, ProximalXXX,
+# Ftrl, ...) are left alone and logged once when first created.
+SWAPS = {
+    "ResourceApplyGradientDescent": "PsApplyGradientDescent",
+    "ResourceApplyMomentum": "PsApplyMomentum",
+    "ResourceApplyKerasMomentum": "PsApplyKerasMomentum",
+    "ResourceApplyAdam": "PsApplyAdam",
+    "ResourceApplyAdamWithAmsgrad": "PsApplyAdamWithAmsgrad",
+    "ResourceApplyAdagrad": "PsApplyAdagrad",
+    "ResourceApplyAdagradV2": "PsApplyAdagradV2",
+    "ResourceApplyRMSProp": "PsApplyRMSProp",
+    "ResourceApplyCenteredRMSProp": "PsApplyCenteredRMSProp",
+}
+# Update ops we see but cannot swap, to say so once.
+_UNSWAPPED = ("ApplyGradientDescent", "ApplyMomentum", "ApplyAdam", "ApplyAdagrad",
+              "ApplyRMSProp", "ResourceSparseApplyAdagrad", "ResourceSparseApplyMomentum",
+              "ResourceApplyFtrl", "ResourceApplyAdadelta", "ResourceApplyProximalAdagrad")
+
+_lock = threading.Lock()
+_originals = {}  # (module, attribute) -> original, while the rewrite is on
+_names = {}  # handle.ref() -> key
+_name_counts = {}
+_warned = set()
+
+
+def _python_name(module, op_type):
+    """The Python function name TF's code generator gave `op_type` in `module`
+    ("ResourceApplyRMSProp" -> "resource_apply_rms_prop"), found rather than re-derived."""
+    wanted = op_type.lower()
+    for name in dir(module):
+        if name.replace("_", "") == wanted:
+            return name
+    return None
+
+
+def _raw_ops_modules():
+    names = ("tensorflow._api.v2.raw_ops", "tensorflow._api.v2.compat.v1.raw_ops",
+             "tensorflow._api.v2.compat.v2.raw_ops")
+    return [sys.modules[n] for n in names if n in sys.modules] + [tf.raw_ops]
+
+
+def _python_variable_for(handle):
+    """The tf.Variable (or Keras variable) whose handle is `handle`, from the callers."""
+    frame = inspect.currentframe()
+    for _ in range(12):
+        frame = frame.f_back if frame else None
+        if frame is None:
+            return None
+        for value in list(frame.f_locals.values()):
+            if getattr(value, "handle", None) is handle and hasattr(value, "name"):
+                return value
+    return None
+
+
+def key_for(handle):
+    """The server key of the variable behind a resource handle (see the module doc)."""
+    graph = getattr(handle, "graph", None)
+    if graph is not None and not isinstance(handle, tf_ops.EagerTensor):
+        for external, internal in getattr(graph, "captures", ()):
+            if internal is handle:  # a tf.function capture: name the outside variable
+                return key_for(external)
+        if getattr(handle.op, "type", "") in ("VarHandleOp", "VariableV2"):
+            return "ps:" + handle.op.name
+    with _lock:
+        ref = handle.ref()
+        if ref not in _names:
+            variable = _python_variable_for(handle)
+            base = variable.name.split(":")[0] if variable is not None else "variable"
+            if variable is None:
+                _log.warning("tf_ps_ops: cannot name a variable for its PS key; using creation "
+                             "order. Pass tensor_name= to keep keys stable across workers.")
+            count = _name_counts.get(base, 0)
+            _name_counts[base] = count + 1
+            _names[ref] = f"ps:{base}" + (f"#{count}" if count else "")
+        return _names[ref]
+
+
+def _wrap(ps_function, original):
+    signature = inspect.signature(original)
+
+    def apply(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        arguments = dict(bound.arguments)
+        arguments.setdefault("tensor_name", key_for(arguments["var"]))
+        return ps_function(**arguments)
+
+    apply.__wrapped__ = original
+    return apply
+
+
+def _warn_once(op_type, original):
+    def create(*args, **kwargs):
+        if op_type not in _warned:
+            _warned.add(op_type)
+            _log.warning("tf_ps_ops: %s has no PS-mode version; it stays a local update", op_type)
+        return original(*args, **kwargs)
+
+    create.__wrapped__ = original
+    return create
+
+
+def _patch(module, attribute, replacement):
+    if (module, attribute) not in _originals:
+        _originals[(module, attribute)] = getattr(module, attribute)
+    setattr(module, attribute, replacement)
+
+
+def initialize_variables(variables, names=None):
+    """Makes every worker start PS-mode training from rank 0's values of `variables`.
+
+    Rank 0's values go to the servers (unless they hold them already) and every rank
+    adopts the servers' values. Run it once after the variables are initialised and before
+    the first forward pass: a gradient computed on a rank's own initial weights would not
+    be the one single-process training computes. Eager: runs now; graph: returns the op.
+    `names` overrides the keys (default: as the rewritten update ops name them).
+    """
+    library = _ops()
+    created = []
+    for i, variable in enumerate(variables):
+        handle = getattr(variable, "handle", variable)
+        name = names[i] if names is not None else key_for(handle)
+        created.append(library.ps_init_variable(handle, tensor_name=name))
+    if tf.executing_eagerly():
+        return None
+    return tf.group(*created, name="ps_initialize_variables")
+
+
+def enable_graph_rewrite():
+    """Swaps TF's dense update ops for PS-mode ops from now on (see the module doc)."""
+    library = _ops()
+    modules = [gen_training_ops]  # v1 and tf_keras optimizers look functions up here
+    with _lock:
+        for tf_op, ps_op in SWAPS.items():
+            ps_function = getattr(library, _python_name(library, ps_op))
+            python_name = _python_name(gen_training_ops, tf_op)
+            for module in modules:
+                original = _originals.get((module, python_name), getattr(module, python_name))
+                _patch(module, python_name, _wrap(ps_function, original))
+            for module in _raw_ops_modules():
+                original = _originals.get((module, tf_op), getattr(module, tf_op))
+                _patch(module, tf_op, _wrap(ps_function, original))
+        for tf_op in _UNSWAPPED:
+            for module in modules:
+                name = _python_name(module, tf_op)
+                if name is not None:
+                    original = _originals.get((module, name), getattr(module, name))
+                    _patch(module, name, _warn_once(tf_op, original))
+
+
+def disable_graph_rewrite():
+    """Restores TensorFlow's own update ops for code that creates ops from now on."""
+    with _lock:
+        for (module, attribute), original in _originals.items():
+            setattr(module, attribute, original)
+        _originals.clear()
+
+
+def graph_rewrite_enabled():
+    return bool(_originals)
+
+
+def rewrite_graph_def(graph_def):
+    """Returns a copy of `graph_def` with every swappable update node made a PS-mode node.
+
+    The key of each is the name of the node feeding its `var` input (a VarHandleOp: the
+    same name on every worker). Functions in the graph's library are rewritten too.
+    Load the op library (this call does) before importing the result.
+    """
+    _ops()
+    result = tf.compat.v1.GraphDef()
+    result.CopyFrom(graph_def)
+    node_lists = [result.node] + [f.node_def for f in result.library.function]
+    for nodes in node_lists:
+        for node in nodes:
+            if node.op not in SWAPS:
+                if node.op in _UNSWAPPED and node.op not in _warned:
+                    _warned.add(node.op)
+                    _log.warning("tf_ps_ops: %s has no PS-mode version; left alone", node.op)
+                continue
+            node.op = SWAPS[node.op]
+            source = node.input[0].lstrip("^").split(":")[0]
+            node.attr["tensor_name"].s = ("ps:" + source).encode()
+    return result
