@@ -41,7 +41,7 @@ setup(
     name="tf_ps_ops",
     version="0.1.0",
     description="Parameter-server data-parallel training for TensorFlow (Horovod/BytePS API)",
-    packages=find_packages(include=["tf_ps_ops", "tf_ps_ops.*"]),
+    packages=find_packages(include=["tf_ps_ops", "tf_ps_ops.*", "sfb"]),
     package_data={"tf_ps_ops": ["_tf_ps_ops.so", "_core*.so", "bin/ps_server"]},
     python_requires=">=3.9",
     install_requires=["tensorflow==2.21.*", "numpy", "pyzmq", "absl-py", "pybind11"],

@@ -94,7 +94,7 @@ def _average(summed):
 
 def allreduce(tensor, average=None, device_dense="", device_sparse="",
               compression=Compression.none, op=None, prescale_factor=1.0,
-              postscale_factor=1.0, name=None):
+              postscale_factor=1.0, name=None, _variable=None, _priority=0):
     """Sums (op=Sum) or averages (op=Average, the default) `tensor` over all workers.
 
     Every worker must pass a tensor of the same shape and dtype under the same key;
@@ -110,7 +110,9 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
         tensor = _dense(tensor)
         key = _key("allreduce", name, tensor)
         sent, ctx = compression.compress(_scale(tensor, prescale_factor))
-        summed = compression.decompress(_library.ops().ps_push_pull(sent, tensor_name=key), ctx)
+        handles = [] if _variable is None else [_variable.handle]
+        summed = compression.decompress(
+            _library.ops().ps_push_pull(sent, handles, tensor_name=key, priority=_priority), ctx)
         if op == Average:
             summed = _average(summed)
         return _scale(summed, postscale_factor)
@@ -151,24 +153,15 @@ def broadcast(tensor, root_rank, name=None):
 def allgather(tensor, name=None):
     """Concatenates every worker's `tensor` along the first dimension, in rank order.
 
-    First dimensions may differ between workers; the others must match. Built on
-    push_pull: the row counts are summed from one-hot vectors, then each worker places
-    its rows at its offset in a zero tensor of the total size and those are summed.
-    Adding zeros is exact, so the result is bit-exact for every dtype.
+    First dimensions may differ between workers; the dtype and the other dimensions must
+    match (InvalidArgumentError naming the tensor otherwise). Workers exchange their
+    tensors directly, peer to peer (PsAllgather): no server in the path.
     """
     _check_not_xla()
     tensor = tf.convert_to_tensor(tensor)
     if tensor.shape.rank == 0:
         raise ValueError("allgather needs a tensor with at least one dimension, got a scalar")
-    key = _key("allgather", name, tensor)
-    lib, me = _library.ops(), rank()
-    shape = tf.shape(tensor, out_type=tf.int64)
-    counts = lib.ps_push_pull(tf.one_hot(me, size(), dtype=tf.int64) * shape[0],
-                              tensor_name=key + ".sizes")
-    before = tf.zeros(tf.concat([[tf.reduce_sum(counts[:me])], shape[1:]], 0), tensor.dtype)
-    after = tf.zeros(tf.concat([[tf.reduce_sum(counts[me + 1:])], shape[1:]], 0), tensor.dtype)
-    padded = tf.concat([before, tensor, after], axis=0)
-    return lib.ps_push_pull(padded, tensor_name=key + ".data")
+    return _library.ops().ps_allgather(tensor, tensor_name=_key("allgather", name, tensor))
 
 
 def keys_for(objects, prefix):
@@ -252,7 +245,8 @@ def allgather_object(obj, name=None):
 def _push_pull_grad(op, grad):
     # d(sum over workers of x_w)/dx_w: every worker's upstream gradient, summed.
     key = tf.compat.as_str(op.get_attr("tensor_name")) + ".grad"
-    return _library.ops().ps_push_pull(_dense(grad), tensor_name=key)
+    return [_library.ops().ps_push_pull(_dense(grad), [], tensor_name=key)] + \
+        [None] * (len(op.inputs) - 1)
 
 
 @tf.RegisterGradient("PsBroadcast")
@@ -260,7 +254,7 @@ def _broadcast_grad(op, grad):
     # Only the root's input reaches the output, so only the root gets a gradient (Horovod).
     # Every worker still pushes: the root's sum needs them all.
     key = tf.compat.as_str(op.get_attr("tensor_name")) + ".grad"
-    reduced = _library.ops().ps_push_pull(_dense(grad), tensor_name=key)
+    reduced = _library.ops().ps_push_pull(_dense(grad), [], tensor_name=key)
     if rank() == op.get_attr("root_rank"):
         return reduced
     with tf.control_dependencies([reduced]):

@@ -31,10 +31,24 @@ def reduce_gradients(grads, keys, compression, op, gradient_predivide_factor=1.0
         postscale = gradient_predivide_factor / size()
     # sfb.Dense kernels (marked `_tfps_sfb`) arrive already averaged over workers.
     sfb = [getattr(v, "_tfps_sfb", False) for v in variables] or [False] * len(grads)
+    # Each gradient's op takes its variable (so a tf.function overlaps the communication
+    # with the rest of backward) and its index as priority: variables come in layer
+    # order, and the layers nearest the input are needed first by the next forward pass.
+    variables = list(variables) or [None] * len(grads)
     return [grad if grad is None or skip else
             allreduce(grad, device_dense=device_dense, compression=compression, op=op,
-                      prescale_factor=prescale, postscale_factor=postscale, name=key)
-            for grad, key, skip in zip(grads, keys, sfb)]
+                      prescale_factor=prescale, postscale_factor=postscale, name=key,
+                      _variable=_handle_owner(variable), _priority=index)
+            for index, (grad, key, skip, variable)
+            in enumerate(zip(grads, keys, sfb, variables))]
+
+
+def _handle_owner(variable):
+    """The variable if it exposes a resource handle (tf.Variable, keras.Variable)."""
+    try:
+        return variable if variable is not None and variable.handle is not None else None
+    except (AttributeError, ValueError, TypeError):
+        return None
 
 
 class _DistributedGradientTapeMixin:

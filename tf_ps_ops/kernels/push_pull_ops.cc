@@ -24,6 +24,7 @@ class PsCommOp : public AsyncOpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("tensor_name", &tensor_name_));
     if (tensor_name_.empty()) tensor_name_ = name();
     if (ctx->HasAttr("root_rank")) OP_REQUIRES_OK(ctx, ctx->GetAttr("root_rank", &root_rank_));
+    if (ctx->HasAttr("priority")) OP_REQUIRES_OK(ctx, ctx->GetAttr("priority", &priority_));
   }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
@@ -53,6 +54,7 @@ class PsCommOp : public AsyncOpKernel {
     request.input = input.tensor_data().data();
     request.output = const_cast<char*>(output->tensor_data().data());
     request.root_rank = root_rank_;
+    request.priority = priority_;
     request.input_holder = std::make_shared<Tensor>(input);  // shares the buffer, no copy
     request.done = [ctx, done](const Status& status) {
       ctx->SetStatus(ToTfStatus(status));
@@ -64,13 +66,17 @@ class PsCommOp : public AsyncOpKernel {
  private:
   std::string tensor_name_;
   int root_rank_ = -1;
+  int priority_ = 0;
 };
 
 REGISTER_OP("PsPushPull")
     .Input("tensor: T")
+    .Input("handles: N * resource")
     .Output("sum: T")
     .Attr(kCommTypes)
     .Attr("tensor_name: string = ''")
+    .Attr("N: int >= 0 = 0")
+    .Attr("priority: int = 0")
     .SetIsStateful()
     .SetShapeFn(tensorflow::shape_inference::UnchangedShape)
     .Doc(R"doc(
@@ -78,6 +84,10 @@ Sums `tensor` over every worker through the parameter servers.
 
 Every worker's n-th call under the same `tensor_name` is summed with the others' n-th call.
 Shapes and dtypes must agree across workers (InvalidArgument otherwise).
+handles: optional: the variable the tensor is a gradient of. In a tf.function, stateful
+  ops without a resource input run one after another in program order; with one they are
+  ordered only against that variable, so gradients communicate while backward goes on.
+priority: smaller is sent first when partitions wait for credit (layers nearer the input).
 )doc");
 
 REGISTER_OP("PsBroadcast")

@@ -21,6 +21,21 @@ const std::vector<ConfigEntry>& ConfigTable() {
       {"TFPS_SERVER_THREADS", "int", "2",
        "Summation threads per ps_server (keys are sharded over them)."},
       {"TFPS_LOG_LEVEL", "string", "info", "debug, info, warning or error."},
+      {"TFPS_CHECKPOINT_DIR", "string", "",
+       "ps_server: a directory (shared by all servers) where each summation thread writes its "
+       "part of the server's PS-mode parameters and slots, and from which a server restores "
+       "them at start. Empty: no server checkpoints. A restart needs the same number of "
+       "servers and TFPS_SERVER_THREADS (docs/ps_mode.md, Checkpoints)."},
+      {"TFPS_CHECKPOINT_EVERY", "int", "100",
+       "ps_server: a thread writes its file each time all the parameters it updated reach "
+       "the same update count, a multiple of this (in BSP: every this many steps), and at a "
+       "clean exit. 0: only at a clean exit."},
+      {"TFPS_SCHEDULING_CREDIT", "int", "0",
+       "Bytes of partitions a worker keeps in flight; the rest wait in priority order "
+       "(layers nearer the input first). 0: no limit, send everything at once."},
+      {"TFPS_TIMELINE", "string", "",
+       "Path of a Chrome-trace JSON timeline each worker writes at shutdown (%r becomes the "
+       "rank): every tensor's queued / scheduled / push_pull / written stages."},
   };
   return table;
 }
@@ -72,6 +87,12 @@ Status LoadConfig(Config* config) {
   int64_t threads = 0;
   TFPS_RETURN_IF_ERROR(ParseInt("TFPS_SERVER_THREADS", 1, 256, &threads));
   config->server_threads = static_cast<int>(threads);
+  TFPS_RETURN_IF_ERROR(
+      ParseInt("TFPS_SCHEDULING_CREDIT", 0, int64_t{1} << 40, &config->scheduling_credit));
+  config->timeline = Lookup("TFPS_TIMELINE");
+  config->checkpoint_dir = Lookup("TFPS_CHECKPOINT_DIR");
+  TFPS_RETURN_IF_ERROR(
+      ParseInt("TFPS_CHECKPOINT_EVERY", 0, int64_t{1} << 50, &config->checkpoint_every));
   config->log_level = Lookup("TFPS_LOG_LEVEL");
   LogLevel level;
   if (!ParseLogLevel(config->log_level, &level)) {

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <set>
 #include <tuple>
 #include <unordered_map>
 #include <variant>
@@ -16,6 +17,7 @@
 #include "tf_ps_ops/cc/common/logging.h"
 #include "tf_ps_ops/cc/engine/partition.h"
 #include "tf_ps_ops/cc/engine/rendezvous.h"
+#include "tf_ps_ops/cc/engine/timeline.h"
 #include "tf_ps_ops/cc/transport/zmq_util.h"
 
 namespace tfps {
@@ -47,18 +49,27 @@ class Engine::Loop {
     std::unique_ptr<Monitor> monitor;
     std::string dead;  // why it is unusable; empty while alive
   };
+  enum PartState : uint8_t { kQueued = 0, kSent = 1, kDone = 2 };
   struct Op {
     PushPullRequest request;
     uint64_t key = 0;
     uint64_t step = 0;
     std::vector<Partition> parts;
-    std::vector<bool> part_done;
+    std::vector<PartState> part_state;
     int remaining = 0;
     Clock::time_point deadline;
+    Clock::time_point started, first_sent;
   };
   using PartId = std::tuple<uint64_t, uint64_t, uint32_t>;  // key, step, partition
+  // A partition waiting for credit: ordered by priority, then by arrival.
+  using ReadyPart = std::tuple<int, uint64_t, uint32_t>;  // priority, op id, partition
 
   void StartOnLoop(PushPullRequest request);
+  void PumpOnLoop();  // sends queued partitions while the scheduling credit allows
+  Status SendPartOnLoop(uint64_t op_id, Op& op, uint32_t index);
+  uint64_t PartBytes(const Op& op, uint32_t index) const {
+    return op.parts[index].count * DTypeSize(op.request.dtype);
+  }
   void OnReplyOnLoop(int server, std::vector<zmq::message_t>& frames);
   void FinishOnLoop(uint64_t op_id, const Status& status);
   void ServerDiedOnLoop(int server, const std::string& why);
@@ -84,7 +95,10 @@ class Engine::Loop {
   std::unordered_map<std::string, uint64_t> steps_;  // per-name call count
   uint64_t next_op_id_ = 1;
   std::map<uint64_t, Op> ops_;  // by id: ids grow with time, so deadlines are in order
-  std::map<PartId, uint64_t> pending_;  // partition -> op id
+  std::map<PartId, uint64_t> pending_;  // partition sent, answer awaited -> op id
+  std::set<ReadyPart> ready_;           // partitions waiting for credit
+  uint64_t in_flight_bytes_ = 0;
+  Timeline timeline_;
 
   std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0}, messages_sent_{0}, peer_bytes_sent_{0};
 };
@@ -102,6 +116,7 @@ Status Engine::Loop::Connect(const EngineOptions& options, ClusterView* view) {
        {"peer_port", std::to_string(peer_port)}},
       config_.timeout_s, view));
   TFPS_RETURN_IF_ERROR(mesh_.Connect(view->worker_peers));
+  timeline_.Open(config_.timeline, rank_);
   if (options.num_servers > 0 && static_cast<int>(view->servers.size()) != options.num_servers) {
     return InvalidArgument("expected " + std::to_string(options.num_servers) +
                            " servers (TFPS_NUM_SERVERS/DMLC_NUM_SERVER) but the scheduler knows " +
@@ -232,6 +247,8 @@ void Engine::Loop::RunOnLoop() {
   while (!ops_.empty()) FinishOnLoop(ops_.begin()->first, aborted);
   mesh_.FailAllOnLoop(aborted);
   SayGoodbyeOnLoop();
+  Status written = timeline_.Write();
+  if (!written.ok()) TFPS_LOG(Error) << written.message();
 }
 
 void Engine::Loop::StartOnLoop(PushPullRequest request) {
@@ -241,51 +258,80 @@ void Engine::Loop::StartOnLoop(PushPullRequest request) {
   op.step = ++steps_[request.name];
   op.parts = PartitionTensor(op.key, request.count, elem, config_.partition_bytes,
                              static_cast<int>(servers_.size()));
-  op.part_done.assign(op.parts.size(), false);
+  op.part_state.assign(op.parts.size(), kQueued);
   op.remaining = static_cast<int>(op.parts.size());
+  op.started = Clock::now();
   // Servers time out first and name the missing worker; this is the backstop.
-  op.deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                   std::chrono::duration<double>(config_.timeout_s * 1.1 + 1.0));
+  op.deadline = op.started + std::chrono::duration_cast<Clock::duration>(
+                                 std::chrono::duration<double>(config_.timeout_s * 1.1 + 1.0));
   op.request = std::move(request);
   const uint64_t id = next_op_id_++;
   Op& o = ops_.emplace(id, std::move(op)).first->second;
-  const PushPullRequest& r = o.request;
-  const bool no_data = r.root_rank >= 0 && r.root_rank != rank_;
-
+  timeline_.Record(o.request.name, "queued", o.request.enqueued, o.started, 0);
   for (const Partition& p : o.parts) {
     if (!servers_[p.server].dead.empty()) {
       FinishOnLoop(id, Unavailable(Describe(p.server) + " " + servers_[p.server].dead));
       return;
     }
   }
-  for (const Partition& p : o.parts) {
-    Head head;
-    Header& h = head.header;
-    h.type = static_cast<uint16_t>(MsgType::kPushPull);
-    h.key = o.key;
-    h.partition = p.index;
-    h.num_partitions = static_cast<uint32_t>(o.parts.size());
-    h.step = o.step;
-    h.dtype = static_cast<uint8_t>(r.dtype);
-    h.flags = (no_data ? kFlagNoData : 0) | r.flags;
-    h.optimizer = static_cast<uint8_t>(r.optimizer);
-    head.params = r.params;
-    h.sender = rank_;
-    h.count = p.count;
-    h.total_count = r.count;
-    head.dims = r.dims;
-    const size_t bytes = no_data ? 0 : p.count * elem;
-    zmq::message_t payload = ZeroCopyMessage(
-        static_cast<const char*>(r.input) + p.offset * elem, bytes, r.input_holder);
-    pending_[PartId(o.key, o.step, p.index)] = id;
-    Status s = SendMessage(*servers_[p.server].socket, "", head, std::move(payload));
-    if (!s.ok()) {
-      FinishOnLoop(id, s.WithPrefix("sending to " + Describe(p.server) + ": "));
-      return;
+  for (const Partition& p : o.parts) ready_.emplace(o.request.priority, id, p.index);
+  PumpOnLoop();
+}
+
+void Engine::Loop::PumpOnLoop() {
+  const uint64_t credit = static_cast<uint64_t>(config_.scheduling_credit);
+  while (!ready_.empty()) {
+    const auto [priority, id, index] = *ready_.begin();
+    auto it = ops_.find(id);
+    if (it == ops_.end()) {  // the op failed meanwhile
+      ready_.erase(ready_.begin());
+      continue;
     }
-    bytes_sent_ += bytes;
-    ++messages_sent_;
+    const uint64_t bytes = PartBytes(it->second, index);
+    // Always let one partition fly, however large: credit bounds queuing, not progress.
+    if (credit > 0 && in_flight_bytes_ > 0 && in_flight_bytes_ + bytes > credit) return;
+    ready_.erase(ready_.begin());
+    Status s = SendPartOnLoop(id, it->second, index);
+    if (!s.ok()) FinishOnLoop(id, s);
   }
+}
+
+Status Engine::Loop::SendPartOnLoop(uint64_t op_id, Op& o, uint32_t index) {
+  const PushPullRequest& r = o.request;
+  const Partition& p = o.parts[index];
+  const size_t elem = DTypeSize(r.dtype);
+  const bool no_data = r.root_rank >= 0 && r.root_rank != rank_;
+  Head head;
+  Header& h = head.header;
+  h.type = static_cast<uint16_t>(MsgType::kPushPull);
+  h.key = o.key;
+  h.partition = p.index;
+  h.num_partitions = static_cast<uint32_t>(o.parts.size());
+  h.step = o.step;
+  h.dtype = static_cast<uint8_t>(r.dtype);
+  h.flags = (no_data ? kFlagNoData : 0) | r.flags;
+  h.optimizer = static_cast<uint8_t>(r.optimizer);
+  head.params = r.params;
+  h.sender = rank_;
+  h.count = p.count;
+  h.total_count = r.count;
+  head.dims = r.dims;
+  const size_t bytes = no_data ? 0 : p.count * elem;
+  zmq::message_t payload = ZeroCopyMessage(
+      static_cast<const char*>(r.input) + p.offset * elem, bytes, r.input_holder);
+  Status s = SendMessage(*servers_[p.server].socket, "", head, std::move(payload));
+  if (!s.ok()) return s.WithPrefix("sending to " + Describe(p.server) + ": ");
+  if (o.remaining == static_cast<int>(o.parts.size()) && o.part_state[index] == kQueued) {
+    bool first = true;
+    for (PartState st : o.part_state) first = first && st == kQueued;
+    if (first) o.first_sent = Clock::now();
+  }
+  o.part_state[index] = kSent;
+  pending_[PartId(o.key, o.step, p.index)] = op_id;
+  in_flight_bytes_ += PartBytes(o, index);
+  bytes_sent_ += bytes;
+  ++messages_sent_;
+  return Status::Ok();
 }
 
 void Engine::Loop::OnReplyOnLoop(int server, std::vector<zmq::message_t>& frames) {
@@ -311,6 +357,8 @@ void Engine::Loop::OnReplyOnLoop(int server, std::vector<zmq::message_t>& frames
   const uint64_t id = it->second;
   pending_.erase(it);
   Op& op = ops_.at(id);
+  in_flight_bytes_ -= PartBytes(op, h.partition);
+  op.part_state[h.partition] = kDone;
   if (h.type == static_cast<uint16_t>(MsgType::kError)) {
     FinishOnLoop(id, Status(static_cast<Code>(h.status), frames.size() > 1 ? frames[1].to_string() : ""));
     return;
@@ -328,20 +376,31 @@ void Engine::Loop::OnReplyOnLoop(int server, std::vector<zmq::message_t>& frames
                 p.count * elem);
   }
   bytes_received_ += p.count * elem;
-  op.part_done[h.partition] = true;
   if (--op.remaining == 0) FinishOnLoop(id, Status::Ok());
+  PumpOnLoop();
 }
 
 void Engine::Loop::FinishOnLoop(uint64_t op_id, const Status& status) {
   auto it = ops_.find(op_id);
   Op& op = it->second;
-  for (const Partition& p : op.parts) pending_.erase(PartId(op.key, op.step, p.index));
+  for (const Partition& p : op.parts) {
+    if (op.part_state[p.index] != kSent) continue;  // queued ones are skipped by PumpOnLoop
+    pending_.erase(PartId(op.key, op.step, p.index));
+    in_flight_bytes_ -= PartBytes(op, p.index);
+  }
   auto done = std::move(op.request.done);
   const std::string name = op.request.name;
   const uint64_t step = op.step;
+  const uint64_t bytes = op.request.count * DTypeSize(op.request.dtype);
+  const Clock::time_point answered = Clock::now();
+  if (status.ok()) {
+    timeline_.Record(name, "scheduled", op.started, op.first_sent, bytes);
+    timeline_.Record(name, "push_pull", op.first_sent, answered, bytes);
+  }
   ops_.erase(it);
   done(status.WithPrefix("push_pull of tensor '" + name + "' (call " + std::to_string(step) +
                          " on rank " + std::to_string(rank_) + "): "));
+  timeline_.Record(name, "written", answered, Clock::now(), bytes);
 }
 
 void Engine::Loop::ServerDiedOnLoop(int server, const std::string& why) {
@@ -352,7 +411,7 @@ void Engine::Loop::ServerDiedOnLoop(int server, const std::string& why) {
   for (const auto& kv : ops_) {
     const Op& op = kv.second;
     for (size_t i = 0; i < op.parts.size(); ++i) {
-      if (op.parts[i].server == server && !op.part_done[i]) {
+      if (op.parts[i].server == server && op.part_state[i] != kDone) {
         victims.push_back(kv.first);
         break;
       }
@@ -367,7 +426,7 @@ void Engine::Loop::CheckDeadlinesOnLoop() {
     const Op& op = ops_.begin()->second;
     std::string missing;
     for (size_t i = 0; i < op.parts.size(); ++i) {
-      if (!op.part_done[i]) {
+      if (op.part_state[i] != kDone) {
         missing += (missing.empty() ? "" : ", ") + Describe(op.parts[i].server);
         break;
       }
@@ -468,6 +527,7 @@ Status NotInitialised(const std::string& what, const std::string& name) {
 }  // namespace
 
 void Engine::Enqueue(PushPullRequest request) {
+  request.enqueued = Clock::now();
   std::shared_ptr<Loop> loop;
   {
     std::lock_guard<std::mutex> lock(loop_mu_);

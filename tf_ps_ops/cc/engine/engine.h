@@ -9,6 +9,7 @@
 #define TFPS_CC_ENGINE_ENGINE_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -43,7 +44,9 @@ struct PushPullRequest {
   int root_rank = -1;           // >= 0: broadcast, only root_rank's data is summed
   uint32_t flags = 0;           // kFlagPsInit / kFlagPsApply (PS mode), see wire/message.h
   Optimizer optimizer = Optimizer::kNone;
-  std::vector<double> params;   // optimizer hyperparameters, or slot initial values (init)
+  std::vector<double> params;   // optimizer hyperparameters, then slot initial values
+  int priority = 0;             // smaller goes first (layers nearer the input: lower)
+  std::chrono::steady_clock::time_point enqueued;  // set by Engine::Enqueue (timeline)
   std::shared_ptr<void> input_holder;  // keeps `input` alive until ZeroMQ has sent it
   std::function<void(const Status&)> done;
 };

@@ -142,6 +142,9 @@ Status DecodeHead(const void* data, size_t size, size_t payload_size, Head* head
       return InvalidArgument("a PS apply push cannot also be an init or carry no data");
     }
   }
+  if ((h.flags & kFlagPsOverwrite) != 0 && (h.flags & kFlagPsInit) == 0) {
+    return InvalidArgument("the PS overwrite flag is only valid on a PS init push");
+  }
   if ((h.flags & kFlagPsInit) != 0 && (h.optimizer != 0 || h.nparams != 0)) {
     return InvalidArgument("a PS init push carries neither optimizer nor parameters");
   }

@@ -61,7 +61,10 @@ constexpr uint32_t kFlagPsInit = 1u << 1;   // PS mode: the sum (root's data) in
                                             // every worker gets the parameter held
 constexpr uint32_t kFlagPsApply = 1u << 2;  // PS mode: payload is a gradient; the server
                                             // averages, applies `optimizer`, answers parameters
-constexpr uint32_t kKnownFlags = kFlagNoData | kFlagPsInit | kFlagPsApply;
+constexpr uint32_t kFlagPsOverwrite = 1u << 3;  // PS mode, only with kFlagPsInit: the root's
+                                                // data replaces the parameter held (a restore)
+                                                // and resets its optimizer slots
+constexpr uint32_t kKnownFlags = kFlagNoData | kFlagPsInit | kFlagPsApply | kFlagPsOverwrite;
 
 // Server-side optimizers (PS mode), with TensorFlow's ResourceApplyXXX semantics. The
 // hyperparameters travel with every push, in the order listed, so schedules keep working.

@@ -1,0 +1,109 @@
+"""sfb.convert: a copy of a Keras model whose Dense layers use SFB where chosen."""
+
+import logging
+import sys
+
+import keras
+
+from sfb import policy
+from sfb.layers import Dense
+
+MODES = ("sfb", "hybrid", "ps", "sum")
+_logger = logging.getLogger("sfb")
+
+
+def _mode_from_environment():
+    from tf_ps_ops import _config
+
+    value, source = _config.lookup("TFPS_MODE")
+    if value is None:
+        return "sfb"
+    value = value.lower()
+    if value not in MODES:
+        raise ValueError(f"{source}={value!r}: use one of {', '.join(MODES)}")
+    return value
+
+
+def _cluster(num_workers, num_servers):
+    import tf_ps_ops
+
+    if num_workers is None or num_servers is None:
+        if not tf_ps_ops.is_initialized():
+            raise ValueError("hybrid mode needs the cluster's size: call tf_ps_ops.init() "
+                             "first, or pass num_workers and num_servers")
+        num_workers = tf_ps_ops.size() if num_workers is None else num_workers
+        num_servers = tf_ps_ops.num_servers() if num_servers is None else num_servers
+    return num_workers, num_servers
+
+
+def _log_once(text):
+    import tf_ps_ops
+
+    if tf_ps_ops.is_initialized() and tf_ps_ops.rank() != 0:
+        return
+    if _logger.handlers or logging.getLogger().handlers:
+        _logger.info("%s", text)
+    else:  # logging is not configured: the table must still be seen, as TF's own logs are
+        print(text, file=sys.stderr, flush=True)
+
+
+def _choices(model, mode, batch_size, num_workers, num_servers, colocated, overrides):
+    """{layer name: 'sfb' | 'ps'} for every Dense layer; logs the table in hybrid mode."""
+    if mode in ("ps", "sum"):
+        layers = policy.dense_layers(model)
+        unknown = set(overrides or {}) - {layer.name for layer in layers}
+        if unknown:
+            raise ValueError(f"overrides name layers that are not Dense layers of the "
+                             f"model: {sorted(unknown)}")
+        return {layer.name: (overrides or {}).get(layer.name, policy.PS) for layer in layers}
+    if mode == "hybrid" and batch_size is None:
+        raise ValueError("hybrid mode needs batch_size (examples per worker and step): "
+                         "the SFB cost grows with it")
+    if mode == "hybrid":
+        num_workers, num_servers = _cluster(num_workers, num_servers)
+    else:  # every Dense layer takes SFB unless overridden: the costs are only reported
+        num_workers, num_servers = num_workers or 1, num_servers or 1
+    decisions = policy.plan(model, batch_size or 1, num_workers, num_servers, colocated,
+                            overrides, mode)
+    if mode == "hybrid":
+        _log_once(policy.format_table(decisions, num_workers, num_servers, colocated))
+    return {d.layer: d.choice for d in decisions}
+
+
+def convert(model, mode=None, batch_size=None, num_workers=None, num_servers=None,
+            colocated=True, overrides=None):
+    """Returns a copy of `model` (Sequential or functional) with its Dense layers replaced
+    by sfb.Dense where SFB is chosen, and the same weights. Compile the copy.
+
+    Args:
+      mode: 'sfb' (every Dense layer), 'hybrid' (the HybComm cost model picks per layer
+        and the decision table is logged on rank 0), or 'ps' / 'sum' (none). Defaults to
+        TFPS_MODE, else 'sfb'.
+      batch_size: examples per worker and step; needed in hybrid mode.
+      num_workers, num_servers: default to tf_ps_ops.size() and num_servers().
+      colocated: servers run on the worker machines (tfps-run's layout); False for
+        dedicated server machines.
+      overrides: {layer name: 'sfb' | 'ps'}, applied in every mode.
+    """
+    if not isinstance(model, keras.Model) or not (
+            isinstance(model, keras.Sequential) or getattr(model, "_is_graph_network", False)
+            or type(model).__name__ == "Functional"):
+        raise TypeError("sfb.convert takes a Sequential or functional Keras model; in a "
+                        "subclassed model use sfb.Dense in place of keras.layers.Dense")
+    mode = _mode_from_environment() if mode is None else mode
+    if mode not in MODES:
+        raise ValueError(f"mode={mode!r}: use one of {', '.join(MODES)}")
+    choices = _choices(model, mode, batch_size, num_workers, num_servers, colocated, overrides)
+
+    def clone(layer):
+        config = layer.get_config()
+        if isinstance(layer, keras.layers.Dense):
+            if choices.get(layer.name) == policy.SFB:
+                return Dense.from_config(config)
+            if isinstance(layer, Dense):  # an SFB layer the policy moves back to PS
+                return keras.layers.Dense.from_config(config)
+        return layer.__class__.from_config(config)
+
+    converted = keras.models.clone_model(model, clone_function=clone, recursive=True)
+    converted.set_weights(model.get_weights())
+    return converted
