@@ -59,7 +59,7 @@ void KeyStore::OnPush(const Head& head, zmq::message_t payload, std::vector<Outg
   }
   r.arrived[h.sender] = true;
   ++r.num_arrived;
-  constexpr uint32_t kModeFlags = kFlagPsInit | kFlagPsApply;
+  constexpr uint32_t kModeFlags = kFlagPsInit | kFlagPsApply | kFlagPsOverwrite;
   if (r.error.ok() && ((h.flags & kModeFlags) != (r.first.flags & kModeFlags) ||
                        h.optimizer != r.first.optimizer)) {
     r.error = InvalidArgument("workers disagree on how to update this tensor: worker " +
@@ -145,13 +145,28 @@ Status KeyStore::FinishPsRound(const RoundId& id, Round& round, zmq::message_t* 
       return InvalidArgument(std::string("PS mode holds float32 and float64 parameters, not ") +
                              DTypeName(dtype));
     }
+    if (it != params_.end() && (it->second.dtype != dtype || it->second.count != h.count)) {
+      return InvalidArgument("the server holds " + std::to_string(it->second.count) + " " +
+                             DTypeName(it->second.dtype) + " elements for this partition "
+                             "(restored from a checkpoint of another model?), the worker sent " +
+                             DescribeTensor(dtype, round.dims) + " (" + Where(id) + ")");
+    }
+    const char* data = static_cast<const char*>(round.sum.data());
     if (it == params_.end()) {  // first init wins; later ones (a restarted worker) read it
       Param p;
       p.dtype = dtype;
       p.count = h.count;
-      const char* data = static_cast<const char*>(round.sum.data());
       p.value.assign(data, data + round.sum.size());
       it = params_.emplace(pid, std::move(p)).first;
+      changed_ = true;
+    } else if ((h.flags & kFlagPsOverwrite) != 0) {
+      // A restored value: the slots belong to the trajectory it replaces, so the next
+      // update starts them afresh. The update count stays (it counts history).
+      Param& p = it->second;
+      p.value.assign(data, data + round.sum.size());
+      p.slots.clear();
+      p.optimizer = Optimizer::kNone;
+      changed_ = true;
     }
   } else {
     if (it == params_.end()) {
@@ -183,10 +198,33 @@ Status KeyStore::FinishPsRound(const RoundId& id, Round& round, zmq::message_t* 
     const std::vector<double> hyper(round.params.begin(), round.params.begin() + num_hyper);
     TFPS_RETURN_IF_ERROR(ApplyOptimizer(optimizer, hyper, dtype, p.value.data(), &p.slots,
                                         round.sum.data(), h.count, num_workers_));
+    if (p.updates > 0 && --update_counts_[p.updates] == 0) update_counts_.erase(p.updates);
+    ++update_counts_[++p.updates];
+    changed_ = true;
   }
   // A snapshot: the parameter changes again next step while replies may still be queued.
   reply->rebuild(it->second.value.data(), it->second.value.size());
   return Status::Ok();
+}
+
+void KeyStore::RestoreParams(ShardParams params) {
+  params_ = std::move(params);
+  update_counts_.clear();
+  for (const auto& entry : params_) {
+    if (entry.second.updates > 0) ++update_counts_[entry.second.updates];
+  }
+  MarkCheckpointed();
+}
+
+bool KeyStore::CheckpointDue(uint64_t every) const {
+  if (every == 0 || update_counts_.size() != 1) return false;
+  const auto& state = *update_counts_.begin();
+  return state.first % every == 0 && state != checkpointed_;
+}
+
+void KeyStore::MarkCheckpointed() {
+  changed_ = false;
+  if (update_counts_.size() == 1) checkpointed_ = *update_counts_.begin();
 }
 
 void KeyStore::Fail(Round& round, const Status& status, std::vector<Outgoing>* out) {

@@ -7,8 +7,10 @@
 // arrives while step t is still open corrupts nothing. Owned by one thread: no locks.
 //
 // PS mode uses the same rounds: an init round (root's value, kFlagPsInit) creates the
-// parameter and its optimizer slots unless it exists; an apply round (kFlagPsApply) sums
-// the gradients, applies the optimizer once, and answers the new parameter values.
+// parameter and its optimizer slots unless it exists (with kFlagPsOverwrite it replaces the
+// value and drops the slots); an apply round (kFlagPsApply) sums the gradients, applies the
+// optimizer once, and answers the new parameter values. The parameters are what a server
+// checkpoint holds (ps_server/checkpoint.h).
 #ifndef TFPS_PS_SERVER_KEY_STORE_H_
 #define TFPS_PS_SERVER_KEY_STORE_H_
 
@@ -22,6 +24,7 @@
 
 #include <zmq.hpp>
 
+#include "ps_server/checkpoint.h"
 #include "tf_ps_ops/cc/common/status.h"
 #include "tf_ps_ops/cc/wire/message.h"
 
@@ -51,16 +54,20 @@ class KeyStore {
   size_t open_rounds() const { return rounds_.size(); }
   size_t num_parameters() const { return params_.size(); }
 
+  // Checkpoints. The parameters held, with their update counts.
+  const ShardParams& params() const { return params_; }
+  // Replaces every parameter (a checkpoint read back, before serving).
+  void RestoreParams(ShardParams params);
+  // True when every parameter updated so far has the same update count, a multiple of
+  // `every` (> 0), and this state (count, number of such parameters) is not yet written.
+  bool CheckpointDue(uint64_t every) const;
+  // Anything changed since the last checkpoint (or restore)?
+  bool changed_since_checkpoint() const { return changed_; }
+  void MarkCheckpointed();
+
  private:
   using RoundId = std::tuple<uint64_t, uint32_t, uint64_t>;  // key, partition, step
-  using ParamId = std::pair<uint64_t, uint32_t>;              // key, partition
-  struct Param {
-    DType dtype = DType::kInvalid;
-    uint64_t count = 0;
-    std::vector<char> value;
-    std::vector<std::vector<char>> slots;
-    Optimizer optimizer = Optimizer::kNone;
-  };
+  using Param = ShardParam;
   struct Round {
     Header first;               // the first push's header: what every other must match
     std::vector<int64_t> dims;
@@ -87,7 +94,10 @@ class KeyStore {
   const double timeout_s_;
   std::map<RoundId, Round> rounds_;
   std::map<int, std::string> lost_;  // rank -> why
-  std::map<ParamId, Param> params_;
+  ShardParams params_;
+  std::map<uint64_t, size_t> update_counts_;     // updates -> parameters with that many (> 0)
+  std::pair<uint64_t, size_t> checkpointed_{0, 0};  // that state at the last checkpoint
+  bool changed_ = false;
 };
 
 }  // namespace tfps

@@ -3,7 +3,9 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 
 #include "tf_ps_ops/cc/common/logging.h"
 #include "tf_ps_ops/cc/transport/zmq_util.h"
@@ -44,6 +46,13 @@ Status ShardServer::Start(const std::string& scheduler_host, int scheduler_port,
     return Unavailable("server cannot bind port " + std::to_string(port) + ": " + e.what());
   }
   const int bound = BoundPort(router_);
+  // Files there now were written by an earlier job: this job's servers write none before
+  // every server has registered.
+  std::vector<std::pair<int, int>> existing;
+  if (!config_.checkpoint_dir.empty()) {
+    TFPS_RETURN_IF_ERROR(EnsureCheckpointDir(config_.checkpoint_dir));
+    TFPS_RETURN_IF_ERROR(ListCheckpoints(config_.checkpoint_dir, &existing));
+  }
   const std::string scheduler = TcpAddress(scheduler_host, scheduler_port);
   scheduler_.connect(scheduler);
   std::map<std::string, std::string> info = {{"role", "server"}, {"port", std::to_string(bound)}};
@@ -53,6 +62,7 @@ Status ShardServer::Start(const std::string& scheduler_host, int scheduler_port,
       RegisterWithScheduler(scheduler_, scheduler, info, config_.timeout_s, &view));
   server_id_ = view.server_id;
   SetLogRole("server " + std::to_string(server_id_));
+  TFPS_RETURN_IF_ERROR(RestoreCheckpoint(existing));
   TFPS_LOG(Info) << "serving on port " << bound << " with " << config_.server_threads
                  << " summation thread(s) for " << num_workers_ << " worker(s)";
   for (int i = 0; i < config_.server_threads; ++i) {
@@ -64,8 +74,53 @@ Status ShardServer::Start(const std::string& scheduler_host, int scheduler_port,
   return Status::Ok();
 }
 
+ShardInfo ShardServer::ShardInfoOf(int thread) const {
+  ShardInfo info;
+  info.server_id = server_id_;
+  info.num_servers = num_servers_;
+  info.thread = thread;
+  info.num_threads = config_.server_threads;
+  return info;
+}
+
+Status ShardServer::RestoreCheckpoint(const std::vector<std::pair<int, int>>& existing) {
+  const std::string& dir = config_.checkpoint_dir;
+  if (dir.empty()) return Status::Ok();
+  TFPS_RETURN_IF_ERROR(LoadShard(dir, existing, ShardInfoOf(-1), &restored_));
+  if (restored_.empty()) {  // a fresh start: a file per thread, so a restart finds them all
+    for (int t = 0; t < config_.server_threads; ++t) {
+      TFPS_RETURN_IF_ERROR(
+          WriteCheckpoint(dir + "/" + CheckpointFileName(server_id_, t), ShardInfoOf(t), {}));
+    }
+    TFPS_LOG(Info) << "checkpoints go to " << dir << " (TFPS_CHECKPOINT_EVERY="
+                   << config_.checkpoint_every << ")";
+    return Status::Ok();
+  }
+  size_t count = 0;
+  uint64_t low = UINT64_MAX, high = 0;
+  for (const ShardParams& shard : restored_) {
+    for (const auto& entry : shard) {
+      ++count;
+      if (entry.second.updates == 0) continue;
+      low = std::min(low, entry.second.updates);
+      high = std::max(high, entry.second.updates);
+    }
+  }
+  TFPS_LOG(Info) << "restored " << count << " parameter partition(s) from " << dir << "/"
+                 << "shard-" << server_id_ << "-*.ckpt, updated " << (high ? low : 0)
+                 << (low < high ? ".." + std::to_string(high) : "") << " time(s)";
+  if (low < high) {
+    TFPS_LOG(Warning) << "the restored parameters were updated different numbers of times ("
+                      << low << ".." << high << "): a thread's checkpoint is older than another's "
+                      << "(the server stopped between them), or some are updated less often";
+  }
+  return Status::Ok();
+}
+
 void ShardServer::SummationLoop(int index) {
   KeyStore store(num_workers_, server_id_, config_.timeout_s);
+  if (!restored_.empty()) store.RestoreParams(std::move(restored_[index]));
+  const bool checkpoints = !config_.checkpoint_dir.empty();
   Inbox& inbox = *inboxes_[index];
   std::vector<Outgoing> replies;
   while (!stopping_) {
@@ -85,7 +140,28 @@ void ShardServer::SummationLoop(int index) {
     }
     store.OnTick(KeyStore::Clock::now(), &replies);
     PostReplies(&replies);
+    if (checkpoints && store.CheckpointDue(config_.checkpoint_every)) {
+      CheckpointOnSummationThread(index, store);
+    }
   }
+  if (checkpoints && final_checkpoint_ && store.changed_since_checkpoint()) {
+    CheckpointOnSummationThread(index, store);
+  }
+}
+
+void ShardServer::CheckpointOnSummationThread(int index, KeyStore& store) {
+  const auto start = KeyStore::Clock::now();
+  const std::string path = config_.checkpoint_dir + "/" + CheckpointFileName(server_id_, index);
+  Status s = WriteCheckpoint(path, ShardInfoOf(index), store.params());
+  store.MarkCheckpointed();  // a failed write is retried at the next due state, not at once
+  if (!s.ok()) {
+    TFPS_LOG(Error) << s.message() << " (serving goes on; the previous checkpoint stays)";
+    return;
+  }
+  TFPS_LOG(Debug) << "wrote " << path << " (" << store.num_parameters()
+                  << " parameter partitions) in "
+                  << std::chrono::duration<double>(KeyStore::Clock::now() - start).count()
+                  << " s";
 }
 
 void ShardServer::PostReplies(std::vector<Outgoing>* replies) {
@@ -132,6 +208,9 @@ int ShardServer::Run(const std::atomic<bool>& stop) {
     for (int s : worker_state_) finished += (s == kDone || s == kGone) ? 1 : 0;
     if (finished == num_workers_) break;
   }
+  // Every worker said goodbye: a consistent end state, worth a last checkpoint.
+  final_checkpoint_ = !stop && std::none_of(worker_state_.begin(), worker_state_.end(),
+                                            [](int s) { return s == kGone; });
   // Let summation threads post their last replies, then flush them.
   stopping_ = true;
   for (auto& inbox : inboxes_) inbox->cv.notify_all();

@@ -16,10 +16,12 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <zmq.hpp>
 
+#include "ps_server/checkpoint.h"
 #include "ps_server/key_store.h"
 #include "tf_ps_ops/cc/common/config.h"
 #include "tf_ps_ops/cc/common/status.h"
@@ -52,7 +54,13 @@ class ShardServer {
     std::deque<Work> queue;
   };
 
+  // Reads this server's checkpoint files (TFPS_CHECKPOINT_DIR) into restored_, or writes
+  // empty ones on a fresh start. `existing`: the files there before this job registered.
+  Status RestoreCheckpoint(const std::vector<std::pair<int, int>>& existing);
+  ShardInfo ShardInfoOf(int thread) const;
   void SummationLoop(int index);
+  // Writes thread `index`'s file (TFPS_CHECKPOINT_DIR); a failure is logged, not fatal.
+  void CheckpointOnSummationThread(int index, KeyStore& store);
   void PostReplies(std::vector<Outgoing>* replies);
   void OnMessageOnIoThread(std::vector<zmq::message_t>& frames);
   void OnWorkerGoneOnIoThread(int rank, const std::string& why);
@@ -67,6 +75,8 @@ class ShardServer {
   zmq::socket_t router_;
   zmq::socket_t scheduler_;
   std::vector<std::unique_ptr<Inbox>> inboxes_;
+  std::vector<ShardParams> restored_;  // per thread, read in Start(); empty: nothing restored
+  std::atomic<bool> final_checkpoint_{false};  // every worker said goodbye: keep the end state
   std::vector<std::thread> threads_;
   std::atomic<bool> stopping_{false};
   std::mutex outbox_mu_;
