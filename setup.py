@@ -8,7 +8,7 @@ compiled from the same sources as Bazel's BUILD by tools/native_build.py.
 import os
 import sys
 
-from setuptools import Command, find_packages, setup
+from setuptools import Command, Distribution, find_packages, setup
 from setuptools.command.build_py import build_py
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "tools"))
@@ -29,6 +29,13 @@ class BuildTfps(Command):
         native_build.build(jobs=self.jobs)
 
 
+class BinaryDistribution(Distribution):
+    """The wheel carries compiled code: tag it for this platform, not py3-none-any."""
+
+    def has_ext_modules(self):
+        return True
+
+
 class BuildPyWithNative(build_py):
     """Builds the native artifacts before the package files are collected."""
 
@@ -45,7 +52,9 @@ setup(
     package_data={"tf_ps_ops": ["_tf_ps_ops.so", "_core*.so", "bin/ps_server"]},
     python_requires=">=3.9",
     install_requires=["tensorflow==2.21.*", "numpy", "pyzmq", "absl-py", "pybind11"],
-    entry_points={"console_scripts": ["tfps-run = tf_ps_ops.run:main"]},
+    entry_points={"console_scripts": ["tfps-run = tf_ps_ops.run:main",
+                                      "ps_server = tf_ps_ops.server_main:main"]},
+    distclass=BinaryDistribution,
     cmdclass={"build_tfps": BuildTfps, "build_py": BuildPyWithNative},
     zip_safe=False,
 )
