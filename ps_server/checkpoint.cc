@@ -234,7 +234,8 @@ bool ParseFileName(const std::string& name, int* server, int* thread) {
       name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
     return false;
   }
-  const std::string middle = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+  const std::string middle =
+      name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
   const size_t dash = middle.find('-');
   if (dash == std::string::npos || dash == 0 || dash + 1 == middle.size() ||
       middle.size() > 20) {
@@ -330,7 +331,9 @@ Status WriteCheckpoint(const std::string& path, const ShardInfo& info, const Sha
 
 Status ReadCheckpoint(const std::string& path, ShardInfo* info, ShardParams* params) {
   std::FILE* file = std::fopen(path.c_str(), "rbe");
-  if (file == nullptr) return FailedPrecondition("cannot open checkpoint file " + path + ": " + Errno());
+  if (file == nullptr) {
+    return FailedPrecondition("cannot open checkpoint file " + path + ": " + Errno());
+  }
   struct stat st;
   Status s = fstat(fileno(file), &st) == 0
                  ? ReadOpenFile(file, static_cast<uint64_t>(st.st_size), path, info, params)

@@ -158,7 +158,6 @@ Status KeyStore::FinishPsRound(const RoundId& id, Round& round, zmq::message_t* 
       p.count = h.count;
       p.value.assign(data, data + round.sum.size());
       it = params_.emplace(pid, std::move(p)).first;
-      changed_ = true;
     } else if ((h.flags & kFlagPsOverwrite) != 0) {
       // A restored value: the slots belong to the trajectory it replaces, so the next
       // update starts them afresh. The update count stays (it counts history).
@@ -166,7 +165,6 @@ Status KeyStore::FinishPsRound(const RoundId& id, Round& round, zmq::message_t* 
       p.value.assign(data, data + round.sum.size());
       p.slots.clear();
       p.optimizer = Optimizer::kNone;
-      changed_ = true;
     }
   } else {
     if (it == params_.end()) {
@@ -200,7 +198,6 @@ Status KeyStore::FinishPsRound(const RoundId& id, Round& round, zmq::message_t* 
                                         round.sum.data(), h.count, num_workers_));
     if (p.updates > 0 && --update_counts_[p.updates] == 0) update_counts_.erase(p.updates);
     ++update_counts_[++p.updates];
-    changed_ = true;
   }
   // A snapshot: the parameter changes again next step while replies may still be queued.
   reply->rebuild(it->second.value.data(), it->second.value.size());
@@ -218,12 +215,11 @@ void KeyStore::RestoreParams(ShardParams params) {
 
 bool KeyStore::CheckpointDue(uint64_t every) const {
   if (every == 0 || update_counts_.size() != 1) return false;
-  const auto& state = *update_counts_.begin();
+  const std::pair<uint64_t, size_t> state = *update_counts_.begin();
   return state.first % every == 0 && state != checkpointed_;
 }
 
 void KeyStore::MarkCheckpointed() {
-  changed_ = false;
   if (update_counts_.size() == 1) checkpointed_ = *update_counts_.begin();
 }
 

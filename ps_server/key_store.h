@@ -61,8 +61,6 @@ class KeyStore {
   // True when every parameter updated so far has the same update count, a multiple of
   // `every` (> 0), and this state (count, number of such parameters) is not yet written.
   bool CheckpointDue(uint64_t every) const;
-  // Anything changed since the last checkpoint (or restore)?
-  bool changed_since_checkpoint() const { return changed_; }
   void MarkCheckpointed();
 
  private:
@@ -97,7 +95,6 @@ class KeyStore {
   ShardParams params_;
   std::map<uint64_t, size_t> update_counts_;     // updates -> parameters with that many (> 0)
   std::pair<uint64_t, size_t> checkpointed_{0, 0};  // that state at the last checkpoint
-  bool changed_ = false;
 };
 
 }  // namespace tfps

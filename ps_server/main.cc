@@ -24,6 +24,7 @@ const char kUsage[] =
     "  ps_server --role scheduler --port P [--port-file F] --num-workers N --num-servers M\n"
     "  ps_server --role server --scheduler HOST:PORT [--port P] [--host H]\n"
     "            --num-workers N --num-servers M [--threads T]\n"
+    "            [--checkpoint-dir D] [--checkpoint-every N]\n"
     "Unset flags come from DMLC_ROLE, DMLC_PS_ROOT_URI, DMLC_PS_ROOT_PORT, DMLC_NUM_WORKER,\n"
     "DMLC_NUM_SERVER, DMLC_NODE_HOST and TFPS_SERVER_THREADS (see docs/env.md).\n";
 
@@ -75,12 +76,20 @@ int main(int argc, char** argv) {
   };
   for (const auto& kv : flags) {
     static const char* known[] = {"role", "port", "port-file", "scheduler", "host",
-                                  "num-workers", "num-servers", "threads"};
+                                  "num-workers", "num-servers", "threads", "checkpoint-dir",
+                                  "checkpoint-every"};
     bool ok = false;
     for (const char* k : known) ok = ok || kv.first == k;
     if (!ok) return Fail("unknown flag --" + kv.first);
   }
+  // Flags that are also environment variables: the config table parses and checks both.
   if (flags.count("threads")) setenv("TFPS_SERVER_THREADS", flags["threads"].c_str(), 1);
+  if (flags.count("checkpoint-dir")) {
+    setenv("TFPS_CHECKPOINT_DIR", flags["checkpoint-dir"].c_str(), 1);
+  }
+  if (flags.count("checkpoint-every")) {
+    setenv("TFPS_CHECKPOINT_EVERY", flags["checkpoint-every"].c_str(), 1);
+  }
 
   tfps::Config config;
   tfps::Status s = tfps::LoadConfig(&config);

@@ -144,9 +144,6 @@ void ShardServer::SummationLoop(int index) {
       CheckpointOnSummationThread(index, store);
     }
   }
-  if (checkpoints && final_checkpoint_ && store.changed_since_checkpoint()) {
-    CheckpointOnSummationThread(index, store);
-  }
 }
 
 void ShardServer::CheckpointOnSummationThread(int index, KeyStore& store) {
@@ -208,9 +205,6 @@ int ShardServer::Run(const std::atomic<bool>& stop) {
     for (int s : worker_state_) finished += (s == kDone || s == kGone) ? 1 : 0;
     if (finished == num_workers_) break;
   }
-  // Every worker said goodbye: a consistent end state, worth a last checkpoint.
-  final_checkpoint_ = !stop && std::none_of(worker_state_.begin(), worker_state_.end(),
-                                            [](int s) { return s == kGone; });
   // Let summation threads post their last replies, then flush them.
   stopping_ = true;
   for (auto& inbox : inboxes_) inbox->cv.notify_all();

@@ -76,7 +76,6 @@ class ShardServer {
   zmq::socket_t scheduler_;
   std::vector<std::unique_ptr<Inbox>> inboxes_;
   std::vector<ShardParams> restored_;  // per thread, read in Start(); empty: nothing restored
-  std::atomic<bool> final_checkpoint_{false};  // every worker said goodbye: keep the end state
   std::vector<std::thread> threads_;
   std::atomic<bool> stopping_{false};
   std::mutex outbox_mu_;

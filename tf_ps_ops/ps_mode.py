@@ -156,6 +156,40 @@ def initialize_variables(variables, names=None):
     return tf.group(*created, name="ps_initialize_variables")
 
 
+def _is_keras_variable(variable):
+    keras = sys.modules.get("keras")
+    return keras is not None and isinstance(variable, keras.Variable)
+
+
+def push_variables(variables, names=None):
+    """Overwrites the servers' parameters with rank 0's values of `variables`: a restore.
+
+    After `model.load_weights(...)` / `tf.train.Checkpoint.restore(...)` in PS mode the
+    servers still hold the values of the step before; every worker calls this (it is a
+    collective, like a training step) so that the next step continues from the restored
+    values on every replica. Rank 0's values replace the servers' and every rank adopts
+    them. The servers reset the optimizer slots (momentum, Adam's m and v, ...) of these
+    parameters: the next update creates them afresh, as a new optimizer would; the slots
+    the servers held belong to the trajectory being replaced. Keys: Keras 3 variables use
+    `"ps:" + variable.path` (as `tf_ps_ops.optimizers` do), others `key_for` (as the
+    rewritten update ops do); `names` overrides them. Eager: runs now; graph: returns the op.
+    """
+    library = _ops()
+    created = []
+    for i, variable in enumerate(variables):
+        if _is_keras_variable(variable):
+            handle, name = variable.value.handle, "ps:" + variable.path
+        else:
+            handle = getattr(variable, "handle", variable)
+            name = key_for(handle)
+        if names is not None:
+            name = names[i]
+        created.append(library.ps_init_variable(handle, tensor_name=name, overwrite=True))
+    if tf.executing_eagerly():
+        return None
+    return tf.group(*created, name="ps_push_variables")
+
+
 def enable_graph_rewrite():
     """Swaps TF's dense update ops for PS-mode ops from now on (see the module doc)."""
     library = _ops()

@@ -77,11 +77,12 @@ void Store(Var* var, const Tensor& fresh) {
   var->is_initialized = true;
 }
 
-// Sends rank 0's `value` of the variable to the servers (unless they hold it already) and
-// writes the servers' value into `var`, then calls `then`. On failure the name is
-// forgotten, so a retry initialises again. Keeps `var` referenced; `then` owns it after.
+// Sends rank 0's `value` of the variable to the servers (unless they hold it already, or
+// with `overwrite` always: a restore) and writes the servers' value into `var`, then calls
+// `then`. On failure the name is forgotten, so a retry initialises again. Keeps `var`
+// referenced; `then` owns it after.
 void InitVariable(OpKernelContext* ctx, Var* var, const std::string& name, const Tensor& value,
-                  std::function<void(const Status&)> then) {
+                  std::function<void(const Status&)> then, bool overwrite = false) {
   auto fresh = std::make_shared<Tensor>();
   if (!ctx->allocate_temp(value.dtype(), value.shape(), fresh.get()).ok()) {
     then(Internal("cannot allocate a buffer for the parameter '" + name + "'"));
@@ -90,7 +91,7 @@ void InitVariable(OpKernelContext* ctx, Var* var, const std::string& name, const
   PushPullRequest request;
   FillRequest(name, value, fresh.get(), &request);
   request.root_rank = 0;
-  request.flags = kFlagPsInit;
+  request.flags = kFlagPsInit | (overwrite ? kFlagPsOverwrite : 0);
   request.done = [var, name, fresh, then](const Status& s) {
     if (s.ok()) {
       Store(var, *fresh);
@@ -223,11 +224,13 @@ class PsApplyOp : public AsyncOpKernel {
   bool update_slots_ = true;
 };
 
-// PsInitVariable: the initialisation alone, for before the first forward pass.
+// PsInitVariable: the initialisation alone, for before the first forward pass; with
+// `overwrite`, rank 0's value replaces the servers' (ps_mode.push_variables, after a restore).
 class PsInitVariableOp : public AsyncOpKernel {
  public:
   explicit PsInitVariableOp(OpKernelConstruction* ctx) : AsyncOpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("tensor_name", &tensor_name_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("overwrite", &overwrite_));
   }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
@@ -257,11 +260,12 @@ class PsInitVariableOp : public AsyncOpKernel {
       raw_var->Unref();
       ctx->SetStatus(ToTfStatus(s));
       done();
-    });
+    }, overwrite_);
   }
 
  private:
   std::string tensor_name_;
+  bool overwrite_ = false;
 };
 
 REGISTER_KERNEL_BUILDER(Name("PsInitVariable").Device(tensorflow::DEVICE_CPU), PsInitVariableOp);
@@ -322,9 +326,12 @@ static absl::Status NoOutputs(tensorflow::shape_inference::InferenceContext*) {
 REGISTER_OP("PsInitVariable")
     .Input("var: resource")
     .Attr("tensor_name: string = ''")
+    .Attr("overwrite: bool = false")
     .SetIsStateful()
     .SetShapeFn(NoOutputs)
-    .Doc("PS mode: rank 0's value of `var` goes to the servers; every rank adopts it.");
+    .Doc("PS mode: rank 0's value of `var` goes to the servers unless they hold the "
+         "parameter (or, with overwrite, replacing it and resetting its slots); every rank "
+         "adopts the servers' value.");
 
 TFPS_PS_OP("PsApplyGradientDescent")
     .Input("var: resource").Input("alpha: T").Input("delta: T")

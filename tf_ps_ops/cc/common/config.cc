@@ -27,9 +27,9 @@ const std::vector<ConfigEntry>& ConfigTable() {
        "them at start. Empty: no server checkpoints. A restart needs the same number of "
        "servers and TFPS_SERVER_THREADS (docs/ps_mode.md, Checkpoints)."},
       {"TFPS_CHECKPOINT_EVERY", "int", "100",
-       "ps_server: a thread writes its file each time all the parameters it updated reach "
-       "the same update count, a multiple of this (in BSP: every this many steps), and at a "
-       "clean exit. 0: only at a clean exit."},
+       "ps_server: a summation thread writes its file each time all the parameters it has "
+       "updated reach the same update count, a multiple of this (in BSP: every this many "
+       "steps). 0: never (the directory is only restored from)."},
       {"TFPS_SCHEDULING_CREDIT", "int", "0",
        "Bytes of partitions a worker keeps in flight; the rest wait in priority order "
        "(layers nearer the input first). 0: no limit, send everything at once."},

@@ -352,8 +352,6 @@ PYBIND11_MODULE(_core, m) {
       .def("checkpoint_due", [](KeyStoreDriver& d, uint64_t every) {
         return d.store().CheckpointDue(every);
       })
-      .def("changed_since_checkpoint",
-           [](KeyStoreDriver& d) { return d.store().changed_since_checkpoint(); })
       .def("mark_checkpointed", [](KeyStoreDriver& d) { d.store().MarkCheckpointed(); });
 
   m.def("config_table", [] {
