@@ -1,5 +1,6 @@
 #include "ps_server/key_store.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "ps_server/optimizers.h"
@@ -59,7 +60,8 @@ void KeyStore::OnPush(const Head& head, zmq::message_t payload, std::vector<Outg
   }
   r.arrived[h.sender] = true;
   ++r.num_arrived;
-  constexpr uint32_t kModeFlags = kFlagPsInit | kFlagPsApply | kFlagPsOverwrite;
+  constexpr uint32_t kModeFlags = kFlagPsInit | kFlagPsApply | kFlagPsOverwrite | kFlagSparse;
+  const bool sparse = (h.flags & kFlagSparse) != 0;  // row counts differ between workers
   if (r.error.ok() && ((h.flags & kModeFlags) != (r.first.flags & kModeFlags) ||
                        h.optimizer != r.first.optimizer)) {
     r.error = InvalidArgument("workers disagree on how to update this tensor: worker " +
@@ -70,7 +72,7 @@ void KeyStore::OnPush(const Head& head, zmq::message_t payload, std::vector<Outg
                               Where(id) + ")");
   }
   if (r.error.ok() && (h.dtype != r.first.dtype || head.dims != r.dims ||
-                       h.count != r.first.count || h.num_partitions != r.first.num_partitions)) {
+                       (!sparse && h.count != r.first.count) || h.num_partitions != r.first.num_partitions)) {
     r.error = InvalidArgument(
         "shape or dtype differs between workers: worker " + std::to_string(r.first_sender) +
         " sent " + DescribeTensor(static_cast<DType>(r.first.dtype), r.dims) + ", worker " +
@@ -79,6 +81,9 @@ void KeyStore::OnPush(const Head& head, zmq::message_t payload, std::vector<Outg
   }
   if (!r.error.ok()) {
     Fail(r, r.error, out);
+  } else if (sparse) {
+    r.rows.resize(num_workers_);
+    r.rows[h.sender] = std::move(payload);  // summed at the end, in rank order
   } else if ((h.flags & kFlagNoData) == 0) {
     if (!r.has_data) {
       r.sum = std::move(payload);  // the first data push is the accumulator: no copy
@@ -94,12 +99,27 @@ void KeyStore::OnPush(const Head& head, zmq::message_t payload, std::vector<Outg
 }
 
 void KeyStore::Answer(const RoundId& id, Round& round, std::vector<Outgoing>* out) {
+  Head head;
+  const bool sparse = (round.first.flags & kFlagSparse) != 0;
+  if (sparse) {
+    zmq::message_t reply;
+    uint64_t rows = 0;
+    Status s = FinishSparseRound(id, round, &reply, &rows);
+    if (!s.ok()) {
+      round.answered.assign(num_workers_, false);
+      Fail(round, s, out);
+      return;
+    }
+    round.sum = std::move(reply);
+    head.header.count = rows;
+    head.dims = round.dims;  // the worker checks the rows against the shape
+  }
   const size_t bytes = round.first.count * DTypeSize(static_cast<DType>(round.first.dtype));
-  if (!round.has_data) {  // nobody contributed (cannot happen for a valid broadcast)
+  if (!sparse && !round.has_data) {  // nobody contributed (cannot happen for a valid broadcast)
     round.sum.rebuild(bytes);
     std::memset(round.sum.data(), 0, bytes);
   }
-  if ((round.first.flags & (kFlagPsInit | kFlagPsApply)) != 0) {
+  if (!sparse && (round.first.flags & (kFlagPsInit | kFlagPsApply)) != 0) {
     zmq::message_t reply;
     Status s = FinishPsRound(id, round, &reply);
     if (!s.ok()) {
@@ -109,10 +129,12 @@ void KeyStore::Answer(const RoundId& id, Round& round, std::vector<Outgoing>* ou
     }
     round.sum = std::move(reply);
   }
-  Head head;
+  const uint64_t count = sparse ? head.header.count : round.first.count;
   head.header = round.first;
   head.header.type = static_cast<uint16_t>(MsgType::kPushPullReply);
-  head.header.flags = 0;
+  head.header.flags = sparse ? kFlagSparse : 0;
+  head.header.count = count;
+  head.header.optimizer = 0;
   head.header.sender = server_id_;
   const std::string encoded = EncodeHead(head);
   for (int rank = 0; rank < num_workers_; ++rank) {
@@ -167,40 +189,121 @@ Status KeyStore::FinishPsRound(const RoundId& id, Round& round, zmq::message_t* 
       p.optimizer = Optimizer::kNone;
     }
   } else {
-    if (it == params_.end()) {
-      return FailedPrecondition("the parameter was never initialised on this server (" +
-                                Where(id) + "): the first PS update of a variable must be "
-                                "preceded by its init push");
-    }
-    Param& p = it->second;
-    if (p.dtype != dtype || p.count != h.count) {
+    Param* p = nullptr;
+    TFPS_RETURN_IF_ERROR(ParamToUpdate(id, round, &p));
+    if (p->count != h.count) {
       return InvalidArgument("the gradient " + DescribeTensor(dtype, round.dims) +
-                             " does not match the parameter held (" + DTypeName(p.dtype) + ", " +
-                             std::to_string(p.count) + " elements in this partition; " +
+                             " does not match the parameter held (" + DTypeName(p->dtype) + ", " +
+                             std::to_string(p->count) + " elements in this partition; " +
                              Where(id) + ")");
     }
     const auto optimizer = static_cast<Optimizer>(h.optimizer);
-    const size_t num_hyper = static_cast<size_t>(OptimizerParamCount(optimizer));
-    if (p.optimizer == Optimizer::kNone) {
-      // First update: create the slots from the initial values after the hyperparameters
-      // (e.g. Adagrad's 0.1, v1 RMSProp's 1.0).
-      for (size_t k = num_hyper; k < round.params.size(); ++k) {
-        p.slots.push_back(FilledBuffer(dtype, p.count, round.params[k]));
-      }
-      p.optimizer = optimizer;
-    } else if (p.optimizer != optimizer) {
-      return InvalidArgument(std::string("this parameter is updated with ") +
-                             OptimizerName(p.optimizer) + "; a " + OptimizerName(optimizer) +
-                             " update cannot use its slots (" + Where(id) + ")");
-    }
-    const std::vector<double> hyper(round.params.begin(), round.params.begin() + num_hyper);
-    TFPS_RETURN_IF_ERROR(ApplyOptimizer(optimizer, hyper, dtype, p.value.data(), &p.slots,
+    const std::vector<double> hyper(round.params.begin(),
+                                    round.params.begin() + OptimizerParamCount(optimizer));
+    TFPS_RETURN_IF_ERROR(ApplyOptimizer(optimizer, hyper, dtype, p->value.data(), &p->slots,
                                         round.sum.data(), h.count, num_workers_));
-    if (p.updates > 0 && --update_counts_[p.updates] == 0) update_counts_.erase(p.updates);
-    ++update_counts_[++p.updates];
+    CountUpdate(*p);
   }
   // A snapshot: the parameter changes again next step while replies may still be queued.
   reply->rebuild(it->second.value.data(), it->second.value.size());
+  return Status::Ok();
+}
+
+Status KeyStore::ParamToUpdate(const RoundId& id, const Round& round, Param** param) {
+  const Header& h = round.first;
+  const DType dtype = static_cast<DType>(h.dtype);
+  auto it = params_.find(ParamId(std::get<0>(id), std::get<1>(id)));
+  if (it == params_.end()) {
+    return FailedPrecondition("the parameter was never initialised on this server (" +
+                              Where(id) + "): the first PS update of a variable must be "
+                              "preceded by its init push");
+  }
+  Param& p = it->second;
+  if (p.dtype != dtype) {
+    return InvalidArgument("the gradient " + DescribeTensor(dtype, round.dims) +
+                           " does not match the parameter held (" + DTypeName(p.dtype) + "; " +
+                           Where(id) + ")");
+  }
+  const auto optimizer = static_cast<Optimizer>(h.optimizer);
+  if (p.optimizer == Optimizer::kNone) {
+    // First update: create the slots from the initial values after the hyperparameters
+    // (e.g. Adagrad's 0.1, v1 RMSProp's 1.0).
+    for (size_t k = OptimizerParamCount(optimizer); k < round.params.size(); ++k) {
+      p.slots.push_back(FilledBuffer(dtype, p.count, round.params[k]));
+    }
+    p.optimizer = optimizer;
+  } else if (p.optimizer != optimizer) {
+    return InvalidArgument(std::string("this parameter is updated with ") +
+                           OptimizerName(p.optimizer) + "; a " + OptimizerName(optimizer) +
+                           " update cannot use its slots (" + Where(id) + ")");
+  }
+  *param = &p;
+  return Status::Ok();
+}
+
+void KeyStore::CountUpdate(Param& p) {
+  if (p.updates > 0 && --update_counts_[p.updates] == 0) update_counts_.erase(p.updates);
+  ++update_counts_[++p.updates];
+}
+
+// Sums the workers' rows per row id (workers in rank order, so every run sums alike),
+// updates those rows only and answers [ids][new values] of the union of rows touched.
+Status KeyStore::FinishSparseRound(const RoundId& id, Round& round, zmq::message_t* reply,
+                                   uint64_t* num_rows) {
+  const Header& h = round.first;
+  const DType dtype = static_cast<DType>(h.dtype);
+  const size_t elem = DTypeSize(dtype);
+  Param* p = nullptr;
+  TFPS_RETURN_IF_ERROR(ParamToUpdate(id, round, &p));
+  const uint64_t row = RowElements(round.dims);
+  if (row == 0 || p->count % row != 0) {
+    return InvalidArgument("the parameter held (" + std::to_string(p->count) +
+                           " elements in this partition) is not whole rows of " +
+                           DescribeTensor(dtype, round.dims) + " (" + Where(id) + ")");
+  }
+  const uint64_t rows_here = p->count / row;
+  const size_t row_bytes = row * elem;
+  std::vector<int64_t> ids;
+  for (const zmq::message_t& push : round.rows) {
+    const uint64_t n = push.size() / (sizeof(int64_t) + row_bytes);
+    const auto* pushed = static_cast<const int64_t*>(push.data());
+    for (uint64_t i = 0; i < n; ++i) {
+      if (pushed[i] < 0 || static_cast<uint64_t>(pushed[i]) >= rows_here ||
+          (i > 0 && pushed[i] <= pushed[i - 1])) {
+        return InvalidArgument("sparse row id " + std::to_string(pushed[i]) +
+                               " is out of order or outside the " + std::to_string(rows_here) +
+                               " rows of this partition (" + Where(id) + ")");
+      }
+    }
+    ids.insert(ids.end(), pushed, pushed + n);
+  }
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  std::vector<char> sums(ids.size() * row_bytes, 0);  // zero bits: 0.0 in float and double
+  for (const zmq::message_t& push : round.rows) {
+    const uint64_t n = push.size() / (sizeof(int64_t) + row_bytes);
+    const auto* pushed = static_cast<const int64_t*>(push.data());
+    const char* values = reinterpret_cast<const char*>(pushed + n);
+    for (uint64_t i = 0; i < n; ++i) {
+      const size_t at = std::lower_bound(ids.begin(), ids.end(), pushed[i]) - ids.begin();
+      SumInto(dtype, sums.data() + at * row_bytes, values + i * row_bytes, row);
+    }
+  }
+  const auto optimizer = static_cast<Optimizer>(h.optimizer);
+  const std::vector<double> hyper(round.params.begin(),
+                                  round.params.begin() + OptimizerParamCount(optimizer));
+  TFPS_RETURN_IF_ERROR(ApplyOptimizerRows(optimizer, hyper, dtype, p->value.data(), &p->slots,
+                                          sums.data(), ids.data(), ids.size(), row,
+                                          num_workers_));
+  CountUpdate(*p);
+  reply->rebuild(ids.size() * (sizeof(int64_t) + row_bytes));
+  auto* out_ids = static_cast<int64_t*>(reply->data());
+  std::copy(ids.begin(), ids.end(), out_ids);
+  char* out_rows = reinterpret_cast<char*>(out_ids + ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    std::memcpy(out_rows + i * row_bytes, p->value.data() + ids[i] * row_bytes, row_bytes);
+  }
+  *num_rows = ids.size();
   return Status::Ok();
 }
 

@@ -9,7 +9,9 @@
 // PS mode uses the same rounds: an init round (root's value, kFlagPsInit) creates the
 // parameter and its optimizer slots unless it exists (with kFlagPsOverwrite it replaces the
 // value and drops the slots); an apply round (kFlagPsApply) sums the gradients, applies the
-// optimizer once, and answers the new parameter values. The parameters are what a server
+// optimizer once, and answers the new parameter values. A sparse apply round (kFlagSparse)
+// keeps each worker's rows, sums them per row id in rank order, updates those rows only and
+// answers them (the union of the rows touched). The parameters are what a server
 // checkpoint holds (ps_server/checkpoint.h).
 #ifndef TFPS_PS_SERVER_KEY_STORE_H_
 #define TFPS_PS_SERVER_KEY_STORE_H_
@@ -76,6 +78,7 @@ class KeyStore {
     int num_arrived = 0;
     zmq::message_t sum;
     bool has_data = false;
+    std::vector<zmq::message_t> rows;  // sparse: each worker's [ids][rows], by rank
     Status error;
     Clock::time_point started;
   };
@@ -83,6 +86,12 @@ class KeyStore {
   void Answer(const RoundId& id, Round& round, std::vector<Outgoing>* out);
   // Completes a PS-mode round: initialises or updates the parameter; the reply payload.
   Status FinishPsRound(const RoundId& id, Round& round, zmq::message_t* reply);
+  // Completes a sparse apply round; the reply payload holds `*num_rows` rows.
+  Status FinishSparseRound(const RoundId& id, Round& round, zmq::message_t* reply,
+                           uint64_t* num_rows);
+  // The parameter an apply round updates, its slots created at its first update.
+  Status ParamToUpdate(const RoundId& id, const Round& round, Param** param);
+  void CountUpdate(Param& param);
   void Fail(Round& round, const Status& status, std::vector<Outgoing>* out);
   std::string Where(const RoundId& id) const;
   Outgoing ErrorReply(const Header& about, int rank, const Status& status) const;

@@ -10,7 +10,7 @@ namespace {
 // The formulas follow tensorflow/core/kernels/training_ops.cc (CPU functors), with the
 // gradient g = sum / num_workers computed on the fly.
 template <typename T>
-void Apply(Optimizer opt, const std::vector<double>& p, T* var, std::vector<T*> s,
+void Apply(Optimizer opt, const std::vector<double>& p, T* var, const std::vector<T*>& s,
            const T* sum, uint64_t n, int num_workers) {
   const T inv = T(1) / static_cast<T>(num_workers);
   const T lr = static_cast<T>(p[0]);
@@ -122,17 +122,54 @@ std::vector<T*> SlotPointers(std::vector<std::vector<char>>* slots) {
   return out;
 }
 
+// Apply() on rows: the loops take pointers, so each row is a dense update of row_elems
+// elements at its offset in the parameter and the slots.
+template <typename T>
+void ApplyRows(Optimizer opt, const std::vector<double>& p, T* var,
+               std::vector<std::vector<char>>* slots, const T* sums, const int64_t* rows,
+               uint64_t num_rows, uint64_t row_elems, int num_workers) {
+  const std::vector<T*> base = SlotPointers<T>(slots);
+  std::vector<T*> shifted(base.size());
+  for (uint64_t i = 0; i < num_rows; ++i) {
+    const uint64_t offset = static_cast<uint64_t>(rows[i]) * row_elems;
+    for (size_t k = 0; k < base.size(); ++k) shifted[k] = base[k] + offset;
+    Apply<T>(opt, p, var + offset, shifted, sums + i * row_elems, row_elems, num_workers);
+  }
+}
+
+Status CheckSlots(Optimizer optimizer, const std::vector<std::vector<char>>& slots) {
+  if (static_cast<int>(slots.size()) == OptimizerSlotCount(optimizer)) return Status::Ok();
+  return InvalidArgument(std::string(OptimizerName(optimizer)) + " needs " +
+                         std::to_string(OptimizerSlotCount(optimizer)) +
+                         " slots but the parameter was initialised with " +
+                         std::to_string(slots.size()) + " (another optimizer?)");
+}
+
 }  // namespace
+
+Status ApplyOptimizerRows(Optimizer optimizer, const std::vector<double>& params, DType dtype,
+                          void* var, std::vector<std::vector<char>>* slots, const void* row_sums,
+                          const int64_t* rows, uint64_t num_rows, uint64_t row_elems,
+                          int num_workers) {
+  TFPS_RETURN_IF_ERROR(CheckSlots(optimizer, *slots));
+  if (dtype == DType::kFloat32) {
+    ApplyRows<float>(optimizer, params, static_cast<float*>(var), slots,
+                     static_cast<const float*>(row_sums), rows, num_rows, row_elems, num_workers);
+  } else if (dtype == DType::kFloat64) {
+    ApplyRows<double>(optimizer, params, static_cast<double*>(var), slots,
+                      static_cast<const double*>(row_sums), rows, num_rows, row_elems,
+                      num_workers);
+  } else {
+    return InvalidArgument(std::string("PS mode holds float32 and float64 parameters, not ") +
+                           DTypeName(dtype));
+  }
+  return Status::Ok();
+}
 
 Status ApplyOptimizer(Optimizer optimizer, const std::vector<double>& params, DType dtype,
                       void* var, std::vector<std::vector<char>>* slots, const void* grad_sum,
                       uint64_t count, int num_workers) {
-  if (static_cast<int>(slots->size()) != OptimizerSlotCount(optimizer)) {
-    return InvalidArgument(std::string(OptimizerName(optimizer)) + " needs " +
-                           std::to_string(OptimizerSlotCount(optimizer)) + " slots but the parameter was "
-                           "initialised with " + std::to_string(slots->size()) +
-                           " (another optimizer?)");
-  }
+  TFPS_RETURN_IF_ERROR(CheckSlots(optimizer, *slots));
   if (dtype == DType::kFloat32) {
     Apply<float>(optimizer, params, static_cast<float*>(var), SlotPointers<float>(slots),
                  static_cast<const float*>(grad_sum), count, num_workers);

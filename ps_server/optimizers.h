@@ -17,6 +17,14 @@ Status ApplyOptimizer(Optimizer optimizer, const std::vector<double>& params, DT
                       void* var, std::vector<std::vector<char>>* slots, const void* grad_sum,
                       uint64_t count, int num_workers);
 
+// The same update on `num_rows` rows only (sparse): row `rows[i]` (of `row_elems` elements,
+// an index into `var` and the slots) gets the gradient sum at `row_sums + i * row_elems`.
+// Each element sees exactly the arithmetic of the dense update above.
+Status ApplyOptimizerRows(Optimizer optimizer, const std::vector<double>& params, DType dtype,
+                          void* var, std::vector<std::vector<char>>* slots, const void* row_sums,
+                          const int64_t* rows, uint64_t num_rows, uint64_t row_elems,
+                          int num_workers);
+
 }  // namespace tfps
 
 #endif  // TFPS_PS_SERVER_OPTIMIZERS_H_

@@ -11,6 +11,12 @@ loop) makes every worker adopt rank 0's initial weights, so all replicas start e
 The slot variables Keras creates (momentums, velocities, ...) stay at their initial
 values: in PS mode the slots live on the servers. `weight_decay` and `use_ema` would act on
 the local copy only and are refused.
+
+Sparse gradients (`tf.IndexedSlices`, from embeddings): plain SGD and Adagrad send only the
+touched rows (PsSparseApply ops; the servers update only the rows some worker touched, which
+is Keras's math for them: an untouched row would not change). SGD with momentum, Adam and
+RMSprop densify them: Keras 3 decays their slots on every row each step, so a row-only
+update (TF's ResourceSparseApplyKerasMomentum semantics) would train differently.
 """
 
 import keras
@@ -54,13 +60,22 @@ class _PsMixin:
 
     @staticmethod
     def _dense(gradient):
-        # IndexedSlices (embeddings) are sent dense: PsSparseApply is not built yet.
+        # Adam and RMSprop: Keras updates their slots on every row, so rows would not do.
         return tf.convert_to_tensor(gradient)
+
+    @staticmethod
+    def _sparse(gradient):
+        return isinstance(gradient, tf.IndexedSlices)
 
 
 class SGD(_PsMixin, keras.optimizers.SGD):
     def update_step(self, gradient, variable, learning_rate):
         lr = self._cast(learning_rate, variable)
+        if self._sparse(gradient) and self.momentum == 0:
+            _ops().ps_sparse_apply_gradient_descent(
+                var=variable.handle, alpha=lr, grad=self._cast(gradient.values, variable),
+                indices=gradient.indices, tensor_name=_key(self, variable))
+            return
         grad = self._cast(self._dense(gradient), variable)
         if self.momentum != 0:
             m = self.momentums[self._get_variable_index(variable)]
@@ -95,6 +110,14 @@ class Adam(_PsMixin, keras.optimizers.Adam):
 class Adagrad(_PsMixin, keras.optimizers.Adagrad):
     def update_step(self, gradient, variable, learning_rate):
         accumulator = self._accumulators[self._get_variable_index(variable)]
+        if self._sparse(gradient):
+            _ops().ps_sparse_apply_keras_adagrad(
+                var=variable.handle, accum=accumulator.handle,
+                lr=self._cast(learning_rate, variable),
+                epsilon=self._cast(self.epsilon, variable),
+                grad=self._cast(gradient.values, variable), indices=gradient.indices,
+                tensor_name=_key(self, variable))
+            return
         _ops().ps_apply_keras_adagrad(
             var=variable.handle, accum=accumulator.handle,
             lr=self._cast(learning_rate, variable), epsilon=self._cast(self.epsilon, variable),

@@ -6,7 +6,7 @@
     ... train with tf.compat.v1.train / tf_keras legacy optimizers as usual ...
 
 From `enable_graph_rewrite()` on (or with TFPS_GRAPH_REWRITE=1 at `init()`), code that
-creates TensorFlow's dense update ops gets ours instead: tf.compat.v1.train optimizers
+creates TensorFlow's dense or sparse update ops gets ours instead: tf.compat.v1.train optimizers
 (graph, tf.function and eager), tf_keras legacy optimizers (they call `tf.raw_ops`) and
 direct `tf.raw_ops` calls. `rewrite_graph_def` swaps the nodes of an existing GraphDef.
 
@@ -29,8 +29,9 @@ from tf_ps_ops._library import ops as _ops
 
 _log = logging.getLogger("tf_ps_ops")
 
-# TensorFlow op -> our op. Ops missing here (sparse, ref-variable ApplyXXX, ProximalXXX,
-# Ftrl, ...) are left alone and logged once when first created.
+# TensorFlow op -> our op. Ops missing here (ref-variable ApplyXXX, ProximalXXX, Ftrl, ...)
+# are left alone and logged once when first created. The sparse ops send only the rows in
+# `indices` (docs/ps_mode.md, "Sparse updates").
 SWAPS = {
     "ResourceApplyGradientDescent": "PsApplyGradientDescent",
     "ResourceApplyMomentum": "PsApplyMomentum",
@@ -41,11 +42,16 @@ SWAPS = {
     "ResourceApplyAdagradV2": "PsApplyAdagradV2",
     "ResourceApplyRMSProp": "PsApplyRMSProp",
     "ResourceApplyCenteredRMSProp": "PsApplyCenteredRMSProp",
+    "ResourceSparseApplyAdagrad": "PsSparseApplyAdagrad",
+    "ResourceSparseApplyAdagradV2": "PsSparseApplyAdagradV2",
+    "ResourceSparseApplyMomentum": "PsSparseApplyMomentum",
+    "ResourceSparseApplyKerasMomentum": "PsSparseApplyKerasMomentum",
+    "ResourceSparseApplyRMSProp": "PsSparseApplyRMSProp",
+    "ResourceSparseApplyCenteredRMSProp": "PsSparseApplyCenteredRMSProp",
 }
 # Update ops we see but cannot swap, to say so once.
 _UNSWAPPED = ("ApplyGradientDescent", "ApplyMomentum", "ApplyAdam", "ApplyAdagrad",
-              "ApplyRMSProp", "ResourceSparseApplyAdagrad", "ResourceSparseApplyMomentum",
-              "ResourceApplyFtrl", "ResourceApplyAdadelta", "ResourceApplyProximalAdagrad")
+              "ApplyRMSProp", "ResourceSparseApplyFtrl", "ResourceApplyFtrl", "ResourceApplyAdadelta", "ResourceApplyProximalAdagrad")
 
 _lock = threading.Lock()
 _originals = {}  # (module, attribute) -> original, while the rewrite is on

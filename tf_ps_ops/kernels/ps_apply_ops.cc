@@ -10,7 +10,15 @@
 // before it, on a rank's own initial weights, would differ from rank 0's.
 // The local slot variables (accum, m, v, ...) are only read for their initial value, which
 // travels with each push: in PS mode the slots live on the servers.
+//
+// PsSparseApplyXXX (ResourceSparseApplyXXX's inputs: ..., grad rows, indices): duplicate
+// indices are summed first (as TF's optimizers do before calling the op), only the touched
+// rows travel, the servers update only rows some worker touched, and the kernel writes back
+// the rows they answer. The sparse ops share this file's machinery (init, slots, specs).
+#include <algorithm>
+#include <cstring>
 #include <memory>
+#include <numeric>
 #include <mutex>
 #include <set>
 #include <string>
@@ -42,7 +50,79 @@ struct PsApplySpec {
   bool amsgrad = false;              // Adam only: appended as the last parameter
   bool zero_epsilon = false;         // Adagrad (v1) has no epsilon input
   const char* grad = "grad";
+  bool sparse = false;               // PsSparseApply: grad holds rows, `indices` their ids
 };
+
+// A sparse gradient with unique, increasing row ids (what a sparse push sends), or the
+// rows the servers answer.
+struct SparseRows {
+  std::vector<int64_t> ids;
+  std::vector<char> values;  // ids.size() rows, back to back
+};
+
+// Sums the rows of duplicate indices (in the order they appear) and orders the rows by id.
+template <typename T, typename Index>
+Status UniqueRows(const Tensor& grad, const Tensor& indices, int64_t num_rows, size_t row,
+                  SparseRows* out) {
+  const auto idx = indices.flat<Index>();
+  const T* values = reinterpret_cast<const T*>(grad.tensor_data().data());
+  std::vector<int64_t> order(idx.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&idx](int64_t a, int64_t b) { return idx(a) < idx(b); });
+  std::vector<T> rows;
+  rows.reserve(order.size() * row);
+  for (int64_t k : order) {
+    const int64_t id = static_cast<int64_t>(idx(k));
+    if (id < 0 || id >= num_rows) {
+      return InvalidArgument("index " + std::to_string(id) + " is not in [0, " +
+                             std::to_string(num_rows) + ")");
+    }
+    const T* src = values + k * row;
+    if (out->ids.empty() || out->ids.back() != id) {
+      out->ids.push_back(id);
+      rows.insert(rows.end(), src, src + row);
+    } else {
+      T* dst = rows.data() + rows.size() - row;
+      for (size_t j = 0; j < row; ++j) dst[j] += src[j];
+    }
+  }
+  const char* bytes = reinterpret_cast<const char*>(rows.data());
+  out->values.assign(bytes, bytes + rows.size() * sizeof(T));
+  return Status::Ok();
+}
+
+Status ToUniqueRows(const Tensor& grad, const Tensor& indices, int64_t num_rows,
+                    SparseRows* out) {
+  const size_t row = grad.dims() == 0 || grad.dim_size(0) == 0
+                         ? 0 : static_cast<size_t>(grad.NumElements() / grad.dim_size(0));
+  const bool wide = indices.dtype() == tensorflow::DT_INT64;
+  if (grad.dtype() == tensorflow::DT_FLOAT) {
+    return wide ? UniqueRows<float, int64_t>(grad, indices, num_rows, row, out)
+                : UniqueRows<float, int32_t>(grad, indices, num_rows, row, out);
+  }
+  return wide ? UniqueRows<double, int64_t>(grad, indices, num_rows, row, out)
+              : UniqueRows<double, int32_t>(grad, indices, num_rows, row, out);
+}
+
+// Writes answered rows into the variable in place, under its lock; a buffer that readers
+// still hold (or any, in copy-on-read mode) is copied first, as TF's own update ops do.
+void StoreRows(Var* var, const SparseRows& rows) {
+  tensorflow::mutex_lock lock(*var->mu());
+  Tensor* t = var->tensor();
+  if (var->copy_on_read_mode.load() || !t->RefCountIsOne()) {
+    Tensor copy(t->dtype(), t->shape());
+    std::memcpy(const_cast<char*>(copy.tensor_data().data()), t->tensor_data().data(),
+                t->tensor_data().size());
+    *t = copy;
+  }
+  if (rows.ids.empty()) return;
+  char* base = const_cast<char*>(t->tensor_data().data());
+  const size_t row_bytes = rows.values.size() / rows.ids.size();
+  for (size_t i = 0; i < rows.ids.size(); ++i) {
+    std::memcpy(base + rows.ids[i] * row_bytes, rows.values.data() + i * row_bytes, row_bytes);
+  }
+}
 
 // Variables this process has initialised on the servers (by key name).
 std::mutex g_initialised_mu;
@@ -156,32 +236,51 @@ class PsApplyOp : public AsyncOpKernel {
                         done);
       value = *var->tensor();
     }
-    OP_REQUIRES_ASYNC(ctx, value.shape() == grad->shape() && value.dtype() == grad->dtype(),
-                      absl::InvalidArgumentError(
-                          type_string() + " of '" + name + "': the gradient " +
-                          grad->shape().DebugString() + " does not match the variable " +
-                          value.shape().DebugString()),
-                      done);
+    auto sparse = std::make_shared<SparseRows>();
+    if (spec_.sparse) {
+      const Tensor* indices = nullptr;
+      OP_REQUIRES_OK_ASYNC(ctx, ctx->input("indices", &indices), done);
+      Status s = CheckSparse(value, *grad, *indices);
+      if (s.ok()) s = ToUniqueRows(*grad, *indices, value.dim_size(0), sparse.get());
+      OP_REQUIRES_OK_ASYNC(ctx, ToTfStatus(s.WithPrefix(type_string() + " of '" + name + "': ")),
+                           done);
+    } else {
+      OP_REQUIRES_ASYNC(ctx, value.shape() == grad->shape() && value.dtype() == grad->dtype(),
+                        absl::InvalidArgumentError(
+                            type_string() + " of '" + name + "': the gradient " +
+                            grad->shape().DebugString() + " does not match the variable " +
+                            value.shape().DebugString()),
+                        done);
+    }
     bool needs_init;
     {
       std::lock_guard<std::mutex> lock(g_initialised_mu);
       needs_init = g_initialised.insert(name).second;
     }
     Var* raw_var = var.release();  // owned by the callbacks from here on
+    auto apply = [this, ctx, raw_var, name, params, sparse](const Tensor& grad_or_var,
+                                                            DoneCallback done) {
+      if (spec_.sparse) {
+        ApplySparse(ctx, raw_var, name, grad_or_var, sparse, params, std::move(done));
+      } else {
+        Apply(ctx, raw_var, name, grad_or_var, params, std::move(done));
+      }
+    };
+    // The sparse request takes the variable's shape and dtype (its rows come from `sparse`).
+    const Tensor shape_source = spec_.sparse ? value : *grad;
     if (!needs_init) {
-      Apply(ctx, raw_var, name, *grad, params, std::move(done));
+      apply(shape_source, std::move(done));
       return;
     }
-    const Tensor grad_copy = *grad;
     InitVariable(ctx, raw_var, name, value,
-                 [this, ctx, raw_var, name, grad_copy, params, done](const Status& s) {
+                 [ctx, raw_var, shape_source, apply, done](const Status& s) {
                    if (!s.ok()) {
                      raw_var->Unref();
                      ctx->SetStatus(ToTfStatus(s));
                      done();
                      return;
                    }
-                   Apply(ctx, raw_var, name, grad_copy, params, done);
+                   apply(shape_source, done);
                  });
   }
 
@@ -211,6 +310,59 @@ class PsApplyOp : public AsyncOpKernel {
     request.params = params;
     request.done = [ctx, var, fresh, done](const Status& s) {
       if (s.ok()) Store(var, *fresh);
+      var->Unref();
+      ctx->SetStatus(ToTfStatus(s));
+      done();
+    };
+    Engine::Get().Enqueue(std::move(request));
+  }
+
+  static Status CheckSparse(const Tensor& var, const Tensor& grad, const Tensor& indices) {
+    if (!tensorflow::TensorShapeUtils::IsVector(indices.shape())) {
+      return InvalidArgument("indices must be a vector, got " + indices.shape().DebugString());
+    }
+    tensorflow::TensorShape row = var.shape();
+    if (var.dims() < 1 || grad.dims() < 1 || var.dtype() != grad.dtype()) {
+      return InvalidArgument("the variable and the gradient need rank >= 1 and one dtype");
+    }
+    row.RemoveDim(0);
+    tensorflow::TensorShape grad_row = grad.shape();
+    grad_row.RemoveDim(0);
+    if (grad.dim_size(0) != indices.dim_size(0) || row != grad_row) {
+      return InvalidArgument("the gradient " + grad.shape().DebugString() + " is not " +
+                             std::to_string(indices.dim_size(0)) + " rows of the variable " +
+                             var.shape().DebugString());
+    }
+    return Status::Ok();
+  }
+
+  // Pushes the unique rows; the servers answer the rows any worker touched, written into
+  // the variable under its lock once every partition has answered.
+  void ApplySparse(OpKernelContext* ctx, Var* var, const std::string& name, const Tensor& value,
+                   std::shared_ptr<SparseRows> rows, const std::vector<double>& params,
+                   DoneCallback done) const {
+    auto answered = std::make_shared<SparseRows>();
+    const size_t row_bytes = value.dims() == 0 || value.dim_size(0) == 0
+        ? 0 : value.TotalBytes() / static_cast<size_t>(value.dim_size(0));
+    PushPullRequest request;
+    request.name = name;
+    request.dtype = ToWireDType(value.dtype());
+    for (int i = 0; i < value.dims(); ++i) request.dims.push_back(value.dim_size(i));
+    request.count = static_cast<uint64_t>(value.NumElements());
+    request.rows = rows->ids.data();
+    request.num_rows = rows->ids.size();
+    request.input = rows->values.data();
+    request.input_holder = rows;
+    request.flags = kFlagPsApply | kFlagSparse;
+    request.optimizer = spec_.optimizer;
+    request.params = params;
+    request.on_rows = [answered, row_bytes](const int64_t* ids, uint64_t n, const void* v) {
+      answered->ids.insert(answered->ids.end(), ids, ids + n);
+      const char* bytes = static_cast<const char*>(v);
+      answered->values.insert(answered->values.end(), bytes, bytes + n * row_bytes);
+    };
+    request.done = [ctx, var, answered, done](const Status& s) {
+      if (s.ok()) StoreRows(var, *answered);
       var->Unref();
       ctx->SetStatus(ToTfStatus(s));
       done();
@@ -287,6 +439,7 @@ PsApplySpec WithUpdateSlots(PsApplySpec s) { s.has_update_slots = true; return s
 PsApplySpec WithAmsgrad(PsApplySpec s) { s.amsgrad = true; return s; }
 PsApplySpec WithZeroEpsilon(PsApplySpec s) { s.zero_epsilon = true; return s; }
 PsApplySpec WithGrad(PsApplySpec s, const char* grad) { s.grad = grad; return s; }
+PsApplySpec Sparse(PsApplySpec s) { s.sparse = true; return s; }
 
 TFPS_PS_KERNEL(PsApplyGradientDescent,
                WithGrad(Spec(Optimizer::kGradientDescent, {}, {"alpha"}), "delta"));
@@ -313,6 +466,27 @@ TFPS_PS_KERNEL(PsApplyRMSProp,
 TFPS_PS_KERNEL(PsApplyCenteredRMSProp,
                Spec(Optimizer::kCenteredRMSProp, {"mg", "ms", "mom"},
                     {"lr", "rho", "momentum", "epsilon"}));
+
+TFPS_PS_KERNEL(PsSparseApplyGradientDescent,
+               Sparse(Spec(Optimizer::kGradientDescent, {}, {"alpha"})));
+TFPS_PS_KERNEL(PsSparseApplyMomentum,
+               Sparse(WithNesterov(Spec(Optimizer::kMomentum, {"accum"}, {"lr", "momentum"}))));
+TFPS_PS_KERNEL(PsSparseApplyKerasMomentum,
+               Sparse(WithNesterov(Spec(Optimizer::kKerasMomentum, {"accum"},
+                                        {"lr", "momentum"}))));
+TFPS_PS_KERNEL(PsSparseApplyAdagrad,
+               Sparse(WithUpdateSlots(WithZeroEpsilon(Spec(Optimizer::kAdagrad, {"accum"},
+                                                           {"lr"})))));
+TFPS_PS_KERNEL(PsSparseApplyAdagradV2,
+               Sparse(WithUpdateSlots(Spec(Optimizer::kAdagrad, {"accum"}, {"lr", "epsilon"}))));
+TFPS_PS_KERNEL(PsSparseApplyKerasAdagrad,
+               Sparse(Spec(Optimizer::kKerasAdagrad, {"accum"}, {"lr", "epsilon"})));
+TFPS_PS_KERNEL(PsSparseApplyRMSProp,
+               Sparse(Spec(Optimizer::kRMSProp, {"ms", "mom"},
+                           {"lr", "rho", "momentum", "epsilon"})));
+TFPS_PS_KERNEL(PsSparseApplyCenteredRMSProp,
+               Sparse(Spec(Optimizer::kCenteredRMSProp, {"mg", "ms", "mom"},
+                           {"lr", "rho", "momentum", "epsilon"})));
 
 // Op definitions: ResourceApplyXXX's inputs and attrs, plus `tensor_name` (the key; by
 // default the variable's shared name).
@@ -378,6 +552,46 @@ TFPS_PS_OP("PsApplyCenteredRMSProp")
     .Input("lr: T").Input("rho: T").Input("momentum: T").Input("epsilon: T").Input("grad: T")
     .Attr("T: {float, double}").SetIsStateful().SetShapeFn(NoOutputs)
     .Doc("PS-mode ResourceApplyCenteredRMSProp.");
+
+// ResourceSparseApplyXXX's inputs and attrs (T restricted to the server's float types).
+#define TFPS_PS_SPARSE_OP(OP) \
+  TFPS_PS_OP(OP).Attr("T: {float, double}").Attr("Tindices: {int32, int64}")
+
+TFPS_PS_SPARSE_OP("PsSparseApplyGradientDescent")
+    .Input("var: resource").Input("alpha: T").Input("grad: T").Input("indices: Tindices")
+    .SetIsStateful().SetShapeFn(NoOutputs)
+    .Doc("PS mode: var[indices] -= alpha * mean(grad rows over workers); no TF twin "
+         "(Keras 3 SGD on IndexedSlices).");
+TFPS_PS_SPARSE_OP("PsSparseApplyMomentum")
+    .Input("var: resource").Input("accum: resource").Input("lr: T").Input("grad: T")
+    .Input("indices: Tindices").Input("momentum: T").Attr("use_nesterov: bool = false")
+    .SetIsStateful().SetShapeFn(NoOutputs).Doc("PS-mode ResourceSparseApplyMomentum.");
+TFPS_PS_SPARSE_OP("PsSparseApplyKerasMomentum")
+    .Input("var: resource").Input("accum: resource").Input("lr: T").Input("grad: T")
+    .Input("indices: Tindices").Input("momentum: T").Attr("use_nesterov: bool = false")
+    .SetIsStateful().SetShapeFn(NoOutputs).Doc("PS-mode ResourceSparseApplyKerasMomentum.");
+TFPS_PS_SPARSE_OP("PsSparseApplyAdagrad")
+    .Input("var: resource").Input("accum: resource").Input("lr: T").Input("grad: T")
+    .Input("indices: Tindices").Attr("update_slots: bool = true").SetIsStateful()
+    .SetShapeFn(NoOutputs).Doc("PS-mode ResourceSparseApplyAdagrad.");
+TFPS_PS_SPARSE_OP("PsSparseApplyAdagradV2")
+    .Input("var: resource").Input("accum: resource").Input("lr: T").Input("epsilon: T")
+    .Input("grad: T").Input("indices: Tindices").Attr("update_slots: bool = true")
+    .SetIsStateful().SetShapeFn(NoOutputs).Doc("PS-mode ResourceSparseApplyAdagradV2.");
+TFPS_PS_SPARSE_OP("PsSparseApplyKerasAdagrad")
+    .Input("var: resource").Input("accum: resource").Input("lr: T").Input("epsilon: T")
+    .Input("grad: T").Input("indices: Tindices").SetIsStateful().SetShapeFn(NoOutputs)
+    .Doc("PS-mode Keras 3 Adagrad on rows; no TF twin.");
+TFPS_PS_SPARSE_OP("PsSparseApplyRMSProp")
+    .Input("var: resource").Input("ms: resource").Input("mom: resource").Input("lr: T")
+    .Input("rho: T").Input("momentum: T").Input("epsilon: T").Input("grad: T")
+    .Input("indices: Tindices").SetIsStateful().SetShapeFn(NoOutputs)
+    .Doc("PS-mode ResourceSparseApplyRMSProp.");
+TFPS_PS_SPARSE_OP("PsSparseApplyCenteredRMSProp")
+    .Input("var: resource").Input("mg: resource").Input("ms: resource").Input("mom: resource")
+    .Input("lr: T").Input("rho: T").Input("momentum: T").Input("epsilon: T").Input("grad: T")
+    .Input("indices: Tindices").SetIsStateful().SetShapeFn(NoOutputs)
+    .Doc("PS-mode ResourceSparseApplyCenteredRMSProp.");
 
 }  // namespace
 }  // namespace tfps

@@ -3,6 +3,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <deque>
@@ -56,6 +57,9 @@ class Engine::Loop {
     uint64_t step = 0;
     std::vector<Partition> parts;
     std::vector<PartState> part_state;
+    uint64_t row_elems = 1;             // PS mode, rank >= 2: partitions hold whole rows
+    std::vector<uint64_t> row_begin;    // sparse: partition i sends request rows
+                                        // [row_begin[i], row_begin[i + 1])
     int remaining = 0;
     Clock::time_point deadline;
     Clock::time_point started, first_sent;
@@ -68,8 +72,14 @@ class Engine::Loop {
   void PumpOnLoop();  // sends queued partitions while the scheduling credit allows
   Status SendPartOnLoop(uint64_t op_id, Op& op, uint32_t index);
   uint64_t PartBytes(const Op& op, uint32_t index) const {
-    return op.parts[index].count * DTypeSize(op.request.dtype);
+    const size_t elem = DTypeSize(op.request.dtype);
+    if (op.row_begin.empty()) return op.parts[index].count * elem;
+    return (op.row_begin[index + 1] - op.row_begin[index]) *
+           (sizeof(int64_t) + op.row_elems * elem);
   }
+  Status PrepareSparseOnLoop(Op& op) const;
+  zmq::message_t SparsePayload(const Op& op, uint32_t index) const;
+  Status OnSparseReplyOnLoop(Op& op, const Header& h, const zmq::message_t& payload);
   void OnReplyOnLoop(int server, std::vector<zmq::message_t>& frames);
   void FinishOnLoop(uint64_t op_id, const Status& status);
   void ServerDiedOnLoop(int server, const std::string& why);
@@ -256,8 +266,10 @@ void Engine::Loop::StartOnLoop(PushPullRequest request) {
   Op op;
   op.key = KeyOfName(request.name);
   op.step = ++steps_[request.name];
+  const bool ps = (request.flags & (kFlagPsInit | kFlagPsApply)) != 0;
+  op.row_elems = ps ? RowElements(request.dims) : 1;
   op.parts = PartitionTensor(op.key, request.count, elem, config_.partition_bytes,
-                             static_cast<int>(servers_.size()));
+                             static_cast<int>(servers_.size()), op.row_elems);
   op.part_state.assign(op.parts.size(), kQueued);
   op.remaining = static_cast<int>(op.parts.size());
   op.started = Clock::now();
@@ -268,6 +280,13 @@ void Engine::Loop::StartOnLoop(PushPullRequest request) {
   const uint64_t id = next_op_id_++;
   Op& o = ops_.emplace(id, std::move(op)).first->second;
   timeline_.Record(o.request.name, "queued", o.request.enqueued, o.started, 0);
+  if ((o.request.flags & kFlagSparse) != 0) {
+    Status s = PrepareSparseOnLoop(o);
+    if (!s.ok()) {
+      FinishOnLoop(id, s);
+      return;
+    }
+  }
   for (const Partition& p : o.parts) {
     if (!servers_[p.server].dead.empty()) {
       FinishOnLoop(id, Unavailable(Describe(p.server) + " " + servers_[p.server].dead));
@@ -316,9 +335,13 @@ Status Engine::Loop::SendPartOnLoop(uint64_t op_id, Op& o, uint32_t index) {
   h.count = p.count;
   h.total_count = r.count;
   head.dims = r.dims;
-  const size_t bytes = no_data ? 0 : p.count * elem;
-  zmq::message_t payload = ZeroCopyMessage(
-      static_cast<const char*>(r.input) + p.offset * elem, bytes, r.input_holder);
+  const bool sparse = !o.row_begin.empty();
+  if (sparse) h.count = o.row_begin[index + 1] - o.row_begin[index];
+  const size_t bytes = no_data ? 0 : PartBytes(o, index);
+  zmq::message_t payload =
+      sparse ? SparsePayload(o, index)
+             : ZeroCopyMessage(static_cast<const char*>(r.input) + p.offset * elem, bytes,
+                               r.input_holder);
   Status s = SendMessage(*servers_[p.server].socket, "", head, std::move(payload));
   if (!s.ok()) return s.WithPrefix("sending to " + Describe(p.server) + ": ");
   if (o.remaining == static_cast<int>(o.parts.size()) && o.part_state[index] == kQueued) {
@@ -363,6 +386,18 @@ void Engine::Loop::OnReplyOnLoop(int server, std::vector<zmq::message_t>& frames
     FinishOnLoop(id, Status(static_cast<Code>(h.status), frames.size() > 1 ? frames[1].to_string() : ""));
     return;
   }
+  if (!op.row_begin.empty()) {
+    s = frames.size() < 2 ? Internal("a sparse reply without payload frame")
+                          : OnSparseReplyOnLoop(op, h, frames[1]);
+    if (!s.ok()) {
+      FinishOnLoop(id, s.WithPrefix(Describe(server) + ": "));
+      return;
+    }
+    bytes_received_ += frames[1].size();
+    if (--op.remaining == 0) FinishOnLoop(id, Status::Ok());
+    PumpOnLoop();
+    return;
+  }
   const Partition& p = op.parts[h.partition];
   const size_t elem = DTypeSize(op.request.dtype);
   if (h.type != static_cast<uint16_t>(MsgType::kPushPullReply) || h.count != p.count ||
@@ -380,6 +415,73 @@ void Engine::Loop::OnReplyOnLoop(int server, std::vector<zmq::message_t>& frames
   PumpOnLoop();
 }
 
+// Checks a sparse request and finds each partition's rows. Only whole rows can be cut out
+// of a partition, so a row must fit in one (TFPS_PARTITION_BYTES).
+Status Engine::Loop::PrepareSparseOnLoop(Op& op) const {
+  const PushPullRequest& r = op.request;
+  const size_t elem = DTypeSize(r.dtype);
+  if (r.dims.empty()) return InvalidArgument("a sparse update needs a tensor of rank >= 1");
+  const uint64_t row_bytes = op.row_elems * elem;
+  if (op.row_elems > 1 && row_bytes > static_cast<uint64_t>(config_.partition_bytes)) {
+    return InvalidArgument("rows of " + std::to_string(row_bytes) + " bytes do not fit in a "
+                           "partition (TFPS_PARTITION_BYTES=" +
+                           std::to_string(config_.partition_bytes) +
+                           "): sparse updates need whole rows per partition");
+  }
+  const uint64_t num_rows = static_cast<uint64_t>(r.dims[0]);
+  for (uint64_t i = 0; i < r.num_rows; ++i) {
+    if (r.rows[i] < 0 || static_cast<uint64_t>(r.rows[i]) >= num_rows ||
+        (i > 0 && r.rows[i] <= r.rows[i - 1])) {
+      return InvalidArgument("sparse row ids must be increasing and within [0, " +
+                             std::to_string(num_rows) + "); got " + std::to_string(r.rows[i]));
+    }
+  }
+  op.row_begin.resize(op.parts.size() + 1);
+  for (size_t i = 0; i < op.parts.size(); ++i) {
+    const int64_t first = static_cast<int64_t>(op.parts[i].offset / op.row_elems);
+    op.row_begin[i] = std::lower_bound(r.rows, r.rows + r.num_rows, first) - r.rows;
+  }
+  op.row_begin.back() = r.num_rows;
+  return Status::Ok();
+}
+
+// [local row ids][rows]: the request's rows in this partition, copied (they are few).
+zmq::message_t Engine::Loop::SparsePayload(const Op& op, uint32_t index) const {
+  const PushPullRequest& r = op.request;
+  const uint64_t begin = op.row_begin[index], n = op.row_begin[index + 1] - begin;
+  const uint64_t row_bytes = op.row_elems * DTypeSize(r.dtype);
+  const int64_t first = static_cast<int64_t>(op.parts[index].offset / op.row_elems);
+  zmq::message_t payload(n * (sizeof(int64_t) + row_bytes));
+  auto* ids = static_cast<int64_t*>(payload.data());
+  for (uint64_t i = 0; i < n; ++i) ids[i] = r.rows[begin + i] - first;
+  if (n > 0) {
+    std::memcpy(ids + n, static_cast<const char*>(r.input) + begin * row_bytes, n * row_bytes);
+  }
+  return payload;
+}
+
+Status Engine::Loop::OnSparseReplyOnLoop(Op& op, const Header& h, const zmq::message_t& payload) {
+  const Partition& p = op.parts[h.partition];
+  if (h.type != static_cast<uint16_t>(MsgType::kPushPullReply) || (h.flags & kFlagSparse) == 0 ||
+      h.dtype != static_cast<uint8_t>(op.request.dtype)) {
+    return Internal("answered sparse partition " + std::to_string(h.partition) +
+                    " with the wrong type");
+  }
+  const uint64_t rows_here = p.count / op.row_elems;
+  const auto* local = static_cast<const int64_t*>(payload.data());
+  std::vector<int64_t> ids(h.count);
+  const int64_t first = static_cast<int64_t>(p.offset / op.row_elems);
+  for (uint64_t i = 0; i < h.count; ++i) {
+    if (local[i] < 0 || static_cast<uint64_t>(local[i]) >= rows_here) {
+      return Internal("answered row " + std::to_string(local[i]) + " outside partition " +
+                      std::to_string(h.partition));
+    }
+    ids[i] = local[i] + first;
+  }
+  if (op.request.on_rows && h.count > 0) op.request.on_rows(ids.data(), h.count, local + h.count);
+  return Status::Ok();
+}
+
 void Engine::Loop::FinishOnLoop(uint64_t op_id, const Status& status) {
   auto it = ops_.find(op_id);
   Op& op = it->second;
@@ -391,7 +493,10 @@ void Engine::Loop::FinishOnLoop(uint64_t op_id, const Status& status) {
   auto done = std::move(op.request.done);
   const std::string name = op.request.name;
   const uint64_t step = op.step;
-  const uint64_t bytes = op.request.count * DTypeSize(op.request.dtype);
+  uint64_t bytes = op.request.count * DTypeSize(op.request.dtype);
+  if (!op.row_begin.empty()) {  // sparse: the rows pushed
+    bytes = op.request.num_rows * (sizeof(int64_t) + op.row_elems * DTypeSize(op.request.dtype));
+  }
   const Clock::time_point answered = Clock::now();
   if (status.ok()) {
     timeline_.Record(name, "scheduled", op.started, op.first_sent, bytes);

@@ -45,6 +45,14 @@ struct PushPullRequest {
   uint32_t flags = 0;           // kFlagPsInit / kFlagPsApply (PS mode), see wire/message.h
   Optimizer optimizer = Optimizer::kNone;
   std::vector<double> params;   // optimizer hyperparameters, then slot initial values
+  // Sparse (flags has kFlagSparse, with kFlagPsApply): `input` holds `num_rows` rows of
+  // RowElements(dims) elements, whose row ids are `rows` (strictly increasing); `output` is
+  // unused. The engine cuts them by partition (only those rows travel) and hands each
+  // partition's answer (every row any worker touched: ids, then their new values) to
+  // `on_rows`, on the engine thread, before `done`.
+  const int64_t* rows = nullptr;
+  uint64_t num_rows = 0;
+  std::function<void(const int64_t* ids, uint64_t n, const void* values)> on_rows;
   int priority = 0;             // smaller goes first (layers nearer the input: lower)
   std::chrono::steady_clock::time_point enqueued;  // set by Engine::Enqueue (timeline)
   std::shared_ptr<void> input_holder;  // keeps `input` alive until ZeroMQ has sent it

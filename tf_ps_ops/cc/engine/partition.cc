@@ -14,9 +14,11 @@ int ServerOfPartition(uint64_t key, uint32_t partition, int num_servers) {
 }
 
 std::vector<Partition> PartitionTensor(uint64_t key, uint64_t total_count, size_t elem_size,
-                                       int64_t partition_bytes, int num_servers) {
-  const uint64_t per_part =
+                                       int64_t partition_bytes, int num_servers,
+                                       uint64_t row_elems) {
+  uint64_t per_part =
       std::max<uint64_t>(1, static_cast<uint64_t>(partition_bytes) / std::max<size_t>(1, elem_size));
+  if (row_elems > 1 && row_elems <= per_part) per_part -= per_part % row_elems;
   const uint64_t n = total_count == 0 ? 1 : (total_count + per_part - 1) / per_part;
   std::vector<Partition> parts(n);
   for (uint64_t i = 0; i < n; ++i) {

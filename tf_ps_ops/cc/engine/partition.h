@@ -18,8 +18,12 @@ struct Partition {
 // Cuts `total_count` elements of `elem_size` bytes into partitions of at most
 // `partition_bytes` (at least one element each). An empty tensor still has one partition
 // of zero elements, so it makes a round trip and its shape is checked like any other.
+// With `row_elems` > 1 (PS mode, tensors of rank >= 2) boundaries fall on multiples of a row
+// whenever a row fits in `partition_bytes`, so a sparse push (rows) maps to whole rows of
+// the partitions that the dense init and apply rounds created on the servers.
 std::vector<Partition> PartitionTensor(uint64_t key, uint64_t total_count, size_t elem_size,
-                                       int64_t partition_bytes, int num_servers);
+                                       int64_t partition_bytes, int num_servers,
+                                       uint64_t row_elems = 1);
 
 // Consecutive partitions of one key go to consecutive servers, starting at a server chosen
 // by the key's hash: one big tensor uses every server's link, and many small tensors

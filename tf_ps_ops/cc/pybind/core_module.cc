@@ -39,7 +39,8 @@ DType WireDTypeOf(const py::dtype& dt) {
   throw std::invalid_argument("unsupported dtype " + std::string(py::str(dt)));
 }
 
-py::bytes EncodeHeadPy(const py::dict& fields, const std::vector<int64_t>& dims) {
+py::bytes EncodeHeadPy(const py::dict& fields, const std::vector<int64_t>& dims,
+                       const std::vector<double>& params) {
   Head head;
   Header& h = head.header;
   auto get = [&](const char* k, uint64_t dflt) {
@@ -58,7 +59,9 @@ py::bytes EncodeHeadPy(const py::dict& fields, const std::vector<int64_t>& dims)
   h.status = static_cast<uint32_t>(get("status", 0));
   h.count = get("count", 0);
   h.total_count = get("total_count", 0);
+  h.optimizer = static_cast<uint8_t>(get("optimizer", 0));
   head.dims = dims;
+  head.params = params;
   return py::bytes(EncodeHead(head));
 }
 
@@ -292,22 +295,28 @@ PYBIND11_MODULE(_core, m) {
   m.attr("FLAG_PS_INIT") = kFlagPsInit;
   m.attr("FLAG_PS_APPLY") = kFlagPsApply;
   m.attr("FLAG_PS_OVERWRITE") = kFlagPsOverwrite;
+  m.attr("FLAG_SPARSE") = kFlagSparse;
   m.attr("CHECKPOINT_VERSION") = kCheckpointVersion;
 
-  m.def("encode_head", &EncodeHeadPy, py::arg("fields"), py::arg("dims") = std::vector<int64_t>());
+  m.def("encode_head", &EncodeHeadPy, py::arg("fields"), py::arg("dims") = std::vector<int64_t>(),
+        py::arg("params") = std::vector<double>());
   m.def("decode_head", &DecodeHeadPy, py::arg("frame"), py::arg("payload_size"),
         "Returns (error or None, fields dict or None).");
   m.def("wire_dtype", [](const py::dtype& dt) { return static_cast<int>(WireDTypeOf(dt)); });
   m.def("key_of_name", &KeyOfName);
   m.def("server_of_partition", &ServerOfPartition);
   m.def("partition_tensor",
-        [](uint64_t key, uint64_t total, size_t elem, int64_t part_bytes, int servers) {
+        [](uint64_t key, uint64_t total, size_t elem, int64_t part_bytes, int servers,
+           uint64_t row_elems) {
           std::vector<py::tuple> out;
-          for (const Partition& p : PartitionTensor(key, total, elem, part_bytes, servers)) {
+          for (const Partition& p :
+               PartitionTensor(key, total, elem, part_bytes, servers, row_elems)) {
             out.push_back(py::make_tuple(p.index, p.offset, p.count, p.server));
           }
           return out;
-        });
+        },
+        py::arg("key"), py::arg("total"), py::arg("elem"), py::arg("part_bytes"),
+        py::arg("servers"), py::arg("row_elems") = 1);
   m.def("sum_into", [](py::array dst, py::array src) {
     if (dst.dtype().kind() != src.dtype().kind() || dst.size() != src.size() ||
         !(dst.flags() & py::array::c_style) || !(src.flags() & py::array::c_style)) {

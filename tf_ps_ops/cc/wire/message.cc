@@ -1,5 +1,6 @@
 #include "tf_ps_ops/cc/wire/message.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace tfps {
@@ -54,6 +55,50 @@ bool CarriesTensor(MsgType type) {
          type == MsgType::kPeerData;
 }
 
+Status CheckShape(const Head& head) {
+  const Header& h = head.header;
+  uint64_t product = 1;
+  for (int64_t d : head.dims) {
+    if (d < 0 || (d > 0 && product > kMaxElements / static_cast<uint64_t>(d))) {
+      return InvalidArgument("tensor dimension " + std::to_string(d) + " is out of range");
+    }
+    product *= static_cast<uint64_t>(d);
+  }
+  if (product != h.total_count) {
+    return InvalidArgument("shape " + DescribeTensor(static_cast<DType>(h.dtype), head.dims) +
+                           " does not hold " + std::to_string(h.total_count) + " elements");
+  }
+  return Status::Ok();
+}
+
+// A sparse message: `count` rows of the shape's row size, as [int64 ids][rows]. Pushes
+// and replies both carry the shape, so the row size is known before the payload is read.
+Status CheckSparseFields(const Head& head, size_t payload_size, size_t elem) {
+  const Header& h = head.header;
+  const auto type = static_cast<MsgType>(h.type);
+  if (type != MsgType::kPushPull && type != MsgType::kPushPullReply) {
+    return InvalidArgument("only push and reply messages can be sparse");
+  }
+  if (type == MsgType::kPushPull && (h.flags & kFlagPsApply) == 0) {
+    return InvalidArgument("a sparse push must be a PS apply push");
+  }
+  if (head.dims.empty()) return InvalidArgument("a sparse message must carry its shape");
+  TFPS_RETURN_IF_ERROR(CheckShape(head));
+  const uint64_t row = RowElements(head.dims);
+  if (row == 0 || h.count > static_cast<uint64_t>(head.dims[0])) {
+    return InvalidArgument(std::to_string(h.count) + " sparse rows do not fit shape " +
+                           DescribeTensor(static_cast<DType>(h.dtype), head.dims));
+  }
+  const uint64_t expected = h.count * (sizeof(int64_t) + row * elem);
+  if (payload_size != expected) {
+    return InvalidArgument("payload has " + std::to_string(payload_size) + " bytes, header says " +
+                           std::to_string(expected) + " (" + std::to_string(h.count) +
+                           " rows of " + std::to_string(row) + " x " +
+                           DTypeName(static_cast<DType>(h.dtype)) + " with their ids)");
+  }
+  return Status::Ok();
+}
+
 Status CheckTensorFields(const Head& head, size_t payload_size) {
   const Header& h = head.header;
   const DType dtype = static_cast<DType>(h.dtype);
@@ -69,24 +114,16 @@ Status CheckTensorFields(const Head& head, size_t payload_size) {
                            std::to_string(h.total_count) + " is out of range");
   }
   const bool no_data = (h.flags & kFlagNoData) != 0;
+  const bool sparse = (h.flags & kFlagSparse) != 0;
   const uint64_t expected = no_data ? 0 : h.count * elem;
+  if (sparse) return CheckSparseFields(head, payload_size, elem);
   if (payload_size != expected) {
     return InvalidArgument("payload has " + std::to_string(payload_size) + " bytes, header says " +
                            std::to_string(expected) + " (" + std::to_string(h.count) + " x " +
                            DTypeName(dtype) + ")");
   }
   if (static_cast<MsgType>(h.type) != MsgType::kPushPullReply) {  // these carry the shape
-    uint64_t product = 1;
-    for (int64_t d : head.dims) {
-      if (d < 0 || (d > 0 && product > kMaxElements / static_cast<uint64_t>(d))) {
-        return InvalidArgument("tensor dimension " + std::to_string(d) + " is out of range");
-      }
-      product *= static_cast<uint64_t>(d);
-    }
-    if (product != h.total_count) {
-      return InvalidArgument("shape " + DescribeTensor(dtype, head.dims) + " does not hold " +
-                             std::to_string(h.total_count) + " elements");
-    }
+    return CheckShape(head);
   }
   return Status::Ok();
 }
@@ -142,6 +179,12 @@ Status DecodeHead(const void* data, size_t size, size_t payload_size, Head* head
       return InvalidArgument("a PS apply push cannot also be an init or carry no data");
     }
   }
+  if ((h.flags & kFlagSparse) != 0 && (h.flags & (kFlagPsInit | kFlagNoData)) != 0) {
+    return InvalidArgument("a sparse message cannot be an init or carry no data");
+  }
+  if ((h.flags & kFlagSparse) != 0 && !CarriesTensor(static_cast<MsgType>(h.type))) {
+    return InvalidArgument("only push and reply messages can be sparse");
+  }
   if ((h.flags & kFlagPsOverwrite) != 0 && (h.flags & kFlagPsInit) == 0) {
     return InvalidArgument("the PS overwrite flag is only valid on a PS init push");
   }
@@ -191,6 +234,12 @@ const char* OptimizerName(Optimizer optimizer) {
     case Optimizer::kKerasAdagrad: return "KerasAdagrad";
     default: return "none";
   }
+}
+
+uint64_t RowElements(const std::vector<int64_t>& dims) {
+  uint64_t row = 1;
+  for (size_t i = 1; i < dims.size(); ++i) row *= static_cast<uint64_t>(std::max<int64_t>(0, dims[i]));
+  return row;
 }
 
 std::string DescribeTensor(DType dtype, const std::vector<int64_t>& dims) {

@@ -5,7 +5,9 @@
 //            whole tensor (push messages) and `nparams` float64 optimizer
 //            hyperparameters (PS-mode pushes) — the "head" frame;
 //   frame 1: payload (optional): `count` elements of `dtype` (push/reply), UTF-8 text
-//            (register/error), sent zero-copy from the tensor's buffer.
+//            (register/error), sent zero-copy from the tensor's buffer. A sparse message
+//            (kFlagSparse) carries `count` rows instead: `count` int64 row ids local to the
+//            partition, strictly increasing, then those rows (prod(dims[1:]) elements each).
 // Both ends check `version` on every message; every field is validated by DecodeHead()
 // before anything else looks at it.
 #ifndef TFPS_CC_WIRE_MESSAGE_H_
@@ -64,7 +66,10 @@ constexpr uint32_t kFlagPsApply = 1u << 2;  // PS mode: payload is a gradient; t
 constexpr uint32_t kFlagPsOverwrite = 1u << 3;  // PS mode, only with kFlagPsInit: the root's
                                                 // data replaces the parameter held (a restore)
                                                 // and resets its optimizer slots
-constexpr uint32_t kKnownFlags = kFlagNoData | kFlagPsInit | kFlagPsApply | kFlagPsOverwrite;
+constexpr uint32_t kFlagSparse = 1u << 4;  // PS mode: `count` rows [ids][values] (see above);
+                                           // a push also has kFlagPsApply; dims always travel
+constexpr uint32_t kKnownFlags =
+    kFlagNoData | kFlagPsInit | kFlagPsApply | kFlagPsOverwrite | kFlagSparse;
 
 // Server-side optimizers (PS mode), with TensorFlow's ResourceApplyXXX semantics. The
 // hyperparameters travel with every push, in the order listed, so schedules keep working.
@@ -105,7 +110,8 @@ struct Header {
   uint32_t flags = 0;
   int32_t sender = -1;          // worker rank, server id, -1 for the scheduler
   uint32_t status = 0;          // Code of a kError reply
-  uint64_t count = 0;           // elements in this message's payload (or that it stands for)
+  uint64_t count = 0;           // elements in this message's payload (or that it stands for);
+                                // rows with kFlagSparse
   uint64_t total_count = 0;     // elements in the whole tensor
 };
 #pragma pack(pop)
@@ -124,6 +130,10 @@ std::string EncodeHead(const Head& head);
 // with it. Checks magic, version, type, flags, dtype, counts against the payload size and
 // partition bounds; on failure nothing in *head is to be trusted.
 Status DecodeHead(const void* data, size_t size, size_t payload_size, Head* head);
+
+// Elements per row of a tensor of shape `dims` (prod(dims[1:]); 1 for rank <= 1): the unit
+// of sparse messages and of PS-mode partition boundaries.
+uint64_t RowElements(const std::vector<int64_t>& dims);
 
 // "float32[2,3]" — for error messages.
 std::string DescribeTensor(DType dtype, const std::vector<int64_t>& dims);
