@@ -11,7 +11,8 @@ core = load_core()
 
 @pytest.mark.parametrize("total, elem, part_bytes, expected_parts", [
     (0, 4, 4096, 1), (1, 4, 4096, 1), (1024, 4, 4096, 1), (1025, 4, 4096, 2),
-    (10 ** 6, 4, 4 << 20, 1), (3 * 1024 + 1, 4, 4096, 4), (5, 8, 1024, 1),
+    (10 ** 6, 4, 4 << 20, 3), (3 * 1024 + 1, 4, 4096, 4), (5, 8, 1024, 1),
+    (16 * 1024, 4, 4 << 20, 1), (16 * 1024 + 1, 4, 4 << 20, 2),
 ])
 def test_partitions_cover_the_tensor_exactly(total, elem, part_bytes, expected_parts):
     parts = core.partition_tensor(123, total, elem, part_bytes, 3)
@@ -22,6 +23,14 @@ def test_partitions_cover_the_tensor_exactly(total, elem, part_bytes, expected_p
         assert count * elem <= part_bytes
         offset += count
     assert offset == total
+
+
+def test_a_tensor_smaller_than_a_partition_still_uses_every_server():
+    # 1 MB in 4 MB partitions over 4 servers: one share (256 KB) per server.
+    parts = core.partition_tensor(core.key_of_name("w"), 1 << 18, 4, 4 << 20, 4)
+    assert len(parts) == 4 and {p[3] for p in parts} == {0, 1, 2, 3}
+    # Below 64 KB a tensor stays whole: a round trip costs more than the split saves.
+    assert len(core.partition_tensor(core.key_of_name("b"), 1 << 14, 4, 4 << 20, 4)) == 1
 
 
 def test_a_big_tensor_uses_every_server_evenly():

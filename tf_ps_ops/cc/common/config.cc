@@ -15,7 +15,7 @@ const std::vector<ConfigEntry>& ConfigTable() {
       {"TFPS_HEARTBEAT_TIMEOUT", "float", "30",
        "Seconds without traffic or heartbeat after which a connection counts as dead (a host "
        "that vanished without closing its sockets)."},
-      {"TFPS_PARTITION_BYTES", "int", "4194304",
+      {"TFPS_PARTITION_BYTES", "int", "524288",
        "Tensors are split into partitions of at most this many bytes; partitions are spread "
        "over the servers so one large tensor uses every server's link."},
       {"TFPS_SERVER_THREADS", "int", "2",

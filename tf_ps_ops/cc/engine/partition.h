@@ -16,7 +16,8 @@ struct Partition {
 };
 
 // Cuts `total_count` elements of `elem_size` bytes into partitions of at most
-// `partition_bytes` (at least one element each). An empty tensor still has one partition
+// `partition_bytes` (at least one element each), and of at most one server's share when
+// the tensor is larger than 64 KB. An empty tensor still has one partition
 // of zero elements, so it makes a round trip and its shape is checked like any other.
 // With `row_elems` > 1 (PS mode, tensors of rank >= 2) boundaries fall on multiples of a row
 // whenever a row fits in `partition_bytes`, so a sparse push (rows) maps to whole rows of
