@@ -1,0 +1,406 @@
+"""One process of benchmarks/train_bench.py: trains a model on synthetic data and prints
+one line `TRAIN_RESULT {json}` with its step times and what it measured around them.
+
+    python3 benchmarks/train_worker.py --mode sum --model mlp --batch 32 --warmup 3 --steps 12
+
+Every mode runs the same custom loop: a tf.function with forward, loss, GradientTape,
+then `optimizer.apply(grads, vars)` of a Keras 3 SGD (lr 0.01, momentum 0.9):
+
+| mode | what syncs the gradients |
+|---|---|
+| single | nothing (one process, no network) |
+| sum | tf_ps_ops.DistributedOptimizer: push_pull through the colocated ps_servers |
+| ps | tf_ps_ops.optimizers.SGD: the servers run the optimizer |
+| sfb | sfb.convert(model): Dense kernels by SFB, the rest by push_pull |
+| hybrid | sfb.convert(model, mode="hybrid"): HybComm picks SFB or PS per Dense layer |
+| mwms | tf.distribute.MultiWorkerMirroredStrategy (ring all-reduce over gRPC) |
+| pss | tf.distribute.ParameterServerStrategy (--role chief / worker / ps) |
+| horovod | horovod.tensorflow.DistributedGradientTape over Gloo |
+
+Threads: intra_op 1 and inter_op 1 (inter_op 2 for every ParameterServerStrategy process:
+its workers deadlock silently with 1). Data: one fixed random batch per worker, made
+before timing (no input pipeline in the step), except ParameterServerStrategy, whose
+workers take it from a per-worker `Dataset.from_tensors(...).repeat()`.
+
+Around the timed steps (after the warm-up) the process samples: /proc/stat (CPU used by
+the whole machine), the CPU time of every process of this configuration (pids from
+--pids-file, written by the driver), and its host's eth0 byte counters (each emulated
+host has its own /sys/class/net). The driver subtracts to get the CPU used by other
+processes during the window.
+"""
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODES = ("single", "sum", "ps", "sfb", "hybrid", "mwms", "pss", "horovod")
+MODELS = ("mlp", "cnn", "tiny_mlp", "tiny_cnn")
+LR, MOMENTUM = 0.01, 0.9
+
+
+# --- measurement around the timed window ------------------------------------------------
+
+def _proc_stat():
+    """Machine-wide CPU seconds: {user, nice, system, idle, iowait, irq, softirq, steal}."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()[1:9]
+    hz = os.sysconf("SC_CLK_TCK")
+    names = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+    return {name: int(value) / hz for name, value in zip(names, fields)}
+
+
+def _pid_cpu(pid):
+    """utime + stime of a process in seconds (all its threads), None if it is gone."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            text = f.read()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2:].split()  # the name may contain spaces
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _net_bytes():
+    base = "/sys/class/net/eth0/statistics/"
+    try:
+        with open(base + "tx_bytes") as tx, open(base + "rx_bytes") as rx:
+            return int(tx.read()), int(rx.read())
+    except OSError:  # not inside an emulated host
+        return 0, 0
+
+
+class Window:
+    """Snapshots at the start and the end of the timed steps."""
+
+    def __init__(self, pids_file):
+        self.pids_file = pids_file
+        self.labels = {}
+
+    def _load_pids(self):
+        if self.labels or not self.pids_file:
+            return
+        for _ in range(50):  # the driver writes it right after starting every process
+            try:
+                with open(self.pids_file) as f:
+                    self.labels = {int(pid): label for pid, label in json.load(f).items()}
+                return
+            except (OSError, ValueError):
+                time.sleep(0.1)
+
+    def snapshot(self):
+        self._load_pids()
+        tx, rx = _net_bytes()
+        return dict(t=time.monotonic(), stat=_proc_stat(), tx=tx, rx=rx,
+                    self_cpu=time.process_time(),
+                    pids={pid: _pid_cpu(pid) for pid in self.labels})
+
+    def summary(self, start, end):
+        elapsed = end["t"] - start["t"]
+        delta = {k: end["stat"][k] - start["stat"][k] for k in start["stat"]}
+        busy = delta["user"] + delta["nice"] + delta["system"]
+        ours = {}
+        for pid, label in self.labels.items():
+            a, b = start["pids"].get(pid), end["pids"].get(pid)
+            if a is not None and b is not None:
+                ours[label] = round(b - a, 3)
+        return dict(elapsed_s=round(elapsed, 4), machine_busy_s=round(busy, 3),
+                    softirq_s=round(delta["softirq"] + delta["irq"], 3),
+                    ours_cpu_s=ours, ours_total_s=round(sum(ours.values()), 3),
+                    other_cpu_s=round(busy - sum(ours.values()), 3),
+                    self_cpu_s=round(end["self_cpu"] - start["self_cpu"], 3),
+                    tx_bytes=end["tx"] - start["tx"], rx_bytes=end["rx"] - start["rx"])
+
+
+# --- models and data ---------------------------------------------------------------------
+
+def build_model(name):
+    import keras
+    from keras import layers
+
+    keras.utils.set_random_seed(0)  # every rank builds the same initial weights
+    if name in ("mlp", "tiny_mlp"):
+        width = 4096 if name == "mlp" else 256
+        return keras.Sequential([keras.Input((784,)),
+                                 layers.Dense(width, activation="relu", name="fc1"),
+                                 layers.Dense(width, activation="relu", name="fc2"),
+                                 layers.Dense(width, activation="relu", name="fc3"),
+                                 layers.Dense(10, name="logits")], name=name)
+    c1, c2, fc = (32, 64, 128) if name == "cnn" else (8, 16, 32)
+    return keras.Sequential([keras.Input((28, 28, 1)),
+                             layers.Conv2D(c1, 3, activation="relu", name="conv1"),
+                             layers.Conv2D(c2, 3, activation="relu", name="conv2"),
+                             layers.MaxPooling2D(2, name="pool"),
+                             layers.Flatten(name="flatten"),
+                             layers.Dense(fc, activation="relu", name="fc1"),
+                             layers.Dense(10, name="logits")], name=name)
+
+
+def input_shape(model_name):
+    return (784,) if model_name.endswith("mlp") else (28, 28, 1)
+
+
+def make_batch(model_name, batch, seed):
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((batch, *input_shape(model_name))).astype(np.float32)
+    y = rng.integers(0, 10, size=(batch,)).astype(np.int32)
+    return x, y
+
+
+def sgd():
+    import keras
+    return keras.optimizers.SGD(LR, momentum=MOMENTUM)
+
+
+def loss_fn():
+    import keras
+    return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+def make_step(model, optimizer, loss, scale=1.0, wrap_tape=None):
+    """The step every mode runs; `scale` makes a cross-replica SUM an average (TF
+    strategies), `wrap_tape` turns the tape into a distributed one (Horovod)."""
+    import tensorflow as tf
+
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            value = loss(y, model(x, training=True)) * scale
+        sources = model.trainable_variables
+        if wrap_tape is not None:
+            tape = wrap_tape(tape)
+            sources = [v.value for v in sources]  # Horovod's tape wants tf.Variables
+        grads = tape.gradient(value, sources)
+        optimizer.apply(grads, model.trainable_variables)
+        return value
+    return step
+
+
+# --- the modes ---------------------------------------------------------------------------
+
+def time_steps(run_one, args, window, samples_per_step):
+    times, losses = [], []
+    start = None
+    for i in range(args.warmup + args.steps):
+        if i == args.warmup:
+            start = window.snapshot()
+        t0 = time.perf_counter()
+        losses.append(run_one())
+        times.append(time.perf_counter() - t0)
+    end = window.snapshot()
+    return dict(warmup_s=[round(t, 4) for t in times[:args.warmup]],
+                step_s=[round(t, 4) for t in times[args.warmup:]],
+                samples_per_step=samples_per_step, loss_first=losses[0], loss_last=losses[-1],
+                window=window.summary(start, end))
+
+
+def run_plain(args, window):
+    """single, sum, ps, sfb, hybrid, horovod: one tf.function per step."""
+    import tensorflow as tf
+
+    wrap_tape, workers, rank = None, 1, 0
+    if args.mode in ("sum", "ps", "sfb", "hybrid"):
+        import tf_ps_ops as hvd
+        hvd.init()
+        workers, rank = hvd.size(), hvd.rank()
+    elif args.mode == "horovod":
+        import horovod.tensorflow as hvd
+        hvd.init()
+        workers, rank = hvd.size(), hvd.rank()
+        wrap_tape = hvd.DistributedGradientTape
+    model = build_model(args.model)
+    if args.mode in ("sfb", "hybrid"):
+        import sfb
+        model = sfb.convert(model, mode=args.mode, batch_size=args.batch)
+    if args.mode == "ps":
+        import tf_ps_ops.optimizers
+        optimizer = tf_ps_ops.optimizers.SGD(LR, momentum=MOMENTUM)
+    elif args.mode in ("sum", "sfb", "hybrid"):
+        import tf_ps_ops as hvd
+        optimizer = hvd.DistributedOptimizer(sgd())
+    else:
+        optimizer = sgd()
+    optimizer.build(model.trainable_variables)  # ps: every worker adopts rank 0's weights
+    if args.mode in ("sum", "sfb", "hybrid"):
+        hvd.broadcast_variables(model.variables, root_rank=0)
+    elif args.mode == "horovod":  # Horovod's needs the backing tf.Variables of Keras 3's
+        hvd.broadcast_variables([v.value for v in model.variables], root_rank=0)
+    x, y = (tf.constant(a) for a in make_batch(args.model, args.batch, seed=rank))
+    step = tf.function(make_step(model, optimizer, loss_fn(), wrap_tape=wrap_tape),
+                       jit_compile=False)
+    result = time_steps(lambda: float(step(x, y)), args, window, workers * args.batch)
+    result.update(rank=rank, workers=workers, params=int(model.count_params()))
+    if args.mode in ("sfb", "hybrid"):
+        import sfb
+        result["sfb_kernels"] = [v.path for v in model.trainable_variables
+                                 if sfb.is_sfb_variable(v)]
+    return result, (hvd.shutdown if args.mode != "single" else None)
+
+
+def run_mwms(args, window):
+    import tensorflow as tf
+
+    options = tf.distribute.experimental.CommunicationOptions(
+        implementation=tf.distribute.experimental.CommunicationImplementation.RING)
+    strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    rank = strategy.cluster_resolver.task_id
+    workers = strategy.num_replicas_in_sync
+    with strategy.scope():
+        model = build_model(args.model)
+        optimizer = sgd()
+        optimizer.build(model.trainable_variables)
+    # Each replica's loss is divided by the replica count: Keras 3 sums the gradients
+    # over replicas (all_reduce SUM in optimizer.apply), which then averages them.
+    inner = make_step(model, optimizer, loss_fn(), scale=1.0 / workers)
+    x, y = (tf.constant(a) for a in make_batch(args.model, args.batch, seed=rank))
+
+    @tf.function(jit_compile=False)
+    def step():
+        per_replica = strategy.run(inner, args=(x, y))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+    result = time_steps(lambda: float(step()), args, window, workers * args.batch)
+    result.update(rank=rank, workers=workers, params=int(model.count_params()))
+    return result, None
+
+
+def pss_server(args):
+    """A ParameterServerStrategy ps or worker task: an in-process gRPC server, forever
+    (the driver ends it once the chief is done)."""
+    import tensorflow as tf
+
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=1,
+                                      inter_op_parallelism_threads=2)
+    server = tf.distribute.Server(resolver.cluster_spec(), job_name=resolver.task_type,
+                                  task_index=resolver.task_id, protocol="grpc", config=config,
+                                  start=True)
+    print("PSS_SERVER_STARTED %s %d" % (resolver.task_type, resolver.task_id), flush=True)
+    server.join()
+
+
+def balanced_placement(strategy, resolver):
+    """A variable creator scope that puts each new variable on the ps task holding the
+    fewest bytes so far (optimizer slots follow their variable).
+
+    ParameterServerStrategy places variables round-robin in creation order: for a stack of
+    Dense layers that is every kernel on ps 0 and every bias on ps 1, so one host's link
+    carries the whole model. Its remedy, a variable_partitioner, does not work with Keras
+    3 (a ShardedVariable has no `.handle`). Colocating with an anchor variable per task,
+    as `strategy.extended.colocate_vars_with` does, balances the bytes instead.
+    """
+    import numpy as np
+    import tensorflow as tf
+
+    num_ps = len(resolver.cluster_spec().as_dict()["ps"])
+    anchors = [tf.Variable(0.0, trainable=False, name="ps_anchor_%d" % i)
+               for i in range(num_ps)]  # round-robin: anchor i lives on ps i
+    load = [0] * num_ps
+
+    def creator(next_creator, **kwargs):
+        if kwargs.get("colocate_with") is not None:
+            return next_creator(**kwargs)
+        value = kwargs.get("initial_value")
+        if callable(value):  # Keras passes its initializer as a callable: run it here
+            value = kwargs["initial_value"] = value()
+        shape = getattr(value, "shape", None)
+        size = int(np.prod(shape)) if shape is not None and None not in list(shape) else 0
+        target = load.index(min(load))
+        load[target] += size
+        kwargs["colocate_with"] = anchors[target]
+        kwargs["use_resource"] = True
+        return next_creator(**kwargs)
+
+    return tf.variable_creator_scope(creator)
+
+
+def run_pss_chief(args, window):
+    """The coordinator: schedules one step on every worker per round and joins; a round
+    is one global step (workers x batch samples), as in the synchronous modes."""
+    import tensorflow as tf
+
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    strategy = tf.distribute.ParameterServerStrategy(resolver)
+    coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+    workers = len(resolver.cluster_spec().as_dict()["worker"])
+    with strategy.scope():
+        placement = balanced_placement(strategy, resolver) if args.pss_placement == "balanced" \
+            else contextlib.nullcontext()
+        with placement:
+            model = build_model(args.model)
+            optimizer = sgd()
+            optimizer.build(model.trainable_variables)
+    inner = make_step(model, optimizer, loss_fn())
+    model_name, batch = args.model, args.batch
+
+    def dataset_fn(_=None):
+        x, y = make_batch(model_name, batch, seed=0)
+        return tf.data.Dataset.from_tensors((x, y)).repeat()
+
+    iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
+
+    @tf.function(jit_compile=False)
+    def step(it):
+        x, y = next(it)
+        return strategy.run(inner, args=(x, y))
+
+    def one_round():
+        values = [coordinator.schedule(step, args=(iterator,)) for _ in range(workers)]
+        coordinator.join()
+        return float(values[-1].fetch())
+
+    result = time_steps(one_round, args, window, workers * args.batch)
+    result.update(rank=0, workers=workers, params=int(model.count_params()))
+    placed = {}
+    for v in model.trainable_variables + list(optimizer.variables):
+        device = v.value.device.split("/device:")[0]
+        placed[device] = placed.get(device, 0) + int(v.value.shape.num_elements()) * 4
+    result["ps_bytes"] = placed  # variables + optimizer slots per ps task
+    return result, None
+
+
+def configure_threads(args):
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(2 if args.mode == "pss" else 1)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mode", choices=MODES, required=True)
+    parser.add_argument("--model", choices=MODELS, required=True)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--role", choices=("chief", "worker", "ps"), default="chief",
+                        help="ParameterServerStrategy only")
+    parser.add_argument("--pss-placement", choices=("balanced", "roundrobin"),
+                        default="balanced", help="ParameterServerStrategy: where variables "
+                        "go (see balanced_placement)")
+    parser.add_argument("--pids-file", default=None)
+    args = parser.parse_args()
+    sys.path.insert(0, REPO)
+    if args.mode == "pss" and args.role != "chief":
+        return pss_server(args)
+    configure_threads(args)
+    window = Window(args.pids_file)
+    runner = {"mwms": run_mwms, "pss": run_pss_chief}.get(args.mode, run_plain)
+    result, shutdown = runner(args, window)
+    result.update(mode=args.mode, model=args.model, batch=args.batch, pid=os.getpid())
+    print("TRAIN_RESULT " + json.dumps(result), flush=True)
+    if shutdown is not None:
+        shutdown()
+    if args.mode in ("mwms", "pss"):
+        # TF's gRPC runtime can linger at interpreter exit once the peers are gone; the
+        # result is out, so leave without running it down.
+        sys.stderr.flush()
+        os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""Smoke test of the training benchmark (benchmarks/train_bench.py --quick): two emulated
+hosts on a 1 Gbit/s bridge, a tiny MLP, the single-process baseline and tf_ps_ops' sum
+mode, 1 warm-up + 2 timed steps. Checks that the run succeeds, that the results files are
+written with sane numbers, and that no namespace is left behind. Throughput itself is
+measured by the full run (benchmarks/TRAINING.md), never asserted here.
+
+Needs root and `ip netns` (skipped otherwise, with the reason) and the native build.
+About 20-40 s on 2 cores.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "benchmarks"))
+import netns  # noqa: E402
+from ps_cluster import PS_SERVER  # noqa: E402
+
+_ok, _why = netns.available()
+pytestmark = [pytest.mark.skipif(not _ok, reason=_why), pytest.mark.timeout(180)]
+
+
+def namespaces():
+    result = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
+                            timeout=20, check=True)
+    return {line.split()[0] for line in result.stdout.splitlines() if line.strip()}
+
+
+def require_build():
+    missing = [str(p) for p in (PS_SERVER,) if not p.exists()]
+    if not list((REPO / "tf_ps_ops").glob("_tf_ps_ops*.so")):
+        missing.append("tf_ps_ops/_tf_ps_ops.so")
+    if missing:
+        message = "not built: %s; run `make build`" % ", ".join(missing)
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+def test_quick_training_benchmark(tmp_path):
+    require_build()
+    command = [sys.executable, str(REPO / "benchmarks" / "train_bench.py"), "--quick",
+               "--modes", "single,sum", "--models", "tiny_mlp", "--tag", "smoke",
+               "--results-dir", str(tmp_path)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, cwd=tmp_path)
+    try:
+        out, err = process.communicate(timeout=150)
+    except subprocess.TimeoutExpired:
+        process.terminate()  # the harness cleans its namespaces up on SIGTERM
+        out, err = process.communicate(timeout=30)
+        pytest.fail("train_bench --quick took over 150 s:\n%s\n%s" % (out[-4000:], err[-4000:]))
+    assert process.returncode == 0, "train_bench failed:\n%s\n%s" % (out[-6000:], err[-6000:])
+
+    report = json.loads((tmp_path / "train_smoke.json").read_text())
+    rows = {row["mode"]: row for row in report["rows"]}
+    assert set(rows) == {"single", "sum"}
+    for row in rows.values():
+        assert row["status"] == "ok", row
+        assert row["steps"] == 2 and 0 < row["step_s"] < 30, row
+        assert row["samples_s"] > 0, row
+    assert rows["single"]["workers"] == 1 and rows["sum"]["workers"] == 2
+    # The gradients crossed the emulated link: each host sends its push to the other
+    # host's server and its own server's reply, about the size of the 1.3 MB model.
+    assert rows["sum"]["tx_mb_per_step"] > 0.5, rows["sum"]
+    assert rows["sum"]["scaling"] > 0 and rows["sum"]["t_opt_s"] > 0
+    assert "tf_ps_ops sum" in (tmp_path / "train_smoke.md").read_text()
+    if _has_matplotlib():
+        assert (tmp_path / "train_smoke_throughput.png").stat().st_size > 1000
+    # Only this run's namespaces (named after its pid): other runs may be going on.
+    mine = {n for n in namespaces() if n.startswith("%s-%d-" % (netns.PREFIX, process.pid))}
+    assert not mine, "namespaces left behind: %s" % sorted(mine)
+
+
+def _has_matplotlib():
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
