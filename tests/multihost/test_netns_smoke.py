@@ -19,31 +19,13 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmarks"))
-import netns  # noqa: E402
+from netns_support import AVAILABLE, WHY_NOT, namespaces, require_build  # noqa: E402
 from netns import Hosts  # noqa: E402
-from ps_cluster import PS_SERVER, NetnsCluster  # noqa: E402
+from ps_cluster import NetnsCluster  # noqa: E402
 
 WORKER = Path(__file__).parent / "sum_worker.py"
 
-_ok, _why = netns.available()
-pytestmark = [pytest.mark.skipif(not _ok, reason=_why), pytest.mark.timeout(120)]
-
-
-def namespaces():
-    result = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
-                            timeout=20, check=True)
-    return {line.split()[0] for line in result.stdout.splitlines() if line.strip()}
-
-
-def require_build():
-    missing = [str(p) for p in (PS_SERVER,) if not p.exists()]
-    if not list((REPO / "tf_ps_ops").glob("_core*.so")):
-        missing.append("tf_ps_ops/_core*.so")
-    if missing:
-        message = "not built: %s; run `make build`" % ", ".join(missing)
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+pytestmark = [pytest.mark.skipif(not AVAILABLE, reason=WHY_NOT), pytest.mark.timeout(120)]
 
 
 def connect_errno(hosts, i, address, port=9):
@@ -57,7 +39,7 @@ def connect_errno(hosts, i, address, port=9):
 
 
 def test_push_pull_across_two_rate_limited_hosts(tmp_path):
-    require_build()
+    require_build("_core*.so")
     with Hosts(2, rate="1gbit") as hosts:
         for i in range(2):
             assert "tbf" in hosts.qdisc(i) and "1Gbit" in hosts.qdisc(i)

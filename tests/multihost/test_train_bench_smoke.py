@@ -9,7 +9,6 @@ About 20-40 s on 2 cores.
 """
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,31 +18,13 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmarks"))
 import netns  # noqa: E402
-from ps_cluster import PS_SERVER  # noqa: E402
+from netns_support import AVAILABLE, WHY_NOT, namespaces, require_build  # noqa: E402
 
-_ok, _why = netns.available()
-pytestmark = [pytest.mark.skipif(not _ok, reason=_why), pytest.mark.timeout(180)]
-
-
-def namespaces():
-    result = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
-                            timeout=20, check=True)
-    return {line.split()[0] for line in result.stdout.splitlines() if line.strip()}
-
-
-def require_build():
-    missing = [str(p) for p in (PS_SERVER,) if not p.exists()]
-    if not list((REPO / "tf_ps_ops").glob("_tf_ps_ops*.so")):
-        missing.append("tf_ps_ops/_tf_ps_ops.so")
-    if missing:
-        message = "not built: %s; run `make build`" % ", ".join(missing)
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+pytestmark = [pytest.mark.skipif(not AVAILABLE, reason=WHY_NOT), pytest.mark.timeout(180)]
 
 
 def test_quick_training_benchmark(tmp_path):
-    require_build()
+    require_build("_tf_ps_ops*.so")
     command = [sys.executable, str(REPO / "benchmarks" / "train_bench.py"), "--quick",
                "--modes", "single,sum", "--models", "tiny_mlp", "--tag", "smoke",
                "--results-dir", str(tmp_path)]
