@@ -268,6 +268,43 @@ def check_rewrite_graph_def(hvd):
     assert_close(got, want, hvd, "rewrite_graph_def momentum")
 
 
+def check_grappler_rewrite_in_a_session(hvd):
+    """A stock v1 graph, swapped by the Grappler optimizer the op library registers."""
+    import tensorflow as tf
+    import tf_ps_ops.ps_mode as ps_mode
+    x, y = data(hvd.size())
+    init = np.random.default_rng(hvd.rank() + 31).standard_normal((DIM_IN, DIM_OUT)).astype(np.float32)
+    graph = tf.Graph()
+    with graph.as_default():
+        w = tf.compat.v1.get_variable("grappler_w", initializer=init, use_resource=True)
+        loss = tf.reduce_mean((tf.matmul(shard(x, hvd.rank()), w) - shard(y, hvd.rank())) ** 2)
+        train = tf.compat.v1.train.MomentumOptimizer(0.05, 0.9).minimize(loss)
+        assert "ResourceApplyMomentum" in {op.type for op in graph.get_operations()}
+        start = ps_mode.initialize_variables([w])
+        config = tf.compat.v1.ConfigProto()
+        config.graph_options.rewrite_options.custom_optimizers.add().name = "TfpsPsRewrite"
+        with tf.compat.v1.Session(graph=graph, config=config) as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            session.run(start)
+            for _ in range(STEPS):
+                session.run(train)
+            got = session.run(w)
+    with tf.Graph().as_default():  # the oracle: stock Momentum on the mean gradient
+        w = tf.compat.v1.get_variable(
+            "w", initializer=np.random.default_rng(31).standard_normal((DIM_IN, DIM_OUT)).astype(np.float32),
+            use_resource=True)
+        grad = tf.add_n([tf.gradients(tf.reduce_mean((tf.matmul(shard(x, r), w) - shard(y, r)) ** 2),
+                                      [w])[0] for r in range(hvd.size())]) / hvd.size()
+        train = tf.compat.v1.train.MomentumOptimizer(0.05, 0.9).apply_gradients([(grad, w)])
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            for _ in range(STEPS):
+                session.run(train)
+            want = session.run(w)
+    assert_close(got, want, hvd, "grappler momentum")
+    assert_replicas_identical(hvd, [got], "grappler")
+
+
 def check_keras_fit_with_ps_adam(hvd):
     import keras
     from tf_ps_ops import optimizers as ps_optimizers
@@ -301,7 +338,8 @@ def check_env_flag_turns_the_rewrite_on(hvd):
 
 CHECKS = [check_env_flag_turns_the_rewrite_on, check_keras_optimizers_match_stock, check_v1_optimizers_in_a_session,
           check_v1_optimizers_in_tf_function, check_tf_keras_legacy_optimizers,
-          check_rewrite_graph_def, check_keras_fit_with_ps_adam]
+          check_rewrite_graph_def, check_grappler_rewrite_in_a_session,
+          check_keras_fit_with_ps_adam]
 
 if __name__ == "__main__":
     harness.run_checks(CHECKS)
