@@ -53,6 +53,9 @@ MODE_LABELS = {"single": "single process", "sum": "tf_ps_ops sum", "ps": "tf_ps_
 # accounting (10 ms ticks) and the median mean something.
 STEPS = {"mlp": 12, "cnn": 40, "tiny_mlp": 2, "tiny_cnn": 2}
 MIN_WINDOW_S = 0.5  # shorter windows (smoke runs) are not judged for contamination
+PLOT_LABELS = {"single": "single\nprocess", "sum": "tf_ps_ops\nsum", "ps": "tf_ps_ops\nps",
+               "sfb": "tf_ps_ops\nsfb", "hybrid": "tf_ps_ops\nhybrid", "mwms": "TF\nMWMS",
+               "pss": "TF\nPSS", "horovod": "Horovod\n(Gloo)"}
 PARAMS_GUESS = {"mlp": 36.8e6, "cnn": 1.2e6, "tiny_mlp": 0.34e6, "tiny_cnn": 0.08e6}
 FOREIGN_ENV = ("TFPS_", "DMLC_", "HOROVOD_", "TF_CONFIG")
 CHILD_ENV = {"CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "1", "OMP_NUM_THREADS": "1",
@@ -503,6 +506,8 @@ def main():
     parser.add_argument("--results-dir", default=str(RESULTS),
                         help="where train_<tag>.json/.md/_throughput.png go")
     parser.add_argument("--keep-logs", action="store_true")
+    parser.add_argument("--report", metavar="JSON", default=None,
+                        help="only rewrite the .md and .png of an earlier run's JSON")
     parser.add_argument("--horovod-path", default=os.environ.get("TRAIN_BENCH_HOROVOD_PATH"),
                         help="folder with a Horovod built for this TensorFlow (prepended to "
                              "PYTHONPATH of the Horovod processes; default "
@@ -518,6 +523,12 @@ def main():
                               ("idle_patience", 0, 120)):
         if getattr(args, name) is None:
             setattr(args, name, quick if q else full)
+    if args.report:
+        saved = json.loads(Path(args.report).read_text())
+        paths = write_report(Path(args.report).parent, saved["meta"]["tag"], saved["meta"],
+                             saved["rows"])
+        print("rewrote", ", ".join(str(p) for p in paths[1:]))
+        return 0
     args.tag = args.tag or ("quick" if q else "full")
     unknown = set(args.modes) - set(ALL_MODES)
     if unknown:
@@ -645,8 +656,7 @@ def plot(path, rows, meta):
                            linestyle="--", linewidth=0.8,
                            label="%d × single (%s sweep)" % (meta["workers"], rate))
         ax.set_xticks(range(len(modes)))
-        ax.set_xticklabels([MODE_LABELS[m].replace(" ", "\n", 1) for m in modes],
-                           fontsize=7)
+        ax.set_xticklabels([PLOT_LABELS[m] for m in modes], fontsize=8)
         ax.set_ylabel("samples/s (all workers)")
         ax.set_title("%s, %d workers, batch %d/worker" % (model, meta["workers"],
                                                            meta["batch"]))
