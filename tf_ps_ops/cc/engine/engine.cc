@@ -344,11 +344,7 @@ Status Engine::Loop::SendPartOnLoop(uint64_t op_id, Op& o, uint32_t index) {
                                r.input_holder);
   Status s = SendMessage(*servers_[p.server].socket, "", head, std::move(payload));
   if (!s.ok()) return s.WithPrefix("sending to " + Describe(p.server) + ": ");
-  if (o.remaining == static_cast<int>(o.parts.size()) && o.part_state[index] == kQueued) {
-    bool first = true;
-    for (PartState st : o.part_state) first = first && st == kQueued;
-    if (first) o.first_sent = Clock::now();
-  }
+  if (o.first_sent == Clock::time_point()) o.first_sent = Clock::now();  // the first partition
   o.part_state[index] = kSent;
   pending_[PartId(o.key, o.step, p.index)] = op_id;
   in_flight_bytes_ += PartBytes(o, index);
