@@ -326,6 +326,7 @@ class Config:
 
     def _run_tfps(self):
         env = dict(CHILD_ENV)
+        env.update(self.args.tfps_env)
         if self.args.timeline:
             Path(self.args.timeline).mkdir(parents=True, exist_ok=True)
             env["TFPS_TIMELINE"] = str(Path(self.args.timeline).resolve() / (
@@ -499,6 +500,9 @@ def main():
                         help="seconds allowed for starting the processes of a configuration")
     parser.add_argument("--timeline", default=None,
                         help="folder for TFPS_TIMELINE Chrome traces of the tf_ps_ops modes")
+    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                        help="environment of the tf_ps_ops processes (repeatable), e.g. "
+                             "--env TFPS_SCHEDULING_CREDIT=4194304")
     parser.add_argument("--tag", default=None, help="results file tag (default quick/full)")
     parser.add_argument("--worker-arg", action="append", default=[],
                         help="extra argument for train_worker.py (repeatable), e.g. "
@@ -513,6 +517,10 @@ def main():
                              "PYTHONPATH of the Horovod processes; default "
                              "$TRAIN_BENCH_HOROVOD_PATH, else the installed one)")
     args = parser.parse_args()
+    try:
+        args.tfps_env = dict(item.split("=", 1) for item in args.env)
+    except ValueError:
+        parser.error("--env takes NAME=VALUE")
     q = args.quick
     args.rates = (args.rates or ("1gbit" if q else "1gbit,10gbit")).split(",")
     args.models = (args.models or ("tiny_mlp" if q else "mlp,cnn")).split(",")

@@ -32,7 +32,8 @@ Outgoing KeyStore::ErrorReply(const Header& about, int rank, const Status& statu
   return Outgoing{WorkerIdentity(rank), EncodeHead(head), zmq::message_t(text.data(), text.size())};
 }
 
-void KeyStore::OnPush(const Head& head, zmq::message_t payload, std::vector<Outgoing>* out) {
+void KeyStore::OnPush(const Head& head, zmq::message_t payload, std::vector<Outgoing>* out,
+                      double received_us) {
   const Header& h = head.header;
   const RoundId id{h.key, h.partition, h.step};
   auto it = rounds_.find(id);
@@ -60,7 +61,12 @@ void KeyStore::OnPush(const Head& head, zmq::message_t payload, std::vector<Outg
   }
   r.arrived[h.sender] = true;
   ++r.num_arrived;
+  if ((h.flags & kFlagTimed) != 0) {
+    r.received_us.resize(num_workers_, 0.0);
+    r.received_us[h.sender] = received_us;
+  }
   constexpr uint32_t kModeFlags = kFlagPsInit | kFlagPsApply | kFlagPsOverwrite | kFlagSparse;
+  // (kFlagTimed may differ: one worker's timeline is its own business)
   const bool sparse = (h.flags & kFlagSparse) != 0;  // row counts differ between workers
   if (r.error.ok() && ((h.flags & kModeFlags) != (r.first.flags & kModeFlags) ||
                        h.optimizer != r.first.optimizer)) {
@@ -137,10 +143,19 @@ void KeyStore::Answer(const RoundId& id, Round& round, std::vector<Outgoing>* ou
   head.header.optimizer = 0;
   head.header.sender = server_id_;
   const std::string encoded = EncodeHead(head);
+  const double ready_us = round.received_us.empty() ? 0 : WallMicros();
   for (int rank = 0; rank < num_workers_; ++rank) {
     zmq::message_t copy;
     copy.copy(round.sum);  // shares the buffer (reference counted), no byte copy
-    out->push_back(Outgoing{WorkerIdentity(rank), encoded, std::move(copy)});
+    const bool timed = !round.received_us.empty() && round.received_us[rank] > 0;
+    if (timed) {  // this worker keeps a timeline: its own stamps
+      Head stamped = head;
+      stamped.header.flags |= kFlagTimed;
+      stamped.params = {round.received_us[rank], ready_us};
+      out->push_back(Outgoing{WorkerIdentity(rank), EncodeHead(stamped), std::move(copy)});
+    } else {
+      out->push_back(Outgoing{WorkerIdentity(rank), encoded, std::move(copy)});
+    }
   }
 }
 

@@ -47,7 +47,9 @@ class KeyStore {
 
   KeyStore(int num_workers, int server_id, double timeout_s);
 
-  void OnPush(const Head& head, zmq::message_t payload, std::vector<Outgoing>* out);
+  // `received_us`: when the push arrived (wall clock), for timed replies.
+  void OnPush(const Head& head, zmq::message_t payload, std::vector<Outgoing>* out,
+              double received_us = 0);
   // The worker is gone: every open round that still needs it fails, and so will new ones.
   void OnWorkerLost(int rank, const std::string& why, std::vector<Outgoing>* out);
   // Fails rounds that waited longer than the timeout, naming the workers still missing.
@@ -75,6 +77,7 @@ class KeyStore {
     int first_sender = -1;
     std::vector<bool> arrived;
     std::vector<bool> answered;
+    std::vector<double> received_us;  // per worker, when its push has kFlagTimed
     int num_arrived = 0;
     zmq::message_t sum;
     bool has_data = false;

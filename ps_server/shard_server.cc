@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 
 #include "tf_ps_ops/cc/common/logging.h"
 #include "tf_ps_ops/cc/transport/zmq_util.h"
@@ -133,7 +134,7 @@ void ShardServer::SummationLoop(int index) {
     }
     for (Work& w : batch) {
       if (w.kind == Work::kPush) {
-        store.OnPush(w.head, std::move(w.payload), &replies);
+        store.OnPush(w.head, std::move(w.payload), &replies, w.received_us);
       } else {
         store.OnWorkerLost(w.rank, w.why, &replies);
       }
@@ -223,7 +224,11 @@ int ShardServer::Run(const std::atomic<bool>& stop) {
 }
 
 void ShardServer::OnMessageOnIoThread(std::vector<zmq::message_t>& frames) {
-  if (frames.size() < 2 || frames.size() > 3) {
+  Header peek;
+  const bool batch = frames.size() > 3 && frames[1].size() >= sizeof(Header) &&
+                     (std::memcpy(&peek, frames[1].data(), sizeof(Header)),
+                      peek.type == static_cast<uint16_t>(MsgType::kBatch));
+  if (frames.size() < 2 || (frames.size() > 3 && !batch)) {
     TFPS_LOG(Warning) << "dropped a message of " << frames.size() << " frames";
     return;
   }
@@ -260,20 +265,55 @@ void ShardServer::OnMessageOnIoThread(std::vector<zmq::message_t>& frames) {
       Work w;
       w.kind = Work::kPush;
       w.head = std::move(head);
+      w.received_us = WallMicros();
       if (frames.size() == 3) w.payload = std::move(frames[2]);
-      const size_t shard = (w.head.header.key + w.head.header.partition) % inboxes_.size();
-      Inbox& inbox = *inboxes_[shard];
-      {
-        std::lock_guard<std::mutex> lock(inbox.mu);
-        inbox.queue.push_back(std::move(w));
-      }
-      inbox.cv.notify_one();
+      QueuePushOnIoThread(std::move(w));
       return;
     }
+    case MsgType::kBatch:
+      OnBatchOnIoThread(identity, h, frames);
+      return;
     default:
       RejectOnIoThread(identity, InvalidArgument("a server does not accept message type " +
                                                  std::to_string(h.type)));
   }
+}
+
+void ShardServer::QueuePushOnIoThread(Work w) {
+  const size_t shard = (w.head.header.key + w.head.header.partition) % inboxes_.size();
+  Inbox& inbox = *inboxes_[shard];
+  {
+    std::lock_guard<std::mutex> lock(inbox.mu);
+    inbox.queue.push_back(std::move(w));
+  }
+  inbox.cv.notify_one();
+}
+
+void ShardServer::OnBatchOnIoThread(const std::string& identity, const Header& batch,
+                                    std::vector<zmq::message_t>& frames) {
+  Status s = CheckBatch(batch, frames.size() - 2);
+  std::vector<Work> works(s.ok() ? batch.count : 0);
+  const double now_us = WallMicros();
+  for (size_t i = 0; s.ok() && i < works.size(); ++i) {
+    zmq::message_t& head_frame = frames[2 + 2 * i];
+    zmq::message_t& payload = frames[3 + 2 * i];
+    Work& w = works[i];
+    s = DecodeHead(head_frame.data(), head_frame.size(), payload.size(), &w.head);
+    const Header& h = w.head.header;
+    if (s.ok() && (h.type != static_cast<uint16_t>(MsgType::kPushPull) || h.sender != batch.sender)) {
+      s = InvalidArgument("a batch to a server holds only pushes of its sender");
+    }
+    if (!s.ok()) s = s.WithPrefix("message " + std::to_string(i) + " of the batch: ");
+    w.kind = Work::kPush;
+    w.received_us = now_us;
+    w.payload = std::move(payload);
+  }
+  if (!s.ok()) {  // nothing of it is used: the worker's ops fail on the rejection or time out
+    TFPS_LOG(Warning) << "dropped a malformed batch from '" << identity << "': " << s.message();
+    RejectOnIoThread(identity, s);
+    return;
+  }
+  for (Work& w : works) QueuePushOnIoThread(std::move(w));
 }
 
 void ShardServer::OnWorkerGoneOnIoThread(int rank, const std::string& why) {
@@ -298,15 +338,28 @@ void ShardServer::SendOutboxOnIoThread() {
     std::lock_guard<std::mutex> lock(outbox_mu_);
     batch.swap(outbox_);
   }
+  // Per worker, in order: small replies go together, large ones alone.
+  const size_t fusion = static_cast<size_t>(config_.fusion_bytes);
+  std::map<std::string, std::pair<std::vector<Encoded>, size_t>> pending;  // with their bytes
+  auto flush = [this](const std::string& identity, std::vector<Encoded>* messages) {
+    Status s = SendBatch(router_, identity, server_id_, messages);
+    if (!s.ok()) TFPS_LOG(Warning) << "could not answer " << identity << ": " << s.message();
+  };
   for (Outgoing& o : batch) {
-    try {
-      router_.send(zmq::buffer(o.identity), zmq::send_flags::sndmore);
-      router_.send(zmq::buffer(o.head), zmq::send_flags::sndmore);
-      router_.send(o.payload, zmq::send_flags::none);
-    } catch (const zmq::error_t& e) {
-      TFPS_LOG(Warning) << "could not answer " << o.identity << ": " << e.what();
+    const size_t bytes = o.payload.size();
+    auto& [messages, held] = pending[o.identity];
+    if (bytes >= fusion || messages.size() >= kMaxBatch || held + bytes > fusion) {
+      flush(o.identity, &messages);
+      held = 0;
+    }
+    messages.push_back(Encoded{std::move(o.head), std::move(o.payload)});
+    held += bytes;
+    if (bytes >= fusion) {
+      flush(o.identity, &messages);
+      held = 0;
     }
   }
+  for (auto& entry : pending) flush(entry.first, &entry.second.first);
 }
 
 void ShardServer::RejectOnIoThread(const std::string& identity, const Status& status) {

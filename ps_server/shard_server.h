@@ -4,6 +4,9 @@
 //   I/O thread  --(push, by hash of key+partition)-->  summation thread k  (inbox k)
 //   summation threads  --(replies)-->  outbox  --(eventfd wakes)-->  I/O thread
 //
+// Small replies for the same worker that are in the outbox together leave as one batch
+// (TFPS_FUSION_BYTES); workers may batch their pushes the same way (wire/message.h).
+//
 // Payloads move between threads as zmq::message_t: never copied.
 #ifndef TFPS_PS_SERVER_SHARD_SERVER_H_
 #define TFPS_PS_SERVER_SHARD_SERVER_H_
@@ -45,6 +48,7 @@ class ShardServer {
     enum Kind { kPush, kWorkerLost } kind = kPush;
     Head head;
     zmq::message_t payload;
+    double received_us = 0;  // wall clock, for timed replies
     int rank = -1;
     std::string why;
   };
@@ -63,6 +67,11 @@ class ShardServer {
   void CheckpointOnSummationThread(int index, KeyStore& store);
   void PostReplies(std::vector<Outgoing>* replies);
   void OnMessageOnIoThread(std::vector<zmq::message_t>& frames);
+  // A batch of pushes [identity][batch head][head][payload]...: checked whole, then each
+  // push queued as if it had come alone.
+  void OnBatchOnIoThread(const std::string& identity, const Header& batch,
+                         std::vector<zmq::message_t>& frames);
+  void QueuePushOnIoThread(Work w);
   void OnWorkerGoneOnIoThread(int rank, const std::string& why);
   void SendOutboxOnIoThread();
   void RejectOnIoThread(const std::string& identity, const Status& status);

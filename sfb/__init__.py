@@ -9,7 +9,7 @@ products: workers exchange the factors (dy, x), K·(M+N) floats, peer to peer, i
 the M·N gradient, and each rebuilds the same averaged gradient. See docs/sfb.md.
 """
 
-import importlib
+from tf_ps_ops import _lazy
 
 # Public name -> the submodule that defines it. Resolved on first access (PEP 562), so that
 # `sfb.policy` is usable without TensorFlow.
@@ -17,18 +17,4 @@ _EXPORTS = {"Dense": "layers", "is_sfb_variable": "layers", "convert": "convert"
             "factor_gradient": "ops"}
 _SUBMODULES = ("policy",)
 
-__all__ = sorted(_EXPORTS) + list(_SUBMODULES)
-
-
-def __getattr__(name):
-    if name in _SUBMODULES:
-        return importlib.import_module(f"{__name__}.{name}")
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__all__, __getattr__, __dir__ = _lazy.exports(globals(), _EXPORTS, _SUBMODULES)

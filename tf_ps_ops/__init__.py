@@ -9,7 +9,7 @@ Names are resolved on first access (PEP 562): the launcher `tfps-run` lives in t
 package and must start without importing TensorFlow (seconds) or the op library.
 """
 
-import importlib
+from tf_ps_ops import _lazy
 
 # Public name -> the submodule that defines it.
 _EXPORTS = {
@@ -34,18 +34,4 @@ _EXPORTS = {
 # Submodules that are part of the API themselves (`hvd.callbacks.MetricAverageCallback`).
 _SUBMODULES = ("callbacks", "compression", "keras", "optimizers", "ps_mode")
 
-__all__ = sorted(_EXPORTS) + list(_SUBMODULES)
-
-
-def __getattr__(name):
-    if name in _SUBMODULES:
-        return importlib.import_module(f"{__name__}.{name}")
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    globals()[name] = value  # later lookups skip __getattr__
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__all__, __getattr__, __dir__ = _lazy.exports(globals(), _EXPORTS, _SUBMODULES)

@@ -32,6 +32,8 @@ _log = logging.getLogger("tf_ps_ops")
 # TensorFlow op -> our op. Ops missing here (ref-variable ApplyXXX, ProximalXXX, Ftrl, ...)
 # are left alone and logged once when first created. The sparse ops send only the rows in
 # `indices` (docs/ps_mode.md, "Sparse updates").
+# The Grappler optimizer (kernels/ps_rewrite_optimizer.cc) keeps the same table in C++;
+# tests/unit/test_ps_swap_table.py checks that the two agree.
 SWAPS = {
     "ResourceApplyGradientDescent": "PsApplyGradientDescent",
     "ResourceApplyMomentum": "PsApplyMomentum",

@@ -111,16 +111,20 @@ def test_garbage_on_a_server_port_is_dropped_and_serving_goes_on(make_cluster, t
                                    total_count=4, num_partitions=1), [4]), b"x" * 3],
             [core.encode_head(hello)],                                # identity is not w0
             [b"a", b"b", b"c", b"d"],                                 # too many frames
+            # A batch, from a connection that is not worker 0's.
+            [core.encode_head(dict(type=T["BATCH"], sender=0, count=1)),
+             core.encode_head(dict(type=T["HELLO"], sender=0)), b""],
         ]
         for frames in bad_frames:
             dealer.send_multipart(frames)
-        answers = [dealer.recv_multipart() for _ in range(4)]
+        answers = [dealer.recv_multipart() for _ in range(5)]
     finally:
         context.destroy(linger=0)
     texts = [a[1].decode() for a in answers]
     assert any("version mismatch" in t for t in texts), texts
     assert any("payload has 3 bytes" in t for t in texts), texts
     assert any("does not match connection 'intruder'" in t for t in texts), texts
+    assert sum("does not match connection 'intruder'" in t for t in texts) == 2, texts
 
     go.touch()
     cluster.wait()

@@ -27,7 +27,7 @@ def test_credit_keeps_results_exact_and_timeline_lists_every_tensor(make_cluster
             assert e["dur"] >= 0 and e["pid"] == rank
             stages.setdefault(e["args"]["tensor"], []).append(e["name"])
         assert set(stages) == {"loop"}, stages.keys()
-        for stage in ("queued", "scheduled", "push_pull", "written"):
+        for stage in ("queued", "scheduled", "push", "server", "pull", "written"):
             assert stages["loop"].count(stage) == 30, (stage, stages["loop"].count(stage))
         names = [e for e in trace["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"]
         assert [n["args"]["name"] for n in names] == ["loop"]

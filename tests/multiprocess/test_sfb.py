@@ -5,48 +5,30 @@ trains the single-process oracles with the same code and compares. A 2-worker cl
 counts the bytes a 4096×4096 layer puts on the wire (sfb_bytes_worker.py).
 """
 
-import importlib
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from cluster import Cluster, require_build
+from oracles import harness, train_on_cluster, worker_module
 
 SFB_WORKERS = Path(__file__).resolve().parent / "sfb_workers"
-sys.path.insert(0, str(SFB_WORKERS))
-sys.path.insert(0, str(Path(__file__).resolve().parent / "workers"))
-import harness  # noqa: E402
+TRAIN_WORKER = SFB_WORKERS / "sfb_train_worker.py"
 
 pytestmark = pytest.mark.timeout(300)
 TOLERANCE = dict(rtol=1e-5, atol=1e-6)
 
 
 def _worker():
-    try:
-        harness.pin_threads()  # imports TensorFlow: only when a test needs it
-    except RuntimeError:  # an earlier test of this session already started TF's threads
-        pass
-    return importlib.import_module("sfb_train_worker")
+    return worker_module(TRAIN_WORKER)  # imports TensorFlow: only when a test needs it
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """(what every worker wrote: a list by rank of {name: array}, the workers' results)."""
-    require_build()
-    workdir = tmp_path_factory.mktemp("sfb")
-    out = workdir / "out"
-    out.mkdir()
-    cluster = Cluster(workdir, 3, 1, timeout=150, env={"TFPS_TEST_OUT": str(out),
-                                                      "TFPS_TIMEOUT": "60"})
-    try:
-        harness.run_and_check(cluster, SFB_WORKERS / "sfb_train_worker.py")
-        results = cluster.worker_results()
-    finally:
-        cluster.close()
-    return [dict(np.load(out / f"rank{rank}.npz")) for rank in range(3)], results
+    return train_on_cluster(tmp_path_factory, TRAIN_WORKER, 3, 1, timeout=150,
+                            env={"TFPS_TIMEOUT": "60"})
 
 
 def _weights(saved, prefix):

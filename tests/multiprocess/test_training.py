@@ -5,18 +5,14 @@ DistributedGradientTape and with Keras `fit` + DistributedOptimizer; this proces
 trains the single-process oracle with the same code and compares.
 """
 
-import importlib
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from cluster import Cluster, require_build
+from oracles import train_on_cluster, worker_module
 
-WORKERS = Path(__file__).resolve().parent / "workers"
-sys.path.insert(0, str(WORKERS))
-import harness  # noqa: E402
+TRAIN_WORKER = Path(__file__).resolve().parent / "workers" / "train_worker.py"
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -32,27 +28,15 @@ def assert_close(actual, desired, message):
 
 def _train_worker():
     # Imported only when needed: it imports TensorFlow, which test collection should not.
-    try:
-        harness.pin_threads()
-    except RuntimeError:
-        pass  # TF already runs in this process (another test): keep its thread pools
-    return importlib.import_module("train_worker")
+    return worker_module(TRAIN_WORKER)
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """What every worker wrote: a list, by rank, of {name: array}."""
-    require_build()
-    workdir = tmp_path_factory.mktemp("training")
-    out = workdir / "out"
-    out.mkdir()
-    num_workers = _train_worker().NUM_WORKERS
-    cluster = Cluster(workdir, num_workers, 2, timeout=200, env={"TFPS_TEST_OUT": str(out)})
-    try:
-        harness.run_and_check(cluster, WORKERS / "train_worker.py")
-    finally:
-        cluster.close()
-    return [dict(np.load(out / f"rank{rank}.npz")) for rank in range(num_workers)]
+    saved, _ = train_on_cluster(tmp_path_factory, TRAIN_WORKER, _train_worker().NUM_WORKERS, 2,
+                                timeout=200)
+    return saved
 
 
 def test_gradient_tape_matches_single_process(trained):

@@ -87,3 +87,31 @@ def test_key_of_name_is_stable_fnv1a():
     # FNV-1a 64 of "a": the key must never change between releases or hosts.
     assert core.key_of_name("a") == 0xAF63DC4C8601EC8C
     assert core.key_of_name("grad.dense/kernel") != core.key_of_name("grad.dense/bias")
+
+
+def batch_head(**overrides):
+    return core.encode_head(dict(dict(type=T["BATCH"], sender=1, count=3), **overrides))
+
+
+def test_batch_heads_count_their_messages_and_carry_nothing_else():
+    assert core.check_batch(batch_head(), 6) is None
+    assert core.check_batch(batch_head(count=core.MAX_BATCH), 2 * core.MAX_BATCH) is None
+    assert "needs 6 frames after its head, got 5" in core.check_batch(batch_head(), 5)
+    assert "needs 6 frames" in core.check_batch(batch_head(), 7)
+    for bad in (dict(count=0), dict(count=core.MAX_BATCH + 1), dict(flags=core.FLAG_NO_DATA)):
+        assert "a batch head must count" in core.check_batch(batch_head(**bad), 6)
+    with_dims = core.encode_head(dict(type=T["BATCH"], sender=1, count=1), [4])
+    assert "a batch head must count" in core.check_batch(with_dims, 2)
+    assert "not a batch head" in core.check_batch(core.encode_head(dict(type=T["HELLO"])), 2)
+    assert "a batch head must count" in core.decode_head(batch_head(), 8)[0]  # no payload
+
+
+def test_timed_replies_carry_two_stamps():
+    reply = dict(push_fields(type=T["PUSH_PULL_REPLY"], flags=core.FLAG_TIMED))
+    err, decoded = core.decode_head(core.encode_head(reply, [], [1.5e15, 1.6e15]), 24)
+    assert err is None and decoded["flags"] == core.FLAG_TIMED
+    assert "2 timestamps" in core.decode_head(core.encode_head(reply, [], [1.0]), 24)[0]
+    # A timed push carries its usual fields; only pushes and replies can be timed.
+    assert core.decode_head(core.encode_head(push_fields(flags=core.FLAG_TIMED), [18]), 24)[0] is None
+    hello = core.encode_head(dict(type=T["HELLO"], sender=0, flags=core.FLAG_TIMED))
+    assert "only pushes" in core.decode_head(hello, 0)[0]

@@ -33,9 +33,15 @@ const std::vector<ConfigEntry>& ConfigTable() {
       {"TFPS_SCHEDULING_CREDIT", "int", "0",
        "Bytes of partitions a worker keeps in flight; the rest wait in priority order "
        "(layers nearer the input first). 0: no limit, send everything at once."},
+      {"TFPS_FUSION_BYTES", "int", "262144",
+       "Small partitions ready at the same time for the same server travel as one message "
+       "(a batch) of up to this many payload bytes, and a server answers a worker's ready "
+       "replies the same way; partitions larger than this travel alone. 0: no batches."},
       {"TFPS_TIMELINE", "string", "",
        "Path of a Chrome-trace JSON timeline each worker writes at shutdown (%r becomes the "
-       "rank): every tensor's queued / scheduled / push_pull / written stages."},
+       "rank): every tensor's queued / scheduled / push / server / pull / written stages "
+       "(push ends when the server has the worker's last partition, server when the sum or "
+       "update is ready; clocks of different hosts are assumed in sync)."},
   };
   return table;
 }
@@ -89,6 +95,8 @@ Status LoadConfig(Config* config) {
   config->server_threads = static_cast<int>(threads);
   TFPS_RETURN_IF_ERROR(
       ParseInt("TFPS_SCHEDULING_CREDIT", 0, int64_t{1} << 40, &config->scheduling_credit));
+  TFPS_RETURN_IF_ERROR(
+      ParseInt("TFPS_FUSION_BYTES", 0, int64_t{1} << 31, &config->fusion_bytes));
   config->timeline = Lookup("TFPS_TIMELINE");
   config->checkpoint_dir = Lookup("TFPS_CHECKPOINT_DIR");
   TFPS_RETURN_IF_ERROR(

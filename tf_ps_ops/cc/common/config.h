@@ -30,6 +30,7 @@ struct Config {
   std::string checkpoint_dir;      // TFPS_CHECKPOINT_DIR (empty: no server checkpoints)
   int64_t checkpoint_every = 0;    // TFPS_CHECKPOINT_EVERY
   int64_t scheduling_credit = 0;   // TFPS_SCHEDULING_CREDIT (0: unlimited)
+  int64_t fusion_bytes = 0;        // TFPS_FUSION_BYTES (0: no batches)
   std::string timeline;            // TFPS_TIMELINE
 };
 

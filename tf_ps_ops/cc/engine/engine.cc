@@ -36,16 +36,17 @@ class Engine::Loop {
   Status Connect(const EngineOptions& options, ClusterView* view);
   void RunOnLoop();
   using Request = std::variant<PushPullRequest, GatherRequest>;
-  void Enqueue(Request request);
+  void Enqueue(std::vector<Request> requests);
   void RequestStop();
   EngineStats stats() const {
     return EngineStats{bytes_sent_.load(), bytes_received_.load(), messages_sent_.load(),
-                       peer_bytes_sent_.load()};
+                       peer_bytes_sent_.load(), parts_sent_.load(), batches_sent_.load(),
+                       batches_received_.load()};
   }
 
  private:
   struct Server {
-    std::string address;
+    std::string address;  // host:port, as the scheduler knows it
     std::unique_ptr<zmq::socket_t> socket;
     std::unique_ptr<Monitor> monitor;
     std::string dead;  // why it is unusable; empty while alive
@@ -63,14 +64,20 @@ class Engine::Loop {
     int remaining = 0;
     Clock::time_point deadline;
     Clock::time_point started, first_sent;
+    // Timed replies (TFPS_TIMELINE): the latest server wall-clock stamps over partitions.
+    double push_received_us = 0, answer_ready_us = 0;
   };
   using PartId = std::tuple<uint64_t, uint64_t, uint32_t>;  // key, step, partition
   // A partition waiting for credit: ordered by priority, then by arrival.
   using ReadyPart = std::tuple<int, uint64_t, uint32_t>;  // priority, op id, partition
 
   void StartOnLoop(PushPullRequest request);
-  void PumpOnLoop();  // sends queued partitions while the scheduling credit allows
+  // Sends queued partitions while the scheduling credit allows; small ones for the same
+  // server leave together as one batch (TFPS_FUSION_BYTES).
+  void PumpOnLoop();
+  // Sends the partition, or adds it to its server's batch.
   Status SendPartOnLoop(uint64_t op_id, Op& op, uint32_t index);
+  void FlushOnLoop(int server);  // sends the server's batch, failing its ops on error
   uint64_t PartBytes(const Op& op, uint32_t index) const {
     const size_t elem = DTypeSize(op.request.dtype);
     if (op.row_begin.empty()) return op.parts[index].count * elem;
@@ -80,7 +87,8 @@ class Engine::Loop {
   Status PrepareSparseOnLoop(Op& op) const;
   zmq::message_t SparsePayload(const Op& op, uint32_t index) const;
   Status OnSparseReplyOnLoop(Op& op, const Header& h, const zmq::message_t& payload);
-  void OnReplyOnLoop(int server, std::vector<zmq::message_t>& frames);
+  void OnMessageOnLoop(int server, std::vector<zmq::message_t>& frames);
+  void OnReplyOnLoop(int server, zmq::message_t& head_frame, zmq::message_t* payload);
   void FinishOnLoop(uint64_t op_id, const Status& status);
   void ServerDiedOnLoop(int server, const std::string& why);
   void CheckDeadlinesOnLoop();
@@ -88,6 +96,8 @@ class Engine::Loop {
   std::string Describe(int server) const {
     return "server " + std::to_string(server) + " (" + servers_[server].address + ")";
   }
+  // Opens server i's socket, with its monitor, and says hello.
+  Status OpenServerOnLoop(size_t i);
 
   const Config config_;
   const int rank_;
@@ -108,9 +118,16 @@ class Engine::Loop {
   std::map<PartId, uint64_t> pending_;  // partition sent, answer awaited -> op id
   std::set<ReadyPart> ready_;           // partitions waiting for credit
   uint64_t in_flight_bytes_ = 0;
+  struct Batch {
+    std::vector<Encoded> messages;
+    std::vector<uint64_t> op_ids;
+    uint64_t bytes = 0;
+  };
+  std::vector<Batch> batches_;  // per server: partitions to send together
   Timeline timeline_;
 
-  std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0}, messages_sent_{0}, peer_bytes_sent_{0};
+  std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0}, messages_sent_{0}, peer_bytes_sent_{0},
+      parts_sent_{0}, batches_sent_{0}, batches_received_{0};
 };
 
 Status Engine::Loop::Connect(const EngineOptions& options, ClusterView* view) {
@@ -132,21 +149,12 @@ Status Engine::Loop::Connect(const EngineOptions& options, ClusterView* view) {
                            " servers (TFPS_NUM_SERVERS/DMLC_NUM_SERVER) but the scheduler knows " +
                            std::to_string(view->servers.size()));
   }
+  servers_.resize(view->servers.size());
   for (size_t i = 0; i < view->servers.size(); ++i) {
-    Server s;
-    s.address = view->servers[i];
-    s.socket = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
-    SetCommonOptions(*s.socket, config_.heartbeat_timeout_s);
-    s.socket->set(zmq::sockopt::routing_id, "w" + std::to_string(rank_));
-    s.monitor = std::make_unique<Monitor>(context_, *s.socket, "server-" + std::to_string(i),
-                                          ZMQ_EVENT_DISCONNECTED);
-    s.socket->connect("tcp://" + s.address);
-    Head hello;
-    hello.header.type = static_cast<uint16_t>(MsgType::kHello);
-    hello.header.sender = rank_;
-    TFPS_RETURN_IF_ERROR(SendMessage(*s.socket, "", hello, zmq::message_t()));
-    servers_.push_back(std::move(s));
+    servers_[i].address = view->servers[i];
+    TFPS_RETURN_IF_ERROR(OpenServerOnLoop(i));
   }
+  batches_.resize(servers_.size());
   // Every server must answer the hello (and so accept our protocol version) in time.
   std::vector<bool> answered(servers_.size(), false);
   size_t num_answered = 0;
@@ -183,19 +191,35 @@ Status Engine::Loop::Connect(const EngineOptions& options, ClusterView* view) {
   return Status::Ok();
 }
 
-void Engine::Loop::Enqueue(Request request) {
+Status Engine::Loop::OpenServerOnLoop(size_t i) {
+  Server& s = servers_[i];
+  s.socket = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
+  SetCommonOptions(*s.socket, config_.heartbeat_timeout_s);
+  s.socket->set(zmq::sockopt::routing_id, "w" + std::to_string(rank_));
+  s.monitor = std::make_unique<Monitor>(context_, *s.socket, "server-" + std::to_string(i),
+                                        ZMQ_EVENT_DISCONNECTED);
+  s.socket->connect("tcp://" + s.address);
+  Head hello;
+  hello.header.type = static_cast<uint16_t>(MsgType::kHello);
+  hello.header.sender = rank_;
+  return SendMessage(*s.socket, "", hello, zmq::message_t());
+}
+
+void Engine::Loop::Enqueue(std::vector<Request> requests) {
   bool accepted = false;
   {
     std::lock_guard<std::mutex> lock(queue_mu_);
     if (!stopping_) {
-      queue_.push_back(std::move(request));
+      for (Request& r : requests) queue_.push_back(std::move(r));
       accepted = true;
     }
   }
   if (!accepted) {
     const Status aborted = Aborted("tf_ps_ops is shutting down; the request was not started");
-    if (auto* p = std::get_if<PushPullRequest>(&request)) p->done(aborted);
-    if (auto* g = std::get_if<GatherRequest>(&request)) g->done(aborted, {});
+    for (Request& request : requests) {
+      if (auto* p = std::get_if<PushPullRequest>(&request)) p->done(aborted);
+      if (auto* g = std::get_if<GatherRequest>(&request)) g->done(aborted, {});
+    }
     return;
   }
   const uint64_t one = 1;
@@ -237,10 +261,11 @@ void Engine::Loop::RunOnLoop() {
       if (auto* p = std::get_if<PushPullRequest>(&r)) StartOnLoop(std::move(*p));
       if (auto* g = std::get_if<GatherRequest>(&r)) mesh_.StartOnLoop(std::move(*g));
     }
+    PumpOnLoop();  // everything started together can leave together
     mesh_.PollOnLoop();
     peer_bytes_sent_ = mesh_.bytes_sent();
     for (size_t i = 0; i < servers_.size(); ++i) {
-      while (RecvFrames(*servers_[i].socket, &frames)) OnReplyOnLoop(static_cast<int>(i), frames);
+      while (RecvFrames(*servers_[i].socket, &frames)) OnMessageOnLoop(static_cast<int>(i), frames);
       int event = 0, value = 0;
       std::string address;
       while (servers_[i].monitor->Read(&event, &value, &address)) {
@@ -249,6 +274,7 @@ void Engine::Loop::RunOnLoop() {
         }
       }
     }
+    PumpOnLoop();  // answers freed credit
     CheckDeadlinesOnLoop();
     mesh_.CheckDeadlinesOnLoop(Clock::now());
     if (stop) break;
@@ -294,7 +320,6 @@ void Engine::Loop::StartOnLoop(PushPullRequest request) {
     }
   }
   for (const Partition& p : o.parts) ready_.emplace(o.request.priority, id, p.index);
-  PumpOnLoop();
 }
 
 void Engine::Loop::PumpOnLoop() {
@@ -308,10 +333,32 @@ void Engine::Loop::PumpOnLoop() {
     }
     const uint64_t bytes = PartBytes(it->second, index);
     // Always let one partition fly, however large: credit bounds queuing, not progress.
-    if (credit > 0 && in_flight_bytes_ > 0 && in_flight_bytes_ + bytes > credit) return;
+    if (credit > 0 && in_flight_bytes_ > 0 && in_flight_bytes_ + bytes > credit) break;
     ready_.erase(ready_.begin());
     Status s = SendPartOnLoop(id, it->second, index);
     if (!s.ok()) FinishOnLoop(id, s);
+  }
+  for (size_t server = 0; server < batches_.size(); ++server) {
+    FlushOnLoop(static_cast<int>(server));
+  }
+}
+
+void Engine::Loop::FlushOnLoop(int server) {
+  Batch& b = batches_[server];
+  if (b.messages.empty()) return;
+  const bool single = b.messages.size() == 1;
+  Status s = SendBatch(*servers_[server].socket, "", rank_, &b.messages);
+  std::vector<uint64_t> ids;
+  ids.swap(b.op_ids);
+  b.bytes = 0;
+  if (s.ok()) {
+    ++messages_sent_;
+    if (!single) ++batches_sent_;
+    return;
+  }
+  s = s.WithPrefix("sending to " + Describe(server) + ": ");
+  for (uint64_t id : ids) {
+    if (ops_.count(id) != 0) FinishOnLoop(id, s);
   }
 }
 
@@ -328,7 +375,7 @@ Status Engine::Loop::SendPartOnLoop(uint64_t op_id, Op& o, uint32_t index) {
   h.num_partitions = static_cast<uint32_t>(o.parts.size());
   h.step = o.step;
   h.dtype = static_cast<uint8_t>(r.dtype);
-  h.flags = (no_data ? kFlagNoData : 0) | r.flags;
+  h.flags = (no_data ? kFlagNoData : 0) | r.flags | (timeline_.enabled() ? kFlagTimed : 0);
   h.optimizer = static_cast<uint8_t>(r.optimizer);
   head.params = r.params;
   h.sender = rank_;
@@ -342,22 +389,63 @@ Status Engine::Loop::SendPartOnLoop(uint64_t op_id, Op& o, uint32_t index) {
       sparse ? SparsePayload(o, index)
              : ZeroCopyMessage(static_cast<const char*>(r.input) + p.offset * elem, bytes,
                                r.input_holder);
-  Status s = SendMessage(*servers_[p.server].socket, "", head, std::move(payload));
-  if (!s.ok()) return s.WithPrefix("sending to " + Describe(p.server) + ": ");
+  const uint64_t fusion = static_cast<uint64_t>(config_.fusion_bytes);
+  const bool fuse = bytes < fusion;  // TFPS_FUSION_BYTES=0: never
+  Batch& batch = batches_[p.server];
+  if (fuse && batch.bytes + bytes > fusion) FlushOnLoop(p.server);
+  if (fuse && batch.messages.size() >= kMaxBatch) FlushOnLoop(p.server);
+  if (fuse) {
+    batch.messages.push_back(Encoded{EncodeHead(head), std::move(payload)});
+    batch.op_ids.push_back(op_id);
+    batch.bytes += bytes;
+  } else {
+    Status s = SendMessage(*servers_[p.server].socket, "", head, std::move(payload));
+    if (!s.ok()) return s.WithPrefix("sending to " + Describe(p.server) + ": ");
+    ++messages_sent_;
+  }
   if (o.first_sent == Clock::time_point()) o.first_sent = Clock::now();  // the first partition
   o.part_state[index] = kSent;
   pending_[PartId(o.key, o.step, p.index)] = op_id;
   in_flight_bytes_ += PartBytes(o, index);
   bytes_sent_ += bytes;
-  ++messages_sent_;
+  ++parts_sent_;
   return Status::Ok();
 }
 
-void Engine::Loop::OnReplyOnLoop(int server, std::vector<zmq::message_t>& frames) {
+void Engine::Loop::OnMessageOnLoop(int server, std::vector<zmq::message_t>& frames) {
+  Header peek;
+  const bool is_batch = frames[0].size() >= sizeof(Header) &&
+                        (std::memcpy(&peek, frames[0].data(), sizeof(Header)),
+                         peek.type == static_cast<uint16_t>(MsgType::kBatch));
+  if (!is_batch) {
+    if (frames.size() > 2) {
+      TFPS_LOG(Warning) << "dropped a reply of " << frames.size() << " frames from "
+                        << Describe(server);
+      return;
+    }
+    OnReplyOnLoop(server, frames[0], frames.size() > 1 ? &frames[1] : nullptr);
+    return;
+  }
+  Head batch;
+  Status s = DecodeHead(frames[0].data(), frames[0].size(), 0, &batch);
+  if (s.ok()) s = CheckBatch(batch.header, frames.size() - 1);
+  if (!s.ok()) {
+    TFPS_LOG(Warning) << "dropped a malformed batch from " << Describe(server) << ": "
+                      << s.message();
+    return;
+  }
+  ++batches_received_;
+  for (size_t i = 1; i + 1 < frames.size(); i += 2) OnReplyOnLoop(server, frames[i], &frames[i + 1]);
+}
+
+void Engine::Loop::OnReplyOnLoop(int server, zmq::message_t& head_frame,
+                                 zmq::message_t* payload_frame) {
   Head head;
-  const size_t payload = frames.size() > 1 ? frames[1].size() : 0;
-  Status s = frames.size() > 2 ? InvalidArgument("too many frames")
-                               : DecodeHead(frames[0].data(), frames[0].size(), payload, &head);
+  const size_t payload = payload_frame != nullptr ? payload_frame->size() : 0;
+  Status s = DecodeHead(head_frame.data(), head_frame.size(), payload, &head);
+  if (s.ok() && head.header.type == static_cast<uint16_t>(MsgType::kBatch)) {
+    s = InvalidArgument("a batch inside a batch");
+  }
   if (!s.ok()) {
     TFPS_LOG(Warning) << "dropped a malformed reply from " << Describe(server) << ": "
                       << s.message();
@@ -365,9 +453,12 @@ void Engine::Loop::OnReplyOnLoop(int server, std::vector<zmq::message_t>& frames
   }
   const Header& h = head.header;
   auto it = pending_.find(PartId(h.key, h.step, h.partition));
+  const std::string text =
+      h.type == static_cast<uint16_t>(MsgType::kError) && payload_frame != nullptr
+          ? payload_frame->to_string() : "";
   if (it == pending_.end()) {
     if (h.type == static_cast<uint16_t>(MsgType::kError)) {
-      TFPS_LOG(Error) << Describe(server) << " reported: " << frames[1].to_string();
+      TFPS_LOG(Error) << Describe(server) << " reported: " << text;
     } else {
       TFPS_LOG(Debug) << "late reply from " << Describe(server) << " for a finished push_pull";
     }
@@ -379,19 +470,22 @@ void Engine::Loop::OnReplyOnLoop(int server, std::vector<zmq::message_t>& frames
   in_flight_bytes_ -= PartBytes(op, h.partition);
   op.part_state[h.partition] = kDone;
   if (h.type == static_cast<uint16_t>(MsgType::kError)) {
-    FinishOnLoop(id, Status(static_cast<Code>(h.status), frames.size() > 1 ? frames[1].to_string() : ""));
+    FinishOnLoop(id, Status(static_cast<Code>(h.status), text));
     return;
   }
+  if ((h.flags & kFlagTimed) != 0) {
+    op.push_received_us = std::max(op.push_received_us, head.params[0]);
+    op.answer_ready_us = std::max(op.answer_ready_us, head.params[1]);
+  }
   if (!op.row_begin.empty()) {
-    s = frames.size() < 2 ? Internal("a sparse reply without payload frame")
-                          : OnSparseReplyOnLoop(op, h, frames[1]);
+    s = payload_frame == nullptr ? Internal("a sparse reply without payload frame")
+                                 : OnSparseReplyOnLoop(op, h, *payload_frame);
     if (!s.ok()) {
       FinishOnLoop(id, s.WithPrefix(Describe(server) + ": "));
       return;
     }
-    bytes_received_ += frames[1].size();
+    bytes_received_ += payload_frame->size();
     if (--op.remaining == 0) FinishOnLoop(id, Status::Ok());
-    PumpOnLoop();
     return;
   }
   const Partition& p = op.parts[h.partition];
@@ -403,12 +497,11 @@ void Engine::Loop::OnReplyOnLoop(int server, std::vector<zmq::message_t>& frames
     return;
   }
   if (p.count > 0) {
-    std::memcpy(static_cast<char*>(op.request.output) + p.offset * elem, frames[1].data(),
+    std::memcpy(static_cast<char*>(op.request.output) + p.offset * elem, payload_frame->data(),
                 p.count * elem);
   }
   bytes_received_ += p.count * elem;
   if (--op.remaining == 0) FinishOnLoop(id, Status::Ok());
-  PumpOnLoop();
 }
 
 // Checks a sparse request and finds each partition's rows. Only whole rows can be cut out
@@ -494,9 +587,19 @@ void Engine::Loop::FinishOnLoop(uint64_t op_id, const Status& status) {
     bytes = op.request.num_rows * (sizeof(int64_t) + op.row_elems * DTypeSize(op.request.dtype));
   }
   const Clock::time_point answered = Clock::now();
-  if (status.ok()) {
+  if (status.ok() && timeline_.enabled()) {
     timeline_.Record(name, "scheduled", op.started, op.first_sent, bytes);
-    timeline_.Record(name, "push_pull", op.first_sent, answered, bytes);
+    if (op.answer_ready_us > 0) {  // split at the server's stamps, kept in order
+      const auto pushed =
+          std::clamp(timeline_.FromWallMicros(op.push_received_us), op.first_sent, answered);
+      const auto ready =
+          std::clamp(timeline_.FromWallMicros(op.answer_ready_us), pushed, answered);
+      timeline_.Record(name, "push", op.first_sent, pushed, bytes);
+      timeline_.Record(name, "server", pushed, ready, bytes);
+      timeline_.Record(name, "pull", ready, answered, bytes);
+    } else {
+      timeline_.Record(name, "push_pull", op.first_sent, answered, bytes);
+    }
   }
   ops_.erase(it);
   done(status.WithPrefix("push_pull of tensor '" + name + "' (call " + std::to_string(step) +
@@ -628,17 +731,28 @@ Status NotInitialised(const std::string& what, const std::string& name) {
 }  // namespace
 
 void Engine::Enqueue(PushPullRequest request) {
-  request.enqueued = Clock::now();
+  std::vector<PushPullRequest> one;
+  one.push_back(std::move(request));
+  EnqueueAll(std::move(one));
+}
+
+void Engine::EnqueueAll(std::vector<PushPullRequest> requests) {
   std::shared_ptr<Loop> loop;
   {
     std::lock_guard<std::mutex> lock(loop_mu_);
     loop = loop_;
   }
-  if (!loop) {
-    request.done(NotInitialised("push_pull", request.name));
-    return;
+  std::vector<Loop::Request> queued;
+  const auto now = Clock::now();
+  for (PushPullRequest& request : requests) {
+    request.enqueued = now;
+    if (!loop) {
+      request.done(NotInitialised("push_pull", request.name));
+    } else {
+      queued.emplace_back(std::move(request));
+    }
   }
-  loop->Enqueue(std::move(request));
+  if (!queued.empty()) loop->Enqueue(std::move(queued));
 }
 
 void Engine::EnqueueGather(GatherRequest request) {
@@ -651,7 +765,9 @@ void Engine::EnqueueGather(GatherRequest request) {
     request.done(NotInitialised("allgather", request.name), {});
     return;
   }
-  loop->Enqueue(std::move(request));
+  std::vector<Loop::Request> one;
+  one.emplace_back(std::move(request));
+  loop->Enqueue(std::move(one));
 }
 
 }  // namespace tfps

@@ -62,8 +62,11 @@ struct PushPullRequest {
 struct EngineStats {
   uint64_t bytes_sent = 0;      // payload bytes
   uint64_t bytes_received = 0;
-  uint64_t messages_sent = 0;
+  uint64_t messages_sent = 0;    // ZeroMQ messages to servers (a batch is one)
   uint64_t peer_bytes_sent = 0;  // allgather payload bytes sent to other workers
+  uint64_t parts_sent = 0;       // partitions pushed (alone or in batches)
+  uint64_t batches_sent = 0;     // messages that carried more than one partition
+  uint64_t batches_received = 0;  // replies that came as batches
 };
 
 class Engine {
@@ -85,6 +88,8 @@ class Engine {
 
   // Thread-safe. Fail the request at once when the engine is not running.
   void Enqueue(PushPullRequest request);
+  // Enqueues all at once, so they start together (and small ones can share messages).
+  void EnqueueAll(std::vector<PushPullRequest> requests);
   void EnqueueGather(GatherRequest request);
 
   ~Engine();

@@ -22,7 +22,8 @@ PeerMesh::PeerMesh(zmq::context_t& context, const Config& config, int rank, int 
       size_(size),
       incoming_(context, zmq::socket_type::router),
       dead_(size),
-      shut_down_(size, false) {
+      shut_down_(size, false),
+      report_at_(size) {
   SetCommonOptions(incoming_, config_.heartbeat_timeout_s);
 }
 
@@ -224,17 +225,33 @@ void PeerMesh::PeerDiedOnLoop(int peer, const std::string& reason) {
   // A peer that said goodbye first has merely finished: no error unless we still need it.
   const std::string why = shut_down_[peer] ? "has shut down (called tf_ps_ops.shutdown())" : reason;
   dead_[peer] = why;
-  if (!shut_down_[peer]) TFPS_LOG(Error) << "worker " << peer << " (" << addresses_[peer] << ") " << why;
   const Status status = Unavailable("worker " + std::to_string(peer) + " (" + addresses_[peer] +
                                     ") " + why);
+  bool needed = false;
   for (auto it = gathers_.begin(); it != gathers_.end();) {
     auto next = std::next(it);
-    if (it->second.started && !it->second.arrived[peer]) FinishOnLoop(it, status);
+    if (it->second.started && !it->second.arrived[peer]) {
+      needed = true;
+      FinishOnLoop(it, status);
+    }
     it = next;
+  }
+  if (shut_down_[peer]) return;
+  if (needed) {
+    TFPS_LOG(Error) << status.message();
+  } else {
+    report_at_[peer] = Clock::now() + std::chrono::seconds(2);
   }
 }
 
 void PeerMesh::CheckDeadlinesOnLoop(Clock::time_point now) {
+  for (int peer = 0; peer < static_cast<int>(report_at_.size()); ++peer) {
+    if (report_at_[peer] == Clock::time_point() || report_at_[peer] > now) continue;
+    report_at_[peer] = Clock::time_point();
+    if (!shut_down_[peer]) {
+      TFPS_LOG(Error) << "worker " << peer << " (" << addresses_[peer] << ") " << dead_[peer];
+    }
+  }
   for (auto it = gathers_.begin(); it != gathers_.end();) {
     auto next = std::next(it);
     Gather& g = it->second;

@@ -93,6 +93,9 @@ class PeerMesh {
   std::vector<std::string> addresses_;
   std::vector<std::string> dead_;  // why a peer is unusable, by rank
   std::vector<bool> shut_down_;    // the peer said goodbye
+  // A peer that disconnected while nothing waited for it is reported only if its goodbye
+  // (which travels on another connection and can come later) is not here by then.
+  std::vector<Clock::time_point> report_at_;
   std::unordered_map<std::string, uint64_t> calls_;
   std::map<GatherId, Gather> gathers_;
   uint64_t bytes_sent_ = 0;

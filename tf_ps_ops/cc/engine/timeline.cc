@@ -4,6 +4,8 @@
 #include <fstream>
 #include <map>
 
+#include "tf_ps_ops/cc/wire/message.h"
+
 namespace tfps {
 
 namespace {
@@ -33,6 +35,7 @@ void Timeline::Open(const std::string& path, int rank) {
   if (mark != std::string::npos) path_.replace(mark, 2, std::to_string(rank));
   rank_ = rank;
   origin_ = Clock::now();
+  origin_wall_us_ = WallMicros();
   events_.clear();
 }
 
@@ -43,6 +46,11 @@ void Timeline::Record(const std::string& tensor, const char* stage, Clock::time_
   using std::chrono::microseconds;
   events_.push_back(Event{tensor, stage, duration_cast<microseconds>(begin - origin_).count(),
                           duration_cast<microseconds>(end - begin).count(), bytes});
+}
+
+Timeline::Clock::time_point Timeline::FromWallMicros(double us) const {
+  return origin_ + std::chrono::duration_cast<Clock::duration>(
+                       std::chrono::duration<double, std::micro>(us - origin_wall_us_));
 }
 
 Status Timeline::Write() {

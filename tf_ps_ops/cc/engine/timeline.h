@@ -3,7 +3,13 @@
 // Open it in chrome://tracing or https://ui.perfetto.dev. Per tensor it shows the stages:
 //   queued   - from the kernel's Enqueue until the engine thread took the request
 //   scheduled - waiting for scheduling credit (TFPS_SCHEDULING_CREDIT)
-//   push_pull - from the first partition sent until the last answer (server included)
+//   push     - from the first partition sent until the server had the last one
+//   server   - until the server's answer was ready (waiting for the other workers, the
+//              sum or the PS-mode update): the servers stamp their replies with their wall
+//              clock, so on different hosts this assumes synchronised clocks (NTP); the
+//              stamps are clamped into the worker's own interval
+//   pull     - until the last answer arrived
+//   (push_pull - push + server + pull, when the answers carried no stamps)
 //   written  - the kernel's completion (output written, TF notified)
 // Recorded on the engine thread only: no locks.
 #ifndef TFPS_CC_ENGINE_TIMELINE_H_
@@ -26,6 +32,8 @@ class Timeline {
   bool enabled() const { return !path_.empty(); }
   void Record(const std::string& tensor, const char* stage, Clock::time_point begin,
               Clock::time_point end, uint64_t bytes);
+  // The steady-clock time of a wall-clock stamp (microseconds since the epoch).
+  Clock::time_point FromWallMicros(double us) const;
   // Writes the file (atomically: temp file, then rename).
   Status Write();
 
@@ -40,6 +48,7 @@ class Timeline {
   std::string path_;
   int rank_ = 0;
   Clock::time_point origin_;
+  double origin_wall_us_ = 0;  // the wall clock at origin_
   std::vector<Event> events_;
 };
 

@@ -116,6 +116,43 @@ py::array PushPullPy(const std::string& name, py::array input, int root_rank) {
   return out;
 }
 
+// Blocking push_pull of several arrays enqueued together (one engine wake-up), like a
+// grouped allreduce: small ones share messages (TFPS_FUSION_BYTES).
+py::list PushPullGroupPy(const std::vector<std::string>& names, const std::vector<py::array>& inputs) {
+  if (names.size() != inputs.size()) throw std::invalid_argument("one name per array");
+  std::vector<py::array> ins, outs;
+  std::vector<PushPullRequest> requests(names.size());
+  std::vector<std::promise<Status>> promises(names.size());
+  for (size_t k = 0; k < names.size(); ++k) {
+    ins.push_back(py::array::ensure(inputs[k], py::array::c_style));
+    py::array& in = ins.back();
+    outs.emplace_back(in.dtype(), std::vector<py::ssize_t>(in.shape(), in.shape() + in.ndim()));
+    PushPullRequest& request = requests[k];
+    request.name = names[k];
+    request.dtype = WireDTypeOf(in.dtype());
+    for (py::ssize_t i = 0; i < in.ndim(); ++i) request.dims.push_back(in.shape(i));
+    request.count = static_cast<uint64_t>(in.size());
+    request.input = in.data();
+    request.output = outs.back().mutable_data();
+    request.input_holder = std::make_shared<int>(0);  // `ins` outlive the waits below
+    std::promise<Status>* promise = &promises[k];
+    request.done = [promise](const Status& s) { promise->set_value(s); };
+  }
+  Status status;
+  {
+    py::gil_scoped_release release;
+    Engine::Get().EnqueueAll(std::move(requests));
+    for (auto& promise : promises) {
+      Status s = promise.get_future().get();
+      if (status.ok()) status = s;
+    }
+  }
+  ThrowIfError(status);
+  py::list result;
+  for (py::array& out : outs) result.append(out);
+  return result;
+}
+
 py::list AllgatherPy(const std::string& name, py::array input) {
   py::array in = py::array::ensure(input, py::array::c_style);
   GatherRequest request;
@@ -123,8 +160,13 @@ py::list AllgatherPy(const std::string& name, py::array input) {
   request.dtype = WireDTypeOf(in.dtype());
   for (py::ssize_t i = 0; i < in.ndim(); ++i) request.dims.push_back(in.shape(i));
   request.count = static_cast<uint64_t>(in.size());
-  request.input = in.data();
-  request.input_holder = std::make_shared<int>(0);  // `in` outlives the wait below
+  // The allgather completes when every peer's part has arrived, which can be before ZeroMQ
+  // has sent ours to a slower peer: the bytes sent must outlive this call, so they are a
+  // copy owned by the holder (dropping a reference to `in` would need the GIL).
+  const char* data = static_cast<const char*>(in.data());
+  auto copy = std::make_shared<std::vector<char>>(data, data + in.nbytes());
+  request.input = copy->data();
+  request.input_holder = copy;
   std::promise<Status> promise;
   std::vector<std::vector<char>> bytes;
   std::vector<std::vector<int64_t>> dims;
@@ -290,18 +332,33 @@ PYBIND11_MODULE(_core, m) {
   types["PUSH_PULL_REPLY"] = static_cast<int>(MsgType::kPushPullReply);
   types["ERROR"] = static_cast<int>(MsgType::kError);
   types["BYE"] = static_cast<int>(MsgType::kBye);
+  types["PEER_DATA"] = static_cast<int>(MsgType::kPeerData);
+  types["BATCH"] = static_cast<int>(MsgType::kBatch);
   m.attr("MSG_TYPES") = types;
   m.attr("FLAG_NO_DATA") = kFlagNoData;
   m.attr("FLAG_PS_INIT") = kFlagPsInit;
   m.attr("FLAG_PS_APPLY") = kFlagPsApply;
   m.attr("FLAG_PS_OVERWRITE") = kFlagPsOverwrite;
   m.attr("FLAG_SPARSE") = kFlagSparse;
+  m.attr("FLAG_TIMED") = kFlagTimed;
+  m.attr("MAX_BATCH") = kMaxBatch;
   m.attr("CHECKPOINT_VERSION") = kCheckpointVersion;
 
   m.def("encode_head", &EncodeHeadPy, py::arg("fields"), py::arg("dims") = std::vector<int64_t>(),
         py::arg("params") = std::vector<double>());
   m.def("decode_head", &DecodeHeadPy, py::arg("frame"), py::arg("payload_size"),
         "Returns (error or None, fields dict or None).");
+  m.def("check_batch", [](const py::bytes& head_frame, size_t frames_after) -> py::object {
+    const std::string frame = head_frame;
+    Head head;
+    Status s = DecodeHead(frame.data(), frame.size(), 0, &head);
+    if (s.ok() && head.header.type != static_cast<uint16_t>(MsgType::kBatch)) {
+      s = InvalidArgument("not a batch head");
+    }
+    if (s.ok()) s = CheckBatch(head.header, frames_after);
+    return s.ok() ? py::object(py::none()) : py::object(py::str(s.message()));
+  }, py::arg("head_frame"), py::arg("frames_after"),
+     "None if a batch head and the frames after it are well formed, else the error.");
   m.def("wire_dtype", [](const py::dtype& dt) { return static_cast<int>(WireDTypeOf(dt)); });
   m.def("key_of_name", &KeyOfName);
   m.def("server_of_partition", &ServerOfPartition);
@@ -390,6 +447,8 @@ PYBIND11_MODULE(_core, m) {
   m.def("local_size", [] { return Engine::Get().local_size(); });
   m.def("push_pull", &PushPullPy, py::arg("name"), py::arg("array"), py::arg("root_rank") = -1,
         "Blocking push_pull of a NumPy array; returns the sum (or root's array).");
+  m.def("push_pull_group", &PushPullGroupPy, py::arg("names"), py::arg("arrays"),
+        "Blocking push_pull of several arrays started together; returns the sums.");
   m.def("allgather", &AllgatherPy, py::arg("name"), py::arg("array"),
         "Blocking peer-to-peer allgather; returns every worker's array in rank order.");
   m.def("stats", [] {
@@ -399,6 +458,9 @@ PYBIND11_MODULE(_core, m) {
     d["bytes_received"] = s.bytes_received;
     d["messages_sent"] = s.messages_sent;
     d["peer_bytes_sent"] = s.peer_bytes_sent;
+    d["parts_sent"] = s.parts_sent;
+    d["batches_sent"] = s.batches_sent;
+    d["batches_received"] = s.batches_received;
     return d;
   });
 }

@@ -35,6 +35,33 @@ Status SendMessage(zmq::socket_t& socket, const std::string& identity, const Hea
   return Status::Ok();
 }
 
+Status SendBatch(zmq::socket_t& socket, const std::string& identity, int sender,
+                 std::vector<Encoded>* messages) {
+  if (messages->empty()) return Status::Ok();
+  try {
+    if (!identity.empty()) socket.send(zmq::buffer(identity), zmq::send_flags::sndmore);
+    if (messages->size() > 1) {
+      Head batch;
+      batch.header.type = static_cast<uint16_t>(MsgType::kBatch);
+      batch.header.sender = sender;
+      batch.header.count = messages->size();
+      const std::string encoded = EncodeHead(batch);
+      socket.send(zmq::buffer(encoded), zmq::send_flags::sndmore);
+    }
+    for (size_t i = 0; i < messages->size(); ++i) {
+      Encoded& m = (*messages)[i];
+      socket.send(zmq::buffer(m.head), zmq::send_flags::sndmore);
+      socket.send(m.payload, i + 1 < messages->size() ? zmq::send_flags::sndmore
+                                                      : zmq::send_flags::none);
+    }
+  } catch (const zmq::error_t& e) {
+    messages->clear();
+    return Unavailable(std::string("send failed: ") + e.what());
+  }
+  messages->clear();
+  return Status::Ok();
+}
+
 Status SendText(zmq::socket_t& socket, const std::string& identity, const Header& header,
                 const std::string& text) {
   Head head;

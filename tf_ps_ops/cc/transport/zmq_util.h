@@ -23,6 +23,16 @@ zmq::message_t ZeroCopyMessage(const void* data, size_t size, std::shared_ptr<vo
 // Sends [identity?][head][payload]. An empty identity means a DEALER-side send.
 Status SendMessage(zmq::socket_t& socket, const std::string& identity, const Head& head,
                    zmq::message_t payload);
+// One message, encoded and ready to go (possibly inside a batch).
+struct Encoded {
+  std::string head;
+  zmq::message_t payload;
+};
+// Sends [identity?][batch head][head 1][payload 1]...[head n][payload n] (wire/message.h);
+// a single message goes alone, without the batch head. Empties `messages`.
+Status SendBatch(zmq::socket_t& socket, const std::string& identity, int sender,
+                 std::vector<Encoded>* messages);
+
 Status SendText(zmq::socket_t& socket, const std::string& identity, const Header& header,
                 const std::string& text);
 

@@ -1,6 +1,7 @@
 #include "tf_ps_ops/cc/wire/message.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 namespace tfps {
@@ -185,6 +186,23 @@ Status DecodeHead(const void* data, size_t size, size_t payload_size, Head* head
   if ((h.flags & kFlagSparse) != 0 && !CarriesTensor(static_cast<MsgType>(h.type))) {
     return InvalidArgument("only push and reply messages can be sparse");
   }
+  if ((h.flags & kFlagTimed) != 0) {
+    const auto type = static_cast<MsgType>(h.type);
+    if (type != MsgType::kPushPull && type != MsgType::kPushPullReply) {
+      return InvalidArgument("only pushes and their replies can be timed");
+    }
+    if (type == MsgType::kPushPullReply && h.nparams != 2) {
+      return InvalidArgument("a timed reply carries 2 timestamps, not " +
+                             std::to_string(h.nparams));
+    }
+  }
+  if (static_cast<MsgType>(h.type) == MsgType::kBatch &&
+      (h.count == 0 || h.count > kMaxBatch || h.ndims != 0 || h.nparams != 0 || h.flags != 0 ||
+       payload_size != 0)) {
+    return InvalidArgument("a batch head must count 1.." + std::to_string(kMaxBatch) +
+                           " messages and carry nothing else (count " + std::to_string(h.count) +
+                           ")");
+  }
   if ((h.flags & kFlagPsOverwrite) != 0 && (h.flags & kFlagPsInit) == 0) {
     return InvalidArgument("the PS overwrite flag is only valid on a PS init push");
   }
@@ -234,6 +252,21 @@ const char* OptimizerName(Optimizer optimizer) {
     case Optimizer::kKerasAdagrad: return "KerasAdagrad";
     default: return "none";
   }
+}
+
+Status CheckBatch(const Header& batch, size_t frames_after_head) {
+  if (frames_after_head != 2 * batch.count) {
+    return InvalidArgument("a batch of " + std::to_string(batch.count) + " messages needs " +
+                           std::to_string(2 * batch.count) + " frames after its head, got " +
+                           std::to_string(frames_after_head));
+  }
+  return Status::Ok();
+}
+
+double WallMicros() {
+  using namespace std::chrono;
+  return static_cast<double>(
+      duration_cast<microseconds>(system_clock::now().time_since_epoch()).count());
 }
 
 uint64_t RowElements(const std::vector<int64_t>& dims) {

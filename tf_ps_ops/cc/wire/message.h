@@ -8,6 +8,10 @@
 //            (register/error), sent zero-copy from the tensor's buffer. A sparse message
 //            (kFlagSparse) carries `count` rows instead: `count` int64 row ids local to the
 //            partition, strictly increasing, then those rows (prod(dims[1:]) elements each).
+// A batch (kBatch, "fusion") is several push or reply messages in one: frame 0 is a head
+// frame of type kBatch whose `count` says how many (1..kMaxBatch), then each message's head
+// frame and payload frame (empty when it has none), so 1 + 2 * count frames in all. The
+// receiver treats every message in it as if it had come alone; nothing else changes.
 // Both ends check `version` on every message; every field is validated by DecodeHead()
 // before anything else looks at it.
 #ifndef TFPS_CC_WIRE_MESSAGE_H_
@@ -23,7 +27,7 @@
 namespace tfps {
 
 constexpr uint32_t kMagic = 0x53504654;  // "TFPS" read as little-endian bytes
-constexpr uint16_t kProtocolVersion = 1;
+constexpr uint16_t kProtocolVersion = 2;  // 2: batches, timed replies
 constexpr int kMaxDims = 32;
 constexpr uint32_t kMaxPartitions = 1u << 24;
 constexpr uint64_t kMaxElements = uint64_t{1} << 40;
@@ -53,8 +57,10 @@ enum class MsgType : uint16_t {
   kError = 7,          // reply carrying `status` and a UTF-8 message as payload
   kBye = 8,            // worker -> server/scheduler: clean shutdown
   kPeerData = 9,       // worker -> worker: its part of an allgather (SFB factors)
+  kBatch = 10,         // several kPushPull (worker -> server) or replies (server -> worker)
 };
-constexpr uint16_t kMaxMsgType = 9;
+constexpr uint16_t kMaxMsgType = 10;
+constexpr uint64_t kMaxBatch = 4096;  // messages in one batch
 
 // Header flags.
 constexpr uint32_t kFlagNoData = 1u << 0;   // push counted, contributes nothing (broadcast)
@@ -68,8 +74,11 @@ constexpr uint32_t kFlagPsOverwrite = 1u << 3;  // PS mode, only with kFlagPsIni
                                                 // and resets its optimizer slots
 constexpr uint32_t kFlagSparse = 1u << 4;  // PS mode: `count` rows [ids][values] (see above);
                                            // a push also has kFlagPsApply; dims always travel
+constexpr uint32_t kFlagTimed = 1u << 5;   // push: stamp the reply (TFPS_TIMELINE); reply:
+                                           // params = {push received, answer ready}, the
+                                           // server's wall clock in microseconds
 constexpr uint32_t kKnownFlags =
-    kFlagNoData | kFlagPsInit | kFlagPsApply | kFlagPsOverwrite | kFlagSparse;
+    kFlagNoData | kFlagPsInit | kFlagPsApply | kFlagPsOverwrite | kFlagSparse | kFlagTimed;
 
 // Server-side optimizers (PS mode), with TensorFlow's ResourceApplyXXX semantics. The
 // hyperparameters travel with every push, in the order listed, so schedules keep working.
@@ -130,6 +139,12 @@ std::string EncodeHead(const Head& head);
 // with it. Checks magic, version, type, flags, dtype, counts against the payload size and
 // partition bounds; on failure nothing in *head is to be trusted.
 Status DecodeHead(const void* data, size_t size, size_t payload_size, Head* head);
+
+// Checks a batch head (decoded by DecodeHead) against the number of frames that followed it.
+Status CheckBatch(const Header& batch, size_t frames_after_head);
+
+// Wall-clock microseconds since the epoch: the unit of timed replies.
+double WallMicros();
 
 // Elements per row of a tensor of shape `dims` (prod(dims[1:]); 1 for rank <= 1): the unit
 // of sparse messages and of PS-mode partition boundaries.

@@ -1,0 +1,48 @@
+"""Training tests in two halves: a cluster trains, every worker saving what it trained to
+$TFPS_TEST_OUT/rank<r>.npz; then the test imports the same worker script as a module and
+trains the single-process oracle with the same code (test_training.py, test_sfb.py).
+
+    saved, results = train_on_cluster(tmp_path_factory, script, 3, 2, timeout=200)
+    worker = worker_module(script)   # imports TensorFlow: in a test, never at collection
+"""
+
+import importlib
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from cluster import Cluster, require_build
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "multiprocess" / "workers"))
+import harness  # noqa: E402
+
+
+def train_on_cluster(tmp_path_factory, script, num_workers, num_servers, timeout, env=None):
+    """Runs `script` on every worker of a new cluster, checks that every process exited 0
+    and passed every check, and returns (what each worker saved: a list by rank of
+    {name: array}, the workers' results)."""
+    require_build()
+    workdir = tmp_path_factory.mktemp(Path(script).stem)
+    out = workdir / "out"
+    out.mkdir()
+    cluster = Cluster(workdir, num_workers, num_servers, timeout=timeout,
+                      env={"TFPS_TEST_OUT": str(out), **(env or {})})
+    try:
+        harness.run_and_check(cluster, script)
+        results = cluster.worker_results()
+    finally:
+        cluster.close()
+    return [dict(np.load(out / f"rank{rank}.npz")) for rank in range(num_workers)], results
+
+
+def worker_module(script):
+    """The worker `script` imported into this process, to train the oracle."""
+    try:
+        harness.pin_threads()
+    except RuntimeError:
+        pass  # TF already runs in this process (an earlier test): keep its thread pools
+    folder = str(Path(script).resolve().parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    return importlib.import_module(Path(script).stem)
