@@ -35,7 +35,7 @@ if missing:
 endef
 export MISSING_REQUIREMENTS
 
-.PHONY: deps build test demo clean
+.PHONY: deps build test demo bench clean
 
 # libzmq is required; ccache only makes rebuilds faster, so its absence is not an error.
 deps:
@@ -58,6 +58,10 @@ build: deps
 
 test: build
 	$(PYTHON) -m pytest -x -q --timeout=$(PYTEST_TIMEOUT) tests/
+
+# Regenerates benchmarks/results/ (root: network namespaces; about 50 min on an idle machine).
+bench: build
+	$(PYTHON) benchmarks/run_all.py
 
 demo: build
 	$(PYTHON) -m tf_ps_ops.run -np 2 -ns 2 --timeout 600 $(PYTHON) examples/train_digits.py

@@ -267,7 +267,10 @@ void ShardServer::OnMessageOnIoThread(std::vector<zmq::message_t>& frames) {
       w.head = std::move(head);
       w.received_us = WallMicros();
       if (frames.size() == 3) w.payload = std::move(frames[2]);
+      std::vector<Encoded> acks;
+      if ((w.head.header.flags & kFlagAck) != 0) acks.push_back(AckOf(w.head.header));
       QueuePushOnIoThread(std::move(w));
+      SendAcksOnIoThread(identity, &acks);
       return;
     }
     case MsgType::kBatch:
@@ -277,6 +280,22 @@ void ShardServer::OnMessageOnIoThread(std::vector<zmq::message_t>& frames) {
       RejectOnIoThread(identity, InvalidArgument("a server does not accept message type " +
                                                  std::to_string(h.type)));
   }
+}
+
+Encoded ShardServer::AckOf(const Header& push) const {
+  Head ack;
+  ack.header.type = static_cast<uint16_t>(MsgType::kAck);
+  ack.header.key = push.key;
+  ack.header.partition = push.partition;
+  ack.header.num_partitions = push.num_partitions;
+  ack.header.step = push.step;
+  ack.header.sender = server_id_;
+  return Encoded{EncodeHead(ack), zmq::message_t()};
+}
+
+void ShardServer::SendAcksOnIoThread(const std::string& identity, std::vector<Encoded>* acks) {
+  Status s = SendBatch(router_, identity, server_id_, acks);
+  if (!s.ok()) TFPS_LOG(Warning) << "could not acknowledge to " << identity << ": " << s.message();
 }
 
 void ShardServer::QueuePushOnIoThread(Work w) {
@@ -313,7 +332,12 @@ void ShardServer::OnBatchOnIoThread(const std::string& identity, const Header& b
     RejectOnIoThread(identity, s);
     return;
   }
-  for (Work& w : works) QueuePushOnIoThread(std::move(w));
+  std::vector<Encoded> acks;
+  for (Work& w : works) {
+    if ((w.head.header.flags & kFlagAck) != 0) acks.push_back(AckOf(w.head.header));
+    QueuePushOnIoThread(std::move(w));
+  }
+  SendAcksOnIoThread(identity, &acks);
 }
 
 void ShardServer::OnWorkerGoneOnIoThread(int rank, const std::string& why) {

@@ -29,6 +29,7 @@
 #include "tf_ps_ops/cc/common/config.h"
 #include "tf_ps_ops/cc/common/status.h"
 #include "tf_ps_ops/cc/engine/rendezvous.h"
+#include "tf_ps_ops/cc/transport/zmq_util.h"
 
 namespace tfps {
 
@@ -72,6 +73,9 @@ class ShardServer {
   void OnBatchOnIoThread(const std::string& identity, const Header& batch,
                          std::vector<zmq::message_t>& frames);
   void QueuePushOnIoThread(Work w);
+  // Acknowledgements of kFlagAck pushes, sent at once (the worker's scheduling credit).
+  Encoded AckOf(const Header& push) const;
+  void SendAcksOnIoThread(const std::string& identity, std::vector<Encoded>* acks);
   void OnWorkerGoneOnIoThread(int rank, const std::string& why);
   void SendOutboxOnIoThread();
   void RejectOnIoThread(const std::string& identity, const Status& status);

@@ -115,3 +115,12 @@ def test_timed_replies_carry_two_stamps():
     assert core.decode_head(core.encode_head(push_fields(flags=core.FLAG_TIMED), [18]), 24)[0] is None
     hello = core.encode_head(dict(type=T["HELLO"], sender=0, flags=core.FLAG_TIMED))
     assert "only pushes" in core.decode_head(hello, 0)[0]
+
+
+def test_only_pushes_ask_for_acknowledgements():
+    assert core.decode_head(core.encode_head(push_fields(flags=core.FLAG_ACK), [18]), 24)[0] is None
+    reply = push_fields(type=T["PUSH_PULL_REPLY"], flags=core.FLAG_ACK)
+    assert "acknowledgement" in core.decode_head(core.encode_head(reply), 24)[0]
+    ack = dict(type=T["ACK"], key=5, partition=1, num_partitions=3, step=2, sender=0)
+    err, decoded = core.decode_head(core.encode_head(ack), 0)
+    assert err is None and decoded["partition"] == 1

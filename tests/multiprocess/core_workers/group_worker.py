@@ -2,7 +2,10 @@
 large, several dtypes) and checks every sum against NumPy; prints the engine's message
 counts at the end as "stats {...}" (JSON).
 
-    group_worker.py STEPS
+    group_worker.py STEPS [--reverse-odd]
+
+--reverse-odd: odd ranks hand the tensors over in the opposite order, so workers start
+them in different orders (as wait-free backprop can).
 """
 
 import json
@@ -28,16 +31,18 @@ def value(name, shape, dtype, rank, step):
 
 def main():
     steps = int(sys.argv[1])
+    reverse = "--reverse-odd" in sys.argv[2:]
     core = load_core()
     host, port = os.environ["TFPS_SCHEDULER"].rsplit(":", 1)
     rank, size = int(os.environ["TFPS_RANK"]), int(os.environ["TFPS_SIZE"])
     try:
         core.init(host, int(port), rank, size, int(os.environ["TFPS_NUM_SERVERS"]))
         for step in range(steps):
-            names = [t[0] for t in TENSORS]
-            arrays = [value(n, s, d, rank, step) for n, s, d in TENSORS]
+            tensors = TENSORS[::-1] if reverse and rank % 2 == 1 else TENSORS
+            names = [t[0] for t in tensors]
+            arrays = [value(n, s, d, rank, step) for n, s, d in tensors]
             got = core.push_pull_group(names, arrays)
-            for (name, shape, dtype), out in zip(TENSORS, got):
+            for (name, shape, dtype), out in zip(tensors, got):
                 expected = sum(value(name, shape, dtype, r, step) for r in range(size))
                 if out.dtype != dtype or out.shape != shape or not np.array_equal(out, expected):
                     print(f"step {step}: {name} differs from NumPy", file=sys.stderr)

@@ -31,8 +31,10 @@ const std::vector<ConfigEntry>& ConfigTable() {
        "updated reach the same update count, a multiple of this (in BSP: every this many "
        "steps). 0: never (the directory is only restored from)."},
       {"TFPS_SCHEDULING_CREDIT", "int", "0",
-       "Bytes of partitions a worker keeps in flight; the rest wait in priority order "
-       "(layers nearer the input first). 0: no limit, send everything at once."},
+       "Bytes of partitions a worker keeps in flight to the servers; the rest wait in "
+       "priority order (layers nearer the input first). A partition counts until its "
+       "server acknowledges receipt (not until the sum), so workers that start tensors in "
+       "different orders cannot wait on each other. 0: no limit, send everything at once."},
       {"TFPS_FUSION_BYTES", "int", "262144",
        "Small partitions ready at the same time for the same server travel as one message "
        "(a batch) of up to this many payload bytes, and a server answers a worker's ready "

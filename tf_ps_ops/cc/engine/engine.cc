@@ -39,8 +39,9 @@ class Engine::Loop {
   void Enqueue(std::vector<Request> requests);
   void RequestStop();
   EngineStats stats() const {
+    // The mesh's count directly: a gather's caller may read it as soon as it is done.
     return EngineStats{bytes_sent_.load(), bytes_received_.load(), messages_sent_.load(),
-                       peer_bytes_sent_.load(), parts_sent_.load(), batches_sent_.load(),
+                       mesh_.bytes_sent(), parts_sent_.load(), batches_sent_.load(),
                        batches_received_.load()};
   }
 
@@ -51,7 +52,8 @@ class Engine::Loop {
     std::unique_ptr<Monitor> monitor;
     std::string dead;  // why it is unusable; empty while alive
   };
-  enum PartState : uint8_t { kQueued = 0, kSent = 1, kDone = 2 };
+  // kAcked: the server has it (credit returned), its answer is still due.
+  enum PartState : uint8_t { kQueued = 0, kSent = 1, kAcked = 2, kDone = 3 };
   struct Op {
     PushPullRequest request;
     uint64_t key = 0;
@@ -126,7 +128,7 @@ class Engine::Loop {
   std::vector<Batch> batches_;  // per server: partitions to send together
   Timeline timeline_;
 
-  std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0}, messages_sent_{0}, peer_bytes_sent_{0},
+  std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0}, messages_sent_{0},
       parts_sent_{0}, batches_sent_{0}, batches_received_{0};
 };
 
@@ -263,7 +265,6 @@ void Engine::Loop::RunOnLoop() {
     }
     PumpOnLoop();  // everything started together can leave together
     mesh_.PollOnLoop();
-    peer_bytes_sent_ = mesh_.bytes_sent();
     for (size_t i = 0; i < servers_.size(); ++i) {
       while (RecvFrames(*servers_[i].socket, &frames)) OnMessageOnLoop(static_cast<int>(i), frames);
       int event = 0, value = 0;
@@ -375,7 +376,8 @@ Status Engine::Loop::SendPartOnLoop(uint64_t op_id, Op& o, uint32_t index) {
   h.num_partitions = static_cast<uint32_t>(o.parts.size());
   h.step = o.step;
   h.dtype = static_cast<uint8_t>(r.dtype);
-  h.flags = (no_data ? kFlagNoData : 0) | r.flags | (timeline_.enabled() ? kFlagTimed : 0);
+  h.flags = (no_data ? kFlagNoData : 0) | r.flags | (timeline_.enabled() ? kFlagTimed : 0) |
+            (config_.scheduling_credit > 0 ? kFlagAck : 0);
   h.optimizer = static_cast<uint8_t>(r.optimizer);
   head.params = r.params;
   h.sender = rank_;
@@ -465,9 +467,13 @@ void Engine::Loop::OnReplyOnLoop(int server, zmq::message_t& head_frame,
     return;
   }
   const uint64_t id = it->second;
-  pending_.erase(it);
   Op& op = ops_.at(id);
-  in_flight_bytes_ -= PartBytes(op, h.partition);
+  if (op.part_state[h.partition] == kSent) in_flight_bytes_ -= PartBytes(op, h.partition);
+  if (h.type == static_cast<uint16_t>(MsgType::kAck)) {  // credit back; the answer is due
+    if (op.part_state[h.partition] == kSent) op.part_state[h.partition] = kAcked;
+    return;
+  }
+  pending_.erase(it);
   op.part_state[h.partition] = kDone;
   if (h.type == static_cast<uint16_t>(MsgType::kError)) {
     FinishOnLoop(id, Status(static_cast<Code>(h.status), text));
@@ -575,9 +581,10 @@ void Engine::Loop::FinishOnLoop(uint64_t op_id, const Status& status) {
   auto it = ops_.find(op_id);
   Op& op = it->second;
   for (const Partition& p : op.parts) {
-    if (op.part_state[p.index] != kSent) continue;  // queued ones are skipped by PumpOnLoop
+    // Queued ones are skipped by PumpOnLoop; only unacknowledged ones hold credit.
+    if (op.part_state[p.index] != kSent && op.part_state[p.index] != kAcked) continue;
     pending_.erase(PartId(op.key, op.step, p.index));
-    in_flight_bytes_ -= PartBytes(op, p.index);
+    if (op.part_state[p.index] == kSent) in_flight_bytes_ -= PartBytes(op, p.index);
   }
   auto done = std::move(op.request.done);
   const std::string name = op.request.name;

@@ -9,6 +9,7 @@
 #ifndef TFPS_CC_ENGINE_PEER_MESH_H_
 #define TFPS_CC_ENGINE_PEER_MESH_H_
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -62,7 +63,7 @@ class PeerMesh {
   void FailAllOnLoop(const Status& status);
   void CloseOnLoop();
 
-  uint64_t bytes_sent() const { return bytes_sent_; }
+  uint64_t bytes_sent() const { return bytes_sent_.load(); }  // any thread
 
  private:
   struct Gather {
@@ -98,7 +99,7 @@ class PeerMesh {
   std::vector<Clock::time_point> report_at_;
   std::unordered_map<std::string, uint64_t> calls_;
   std::map<GatherId, Gather> gathers_;
-  uint64_t bytes_sent_ = 0;
+  std::atomic<uint64_t> bytes_sent_{0};  // read by stats() on other threads
 };
 
 }  // namespace tfps

@@ -334,6 +334,7 @@ PYBIND11_MODULE(_core, m) {
   types["BYE"] = static_cast<int>(MsgType::kBye);
   types["PEER_DATA"] = static_cast<int>(MsgType::kPeerData);
   types["BATCH"] = static_cast<int>(MsgType::kBatch);
+  types["ACK"] = static_cast<int>(MsgType::kAck);
   m.attr("MSG_TYPES") = types;
   m.attr("FLAG_NO_DATA") = kFlagNoData;
   m.attr("FLAG_PS_INIT") = kFlagPsInit;
@@ -341,6 +342,7 @@ PYBIND11_MODULE(_core, m) {
   m.attr("FLAG_PS_OVERWRITE") = kFlagPsOverwrite;
   m.attr("FLAG_SPARSE") = kFlagSparse;
   m.attr("FLAG_TIMED") = kFlagTimed;
+  m.attr("FLAG_ACK") = kFlagAck;
   m.attr("MAX_BATCH") = kMaxBatch;
   m.attr("CHECKPOINT_VERSION") = kCheckpointVersion;
 

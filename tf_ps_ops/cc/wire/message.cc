@@ -196,6 +196,9 @@ Status DecodeHead(const void* data, size_t size, size_t payload_size, Head* head
                              std::to_string(h.nparams));
     }
   }
+  if ((h.flags & kFlagAck) != 0 && static_cast<MsgType>(h.type) != MsgType::kPushPull) {
+    return InvalidArgument("only pushes can ask for an acknowledgement");
+  }
   if (static_cast<MsgType>(h.type) == MsgType::kBatch &&
       (h.count == 0 || h.count > kMaxBatch || h.ndims != 0 || h.nparams != 0 || h.flags != 0 ||
        payload_size != 0)) {

@@ -58,8 +58,9 @@ enum class MsgType : uint16_t {
   kBye = 8,            // worker -> server/scheduler: clean shutdown
   kPeerData = 9,       // worker -> worker: its part of an allgather (SFB factors)
   kBatch = 10,         // several kPushPull (worker -> server) or replies (server -> worker)
+  kAck = 11,           // server -> worker: a kFlagAck push (key, partition, step) arrived
 };
-constexpr uint16_t kMaxMsgType = 10;
+constexpr uint16_t kMaxMsgType = 11;
 constexpr uint64_t kMaxBatch = 4096;  // messages in one batch
 
 // Header flags.
@@ -77,8 +78,12 @@ constexpr uint32_t kFlagSparse = 1u << 4;  // PS mode: `count` rows [ids][values
 constexpr uint32_t kFlagTimed = 1u << 5;   // push: stamp the reply (TFPS_TIMELINE); reply:
                                            // params = {push received, answer ready}, the
                                            // server's wall clock in microseconds
-constexpr uint32_t kKnownFlags =
-    kFlagNoData | kFlagPsInit | kFlagPsApply | kFlagPsOverwrite | kFlagSparse | kFlagTimed;
+constexpr uint32_t kFlagAck = 1u << 6;     // push: acknowledge it (kAck) as soon as it
+                                           // arrives; the scheduling credit counts a
+                                           // partition until then, not until the sum, so
+                                           // workers never wait on each other's credit
+constexpr uint32_t kKnownFlags = kFlagNoData | kFlagPsInit | kFlagPsApply | kFlagPsOverwrite |
+                                 kFlagSparse | kFlagTimed | kFlagAck;
 
 // Server-side optimizers (PS mode), with TensorFlow's ResourceApplyXXX semantics. The
 // hyperparameters travel with every push, in the order listed, so schedules keep working.
