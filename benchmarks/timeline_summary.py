@@ -35,9 +35,11 @@ def summarise(path, skip):
     # Tensors in order of their first communication: with wait-free backprop the layers
     # nearest the output come first.
     order = sorted(calls, key=lambda t: calls[t]["queued"][0][0] if calls[t]["queued"] else 0)
-    # The i-th call of every tensor belongs to step i: its origin is the earliest of them.
-    steps = min(len(calls[t]["queued"]) for t in order) if order else 0
-    origin = [min(calls[t]["queued"][i][0] for t in order) for i in range(steps)]
+    # Tensors called once per step (the most calls; a one-off broadcast has fewer): the
+    # i-th call of each belongs to step i, whose origin is the earliest of them.
+    steps = max((len(calls[t]["queued"]) for t in order), default=0)
+    per_step = [t for t in order if len(calls[t]["queued"]) == steps]
+    origin = [min(calls[t]["queued"][i][0] for t in per_step) for i in range(steps)]
     for tensor in order:
         stages = calls[tensor]
         n = len(stages["queued"]) - skip
@@ -48,7 +50,7 @@ def summarise(path, skip):
             durs = [d for _, d in stages[stage][skip:]]
             cells.append("%.2f" % (statistics.mean(durs) / 1e3) if durs else "")
         ready, done = [], []
-        for i in range(skip, min(steps, len(stages["written"]))):
+        for i in range(skip, min(steps, len(stages["written"])) if tensor in per_step else 0):
             ready.append((stages["queued"][i][0] - origin[i]) / 1e3)
             done.append((sum(stages["written"][i]) - origin[i]) / 1e3)
         lines.append("| %s | %d | %d | %s | %s | %s |" % (
