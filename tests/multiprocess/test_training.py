@@ -2,7 +2,8 @@
 
 One cluster run (workers/train_worker.py, 3 workers, 2 servers) trains with
 DistributedGradientTape and with Keras `fit` + DistributedOptimizer; this process then
-trains the single-process oracle with the same code and compares.
+trains the single-process oracle with the same code and compares. Twice: with the
+engine's default scheduling, and with credit on and fusion off.
 """
 
 from pathlib import Path
@@ -31,11 +32,22 @@ def _train_worker():
     return worker_module(TRAIN_WORKER)
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
+# The engine's defaults, and its other scheduling: small partitions under a small credit
+# (so partitions wait and leave in priority order as acknowledgements come) and no fusion.
+# The results must not change.
+SCHEDULING = {
+    "defaults": {},
+    # 8-byte partitions (2 floats): the 8x4 kernel is 16 of them, 8 may be in flight.
+    "credit_no_fusion": {"TFPS_SCHEDULING_CREDIT": "64", "TFPS_PARTITION_BYTES": "8",
+                         "TFPS_FUSION_BYTES": "0"},
+}
+
+
+@pytest.fixture(scope="module", params=sorted(SCHEDULING))
+def trained(request, tmp_path_factory):
     """What every worker wrote: a list, by rank, of {name: array}."""
     saved, _ = train_on_cluster(tmp_path_factory, TRAIN_WORKER, _train_worker().NUM_WORKERS, 2,
-                                timeout=200)
+                                timeout=200, env=SCHEDULING[request.param])
     return saved
 
 
