@@ -368,6 +368,16 @@ Status Engine::Loop::SendPartOnLoop(uint64_t op_id, Op& o, uint32_t index) {
   const Partition& p = o.parts[index];
   const size_t elem = DTypeSize(r.dtype);
   const bool no_data = r.root_rank >= 0 && r.root_rank != rank_;
+  const uint64_t bytes = no_data ? 0 : PartBytes(o, index);
+  const uint64_t fusion = static_cast<uint64_t>(config_.fusion_bytes);
+  const bool fuse = bytes < fusion;  // TFPS_FUSION_BYTES=0: never
+  Batch& batch = batches_[p.server];
+  if (fuse && (batch.bytes + bytes > fusion || batch.messages.size() >= kMaxBatch)) {
+    const int server = p.server;
+    FlushOnLoop(server);
+    // A failed send fails every op in that batch, possibly this one (`o` is then gone).
+    if (ops_.count(op_id) == 0) return Status::Ok();
+  }
   Head head;
   Header& h = head.header;
   h.type = static_cast<uint16_t>(MsgType::kPushPull);
@@ -386,16 +396,10 @@ Status Engine::Loop::SendPartOnLoop(uint64_t op_id, Op& o, uint32_t index) {
   head.dims = r.dims;
   const bool sparse = !o.row_begin.empty();
   if (sparse) h.count = o.row_begin[index + 1] - o.row_begin[index];
-  const size_t bytes = no_data ? 0 : PartBytes(o, index);
   zmq::message_t payload =
       sparse ? SparsePayload(o, index)
              : ZeroCopyMessage(static_cast<const char*>(r.input) + p.offset * elem, bytes,
                                r.input_holder);
-  const uint64_t fusion = static_cast<uint64_t>(config_.fusion_bytes);
-  const bool fuse = bytes < fusion;  // TFPS_FUSION_BYTES=0: never
-  Batch& batch = batches_[p.server];
-  if (fuse && batch.bytes + bytes > fusion) FlushOnLoop(p.server);
-  if (fuse && batch.messages.size() >= kMaxBatch) FlushOnLoop(p.server);
   if (fuse) {
     batch.messages.push_back(Encoded{EncodeHead(head), std::move(payload)});
     batch.op_ids.push_back(op_id);
@@ -579,6 +583,7 @@ Status Engine::Loop::OnSparseReplyOnLoop(Op& op, const Header& h, const zmq::mes
 
 void Engine::Loop::FinishOnLoop(uint64_t op_id, const Status& status) {
   auto it = ops_.find(op_id);
+  if (it == ops_.end()) return;  // finished already (a failed batch send took it)
   Op& op = it->second;
   for (const Partition& p : op.parts) {
     // Queued ones are skipped by PumpOnLoop; only unacknowledged ones hold credit.
