@@ -18,7 +18,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
-from native import load_core  # noqa: E402
+from native import init_from_env, load_core  # noqa: E402
 
 
 def bench_group(core, count, nbytes, rank, size, target_s):
@@ -54,9 +54,7 @@ def main():
     parser.add_argument("--target-seconds", type=float, default=2.0)
     args = parser.parse_args()
     core = load_core()
-    host, port = os.environ["TFPS_SCHEDULER"].rsplit(":", 1)
-    rank, size = int(os.environ["TFPS_RANK"]), int(os.environ["TFPS_SIZE"])
-    core.init(host, int(port), rank, size, int(os.environ["TFPS_NUM_SERVERS"]))
+    rank, size = init_from_env(core)
     for group in args.groups.split(","):
         count, nbytes = (int(v) for v in group.split("x"))
         row = bench_group(core, count, nbytes, rank, size, args.target_seconds)

@@ -19,7 +19,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # no idle BLAS threads compe
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
-from native import load_core  # noqa: E402
+from native import init_from_env, load_core  # noqa: E402
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -85,10 +85,8 @@ def main():
     parser.add_argument("--max-iters", type=int, default=1000)
     args = parser.parse_args()
     core = load_core()
-    host, port = os.environ["TFPS_SCHEDULER"].rsplit(":", 1)
-    rank, size = int(os.environ["TFPS_RANK"]), int(os.environ["TFPS_SIZE"])
     server_pid = int(os.environ.get("NETNS_SERVER_PID", "0"))
-    core.init(host, int(port), rank, size, int(os.environ["TFPS_NUM_SERVERS"]))
+    rank, size = init_from_env(core)
     for nbytes in (int(s) for s in args.sizes.split(",")):
         row = bench_size(core, nbytes, rank, size, args.target_seconds, args.max_iters,
                          server_pid)

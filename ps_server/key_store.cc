@@ -20,13 +20,7 @@ std::string KeyStore::Where(const RoundId& id) const {
 }
 
 Outgoing KeyStore::ErrorReply(const Header& about, int rank, const Status& status) const {
-  Head head;
-  head.header.type = static_cast<uint16_t>(MsgType::kError);
-  head.header.key = about.key;
-  head.header.partition = about.partition;
-  head.header.num_partitions = about.num_partitions;
-  head.header.step = about.step;
-  head.header.sender = server_id_;
+  Head head = HeadAbout(about, MsgType::kError, server_id_);
   head.header.status = static_cast<uint32_t>(status.code());
   const std::string& text = status.message();
   return Outgoing{WorkerIdentity(rank), EncodeHead(head), zmq::message_t(text.data(), text.size())};

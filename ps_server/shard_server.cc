@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <cstring>
 
 #include "tf_ps_ops/cc/common/logging.h"
 #include "tf_ps_ops/cc/transport/zmq_util.h"
@@ -224,10 +223,7 @@ int ShardServer::Run(const std::atomic<bool>& stop) {
 }
 
 void ShardServer::OnMessageOnIoThread(std::vector<zmq::message_t>& frames) {
-  Header peek;
-  const bool batch = frames.size() > 3 && frames[1].size() >= sizeof(Header) &&
-                     (std::memcpy(&peek, frames[1].data(), sizeof(Header)),
-                      peek.type == static_cast<uint16_t>(MsgType::kBatch));
+  const bool batch = frames.size() > 3 && IsBatchHead(frames[1].data(), frames[1].size());
   if (frames.size() < 2 || (frames.size() > 3 && !batch)) {
     TFPS_LOG(Warning) << "dropped a message of " << frames.size() << " frames";
     return;
@@ -262,15 +258,12 @@ void ShardServer::OnMessageOnIoThread(std::vector<zmq::message_t>& frames) {
       worker_state_[rank] = kDone;
       return;
     case MsgType::kPushPull: {
-      Work w;
-      w.kind = Work::kPush;
-      w.head = std::move(head);
-      w.received_us = WallMicros();
-      if (frames.size() == 3) w.payload = std::move(frames[2]);
-      std::vector<Encoded> acks;
-      if ((w.head.header.flags & kFlagAck) != 0) acks.push_back(AckOf(w.head.header));
-      QueuePushOnIoThread(std::move(w));
-      SendAcksOnIoThread(identity, &acks);
+      std::vector<Work> works(1);
+      works[0].kind = Work::kPush;
+      works[0].head = std::move(head);
+      works[0].received_us = WallMicros();
+      if (frames.size() == 3) works[0].payload = std::move(frames[2]);
+      AcceptPushesOnIoThread(identity, std::move(works));
       return;
     }
     case MsgType::kBatch:
@@ -282,30 +275,22 @@ void ShardServer::OnMessageOnIoThread(std::vector<zmq::message_t>& frames) {
   }
 }
 
-Encoded ShardServer::AckOf(const Header& push) const {
-  Head ack;
-  ack.header.type = static_cast<uint16_t>(MsgType::kAck);
-  ack.header.key = push.key;
-  ack.header.partition = push.partition;
-  ack.header.num_partitions = push.num_partitions;
-  ack.header.step = push.step;
-  ack.header.sender = server_id_;
-  return Encoded{EncodeHead(ack), zmq::message_t()};
-}
-
-void ShardServer::SendAcksOnIoThread(const std::string& identity, std::vector<Encoded>* acks) {
-  Status s = SendBatch(router_, identity, server_id_, acks);
-  if (!s.ok()) TFPS_LOG(Warning) << "could not acknowledge to " << identity << ": " << s.message();
-}
-
-void ShardServer::QueuePushOnIoThread(Work w) {
-  const size_t shard = (w.head.header.key + w.head.header.partition) % inboxes_.size();
-  Inbox& inbox = *inboxes_[shard];
-  {
-    std::lock_guard<std::mutex> lock(inbox.mu);
-    inbox.queue.push_back(std::move(w));
+void ShardServer::AcceptPushesOnIoThread(const std::string& identity, std::vector<Work> works) {
+  Batch acks;
+  for (Work& w : works) {
+    const Header& h = w.head.header;
+    if ((h.flags & kFlagAck) != 0) {
+      acks.Add(Encoded{EncodeHead(HeadAbout(h, MsgType::kAck, server_id_)), zmq::message_t()});
+    }
+    Inbox& inbox = *inboxes_[(h.key + h.partition) % inboxes_.size()];
+    {
+      std::lock_guard<std::mutex> lock(inbox.mu);
+      inbox.queue.push_back(std::move(w));
+    }
+    inbox.cv.notify_one();
   }
-  inbox.cv.notify_one();
+  Status s = SendBatch(router_, identity, server_id_, &acks);
+  if (!s.ok()) TFPS_LOG(Warning) << "could not acknowledge to " << identity << ": " << s.message();
 }
 
 void ShardServer::OnBatchOnIoThread(const std::string& identity, const Header& batch,
@@ -332,12 +317,7 @@ void ShardServer::OnBatchOnIoThread(const std::string& identity, const Header& b
     RejectOnIoThread(identity, s);
     return;
   }
-  std::vector<Encoded> acks;
-  for (Work& w : works) {
-    if ((w.head.header.flags & kFlagAck) != 0) acks.push_back(AckOf(w.head.header));
-    QueuePushOnIoThread(std::move(w));
-  }
-  SendAcksOnIoThread(identity, &acks);
+  AcceptPushesOnIoThread(identity, std::move(works));
 }
 
 void ShardServer::OnWorkerGoneOnIoThread(int rank, const std::string& why) {
@@ -363,27 +343,21 @@ void ShardServer::SendOutboxOnIoThread() {
     batch.swap(outbox_);
   }
   // Per worker, in order: small replies go together, large ones alone.
-  const size_t fusion = static_cast<size_t>(config_.fusion_bytes);
-  std::map<std::string, std::pair<std::vector<Encoded>, size_t>> pending;  // with their bytes
-  auto flush = [this](const std::string& identity, std::vector<Encoded>* messages) {
-    Status s = SendBatch(router_, identity, server_id_, messages);
+  const uint64_t fusion = static_cast<uint64_t>(config_.fusion_bytes);
+  std::map<std::string, Batch> pending;
+  auto flush = [this](const std::string& identity, Batch* b) {
+    Status s = SendBatch(router_, identity, server_id_, b);
     if (!s.ok()) TFPS_LOG(Warning) << "could not answer " << identity << ": " << s.message();
   };
   for (Outgoing& o : batch) {
-    const size_t bytes = o.payload.size();
-    auto& [messages, held] = pending[o.identity];
-    if (bytes >= fusion || messages.size() >= kMaxBatch || held + bytes > fusion) {
-      flush(o.identity, &messages);
-      held = 0;
-    }
-    messages.push_back(Encoded{std::move(o.head), std::move(o.payload)});
-    held += bytes;
-    if (bytes >= fusion) {
-      flush(o.identity, &messages);
-      held = 0;
-    }
+    const uint64_t bytes = o.payload.size();
+    Batch& b = pending[o.identity];
+    const bool alone = bytes >= fusion;
+    if (alone || !b.Fits(bytes, fusion)) flush(o.identity, &b);
+    b.Add(Encoded{std::move(o.head), std::move(o.payload)});
+    if (alone) flush(o.identity, &b);
   }
-  for (auto& entry : pending) flush(entry.first, &entry.second.first);
+  for (auto& entry : pending) flush(entry.first, &entry.second);
 }
 
 void ShardServer::RejectOnIoThread(const std::string& identity, const Status& status) {

@@ -69,13 +69,12 @@ class ShardServer {
   void PostReplies(std::vector<Outgoing>* replies);
   void OnMessageOnIoThread(std::vector<zmq::message_t>& frames);
   // A batch of pushes [identity][batch head][head][payload]...: checked whole, then each
-  // push queued as if it had come alone.
+  // push accepted as if it had come alone.
   void OnBatchOnIoThread(const std::string& identity, const Header& batch,
                          std::vector<zmq::message_t>& frames);
-  void QueuePushOnIoThread(Work w);
-  // Acknowledgements of kFlagAck pushes, sent at once (the worker's scheduling credit).
-  Encoded AckOf(const Header& push) const;
-  void SendAcksOnIoThread(const std::string& identity, std::vector<Encoded>* acks);
+  // Queues each push for its summation thread and acknowledges at once those with
+  // kFlagAck (the worker's scheduling credit), in one message.
+  void AcceptPushesOnIoThread(const std::string& identity, std::vector<Work> works);
   void OnWorkerGoneOnIoThread(int rank, const std::string& why);
   void SendOutboxOnIoThread();
   void RejectOnIoThread(const std::string& identity, const Status& status);

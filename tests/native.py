@@ -20,3 +20,12 @@ def load_core():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def init_from_env(core):
+    """Starts `core`'s engine from the variables a cluster gives its workers
+    (TFPS_SCHEDULER=host:port, TFPS_RANK, TFPS_SIZE, TFPS_NUM_SERVERS); returns (rank, size)."""
+    host, port = os.environ["TFPS_SCHEDULER"].rsplit(":", 1)
+    rank, size = int(os.environ["TFPS_RANK"]), int(os.environ["TFPS_SIZE"])
+    core.init(host, int(port), rank, size, int(os.environ["TFPS_NUM_SERVERS"]))
+    return rank, size

@@ -10,7 +10,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # no idle BLAS threads compe
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from native import load_core  # noqa: E402
+from native import init_from_env, load_core  # noqa: E402
 
 CASES = [  # name, shape, dtype
     ("scalar", (), np.float32),
@@ -31,9 +31,7 @@ def data(rank, step, shape, dtype):
 
 def main():
     core = load_core()
-    host, port = os.environ["TFPS_SCHEDULER"].rsplit(":", 1)
-    rank, size = int(os.environ["TFPS_RANK"]), int(os.environ["TFPS_SIZE"])
-    core.init(host, int(port), rank, size, int(os.environ["TFPS_NUM_SERVERS"]))
+    rank, size = init_from_env(core)
     for step in range(STEPS):
         for name, shape, dtype in CASES:
             got = core.push_pull(name, data(rank, step, shape, dtype))

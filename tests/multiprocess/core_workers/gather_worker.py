@@ -8,14 +8,12 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-from native import load_core  # noqa: E402
+from native import init_from_env, load_core  # noqa: E402
 
 
 def main():
     core = load_core()
-    host, port = os.environ["TFPS_SCHEDULER"].rsplit(":", 1)
-    rank, size = int(os.environ["TFPS_RANK"]), int(os.environ["TFPS_SIZE"])
-    core.init(host, int(port), rank, size, int(os.environ["TFPS_NUM_SERVERS"]))
+    rank, size = init_from_env(core)
     for call in range(3):
         mine = np.random.default_rng(rank * 100 + call).standard_normal((rank + call, 5))
         parts = core.allgather("factors", mine.astype(np.float32))

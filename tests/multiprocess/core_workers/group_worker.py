@@ -15,7 +15,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-from native import load_core  # noqa: E402
+from native import init_from_env, load_core  # noqa: E402
 
 # (name, shape, dtype): 40 small tensors around the fusion threshold and two large ones.
 TENSORS = [(f"bias{i}", (1 + 37 * i,), [np.float32, np.float64, np.int32, np.float16][i % 4])
@@ -33,10 +33,8 @@ def main():
     steps = int(sys.argv[1])
     reverse = "--reverse-odd" in sys.argv[2:]
     core = load_core()
-    host, port = os.environ["TFPS_SCHEDULER"].rsplit(":", 1)
-    rank, size = int(os.environ["TFPS_RANK"]), int(os.environ["TFPS_SIZE"])
     try:
-        core.init(host, int(port), rank, size, int(os.environ["TFPS_NUM_SERVERS"]))
+        rank, size = init_from_env(core)
         for step in range(steps):
             tensors = TENSORS[::-1] if reverse and rank % 2 == 1 else TENSORS
             names = [t[0] for t in tensors]

@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-from native import load_core  # noqa: E402
+from native import init_from_env, load_core  # noqa: E402
 
 
 def main():
@@ -26,10 +26,8 @@ def main():
     parser.add_argument("--wait-for")
     args = parser.parse_args()
     core = load_core()
-    host, port = os.environ["TFPS_SCHEDULER"].rsplit(":", 1)
-    rank, size = int(os.environ["TFPS_RANK"]), int(os.environ["TFPS_SIZE"])
     try:
-        core.init(host, int(port), rank, size, int(os.environ["TFPS_NUM_SERVERS"]))
+        rank, size = init_from_env(core)
         for step in range(args.steps):
             if step == args.stall_at:
                 print("stalling", flush=True)

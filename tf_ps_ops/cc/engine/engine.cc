@@ -120,12 +120,11 @@ class Engine::Loop {
   std::map<PartId, uint64_t> pending_;  // partition sent, answer awaited -> op id
   std::set<ReadyPart> ready_;           // partitions waiting for credit
   uint64_t in_flight_bytes_ = 0;
-  struct Batch {
-    std::vector<Encoded> messages;
-    std::vector<uint64_t> op_ids;
-    uint64_t bytes = 0;
+  struct ServerBatch {
+    Batch batch;
+    std::vector<uint64_t> op_ids;  // the ops its partitions belong to
   };
-  std::vector<Batch> batches_;  // per server: partitions to send together
+  std::vector<ServerBatch> batches_;  // per server: partitions to send together
   Timeline timeline_;
 
   std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0}, messages_sent_{0},
@@ -345,13 +344,12 @@ void Engine::Loop::PumpOnLoop() {
 }
 
 void Engine::Loop::FlushOnLoop(int server) {
-  Batch& b = batches_[server];
-  if (b.messages.empty()) return;
-  const bool single = b.messages.size() == 1;
-  Status s = SendBatch(*servers_[server].socket, "", rank_, &b.messages);
+  ServerBatch& b = batches_[server];
+  if (b.batch.messages.empty()) return;
+  const bool single = b.batch.messages.size() == 1;
+  Status s = SendBatch(*servers_[server].socket, "", rank_, &b.batch);
   std::vector<uint64_t> ids;
   ids.swap(b.op_ids);
-  b.bytes = 0;
   if (s.ok()) {
     ++messages_sent_;
     if (!single) ++batches_sent_;
@@ -371,10 +369,8 @@ Status Engine::Loop::SendPartOnLoop(uint64_t op_id, Op& o, uint32_t index) {
   const uint64_t bytes = no_data ? 0 : PartBytes(o, index);
   const uint64_t fusion = static_cast<uint64_t>(config_.fusion_bytes);
   const bool fuse = bytes < fusion;  // TFPS_FUSION_BYTES=0: never
-  Batch& batch = batches_[p.server];
-  if (fuse && (batch.bytes + bytes > fusion || batch.messages.size() >= kMaxBatch)) {
-    const int server = p.server;
-    FlushOnLoop(server);
+  if (fuse && !batches_[p.server].batch.Fits(bytes, fusion)) {
+    FlushOnLoop(p.server);
     // A failed send fails every op in that batch, possibly this one (`o` is then gone).
     if (ops_.count(op_id) == 0) return Status::Ok();
   }
@@ -401,9 +397,8 @@ Status Engine::Loop::SendPartOnLoop(uint64_t op_id, Op& o, uint32_t index) {
              : ZeroCopyMessage(static_cast<const char*>(r.input) + p.offset * elem, bytes,
                                r.input_holder);
   if (fuse) {
-    batch.messages.push_back(Encoded{EncodeHead(head), std::move(payload)});
-    batch.op_ids.push_back(op_id);
-    batch.bytes += bytes;
+    batches_[p.server].batch.Add(Encoded{EncodeHead(head), std::move(payload)});
+    batches_[p.server].op_ids.push_back(op_id);
   } else {
     Status s = SendMessage(*servers_[p.server].socket, "", head, std::move(payload));
     if (!s.ok()) return s.WithPrefix("sending to " + Describe(p.server) + ": ");
@@ -419,11 +414,7 @@ Status Engine::Loop::SendPartOnLoop(uint64_t op_id, Op& o, uint32_t index) {
 }
 
 void Engine::Loop::OnMessageOnLoop(int server, std::vector<zmq::message_t>& frames) {
-  Header peek;
-  const bool is_batch = frames[0].size() >= sizeof(Header) &&
-                        (std::memcpy(&peek, frames[0].data(), sizeof(Header)),
-                         peek.type == static_cast<uint16_t>(MsgType::kBatch));
-  if (!is_batch) {
+  if (!IsBatchHead(frames[0].data(), frames[0].size())) {
     if (frames.size() > 2) {
       TFPS_LOG(Warning) << "dropped a reply of " << frames.size() << " frames from "
                         << Describe(server);

@@ -89,43 +89,18 @@ py::tuple DecodeHeadPy(const py::bytes& frame, size_t payload_size) {
   return py::make_tuple(py::none(), d);
 }
 
-py::array PushPullPy(const std::string& name, py::array input, int root_rank) {
-  py::array in = py::array::ensure(input, py::array::c_style);
-  const DType dtype = WireDTypeOf(in.dtype());
-  py::array out(in.dtype(), std::vector<py::ssize_t>(in.shape(), in.shape() + in.ndim()));
-  PushPullRequest request;
-  request.name = name;
-  request.dtype = dtype;
-  for (py::ssize_t i = 0; i < in.ndim(); ++i) request.dims.push_back(in.shape(i));
-  request.count = static_cast<uint64_t>(in.size());
-  request.input = in.data();
-  request.output = out.mutable_data();
-  request.root_rank = root_rank;
-  // `in` and `out` stay referenced by this frame until the wait below returns; the holder
-  // only has to outlive ZeroMQ's use of the input, which ends before the reply arrives.
-  request.input_holder = std::make_shared<int>(0);
-  std::promise<Status> promise;
-  request.done = [&promise](const Status& s) { promise.set_value(s); };
-  Status status;
-  {
-    py::gil_scoped_release release;
-    Engine::Get().Enqueue(std::move(request));
-    status = promise.get_future().get();
-  }
-  ThrowIfError(status);
-  return out;
-}
-
-// Blocking push_pull of several arrays enqueued together (one engine wake-up), like a
-// grouped allreduce: small ones share messages (TFPS_FUSION_BYTES).
-py::list PushPullGroupPy(const std::vector<std::string>& names, const std::vector<py::array>& inputs) {
+// Blocking push_pull of arrays enqueued together (one engine wake-up, like a grouped
+// allreduce: small ones share messages, TFPS_FUSION_BYTES); returns the sums (or, with
+// root_rank >= 0, root's arrays).
+std::vector<py::array> PushPullArrays(const std::vector<std::string>& names,
+                                      const std::vector<py::array>& inputs, int root_rank) {
   if (names.size() != inputs.size()) throw std::invalid_argument("one name per array");
   std::vector<py::array> ins, outs;
   std::vector<PushPullRequest> requests(names.size());
   std::vector<std::promise<Status>> promises(names.size());
   for (size_t k = 0; k < names.size(); ++k) {
     ins.push_back(py::array::ensure(inputs[k], py::array::c_style));
-    py::array& in = ins.back();
+    const py::array& in = ins.back();
     outs.emplace_back(in.dtype(), std::vector<py::ssize_t>(in.shape(), in.shape() + in.ndim()));
     PushPullRequest& request = requests[k];
     request.name = names[k];
@@ -134,7 +109,10 @@ py::list PushPullGroupPy(const std::vector<std::string>& names, const std::vecto
     request.count = static_cast<uint64_t>(in.size());
     request.input = in.data();
     request.output = outs.back().mutable_data();
-    request.input_holder = std::make_shared<int>(0);  // `ins` outlive the waits below
+    request.root_rank = root_rank;
+    // `ins` and `outs` stay referenced until the waits below return; the holder only has
+    // to outlive ZeroMQ's use of the input, which ends before the reply arrives.
+    request.input_holder = std::make_shared<int>(0);
     std::promise<Status>* promise = &promises[k];
     request.done = [promise](const Status& s) { promise->set_value(s); };
   }
@@ -148,9 +126,7 @@ py::list PushPullGroupPy(const std::vector<std::string>& names, const std::vecto
     }
   }
   ThrowIfError(status);
-  py::list result;
-  for (py::array& out : outs) result.append(out);
-  return result;
+  return outs;
 }
 
 py::list AllgatherPy(const std::string& name, py::array input) {
@@ -447,9 +423,14 @@ PYBIND11_MODULE(_core, m) {
   m.def("size", [] { return Engine::Get().size(); });
   m.def("local_rank", [] { return Engine::Get().local_rank(); });
   m.def("local_size", [] { return Engine::Get().local_size(); });
-  m.def("push_pull", &PushPullPy, py::arg("name"), py::arg("array"), py::arg("root_rank") = -1,
+  m.def("push_pull", [](const std::string& name, py::array array, int root_rank) {
+    return PushPullArrays({name}, {array}, root_rank)[0];
+  }, py::arg("name"), py::arg("array"), py::arg("root_rank") = -1,
         "Blocking push_pull of a NumPy array; returns the sum (or root's array).");
-  m.def("push_pull_group", &PushPullGroupPy, py::arg("names"), py::arg("arrays"),
+  m.def("push_pull_group", [](const std::vector<std::string>& names,
+                              const std::vector<py::array>& arrays) {
+    return PushPullArrays(names, arrays, -1);
+  }, py::arg("names"), py::arg("arrays"),
         "Blocking push_pull of several arrays started together; returns the sums.");
   m.def("allgather", &AllgatherPy, py::arg("name"), py::arg("array"),
         "Blocking peer-to-peer allgather; returns every worker's array in rank order.");

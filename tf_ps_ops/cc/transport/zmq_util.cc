@@ -35,8 +35,9 @@ Status SendMessage(zmq::socket_t& socket, const std::string& identity, const Hea
   return Status::Ok();
 }
 
-Status SendBatch(zmq::socket_t& socket, const std::string& identity, int sender,
-                 std::vector<Encoded>* messages) {
+Status SendBatch(zmq::socket_t& socket, const std::string& identity, int sender, Batch* batch) {
+  std::vector<Encoded>* messages = &batch->messages;
+  batch->bytes = 0;
   if (messages->empty()) return Status::Ok();
   try {
     if (!identity.empty()) socket.send(zmq::buffer(identity), zmq::send_flags::sndmore);

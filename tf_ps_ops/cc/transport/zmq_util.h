@@ -28,10 +28,23 @@ struct Encoded {
   std::string head;
   zmq::message_t payload;
 };
+// Messages collected to leave together (fusion, TFPS_FUSION_BYTES).
+struct Batch {
+  std::vector<Encoded> messages;
+  uint64_t bytes = 0;  // payload bytes held
+  // Whether a message of `more` payload bytes may join without the batch exceeding `limit`
+  // bytes or kMaxBatch messages.
+  bool Fits(uint64_t more, uint64_t limit) const {
+    return messages.size() < kMaxBatch && bytes + more <= limit;
+  }
+  void Add(Encoded message) {
+    bytes += message.payload.size();
+    messages.push_back(std::move(message));
+  }
+};
 // Sends [identity?][batch head][head 1][payload 1]...[head n][payload n] (wire/message.h);
-// a single message goes alone, without the batch head. Empties `messages`.
-Status SendBatch(zmq::socket_t& socket, const std::string& identity, int sender,
-                 std::vector<Encoded>* messages);
+// a single message goes alone, without the batch head. Empties `batch`.
+Status SendBatch(zmq::socket_t& socket, const std::string& identity, int sender, Batch* batch);
 
 Status SendText(zmq::socket_t& socket, const std::string& identity, const Header& header,
                 const std::string& text);

@@ -257,6 +257,24 @@ const char* OptimizerName(Optimizer optimizer) {
   }
 }
 
+bool IsBatchHead(const void* data, size_t size) {
+  if (size < sizeof(Header)) return false;
+  Header h;
+  std::memcpy(&h, data, sizeof(Header));
+  return h.type == static_cast<uint16_t>(MsgType::kBatch);
+}
+
+Head HeadAbout(const Header& about, MsgType type, int32_t sender) {
+  Head head;
+  head.header.type = static_cast<uint16_t>(type);
+  head.header.key = about.key;
+  head.header.partition = about.partition;
+  head.header.num_partitions = about.num_partitions;
+  head.header.step = about.step;
+  head.header.sender = sender;
+  return head;
+}
+
 Status CheckBatch(const Header& batch, size_t frames_after_head) {
   if (frames_after_head != 2 * batch.count) {
     return InvalidArgument("a batch of " + std::to_string(batch.count) + " messages needs " +

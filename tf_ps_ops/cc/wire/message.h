@@ -27,7 +27,7 @@
 namespace tfps {
 
 constexpr uint32_t kMagic = 0x53504654;  // "TFPS" read as little-endian bytes
-constexpr uint16_t kProtocolVersion = 2;  // 2: batches, timed replies
+constexpr uint16_t kProtocolVersion = 2;  // 2: batches, timed replies, acknowledgements
 constexpr int kMaxDims = 32;
 constexpr uint32_t kMaxPartitions = 1u << 24;
 constexpr uint64_t kMaxElements = uint64_t{1} << 40;
@@ -145,8 +145,14 @@ std::string EncodeHead(const Head& head);
 // partition bounds; on failure nothing in *head is to be trusted.
 Status DecodeHead(const void* data, size_t size, size_t payload_size, Head* head);
 
+// Whether a head frame says kBatch (read before the frame is decoded, to pick the path).
+bool IsBatchHead(const void* data, size_t size);
 // Checks a batch head (decoded by DecodeHead) against the number of frames that followed it.
 Status CheckBatch(const Header& batch, size_t frames_after_head);
+
+// A head of `type` from `sender` about the push `about`: its key, partition and step, by
+// which the worker finds the request (acknowledgements, error replies).
+Head HeadAbout(const Header& about, MsgType type, int32_t sender);
 
 // Wall-clock microseconds since the epoch: the unit of timed replies.
 double WallMicros();
