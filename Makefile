@@ -1,72 +1,74 @@
-# make deps | build | test | demo | clean. `deps` installs Debian packages, so on a
-# fresh machine it needs root (as CI has); on a prepared one it only checks.
+# make deps | build | test | bazel-test | demo | bench | clean
+#
+# Everything Python runs in a virtualenv, $(VENV) (default .venv), made on first use, so a
+# fresh machine needs nothing but Debian's python3; `make PYTHON=python3 ...` uses another
+# interpreter instead. The Debian packages (libzmq, ccache, Bazel) are installed with
+# apt-get, which needs root on a fresh machine (as CI has); on a prepared one it only checks.
 
-PYTHON ?= python3
+BASE_PYTHON ?= python3
+VENV ?= .venv
+PYTHON ?= $(VENV)/bin/python
 PYTEST_TIMEOUT ?= 600
 ZMQ_PACKAGES := libzmq3-dev cppzmq-dev
-REQUIREMENTS := requirements.txt requirements-test.txt
+BAZEL_PACKAGES := bazel-bootstrap bazel-platforms
+# Requirement groups of tools/requirements.py; test adds its own (target-specific, so the
+# prerequisites see them too).
+GROUPS := build run
 
-# Workers are started as `python3 some/script.py`, which puts the script's folder, not
+# Workers are started as `python some/script.py`, which puts the script's folder, not
 # the checkout, on sys.path: this lets them import the in-place build.
 export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 
-# Exits 1 naming the requirements that are not installed (or, when pinned with ==,
-# not at that version). Asking pip instead costs seconds on every `make test`.
-define MISSING_REQUIREMENTS
-import importlib.metadata as metadata, sys
-missing = []
-for path in sys.argv[1:]:
-    for line in open(path):
-        req = line.split("#")[0].strip()
-        if not req:
-            continue
-        name, _, pin = (part.strip() for part in req.partition("=="))
-        try:
-            version = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            missing.append(req)
-            continue
-        if pin and version != pin and not (
-                pin.endswith("*") and version.startswith(pin.rstrip("*"))):
-            missing.append(req)
-if missing:
-    print("installing missing requirements:", *missing)
-    sys.exit(1)
+# apt-get install, with one `apt-get update` retry for a machine whose lists are stale.
+APT_INSTALL = DEBIAN_FRONTEND=noninteractive apt-get install -y -q
+define apt
+$(APT_INSTALL) $(1) || { apt-get update -q && $(APT_INSTALL) $(1); }
 endef
-export MISSING_REQUIREMENTS
 
-.PHONY: deps build test demo bench clean
+.PHONY: deps system-deps build test bazel-test demo bench clean
+
+$(VENV)/bin/python:
+	@$(BASE_PYTHON) -c "import ensurepip" 2>/dev/null || $(call apt,python3-venv) \
+	  || { echo "cannot make a virtualenv: install Debian's python3-venv" >&2; exit 1; }
+	$(BASE_PYTHON) -m venv $(VENV)
 
 # libzmq is required; ccache only makes rebuilds faster, so its absence is not an error.
-deps:
+system-deps:
 	@if [ ! -f /usr/include/zmq.h ] || [ ! -f /usr/include/zmq.hpp ]; then \
-	  export DEBIAN_FRONTEND=noninteractive; \
-	  apt-get install -y -q $(ZMQ_PACKAGES) \
-	  || { apt-get update -q && apt-get install -y -q $(ZMQ_PACKAGES); } \
+	  $(call apt,$(ZMQ_PACKAGES)) \
 	  || { echo "libzmq is missing: install the Debian packages libzmq3-dev and cppzmq-dev" >&2; \
 	       exit 1; }; \
 	fi
-	@command -v ccache >/dev/null || { export DEBIAN_FRONTEND=noninteractive; \
-	  apt-get install -y -q ccache || { apt-get update -q && apt-get install -y -q ccache; } \
-	  || echo "ccache not installed: builds will be slower" >&2; }
-	@$(PYTHON) -c "$$MISSING_REQUIREMENTS" $(REQUIREMENTS) \
-	  || $(PYTHON) -m pip install -q $(addprefix -r ,$(REQUIREMENTS))
+	@command -v ccache >/dev/null || $(call apt,ccache) \
+	  || echo "ccache not installed: builds will be slower" >&2
+
+deps: system-deps $(if $(filter $(VENV)/bin/python,$(PYTHON)),$(VENV)/bin/python)
+	@$(PYTHON) tools/requirements.py $(GROUPS)
 
 # Compiles in place, in parallel, skipping unchanged files (see setup.py).
 build: deps
-	$(PYTHON) setup.py build_tfps
+	$(PYTHON) setup.py -q build_tfps
 
+test: GROUPS += test examples bench
 test: build
 	$(PYTHON) -m pytest -x -q --timeout=$(PYTEST_TIMEOUT) tests/
 
+# The Bazel build next to the in-place one (docs/bazel.md); CI runs it after `make test`.
+bazel-test: GROUPS += test
+bazel-test: build
+	@command -v bazel >/dev/null || $(call apt,$(BAZEL_PACKAGES))
+	TFPS_TEST_BAZEL=1 $(PYTHON) -m pytest -x -q --timeout=$(PYTEST_TIMEOUT) tests/unit/test_bazel_build.py
+
 # Regenerates benchmarks/results/ (root: network namespaces; about 50 min on an idle machine).
+bench: GROUPS += bench
 bench: build
 	$(PYTHON) benchmarks/run_all.py
 
+demo: GROUPS += examples
 demo: build
 	$(PYTHON) -m tf_ps_ops.run -np 2 -ns 2 --timeout 600 $(PYTHON) examples/train_digits.py
 
 clean:
-	rm -rf build/ *.egg-info .pytest_cache
-	rm -f tf_ps_ops/_tf_ps_ops.so tf_ps_ops/_core.*.so tf_ps_ops/bin/ps_server
+	rm -rf build/ dist/ *.egg-info .pytest_cache
+	rm -f tf_ps_ops/_tf_ps_ops.so tf_ps_ops/_core.*.so tf_ps_ops/bin/ps_server tf_ps_ops/_build_info.json
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

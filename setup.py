@@ -1,14 +1,17 @@
-"""pip build of tf_ps_ops: the op library, the ps_server binary and the test core module,
-compiled from the same sources as Bazel's BUILD by tools/native_build.py.
+"""pip build of tf_ps_ops: the op library, the ps_server binary and the core module,
+compiled from the same sources as Bazel's BUILD by tools/native_build.py. The package's
+metadata is in pyproject.toml; this file only hooks the native build into setuptools.
 
     python3 setup.py build_tfps      # in place, parallel, incremental (what `make build` runs)
-    pip install .                    # the same, then packaged
+    pip install .                    # builds in place, then packages (a platform wheel)
+    pip install -e .                 # builds in place; the checkout is what Python imports
+    pip install --no-build-isolation .   # compiles against the TensorFlow already installed
 """
 
 import os
 import sys
 
-from setuptools import Command, Distribution, find_packages, setup
+from setuptools import Command, Distribution, setup
 from setuptools.command.build_py import build_py
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "tools"))
@@ -37,7 +40,11 @@ class BinaryDistribution(Distribution):
 
 
 class BuildPyWithNative(build_py):
-    """Builds the native artifacts before the package files are collected."""
+    """Compiles the native parts in place before the package files are collected.
+
+    `pip install -e .` runs this too (setuptools' editable_wheel runs build_py in editable
+    mode): the artifacts land next to the sources the editable install points at.
+    """
 
     def run(self):
         native_build.build()
@@ -45,16 +52,9 @@ class BuildPyWithNative(build_py):
 
 
 setup(
-    name="tf_ps_ops",
-    version="0.1.0",
-    description="Parameter-server data-parallel training for TensorFlow (Horovod/BytePS API)",
-    packages=find_packages(include=["tf_ps_ops", "tf_ps_ops.*", "sfb"]),
-    package_data={"tf_ps_ops": ["_tf_ps_ops.so", "_core*.so", "bin/ps_server"]},
-    python_requires=">=3.9",
-    install_requires=["tensorflow==2.21.*", "numpy", "pyzmq", "absl-py", "pybind11"],
-    entry_points={"console_scripts": ["tfps-run = tf_ps_ops.run:main",
-                                      "ps_server = tf_ps_ops.server_main:main"]},
+    packages=["tf_ps_ops", "sfb"],
+    package_data={"tf_ps_ops": native_build.PACKAGE_DATA},
+    zip_safe=False,
     distclass=BinaryDistribution,
     cmdclass={"build_tfps": BuildTfps, "build_py": BuildPyWithNative},
-    zip_safe=False,
 )

@@ -7,11 +7,24 @@ before `make build` and without paying for the library's static initialisers.
 
 import ctypes
 import functools
+import json
 import os
 
 import tensorflow as tf
 
-LIBRARY_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_tf_ps_ops.so")
+_HERE = os.path.dirname(os.path.abspath(__file__))
+LIBRARY_PATH = os.path.join(_HERE, "_tf_ps_ops.so")
+BUILD_INFO_PATH = os.path.join(_HERE, "_build_info.json")
+
+REBUILD_HINT = (
+    "Rebuild tf_ps_ops against the TensorFlow you run: from a checkout, `make build` (or "
+    "`python3 setup.py build_tfps`); for an installed package, `pip install "
+    "--no-build-isolation --force-reinstall --no-deps <checkout or sdist>`, which compiles "
+    "against the TensorFlow installed in that environment.")
+
+
+class TensorFlowVersionError(ImportError):
+    """The op library was compiled against another TensorFlow than the one running."""
 
 # (name, restype, argtypes) of the C functions, as declared in docs/internals.md.
 _C_FUNCTIONS = (
@@ -35,11 +48,46 @@ def _check_built():
             "(or `python3 setup.py build_tfps`) in the source tree first")
 
 
+def built_against():
+    """The TensorFlow version the op library was compiled against (tools/native_build.py
+    records it), or None for a build that predates the record."""
+    try:
+        with open(BUILD_INFO_PATH) as f:
+            return json.load(f)["tensorflow"]
+    except FileNotFoundError:
+        return None
+
+
+def _minor(version):
+    return tuple(version.split(".")[:2])
+
+
+def check_tensorflow_version(built, running):
+    """Raises TensorFlowVersionError unless `built` and `running` share major.minor.
+
+    TensorFlow keeps its C++ ABI within a minor release only (pip's build pins
+    tensorflow==2.21.*); across minors a custom op library fails to load with an undefined
+    symbol, or worse, loads and misbehaves.
+    """
+    if built is not None and _minor(built) != _minor(running):
+        raise TensorFlowVersionError(
+            f"tf_ps_ops was compiled against TensorFlow {built}, but this process runs "
+            f"TensorFlow {running}: its op library would not load. " + REBUILD_HINT)
+
+
 @functools.cache
 def ops():
     """The module of TF op wrappers (`ps_push_pull`, `ps_broadcast`, `ps_rank`, ...)."""
     _check_built()
-    return tf.load_op_library(LIBRARY_PATH)
+    check_tensorflow_version(built_against(), tf.__version__)
+    try:
+        return tf.load_op_library(LIBRARY_PATH)
+    except tf.errors.NotFoundError as e:  # how TF reports a dlopen failure
+        if "undefined symbol" not in e.message:
+            raise  # e.g. libzmq.so.5 missing: its own message says so
+        raise TensorFlowVersionError(
+            f"loading the tf_ps_ops op library {LIBRARY_PATH} into TensorFlow "
+            f"{tf.__version__} failed ({e.message.strip()}). " + REBUILD_HINT) from e
 
 
 @functools.cache

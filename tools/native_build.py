@@ -1,7 +1,8 @@
 """Builds the native parts of tf_ps_ops in place, in parallel, skipping what is current.
 
 Artifacts (docs/internals.md): tf_ps_ops/_tf_ps_ops.so (TF op library), tf_ps_ops/bin/ps_server
-(no TensorFlow) and tf_ps_ops/_core<ext> (pybind11, for tests). Objects live in
+(no TensorFlow), tf_ps_ops/_core<ext> (pybind11, for tests) and tf_ps_ops/_build_info.json
+(the TensorFlow version the op library was compiled against). Objects live in
 build/native/; each is rebuilt only when its source or a header it includes (from g++'s
 -MMD dependency file) is newer. Compile flags for TF come from tf.sysconfig.
 """
@@ -25,6 +26,10 @@ SERVER_LIB = ["ps_server"]          # minus main.cc, which only the binary links
 KERNELS = ["tf_ps_ops/kernels", "sfb/kernels"]
 PYBIND = ["tf_ps_ops/cc/pybind"]
 
+BUILD_INFO = os.path.join(ROOT, "tf_ps_ops", "_build_info.json")
+# What a wheel carries besides the Python files (setup.py's package_data).
+PACKAGE_DATA = ["_tf_ps_ops.so", "_core*.so", "bin/ps_server", "_build_info.json"]
+
 BASE_FLAGS = ["-std=c++17", "-O2", "-fPIC", "-Wall", "-Wextra", "-Wno-unused-parameter",
               "-D_GLIBCXX_USE_CXX11_ABI=1", "-I" + ROOT]
 
@@ -42,22 +47,28 @@ def tf_flags():
     # Asked in a child process: importing TensorFlow here would spill its start-up log into
     # the build output and cost memory during the parallel compile.
     code = ("import json, tensorflow as tf; print(json.dumps([tf.sysconfig.get_compile_flags(), "
-            "tf.sysconfig.get_link_flags()]))")
+            "tf.sysconfig.get_link_flags(), tf.__version__]))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
     if result.returncode != 0:
         raise RuntimeError("cannot ask TensorFlow for its build flags (is tensorflow installed? "
                            "`make deps` installs it):\n" + result.stderr[-2000:])
-    compile_flags, link_flags = json.loads(result.stdout.strip().splitlines()[-1])
+    compile_flags, link_flags, version = json.loads(result.stdout.strip().splitlines()[-1])
     # -isystem silences warnings from TF's headers but not from ours.
     compile_flags = ["-isystem" + f[2:] if f.startswith("-I") else f
                      for f in compile_flags if not f.startswith("--std")]
-    return compile_flags + ["-DEIGEN_USE_THREADS"], link_flags
+    return compile_flags + ["-DEIGEN_USE_THREADS"], link_flags, version
 
 
 def compiler():
     cxx = os.environ.get("CXX", "g++")
     return ["ccache", cxx] if shutil.which("ccache") else [cxx]
+
+
+def compiler_env():
+    # Paths under ROOT hash as relative ones, so a fresh clone elsewhere (tests/packaging,
+    # pip's in-tree builds) reuses what ccache compiled for this one.
+    return dict(os.environ, CCACHE_BASEDIR=ROOT)
 
 
 def object_path(src, tag):
@@ -81,7 +92,7 @@ def compile_one(src, obj, flags):
         return obj, False
     os.makedirs(os.path.dirname(obj), exist_ok=True)
     cmd = compiler() + flags + ["-MMD", "-MF", obj[:-2] + ".d", "-c", src, "-o", obj]
-    result = subprocess.run(cmd, capture_output=True, text=True)
+    result = subprocess.run(cmd, capture_output=True, text=True, env=compiler_env())
     if result.returncode != 0:
         raise RuntimeError("compiling %s failed:\n%s%s" % (os.path.relpath(src, ROOT),
                                                          result.stdout, result.stderr))
@@ -109,11 +120,32 @@ def check_zmq():
                            "cppzmq-dev (apt-get install -y libzmq3-dev cppzmq-dev)")
 
 
+def write_build_info(tf_version):
+    """Records what the op library was compiled against; tf_ps_ops/_library.py checks it
+    before loading. Rewritten only when it changes, so an unchanged build stays current."""
+    text = json.dumps({"tensorflow": tf_version}, indent=1) + "\n"
+    if os.path.exists(BUILD_INFO):
+        with open(BUILD_INFO) as f:
+            if f.read() == text:
+                return
+    with open(BUILD_INFO, "w") as f:
+        f.write(text)
+
+
+def import_pybind11():
+    try:
+        import pybind11
+    except ImportError:
+        raise RuntimeError("pybind11 is missing: `pip install pybind11` (pip install . "
+                           "installs it into its build environment by itself)") from None
+    return pybind11
+
+
 def build(jobs=None, with_tf=True, verbose=True):
     check_zmq()
-    import pybind11
+    pybind11 = import_pybind11()
     py_include = ["-isystem" + pybind11.get_include(), "-isystem" + sysconfig.get_paths()["include"]]
-    tf_compile, tf_link = tf_flags() if with_tf else ([], [])
+    tf_compile, tf_link, tf_version = tf_flags() if with_tf else ([], [], None)
     units = {  # tag -> (sources, flags)
         "core": (sources(CORE), BASE_FLAGS),
         "server": (sources(SERVER_LIB), BASE_FLAGS),
@@ -149,6 +181,8 @@ def build(jobs=None, with_tf=True, verbose=True):
     for output, objects_, flags, shared in outputs:
         if link(output, objects_, flags, shared) and verbose:
             print("linked", os.path.relpath(output, ROOT), flush=True)
+    if with_tf:
+        write_build_info(tf_version)
     return [o[0] for o in outputs]
 
 

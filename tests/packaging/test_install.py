@@ -1,0 +1,133 @@
+"""Installing as a new user does (issue: install like Python users install things).
+
+Each test starts from a copy of the checkout's files as a fresh clone would hold them (no
+build outputs) and a virtualenv made for it, with no PYTHONPATH and a working directory
+outside the tree, so only what pip installed can be imported:
+- `pip wheel .` (an isolated build: pip installs the build requirements itself), then the
+  wheel in a fresh virtualenv, then `tfps-run -np 2 -ns 1` on an allreduce checked
+  against NumPy;
+- `pip install -e .` in a fresh virtualenv, the same job, imported from the clone;
+- an op library compiled against another TensorFlow gives a clear error, not a symbol trace.
+
+pip downloads TensorFlow once into its cache; after that each virtualenv costs about a
+minute (installing TensorFlow's files), and each build a compile of the native parts.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "allreduce_job.py")
+PIP_TIMEOUT_S = 1200  # a cold pip cache downloads TensorFlow (~600 MB) for each isolated env
+JOB_TIMEOUT_S = 300
+
+
+def fresh_tree(dest):
+    """Copies the files a clone of the working tree would have: tracked and untracked,
+    minus git's ignored ones (the in-place build, virtualenvs)."""
+    listed = subprocess.run(["git", "ls-files", "-z", "-co", "--exclude-standard"], cwd=ROOT,
+                            capture_output=True, check=True).stdout.split(b"\0")
+    for rel in filter(None, (p.decode() for p in listed)):
+        src = os.path.join(ROOT, rel)
+        if os.path.isfile(src):  # a tracked file deleted in the working tree is skipped
+            os.makedirs(os.path.dirname(os.path.join(dest, rel)), exist_ok=True)
+            shutil.copy2(src, os.path.join(dest, rel))
+    return dest
+
+
+def user_env(venv):
+    """The environment of a user whose shell has the virtualenv activated."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env["PATH"] = os.path.join(venv, "bin") + os.pathsep + env.get("PATH", "")
+    env["VIRTUAL_ENV"] = venv
+    return env
+
+
+def run(cmd, venv, cwd, timeout):
+    try:
+        result = subprocess.run(cmd, cwd=cwd, env=user_env(venv), capture_output=True,
+                                text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"`{' '.join(cmd)}` ran past {timeout} s:\n{e.stdout}\n{e.stderr}")
+    assert result.returncode == 0, (f"`{' '.join(cmd)}` exited {result.returncode}:\n"
+                                    f"{result.stdout[-6000:]}\n{result.stderr[-6000:]}")
+    return result.stdout
+
+
+def make_venv(path):
+    # The base interpreter's venv module, so the new one inherits nothing from ours.
+    subprocess.run([sys.executable, "-m", "venv", path], check=True, timeout=120)
+    return path
+
+
+def pip(venv, *args, cwd):
+    return run([os.path.join(venv, "bin", "python"), "-m", "pip", *args], venv, cwd,
+               PIP_TIMEOUT_S)
+
+
+def run_job(venv, cwd):
+    out = run([os.path.join(venv, "bin", "tfps-run"), "-np", "2", "-ns", "1",
+               "--timeout", str(JOB_TIMEOUT_S - 30), os.path.join(venv, "bin", "python"), JOB],
+              venv, cwd, JOB_TIMEOUT_S)
+    for rank in (0, 1):
+        assert f"[worker {rank}] ok {rank}" in out, out
+    return [line.split("imported ", 1)[1] for line in out.splitlines() if " imported " in line]
+
+
+def test_wheel_installs_into_a_fresh_virtualenv(tmp_path):
+    tree = fresh_tree(str(tmp_path / "clone"))
+    builder = make_venv(str(tmp_path / "builder"))
+    pip(builder, "wheel", "--no-deps", "-w", str(tmp_path / "dist"), tree, cwd=str(tmp_path))
+    wheels = os.listdir(tmp_path / "dist")
+    # A platform wheel (it carries compiled code), not py3-none-any.
+    assert len(wheels) == 1 and "-none-any" not in wheels[0], wheels
+
+    user = make_venv(str(tmp_path / "user"))
+    pip(user, "install", str(tmp_path / "dist" / wheels[0]), cwd=str(tmp_path))
+    site = run([os.path.join(user, "bin", "python"), "-c",
+                "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+               user, str(tmp_path), 60).strip()
+    for artifact in ("_tf_ps_ops.so", "bin/ps_server", "_build_info.json"):
+        assert os.path.exists(os.path.join(site, "tf_ps_ops", artifact)), artifact
+    shutil.rmtree(tree)  # nothing may come from the source tree
+    imported = run_job(user, str(tmp_path))
+    assert imported and all(path.startswith(site) for path in imported), imported
+
+
+def test_editable_install_builds_in_the_clone(tmp_path):
+    tree = fresh_tree(str(tmp_path / "clone"))
+    user = make_venv(str(tmp_path / "user"))
+    pip(user, "install", "-e", tree, cwd=str(tmp_path))
+    for artifact in ("_tf_ps_ops.so", "bin/ps_server", "_build_info.json"):
+        assert os.path.exists(os.path.join(tree, "tf_ps_ops", artifact)), artifact
+    imported = run_job(user, str(tmp_path))
+    assert imported and all(path.startswith(tree) for path in imported), imported
+
+
+def test_wrong_tensorflow_version_is_a_clear_error(tmp_path):
+    """A copy of the in-place package whose build record names another TensorFlow."""
+    built = os.path.join(ROOT, "tf_ps_ops", "_tf_ps_ops.so")
+    if not os.path.exists(built):
+        pytest.fail("the in-place build is missing: run `make build` first")
+    shutil.copytree(os.path.join(ROOT, "tf_ps_ops"), tmp_path / "tf_ps_ops",
+                    ignore=shutil.ignore_patterns("cc", "kernels", "__pycache__"))
+    with open(tmp_path / "tf_ps_ops" / "_build_info.json", "w") as f:
+        json.dump({"tensorflow": "2.19.0"}, f)
+    code = ("import tf_ps_ops as hvd\n"
+            "try:\n    hvd.init()\n"
+            "except ImportError as e:\n    print(type(e).__name__, e)\n")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path), TF_CPP_MIN_LOG_LEVEL="3")
+    result = subprocess.run([sys.executable, "-c", code], cwd=str(tmp_path), env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-4000:]
+    message = result.stdout
+    assert message.startswith("TensorFlowVersionError"), (message, result.stderr[-4000:])
+    assert "compiled against TensorFlow 2.19.0" in message, message
+    import importlib.metadata
+    assert f"runs TensorFlow {importlib.metadata.version('tensorflow')}" in message, message
+    assert "--no-build-isolation" in message and "make build" in message, message
