@@ -27,10 +27,12 @@ endef
 
 .PHONY: deps system-deps build test bazel-test demo bench clean
 
+# Debian's python3 makes virtualenvs only with its python3-venv package installed.
 $(VENV)/bin/python:
-	@$(BASE_PYTHON) -c "import ensurepip" 2>/dev/null || $(call apt,python3-venv) \
-	  || { echo "cannot make a virtualenv: install Debian's python3-venv" >&2; exit 1; }
-	$(BASE_PYTHON) -m venv $(VENV)
+	@$(BASE_PYTHON) -m venv $(VENV) 2>/dev/null \
+	  || { rm -rf $(VENV) && $(call apt,python3-venv) && $(BASE_PYTHON) -m venv $(VENV); } \
+	  || { echo "cannot make a virtualenv with $(BASE_PYTHON): install Debian's python3-venv" >&2; \
+	       exit 1; }
 
 # libzmq is required; ccache only makes rebuilds faster, so its absence is not an error.
 system-deps:
@@ -39,6 +41,8 @@ system-deps:
 	  || { echo "libzmq is missing: install the Debian packages libzmq3-dev and cppzmq-dev" >&2; \
 	       exit 1; }; \
 	fi
+	@command -v g++ >/dev/null || $(call apt,g++) \
+	  || { echo "g++ is missing: install Debian's g++" >&2; exit 1; }
 	@command -v ccache >/dev/null || $(call apt,ccache) \
 	  || echo "ccache not installed: builds will be slower" >&2
 
