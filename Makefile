@@ -25,7 +25,7 @@ define apt
 $(APT_INSTALL) $(1) || { apt-get update -q && $(APT_INSTALL) $(1); }
 endef
 
-.PHONY: deps system-deps build test bazel-test demo bench clean
+.PHONY: deps system-deps bazel-deps build test bazel-test demo bench clean
 
 # Debian's python3 makes virtualenvs only with its python3-venv package installed.
 $(VENV)/bin/python:
@@ -53,15 +53,19 @@ deps: system-deps $(if $(filter $(VENV)/bin/python,$(PYTHON)),$(VENV)/bin/python
 build: deps
 	$(PYTHON) setup.py -q build_tfps
 
+# Every test, the Bazel build's included (about 2 minutes of a ~15 minute run).
 test: GROUPS += test examples bench
-test: build
-	$(PYTHON) -m pytest -x -q --timeout=$(PYTEST_TIMEOUT) tests/
+test: build bazel-deps
+	TFPS_TEST_BAZEL=1 $(PYTHON) -m pytest -x -q --timeout=$(PYTEST_TIMEOUT) tests/
 
-# The Bazel build next to the in-place one (docs/bazel.md); CI runs it after `make test`.
+# Only the Bazel build's tests (docs/bazel.md).
 bazel-test: GROUPS += test
-bazel-test: build
-	@command -v bazel >/dev/null || $(call apt,$(BAZEL_PACKAGES))
+bazel-test: build bazel-deps
 	TFPS_TEST_BAZEL=1 $(PYTHON) -m pytest -x -q --timeout=$(PYTEST_TIMEOUT) tests/unit/test_bazel_build.py
+
+bazel-deps:
+	@command -v bazel >/dev/null || $(call apt,$(BAZEL_PACKAGES)) \
+	  || { echo "bazel is missing: install Debian's $(BAZEL_PACKAGES)" >&2; exit 1; }
 
 # Regenerates benchmarks/results/ (root: network namespaces; about 50 min on an idle machine).
 bench: GROUPS += bench

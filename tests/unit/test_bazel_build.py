@@ -60,8 +60,11 @@ def bazel_bin():
     # --batch: no Bazel server is left running (and holding memory) after the test.
     cmd = ["bazel", "--batch", "build"] + TARGETS
     try:
+        # The repository rules ask this interpreter (a virtualenv's, under make) for
+        # TensorFlow's and pybind11's paths, not whatever python3 is first on PATH.
         result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
-                                timeout=BUILD_TIMEOUT_S)
+                                timeout=BUILD_TIMEOUT_S,
+                                env=dict(os.environ, PYTHON_BIN_PATH=sys.executable))
     except subprocess.TimeoutExpired as e:
         pytest.fail(f"{' '.join(cmd)} ran past {BUILD_TIMEOUT_S} s:\n{e.stderr}")
     assert result.returncode == 0, f"{' '.join(cmd)} failed:\n{result.stderr[-8000:]}"
