@@ -27,6 +27,14 @@ PIP_TIMEOUT_S = 1200  # a cold pip cache downloads TensorFlow (~600 MB) for each
 JOB_TIMEOUT_S = 300
 
 
+@pytest.fixture
+def work(tmp_path):
+    """tmp_path, removed afterwards: each virtualenv holds ~1.5 GB of TensorFlow, and pytest
+    keeps the temporary folders of the last three runs."""
+    yield tmp_path
+    shutil.rmtree(tmp_path, ignore_errors=True)
+
+
 def fresh_tree(dest):
     """Copies the files a clone of the working tree would have: tracked and untracked,
     minus git's ignored ones (the in-place build, virtualenvs)."""
@@ -79,33 +87,33 @@ def run_job(venv, cwd):
     return [line.split("imported ", 1)[1] for line in out.splitlines() if " imported " in line]
 
 
-def test_wheel_installs_into_a_fresh_virtualenv(tmp_path):
-    tree = fresh_tree(str(tmp_path / "clone"))
-    builder = make_venv(str(tmp_path / "builder"))
-    pip(builder, "wheel", "--no-deps", "-w", str(tmp_path / "dist"), tree, cwd=str(tmp_path))
-    wheels = os.listdir(tmp_path / "dist")
+def test_wheel_installs_into_a_fresh_virtualenv(work):
+    tree = fresh_tree(str(work / "clone"))
+    builder = make_venv(str(work / "builder"))
+    pip(builder, "wheel", "--no-deps", "-w", str(work / "dist"), tree, cwd=str(work))
+    wheels = os.listdir(work / "dist")
     # A platform wheel (it carries compiled code), not py3-none-any.
     assert len(wheels) == 1 and "-none-any" not in wheels[0], wheels
 
-    user = make_venv(str(tmp_path / "user"))
-    pip(user, "install", str(tmp_path / "dist" / wheels[0]), cwd=str(tmp_path))
+    user = make_venv(str(work / "user"))
+    pip(user, "install", str(work / "dist" / wheels[0]), cwd=str(work))
     site = run([os.path.join(user, "bin", "python"), "-c",
                 "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-               user, str(tmp_path), 60).strip()
+               user, str(work), 60).strip()
     for artifact in ("_tf_ps_ops.so", "bin/ps_server", "_build_info.json"):
         assert os.path.exists(os.path.join(site, "tf_ps_ops", artifact)), artifact
     shutil.rmtree(tree)  # nothing may come from the source tree
-    imported = run_job(user, str(tmp_path))
+    imported = run_job(user, str(work))
     assert imported and all(path.startswith(site) for path in imported), imported
 
 
-def test_editable_install_builds_in_the_clone(tmp_path):
-    tree = fresh_tree(str(tmp_path / "clone"))
-    user = make_venv(str(tmp_path / "user"))
-    pip(user, "install", "-e", tree, cwd=str(tmp_path))
+def test_editable_install_builds_in_the_clone(work):
+    tree = fresh_tree(str(work / "clone"))
+    user = make_venv(str(work / "user"))
+    pip(user, "install", "-e", tree, cwd=str(work))
     for artifact in ("_tf_ps_ops.so", "bin/ps_server", "_build_info.json"):
         assert os.path.exists(os.path.join(tree, "tf_ps_ops", artifact)), artifact
-    imported = run_job(user, str(tmp_path))
+    imported = run_job(user, str(work))
     assert imported and all(path.startswith(tree) for path in imported), imported
 
 
