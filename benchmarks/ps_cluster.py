@@ -31,6 +31,12 @@ class ClusterError(RuntimeError):
     pass
 
 
+def netns_host(hosts, i):
+    """Emulated host `i` of `hosts` (netns.Hosts) as the launch library sees it."""
+    return Host(hosts.address(i), name=hosts.netns(i),
+                wrap=lambda argv: hosts.command(i, argv))
+
+
 class NetnsCluster(LoggedCluster):
     error = ClusterError
 
@@ -43,9 +49,7 @@ class NetnsCluster(LoggedCluster):
                          server_grace=server_grace, cwd=REPO)
         self.hosts = hosts
         self.n = hosts.n
-        self._hosts = [Host(hosts.address(i), name=hosts.netns(i),
-                            wrap=lambda argv, i=i: hosts.command(i, argv))
-                       for i in range(hosts.n)]
+        self._hosts = [netns_host(hosts, i) for i in range(hosts.n)]
 
     def host(self, role, index):
         return self._hosts[0 if role == "scheduler" else index]

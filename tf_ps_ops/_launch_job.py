@@ -43,7 +43,9 @@ class LaunchError(Exception):
 
 class Job:
     def __init__(self, ps_server, num_workers, num_servers, output, timeout=None, cwd=None):
-        """`timeout` (seconds from now, None: none) bounds start-up and `supervise`."""
+        """`timeout` (seconds from now, None: none) bounds start-up and `supervise`.
+        `ps_server` may be None for a job of other processes (the benchmarks' baselines),
+        started with `spawn`."""
         self.ps_server = str(ps_server)
         self.num_workers, self.num_servers = num_workers, num_servers
         self.output, self.cwd = output, cwd
