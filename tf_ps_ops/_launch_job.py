@@ -67,7 +67,10 @@ class Job:
         return process
 
     def process(self, role, index):
-        return next(p for p in self.processes if (p.role, p.index) == (role, index))
+        for p in self.processes:
+            if (p.role, p.index) == (role, index):
+                return p
+        raise KeyError(f"no {role} {index} in this job")
 
     def _counts(self):
         return ["--num-workers", str(self.num_workers), "--num-servers", str(self.num_servers)]
