@@ -46,7 +46,7 @@ class Job:
         """`timeout` (seconds from now, None: none) bounds start-up and `supervise`.
         `ps_server` may be None for a job of other processes (the benchmarks' baselines),
         started with `spawn`."""
-        self.ps_server = str(ps_server)
+        self.ps_server = None if ps_server is None else str(ps_server)
         self.num_workers, self.num_servers = num_workers, num_servers
         self.output, self.cwd = output, cwd
         self.timeout = timeout
