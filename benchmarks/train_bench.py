@@ -27,7 +27,6 @@ import os
 import platform
 import resource
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -38,7 +37,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from netns import Hosts, available  # noqa: E402
-from ps_cluster import REPO, ClusterError, NetnsCluster  # noqa: E402
+from ps_cluster import REPO, ClusterError, NetnsCluster, netns_host  # noqa: E402
+from tf_ps_ops._launch_job import Job  # noqa: E402
+from tf_ps_ops._launch_process import LogFiles  # noqa: E402
 
 WORKER = HERE / "train_worker.py"
 RESULTS = HERE / "results"
@@ -112,73 +113,8 @@ def wait_for_idle(limit, patience):
 
 
 # --- processes that are not a tf_ps_ops cluster --------------------------------------------
-
-class Proc:
-    """One process inside an emulated host, output to files, reaped with wait4."""
-
-    def __init__(self, hosts, host, label, argv, env, workdir):
-        self.label = label
-        self.out = Path(workdir) / (label + ".out")
-        self.err = Path(workdir) / (label + ".err")
-        with open(self.out, "wb") as out, open(self.err, "wb") as err:
-            self.popen = hosts.popen(host, argv, stdout=out, stderr=err, env=env, cwd=REPO,
-                                     stdin=subprocess.DEVNULL)
-        self.timed_out = self.stopped = False
-
-    @property
-    def pid(self):
-        return self.popen.pid
-
-    def poll(self):
-        if self.popen.returncode is None:
-            try:
-                pid, status, _ = os.wait4(self.popen.pid, os.WNOHANG)
-            except ChildProcessError:
-                return self.popen.poll()
-            if pid:
-                self.popen.returncode = os.waitstatus_to_exitcode(status)
-        return self.popen.returncode
-
-    def wait(self, deadline):
-        while self.poll() is None:
-            if time.monotonic() > deadline:
-                self.timed_out = True
-                self.kill(signal.SIGKILL)
-            time.sleep(0.05)
-        return self.popen.returncode
-
-    def kill(self, sig):
-        if self.poll() is None:
-            try:
-                self.popen.send_signal(sig)
-            except OSError:
-                pass
-
-    def stop(self, grace=5.0):
-        """Ends a process that serves forever (PSS tasks) once it is no longer needed."""
-        if self.poll() is None:
-            self.stopped = True
-            self.kill(signal.SIGTERM)
-            end = time.monotonic() + grace
-            while self.poll() is None and time.monotonic() < end:
-                time.sleep(0.05)
-            self.kill(signal.SIGKILL)
-            self.wait(time.monotonic() + 5)
-
-    @property
-    def ok(self):
-        return self.stopped or (self.popen.returncode == 0 and not self.timed_out)
-
-    def describe(self, tail=4000):
-        state = ("TIMED OUT (killed)" if self.timed_out else
-                 "exit code %s" % self.popen.returncode)
-        return "--- %s (pid %d): %s\nstderr (last %d chars):\n%s\nstdout (last 1500):\n%s" % (
-            self.label, self.pid, state, tail, self.err.read_text(errors="replace")[-tail:],
-            self.out.read_text(errors="replace")[-1500:])
-
-    def stdout(self):
-        return self.out.read_text(errors="replace")
-
+# The baselines' processes run under the same launch library as our clusters: output in
+# files, a process group each, reaped with wait4, one deadline (tf_ps_ops/_launch_job.py).
 
 def child_env(**more):
     env = {k: v for k, v in os.environ.items() if not k.startswith(FOREIGN_ENV)}
@@ -234,75 +170,74 @@ class Config:
             return self._run_tfps()
         runner = {"single": self._run_single, "mwms": self._run_mwms, "pss": self._run_pss,
                   "horovod": self._run_horovod}[self.mode]
-        procs = []
+        job = Job(None, 0, 0, LogFiles(self.workdir), cwd=REPO)
         try:
-            result_procs = runner(procs)
-            deadline = time.monotonic() + self.timeout
-            for p in result_procs:
-                p.wait(deadline)
-            for p in procs:
-                if p not in result_procs:
-                    p.stop()
-            failed = [p for p in procs if not p.ok]
+            result_procs = runner(job)
+            job.wait(result_procs, time.monotonic() + self.timeout)
+            for p in job.processes:
+                if p not in result_procs and p.poll() is None:
+                    p.killed = True  # serves forever (PSS tasks): stopped, not failed
+            job.teardown(grace_s=5.0)
+            failed = [r for r in (p.result() for p in job.processes) if not (r.ok or r.killed)]
             if failed:
-                raise RuntimeError("\n".join(p.describe() for p in failed))
-            results = [r for p in result_procs for r in parse_results(p.stdout())]
+                raise RuntimeError("\n".join(r.describe() for r in failed))
+            results = [r for p in result_procs for r in parse_results(p.result().stdout)]
             if len(results) != len(result_procs):
                 raise RuntimeError("no TRAIN_RESULT line:\n" + "\n".join(
-                    p.describe() for p in result_procs))
+                    p.result().describe() for p in result_procs))
             return results
         finally:
-            for p in procs:
-                p.stop(grace=1.0)
+            job.teardown(grace_s=1.0)
 
-    def _spawn(self, procs, host, label, argv, env):
-        proc = Proc(self.hosts, host, label, argv, env, self.workdir)
-        procs.append(proc)
-        return proc
+    def _spawn(self, job, host, role, index, argv, env):
+        return job.spawn(role, index, argv, env, netns_host(self.hosts, host))
 
-    def _run_single(self, procs):
-        p = self._spawn(procs, 0, "worker0", self.worker_argv(), child_env())
-        write_pids(self.pids_file, [(p.label, p.pid)])
+    def _write_pids(self, job):
+        write_pids(self.pids_file, [("%s%d" % (p.role, p.index), p.pid) for p in job.processes])
+
+    def _run_single(self, job):
+        p = self._spawn(job, 0, "worker", 0, self.worker_argv(), child_env())
+        self._write_pids(job)
         return [p]
 
     def _tf_config(self, cluster, task_type, index):
         return json.dumps({"cluster": cluster, "task": {"type": task_type, "index": index}})
 
-    def _run_mwms(self, procs):
+    def _run_mwms(self, job):
         cluster = {"worker": ["%s:%d" % (self.hosts.address(i), self.port)
                               for i in range(self.args.workers)]}
-        workers = [self._spawn(procs, i, "worker%d" % i, self.worker_argv(),
+        workers = [self._spawn(job, i, "worker", i, self.worker_argv(),
                                child_env(TF_CONFIG=self._tf_config(cluster, "worker", i)))
                    for i in range(self.args.workers)]
-        write_pids(self.pids_file, [(p.label, p.pid) for p in procs])
+        self._write_pids(job)
         return workers
 
-    def _run_pss(self, procs):
+    def _run_pss(self, job):
         n = self.args.workers
         cluster = {"chief": ["%s:%d" % (self.hosts.address(0), self.port)],
                    "worker": ["%s:%d" % (self.hosts.address(i), self.port + 1)
                               for i in range(n)],
                    "ps": ["%s:%d" % (self.hosts.address(i), self.port + 2) for i in range(n)]}
-        for job in ("ps", "worker"):
+        for task in ("ps", "worker"):
             for i in range(n):
-                self._spawn(procs, i, "%s%d" % (job, i), self.worker_argv(role=job),
-                            child_env(TF_CONFIG=self._tf_config(cluster, job, i)))
-        chief = self._spawn(procs, 0, "chief0", self.worker_argv(role="chief"),
+                self._spawn(job, i, task, i, self.worker_argv(role=task),
+                            child_env(TF_CONFIG=self._tf_config(cluster, task, i)))
+        chief = self._spawn(job, 0, "chief", 0, self.worker_argv(role="chief"),
                             child_env(TF_CONFIG=self._tf_config(cluster, "chief", 0)))
-        write_pids(self.pids_file, [(p.label, p.pid) for p in procs])
+        self._write_pids(job)
         return [chief]
 
-    def _run_horovod(self, procs):
+    def _run_horovod(self, job):
         n = self.args.workers
-        self._spawn(procs, 0, "rendezvous0", [
+        rendezvous = self._spawn(job, 0, "rendezvous", 0, [
             sys.executable, HERE / "train_worker_horovod.py", "--rendezvous", "--port",
             self.port, "--hosts", ",".join(self.hosts.address(i) for i in range(n))],
             horovod_env())
         deadline = time.monotonic() + 60  # the workers' first request must find it up
-        while "RENDEZVOUS_READY" not in procs[0].stdout():
-            if procs[0].poll() is not None or time.monotonic() > deadline:
+        while "RENDEZVOUS_READY" not in rendezvous.result().stdout:
+            if rendezvous.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("Horovod's rendezvous did not start:\n"
-                                   + procs[0].describe())
+                                   + rendezvous.result().describe())
             time.sleep(0.05)
         workers = []
         for i in range(n):
@@ -320,8 +255,8 @@ class Config:
             # makes it resolve right, with no change to Horovod.
             argv = ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"',
                     self.hosts.address(i), *self.worker_argv()]
-            workers.append(self._spawn(procs, i, "worker%d" % i, argv, env))
-        write_pids(self.pids_file, [(p.label, p.pid) for p in procs])
+            workers.append(self._spawn(job, i, "worker", i, argv, env))
+        self._write_pids(job)
         return workers
 
     def _run_tfps(self):

@@ -11,18 +11,23 @@ runs by path (`python3 tf_ps_ops/run.py`, which is what `bin/tfps-run` does).
 """
 
 import argparse
-import contextlib
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
-import threading
-import time
+
+if not __package__:
+    # Run by path (bin/tfps-run): the launch library is the one beside this file, not
+    # whatever tf_ps_ops may be installed.
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tf_ps_ops._launch_env import LOCAL_ADDRESS, Place  # noqa: E402
+from tf_ps_ops._launch_env import worker_env as _place_env  # noqa: E402
+from tf_ps_ops._launch_job import Job, LaunchError  # noqa: E402
+from tf_ps_ops._launch_process import Prefixed  # noqa: E402
 
 DEFAULT_PS_SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bin", "ps_server")
-HOST = "127.0.0.1"  # every role of a tfps-run job lives on this host
+HOST = LOCAL_ADDRESS  # every role of a tfps-run job lives on this host
 
 # The scheduler binds its socket before anything else it does: seconds are plenty.
 _PORT_WAIT_S = 30.0
@@ -31,15 +36,6 @@ _PORT_WAIT_S = 30.0
 _SERVER_EXIT_WAIT_S = 2.0
 # How long a child has between SIGTERM and SIGKILL.
 _KILL_GRACE_S = 3.0
-_POLL_S = 0.05
-
-
-class LaunchError(Exception):
-    """Ends the job: the message is printed as `tfps-run: MESSAGE`, then exit `code`."""
-
-    def __init__(self, message, code=1):
-        super().__init__(message)
-        self.code = code
 
 
 class _Terminated(BaseException):
@@ -94,190 +90,28 @@ def parse_args(argv=None):
 
 
 def worker_env(base, rank, size, num_servers, port):
-    """The environment of worker `rank`: ours, plus Horovod's, BytePS's and Open MPI's names."""
-    env = dict(base)
-    env.update({
-        "TFPS_SCHEDULER": f"{HOST}:{port}",
-        "TFPS_RANK": rank, "TFPS_SIZE": size,
-        "TFPS_LOCAL_RANK": rank, "TFPS_LOCAL_SIZE": size,
-        "TFPS_NUM_SERVERS": num_servers,
-        "DMLC_ROLE": "worker", "DMLC_WORKER_ID": rank,
-        "DMLC_NUM_WORKER": size, "DMLC_NUM_SERVER": num_servers,
-        "DMLC_PS_ROOT_URI": HOST, "DMLC_PS_ROOT_PORT": port,
-        "HOROVOD_RANK": rank, "HOROVOD_SIZE": size,
-        "HOROVOD_LOCAL_RANK": rank, "HOROVOD_LOCAL_SIZE": size,
-        "OMPI_COMM_WORLD_RANK": rank, "OMPI_COMM_WORLD_SIZE": size,
-        "OMPI_COMM_WORLD_LOCAL_RANK": rank, "OMPI_COMM_WORLD_LOCAL_SIZE": size,
-    })
+    """The environment of worker `rank`: ours, plus every dialect's names for its place
+    (all workers share this host, so the local rank is the rank)."""
+    env = _place_env(Place(rank, size, num_servers, HOST, port, rank, size), base)
     # A Python worker writing to a pipe buffers its output in blocks; prefixed lines
     # would then arrive late and out of order with the other ranks'.
     env.setdefault("PYTHONUNBUFFERED", "1")
-    return {key: str(value) for key, value in env.items()}
+    return env
 
 
-def _describe_exit(code):
-    if code < 0:
-        try:
-            return f"was killed by signal {-code} ({signal.Signals(-code).name})"
-        except ValueError:  # a real-time signal has no name
-            return f"was killed by signal {-code}"
-    return f"exited with code {code}"
-
-
-def _shell_code(code):
-    """The exit code a shell would report for a child's returncode."""
-    return 128 - code if code < 0 else code
-
-
-def _pump(src, dst, prefix, lock):
-    # Whole lines, so that the lines of two ranks never interleave mid-line.
-    with src:
-        for line in iter(src.readline, b""):
-            if not line.endswith(b"\n"):
-                line += b"\n"
-            with lock:
-                try:
-                    dst.write(prefix + line)
-                    dst.flush()
-                except (BrokenPipeError, ValueError):
-                    pass  # our output is gone; keep draining so the child never blocks
-
-
-class _Child:
-    """One process of the job, in its own process group, its output pumped with a prefix."""
-
-    def __init__(self, name, argv, env, lock):
-        self.name = name
-        self.proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     start_new_session=True)
-        prefix = f"[{name}] ".encode()
-        self.pumps = [
-            threading.Thread(target=_pump, args=(pipe, dst, prefix, lock), daemon=True)
-            for pipe, dst in ((self.proc.stdout, sys.stdout.buffer),
-                              (self.proc.stderr, sys.stderr.buffer))]
-        for pump in self.pumps:
-            pump.start()
-
-    def kill_group(self, sig):
-        # The group, not just the pid: whatever the child started goes too. The group
-        # may outlive its leader, so it is signalled even after the child exited; its
-        # id cannot be reused while any member lives.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, sig)
-
-
-class Job:
-    """Starts the roles in order, watches them, and tears everything down."""
-
-    def __init__(self, args):
-        self.args = args
-        self.children = []
-        self._lock = threading.Lock()  # one lock for both streams keeps lines in order
-        self._tmpdir = tempfile.mkdtemp(prefix="tfps-run-")
-        self._deadline = time.monotonic() + args.timeout if args.timeout else None
-
-    def run(self):
-        if not os.access(self.args.ps_server, os.X_OK):
-            raise LaunchError(f"ps_server not built: run `make build` "
-                              f"(no executable at {self.args.ps_server})")
-        port = self._start_scheduler()
-        self._start_servers(port)
-        workers = self._start_workers(port)
-        return self._supervise(workers)
-
-    def _spawn(self, name, argv, env=None):
-        try:
-            child = _Child(name, argv, env if env is not None else dict(os.environ), self._lock)
-        except OSError as e:  # e.g. a typo in COMMAND: say so in one line, as a shell would
-            raise LaunchError(f"cannot start {name}: {e}", 127) from None
-        self.children.append(child)
-        return child
-
-    def _counts(self):
-        return ["--num-workers", str(self.args.num_workers),
-                "--num-servers", str(self.args.num_servers)]
-
-    def _start_scheduler(self):
-        port_file = os.path.join(self._tmpdir, "port")
-        scheduler = self._spawn("scheduler", [
-            self.args.ps_server, "--role", "scheduler", "--port", str(self.args.port),
-            "--port-file", port_file, *self._counts()])
-        give_up = time.monotonic() + _PORT_WAIT_S
-        while True:
-            # ps_server writes the file atomically, so a file that exists is complete.
-            if os.path.exists(port_file):
-                with open(port_file) as f:
-                    text = f.read()
-                try:
-                    return int(text)
-                except ValueError:
-                    raise LaunchError(f"scheduler wrote {text!r} to its port file") from None
-            code = scheduler.proc.poll()
-            if code is not None:
-                raise LaunchError(f"scheduler {_describe_exit(code)} before publishing its "
-                                  f"port", _shell_code(code) or 1)
-            if time.monotonic() > give_up:
-                raise LaunchError(f"scheduler published no port within {_PORT_WAIT_S:g} s")
-            self._sleep()
-
-    def _start_servers(self, port):
-        threads = []
-        if self.args.server_threads:
-            threads = ["--threads", str(self.args.server_threads)]
-        for i in range(self.args.num_servers):
-            self._spawn(f"server {i}", [
-                self.args.ps_server, "--role", "server", "--scheduler", f"{HOST}:{port}",
-                *self._counts(), *threads])
-
-    def _start_workers(self, port):
-        size = self.args.num_workers
-        return [self._spawn(f"worker {rank}", self.args.command,
-                            worker_env(os.environ, rank, size, self.args.num_servers, port))
-                for rank in range(size)]
-
-    def _sleep(self):
-        if self._deadline is not None and time.monotonic() >= self._deadline:
-            raise LaunchError(f"timed out after {self.args.timeout:g} s; "
-                              "stopped all processes", 124)
-        time.sleep(_POLL_S)
-
-    def _check_exits(self):
-        for child in self.children:
-            code = child.proc.poll()
-            if code:
-                raise LaunchError(f"{child.name} {_describe_exit(code)}; stopped the others",
-                                  _shell_code(code))
-
-    def _supervise(self, workers):
-        while True:
-            self._check_exits()
-            if all(w.proc.returncode == 0 for w in workers):
-                break
-            self._sleep()
-        # The workers are done: give the servers and the scheduler a moment to exit on
-        # their own (and so to report a failure of theirs); teardown stops the rest.
-        give_up = time.monotonic() + _SERVER_EXIT_WAIT_S
-        while time.monotonic() < give_up and any(c.proc.poll() is None for c in self.children):
-            time.sleep(_POLL_S)
-            self._check_exits()
-        return 0
-
-    def teardown(self):
-        """SIGTERM every process group, SIGKILL what is left after the grace period."""
-        for child in self.children:
-            child.kill_group(signal.SIGTERM)
-        give_up = time.monotonic() + _KILL_GRACE_S
-        while time.monotonic() < give_up and any(c.proc.poll() is None for c in self.children):
-            time.sleep(_POLL_S)
-        for child in self.children:
-            child.kill_group(signal.SIGKILL)
-            child.proc.wait()
-        for child in self.children:
-            for pump in child.pumps:
-                # A grandchild that escaped its group can hold the pipe open: don't hang on it.
-                pump.join(timeout=1.0)
-        shutil.rmtree(self._tmpdir, ignore_errors=True)
+def run_job(job, args, port_file):
+    if not os.access(args.ps_server, os.X_OK):
+        raise LaunchError(f"ps_server not built: run `make build` "
+                          f"(no executable at {args.ps_server})")
+    env = dict(os.environ)
+    port = job.start_scheduler(env, port_file, port=args.port, wait_s=_PORT_WAIT_S)
+    for index in range(args.num_servers):
+        job.start_server(index, env, threads=args.server_threads)
+    workers = [job.start_worker(rank, args.command, worker_env(
+                   os.environ, rank, args.num_workers, args.num_servers, port))
+               for rank in range(args.num_workers)]
+    job.supervise(workers, linger_s=_SERVER_EXIT_WAIT_S)
+    return 0
 
 
 def _raise_terminated(signum, frame):
@@ -286,12 +120,14 @@ def _raise_terminated(signum, frame):
 
 def main(argv=None):
     args = parse_args(argv)
-    job = Job(args)
+    job = Job(args.ps_server, args.num_workers, args.num_servers, Prefixed(),
+              timeout=args.timeout)
+    tmpdir = tempfile.mkdtemp(prefix="tfps-run-")
     previous_sigint = signal.getsignal(signal.SIGINT)
     previous_sigterm = signal.signal(signal.SIGTERM, _raise_terminated)
     message = None
     try:
-        code = job.run()
+        code = run_job(job, args, os.path.join(tmpdir, "port"))
     except LaunchError as e:
         message, code = str(e), e.code
     except KeyboardInterrupt:
@@ -303,7 +139,8 @@ def main(argv=None):
         # the teardown itself is bounded by the kill grace period.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        job.teardown()
+        job.teardown(_KILL_GRACE_S)
+        shutil.rmtree(tmpdir, ignore_errors=True)
         signal.signal(signal.SIGINT, previous_sigint)
         signal.signal(signal.SIGTERM, previous_sigterm)
     # Printed after the teardown, so that it is the last line and "stopped" is true.

@@ -1,0 +1,195 @@
+"""The processes of one job: a scheduler, servers and workers, under one deadline.
+
+The one process launcher of the project: tfps-run (tf_ps_ops/run.py), the test fixture
+(tests/cluster.py) and the benchmarks' emulated hosts (benchmarks/ps_cluster.py) all use
+it. Its parts: _launch_env (the variables that tell a worker its place), _launch_process
+(one process: its host, its output, its result) and this module. Standard library only,
+no TensorFlow, no op library: tfps-run starts at once.
+
+    job = Job(ps_server, num_workers=2, num_servers=1, output=Prefixed(), timeout=600)
+    try:
+        port = job.start_scheduler(env, port_file)
+        job.start_server(0, env)
+        workers = [job.start_worker(r, argv, worker_env(job.place(r), env)) for r in (0, 1)]
+        job.supervise(workers, linger_s=2)   # or job.wait(...): see below
+    finally:
+        job.teardown(grace_s=3)
+
+Two ways to watch a running job. `supervise` is tfps-run's: the first process to fail
+ends the job, and is named. `wait` is the fixtures': every process runs to its end or
+its deadline, and the caller checks each result (fault tests expect some to fail).
+"""
+
+import os
+import signal
+import time
+
+from tf_ps_ops._launch_env import Place
+from tf_ps_ops._launch_process import LOCAL, Process, describe_exit, shell_code
+
+_POLL_S = 0.05  # also the cost of watching: the launcher shares the CPUs with its job
+_REAP_LIMIT_S = 10.0  # a SIGKILLed process in uninterruptible sleep must not hang us
+
+
+class LaunchError(Exception):
+    """Ends the job. `code` is the exit code a launcher should give (124: timed out,
+    127: a command could not start); `process` is the one to blame, if any."""
+
+    def __init__(self, message, code=1, process=None):
+        super().__init__(message)
+        self.code = code
+        self.process = process
+
+
+class Job:
+    def __init__(self, ps_server, num_workers, num_servers, output, timeout=None, cwd=None):
+        """`timeout` (seconds from now, None: none) bounds start-up and `supervise`.
+        `ps_server` may be None for a job of other processes (the benchmarks' baselines),
+        started with `spawn`."""
+        self.ps_server = None if ps_server is None else str(ps_server)
+        self.num_workers, self.num_servers = num_workers, num_servers
+        self.output, self.cwd = output, cwd
+        self.timeout = timeout
+        self.deadline = time.monotonic() + timeout if timeout else None
+        self.processes = []  # in start order
+        self._ended = 0  # processes[:_ended] were torn down already
+        self.scheduler_host = self.scheduler_port = None
+
+    # --- starting ---------------------------------------------------------------------
+
+    def spawn(self, role, index, argv, env, host=LOCAL):
+        try:
+            process = Process(role, index, argv, env, self.output, host, self.cwd)
+        except OSError as e:  # e.g. a typo in the command: one line, as a shell would say
+            name = role if role == "scheduler" else f"{role} {index}"
+            raise LaunchError(f"cannot start {name}: {e}", 127) from None
+        self.processes.append(process)
+        return process
+
+    def process(self, role, index):
+        for p in self.processes:
+            if (p.role, p.index) == (role, index):
+                return p
+        raise KeyError(f"no {role} {index} in this job")
+
+    def _counts(self):
+        return ["--num-workers", str(self.num_workers), "--num-servers", str(self.num_servers)]
+
+    def start_scheduler(self, env, port_file, host=LOCAL, port=0, wait_s=30.0):
+        """Starts the scheduler and returns the port it published in `port_file`."""
+        scheduler = self.spawn("scheduler", 0, [
+            self.ps_server, "--role", "scheduler", "--port", str(port),
+            "--port-file", str(port_file), *self._counts()], env, host)
+        give_up = time.monotonic() + wait_s
+        while True:
+            # ps_server writes the file atomically, so a file that exists is complete.
+            if os.path.exists(port_file):
+                with open(port_file) as f:
+                    text = f.read()
+                try:
+                    self.scheduler_host, self.scheduler_port = host.address, int(text)
+                except ValueError:
+                    raise LaunchError(f"scheduler wrote {text!r} to its port file",
+                                      process=scheduler) from None
+                return self.scheduler_port
+            code = scheduler.poll()
+            if code is not None:
+                raise LaunchError(f"scheduler {describe_exit(code)} before publishing its "
+                                  f"port", shell_code(code) or 1, scheduler)
+            if time.monotonic() > give_up:
+                raise LaunchError(f"scheduler published no port within {wait_s:g} s",
+                                  process=scheduler)
+            self._sleep()
+
+    def start_server(self, index, env, host=LOCAL, threads=None):
+        argv = [self.ps_server, "--role", "server",
+                "--scheduler", f"{self.scheduler_host}:{self.scheduler_port}", *self._counts()]
+        if not host.local:  # the default is this machine's loopback: say where we are
+            argv += ["--host", host.address]
+        if threads:
+            argv += ["--threads", str(threads)]
+        return self.spawn("server", index, argv, env, host)
+
+    def place(self, rank, local_rank=0, local_size=1):
+        """Worker `rank`'s place in this job (after start_scheduler)."""
+        return Place(rank, self.num_workers, self.num_servers, self.scheduler_host,
+                     self.scheduler_port, local_rank, local_size)
+
+    def start_worker(self, rank, argv, env, host=LOCAL):
+        return self.spawn("worker", rank, argv, env, host)
+
+    # --- watching ---------------------------------------------------------------------
+
+    def _sleep(self):
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            raise LaunchError(f"timed out after {self.timeout:g} s; stopped all processes", 124)
+        time.sleep(_POLL_S)
+
+    def first_failure(self):
+        """The process that failed first (non-zero exit), or None."""
+        failed = [p for p in self.processes if p.poll()]
+        return min(failed, key=lambda p: p.exited_at, default=None)
+
+    def _raise_first_failure(self):
+        process = self.first_failure()
+        if process is not None:
+            raise LaunchError(f"{process.name} {describe_exit(process.returncode)}; "
+                              "stopped the others", shell_code(process.returncode), process)
+
+    def supervise(self, workers, linger_s):
+        """Returns once every one of `workers` exited 0, and the rest exited too or had
+        `linger_s` seconds to (servers exit on their own after the last worker's goodbye,
+        and may report a failure of theirs then). Raises LaunchError naming the first
+        process to fail, or when the job's deadline passes (code 124)."""
+        while True:
+            self._raise_first_failure()
+            if all(w.returncode == 0 for w in workers):
+                break
+            self._sleep()
+        give_up = time.monotonic() + linger_s
+        while time.monotonic() < give_up and any(p.poll() is None for p in self.processes):
+            time.sleep(_POLL_S)
+            self._raise_first_failure()
+
+    def wait(self, processes, deadline, tick=None):
+        """Waits until every one of `processes` exited; those still running at `deadline`
+        (time.monotonic()) are killed with their group and marked timed out. `tick()`, if
+        given, is called every poll while any runs (progress output)."""
+        while True:
+            running = [p for p in processes if p.poll() is None]
+            if not running:
+                return
+            if time.monotonic() > deadline:
+                for p in running:
+                    p.timed_out = True
+                    p.signal_group(signal.SIGKILL)
+                self._reap(running)
+                return
+            if tick is not None:
+                tick()
+            time.sleep(_POLL_S)
+
+    # --- stopping ---------------------------------------------------------------------
+
+    def _reap(self, processes, limit_s=_REAP_LIMIT_S):
+        give_up = time.monotonic() + limit_s
+        while any(p.poll() is None for p in processes) and time.monotonic() < give_up:
+            time.sleep(0.01)
+
+    def teardown(self, grace_s=0.0):
+        """SIGTERM every process group, SIGKILL what is left after `grace_s` (at once when
+        0), reap every process. Only groups of this call's processes are signalled: a
+        second teardown does nothing more to groups an earlier one ended."""
+        processes = self.processes[self._ended:]
+        self._ended = len(self.processes)
+        if grace_s > 0:
+            for p in processes:
+                p.signal_group(signal.SIGTERM)
+            give_up = time.monotonic() + grace_s
+            while time.monotonic() < give_up and any(p.poll() is None for p in processes):
+                time.sleep(_POLL_S)
+        for p in processes:
+            p.signal_group(signal.SIGKILL)
+        self._reap(processes)
+        for p in processes:
+            self.output.finish(p)
