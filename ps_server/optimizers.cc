@@ -9,8 +9,9 @@ namespace tfps {
 namespace {
 
 // Reads an optimizer's hyperparameters by name, at the positions optimizer_spec.h's table
-// gives them on the wire. Every name asked for is in the table (tests/unit/test_wire.py
-// runs every optimizer); a missing one would read as 0.
+// gives them on the wire. Every name asked for below is in the table: a misspelt one would
+// read as 0, which tests/multiprocess/test_ps_mode.py and test_ps_sparse.py (every
+// optimizer against TF's own kernels) would catch.
 template <typename T>
 class Hyper {
  public:

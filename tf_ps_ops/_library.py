@@ -34,7 +34,9 @@ C_HEADERS = (os.path.join(_HERE, "cc", "engine", "c_api.h"),
 
 _C_TYPES = {"void": None, "int": ctypes.c_int, "unsigned long long": ctypes.c_ulonglong,
             "const char*": ctypes.c_char_p, "char*": ctypes.c_char_p}
-_DECLARATION = re.compile(r"^([A-Za-z_][\w ]*?\s*\*?)\s*(tfps_\w+)\((.*)\);\s*$")
+# A declaration: return type, name, parameters, ";" (comments stripped, may span lines).
+_DECLARATION = re.compile(r"([A-Za-z_][\w ]*?\s*\*?)\s*\b(tfps_\w+)\s*\(([^)]*)\)\s*;")
+_COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
 
 
 def _c_type(text, header):
@@ -50,15 +52,12 @@ def c_declarations(headers=C_HEADERS):
     out = []
     for header in headers:
         with open(header) as f:
-            for line in f:
-                match = _DECLARATION.match(line.strip())
-                if match is None:
-                    continue
-                restype, name, args = match.groups()
-                params = [] if args.strip() in ("", "void") else args.split(",")
-                # Each parameter is "type name": drop the name, keep the type.
-                argtypes = [_c_type(re.sub(r"\w+$", "", p.strip()), header) for p in params]
-                out.append((name, _c_type(restype, header), argtypes))
+            text = _COMMENT.sub(" ", f.read())
+        for restype, name, args in _DECLARATION.findall(text):
+            params = [] if args.strip() in ("", "void") else args.split(",")
+            # Each parameter is "type name": drop the name, keep the type.
+            argtypes = [_c_type(re.sub(r"\w+$", "", p.strip()), header) for p in params]
+            out.append((name, _c_type(restype.strip(), header), argtypes))
     return out
 
 

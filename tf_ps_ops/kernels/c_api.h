@@ -1,6 +1,6 @@
 /* C functions of the op library's kernels layer for Python (tf_ps_ops/_library.py): facts
- * the C++ side owns and Python must not restate. Same rules as cc/engine/c_api.h: one
- * declaration per line; the compiler checks c_api.cc against it and Python reads it.
+ * the C++ side owns and Python must not restate. Same rules as cc/engine/c_api.h: the
+ * compiler checks c_api.cc against it and Python reads it.
  */
 #ifndef TFPS_KERNELS_C_API_H_
 #define TFPS_KERNELS_C_API_H_

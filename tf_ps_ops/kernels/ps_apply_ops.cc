@@ -67,45 +67,59 @@ class PsApplyOp : public AsyncOpKernel {
     auto rows = std::make_shared<SparseRows>();
     OP_REQUIRES_OK_ASYNC(ctx, CheckGradient(ctx, key, value, *grad, rows.get()), done);
 
-    Var* raw_var = var.release();  // owned by the callbacks from here on
+    auto update = std::make_shared<Update>();
+    update->key = key;
+    update->params = std::move(params);
+    update->rows = rows;
     // The sparse request takes the variable's shape and dtype (its rows come from `rows`).
-    const Tensor shape_source = spec_->sparse ? value : *grad;
-    auto apply = [this, ctx, raw_var, key, params, rows, shape_source](DoneCallback done) {
-      PushPullRequest request;
-      if (spec_->sparse) {
-        request = SparseRequest(key, shape_source, rows, raw_var);
-      } else if (!DenseRequest(ctx, key, shape_source, raw_var, &request)) {
-        raw_var->Unref();
-        ctx->SetStatus(absl::InternalError("cannot allocate the parameter buffer"));
-        done();
-        return;
-      }
-      request.flags |= kFlagPsApply;
-      request.optimizer = spec_->optimizer;
-      request.params = params;
-      auto then = request.done;
-      request.done = [raw_var, then, ctx, done](const Status& s) {
-        if (s.ok()) then(s);  // writes the answer into the variable
-        raw_var->Unref();
-        CompleteWithStatus(ctx, done)(s);
-      };
-      Engine::Get().Enqueue(std::move(request));
-    };
+    update->shape_source = spec_->sparse ? value : *grad;
+    update->var = var.release();  // owned by the callbacks from here on
     if (!ClaimInitialisation(key)) {
-      apply(std::move(done));
+      Push(ctx, update, std::move(done));
       return;
     }
-    InitVariable(ctx, raw_var, key, value, [ctx, raw_var, apply, done](const Status& s) {
+    InitVariable(ctx, update->var, key, value, [this, ctx, update, done](const Status& s) {
       if (!s.ok()) {
-        raw_var->Unref();
+        update->var->Unref();
         CompleteWithStatus(ctx, done)(s);
         return;
       }
-      apply(done);
+      Push(ctx, update, done);
     }, /*overwrite=*/false);
   }
 
  private:
+  // What one call pushes, shared by the callbacks; `var` is referenced until done.
+  struct Update {
+    Var* var = nullptr;
+    std::string key;
+    std::vector<double> params;
+    std::shared_ptr<SparseRows> rows;
+    Tensor shape_source;
+  };
+
+  void Push(OpKernelContext* ctx, std::shared_ptr<Update> u, DoneCallback done) const {
+    PushPullRequest request;
+    if (spec_->sparse) {
+      request = SparseRequest(u->key, u->shape_source, u->rows, u->var);
+    } else if (!DenseRequest(ctx, u->key, u->shape_source, u->var, &request)) {
+      u->var->Unref();
+      ctx->SetStatus(absl::InternalError("cannot allocate the parameter buffer"));
+      done();
+      return;
+    }
+    request.flags |= kFlagPsApply;
+    request.optimizer = spec_->optimizer;
+    request.params = u->params;
+    auto store = request.done;
+    request.done = [u, store, ctx, done](const Status& s) {
+      if (s.ok()) store(s);  // writes the answer into the variable
+      u->var->Unref();
+      CompleteWithStatus(ctx, done)(s);
+    };
+    Engine::Get().Enqueue(std::move(request));
+  }
+
   absl::Status CheckGradient(OpKernelContext* ctx, const std::string& key, const Tensor& value,
                              const Tensor& grad, SparseRows* rows) const {
     const std::string what = type_string() + " of '" + key + "': ";

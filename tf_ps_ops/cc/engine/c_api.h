@@ -3,8 +3,8 @@
  * start TensorFlow's runtime (a Horovod script picks its GPU after init()).
  *
  * The one declaration of these functions: the compiler checks c_api.cc against it, and
- * _library.py reads it to give ctypes their signatures. So keep to one declaration per
- * line, of the types _library.py knows: int, void, unsigned long long, const char*, char*.
+ * _library.py reads it to give ctypes their signatures. So keep to the types _library.py
+ * knows: int, void, unsigned long long, const char*, char*.
  */
 #ifndef TFPS_CC_ENGINE_C_API_H_
 #define TFPS_CC_ENGINE_C_API_H_
@@ -14,7 +14,8 @@ extern "C" {
 #endif
 
 /* 0 on success; otherwise the status code, with the message in `err`. */
-int tfps_init(const char* scheduler_host, int scheduler_port, int rank, int size, int num_servers, char* err, int err_len);
+int tfps_init(const char* scheduler_host, int scheduler_port, int rank, int size,
+              int num_servers, char* err, int err_len);
 void tfps_shutdown(void);
 int tfps_is_initialized(void);
 int tfps_rank(void);
