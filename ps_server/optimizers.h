@@ -12,7 +12,8 @@
 namespace tfps {
 
 // var -= update(grad_sum / num_workers) in place, reading and writing `slots`.
-// dtype is float32 or float64; `params` holds OptimizerParamCount(optimizer) values.
+// dtype is float32 or float64; `params` holds the optimizer's hyperparameters in the order
+// of optimizer_spec.h's table (extra values after them are ignored).
 Status ApplyOptimizer(Optimizer optimizer, const std::vector<double>& params, DType dtype,
                       void* var, std::vector<std::vector<char>>* slots, const void* grad_sum,
                       uint64_t count, int num_workers);

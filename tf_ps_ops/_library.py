@@ -9,6 +9,7 @@ import ctypes
 import functools
 import json
 import os
+import re
 
 import tensorflow as tf
 
@@ -26,19 +27,38 @@ REBUILD_HINT = (
 class TensorFlowVersionError(ImportError):
     """The op library was compiled against another TensorFlow than the one running."""
 
-# (name, restype, argtypes) of the C functions, as declared in docs/internals.md.
-_C_FUNCTIONS = (
-    ("tfps_init", ctypes.c_int,
-     [ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-      ctypes.c_char_p, ctypes.c_int]),
-    ("tfps_shutdown", None, []),
-    ("tfps_is_initialized", ctypes.c_int, []),
-    ("tfps_rank", ctypes.c_int, []),
-    ("tfps_size", ctypes.c_int, []),
-    ("tfps_local_rank", ctypes.c_int, []),
-    ("tfps_local_size", ctypes.c_int, []),
-    ("tfps_num_servers", ctypes.c_int, []),
-)
+# The headers that declare the library's C functions: their one declaration, read here
+# to give ctypes the signatures (the compiler checks the definitions against them).
+C_HEADERS = (os.path.join(_HERE, "cc", "engine", "c_api.h"),
+             os.path.join(_HERE, "kernels", "c_api.h"))
+
+_C_TYPES = {"void": None, "int": ctypes.c_int, "unsigned long long": ctypes.c_ulonglong,
+            "const char*": ctypes.c_char_p, "char*": ctypes.c_char_p}
+# A declaration: return type, name, parameters, ";" (comments stripped, may span lines).
+_DECLARATION = re.compile(r"([A-Za-z_][\w ]*?\s*\*?)\s*\b(tfps_\w+)\s*\(([^)]*)\)\s*;")
+_COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
+
+
+def _c_type(text, header):
+    text = " ".join(text.replace("*", " * ").split()).replace(" *", "*")
+    if text not in _C_TYPES:
+        raise RuntimeError(f"{header}: the C type {text!r} is not one tf_ps_ops/_library.py "
+                           f"knows ({', '.join(_C_TYPES)})")
+    return _C_TYPES[text]
+
+
+def c_declarations(headers=C_HEADERS):
+    """(name, restype, argtypes) of every tfps_* function the headers declare."""
+    out = []
+    for header in headers:
+        with open(header) as f:
+            text = _COMMENT.sub(" ", f.read())
+        for restype, name, args in _DECLARATION.findall(text):
+            params = [] if args.strip() in ("", "void") else args.split(",")
+            # Each parameter is "type name": drop the name, keep the type.
+            argtypes = [_c_type(re.sub(r"\w+$", "", p.strip()), header) for p in params]
+            out.append((name, _c_type(restype.strip(), header), argtypes))
+    return out
 
 
 def _check_built():
@@ -100,7 +120,7 @@ def c_api():
     """
     ops()
     lib = ctypes.CDLL(LIBRARY_PATH)
-    for name, restype, argtypes in _C_FUNCTIONS:
+    for name, restype, argtypes in c_declarations():
         function = getattr(lib, name)
         function.restype = restype
         function.argtypes = argtypes

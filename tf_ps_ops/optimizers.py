@@ -23,6 +23,7 @@ import keras
 import tensorflow as tf
 
 from tf_ps_ops._library import ops as _ops
+from tf_ps_ops.ps_mode import ps_key
 
 
 def _key(optimizer, variable):
@@ -30,7 +31,7 @@ def _key(optimizer, variable):
     # optimizer's own list has the Keras one, whose path ("sequential/dense/kernel") is
     # identical on every worker.
     keras_variable = optimizer._trainable_variables[optimizer._get_variable_index(variable)]
-    return "ps:" + keras_variable.path
+    return ps_key(keras_variable.path)
 
 
 def _check_local_only_features(optimizer):
@@ -50,7 +51,7 @@ class _PsMixin:
 
     def build(self, variables):
         super().build(variables)
-        keys = ["ps:" + v.path for v in variables]
+        keys = [ps_key(v.path) for v in variables]
         with tf.init_scope():  # also when Keras builds inside a traced train step
             for variable, key in zip(variables, keys):
                 _ops().ps_init_variable(variable.value.handle, tensor_name=key)

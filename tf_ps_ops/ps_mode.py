@@ -12,10 +12,16 @@ direct `tf.raw_ops` calls. `rewrite_graph_def` swaps the nodes of an existing Gr
 
 Each PsApplyXXX op has its TF twin's inputs and attrs plus `tensor_name`, the key on the
 servers, which must be identical on every worker. It comes from the variable: its graph
-name where there is a graph, else the Python variable's name (with a per-name ordinal,
-so two variables both called "Variable" get different keys in creation order).
+name where there is a graph; for an eager variable, the name it had when
+`initialize_variables` (or `push_variables`) named it, with a per-name ordinal, so two
+variables both called "Variable" get different keys in the order they were named. A
+handle no call named gets "variable#n" in the order first seen, with a warning.
+
+The swap table and the key prefix live in the op library (kernels/ps_op_table.cc); the
+Grappler rewrite there swaps by the same table.
 """
 
+import functools
 import inspect
 import logging
 import sys
@@ -25,32 +31,34 @@ import tensorflow as tf
 from tensorflow.python.framework import ops as tf_ops
 from tensorflow.python.ops import gen_training_ops
 
+from tf_ps_ops import _library
 from tf_ps_ops._library import ops as _ops
 
 _log = logging.getLogger("tf_ps_ops")
 
-# TensorFlow op -> our op. Ops missing here (ref-variable ApplyXXX, ProximalXXX, Ftrl, ...)
-# are left alone and logged once when first created. The sparse ops send only the rows in
-# `indices` (docs/ps_mode.md, "Sparse updates").
-# The Grappler optimizer (kernels/ps_rewrite_optimizer.cc) keeps the same table in C++;
-# tests/unit/test_ps_swap_table.py checks that the two agree.
-SWAPS = {
-    "ResourceApplyGradientDescent": "PsApplyGradientDescent",
-    "ResourceApplyMomentum": "PsApplyMomentum",
-    "ResourceApplyKerasMomentum": "PsApplyKerasMomentum",
-    "ResourceApplyAdam": "PsApplyAdam",
-    "ResourceApplyAdamWithAmsgrad": "PsApplyAdamWithAmsgrad",
-    "ResourceApplyAdagrad": "PsApplyAdagrad",
-    "ResourceApplyAdagradV2": "PsApplyAdagradV2",
-    "ResourceApplyRMSProp": "PsApplyRMSProp",
-    "ResourceApplyCenteredRMSProp": "PsApplyCenteredRMSProp",
-    "ResourceSparseApplyAdagrad": "PsSparseApplyAdagrad",
-    "ResourceSparseApplyAdagradV2": "PsSparseApplyAdagradV2",
-    "ResourceSparseApplyMomentum": "PsSparseApplyMomentum",
-    "ResourceSparseApplyKerasMomentum": "PsSparseApplyKerasMomentum",
-    "ResourceSparseApplyRMSProp": "PsSparseApplyRMSProp",
-    "ResourceSparseApplyCenteredRMSProp": "PsSparseApplyCenteredRMSProp",
-}
+
+@functools.cache
+def swaps():
+    """TensorFlow op -> our op, from the op library's table (kernels/ps_op_table.cc).
+
+    Ops missing here (ref-variable ApplyXXX, ProximalXXX, Ftrl, ...) are left alone and
+    logged once when first created. The sparse ops send only the rows in `indices`
+    (docs/ps_mode.md, "Sparse updates").
+    """
+    text = _library.c_api().tfps_ps_swap_table().decode()
+    return dict(line.split() for line in text.splitlines())
+
+
+@functools.cache
+def _key_prefix():
+    return _library.c_api().tfps_ps_key_prefix().decode()
+
+
+def ps_key(name):
+    """The servers' key of a parameter called `name` ("ps:" + name)."""
+    return _key_prefix() + name
+
+
 # Update ops we see but cannot swap, to say so once.
 _UNSWAPPED = ("ApplyGradientDescent", "ApplyMomentum", "ApplyAdam", "ApplyAdagrad",
               "ApplyRMSProp", "ResourceSparseApplyFtrl", "ResourceApplyFtrl", "ResourceApplyAdadelta", "ResourceApplyProximalAdagrad")
@@ -78,39 +86,48 @@ def _raw_ops_modules():
     return [sys.modules[n] for n in names if n in sys.modules] + [tf.raw_ops]
 
 
-def _python_variable_for(handle):
-    """The tf.Variable (or Keras variable) whose handle is `handle`, from the callers."""
-    frame = inspect.currentframe()
-    for _ in range(12):
-        frame = frame.f_back if frame else None
-        if frame is None:
-            return None
-        for value in list(frame.f_locals.values()):
-            if getattr(value, "handle", None) is handle and hasattr(value, "name"):
-                return value
+def _next_key(base):
+    count = _name_counts.get(base, 0)
+    _name_counts[base] = count + 1
+    return ps_key(base + (f"#{count}" if count else ""))
+
+
+def _graph_key(handle):
+    """The key of a graph handle (its VarHandleOp's name, or the captured outside
+    variable's key), or None for an eager handle."""
+    graph = getattr(handle, "graph", None)
+    if graph is None or isinstance(handle, tf_ops.EagerTensor):
+        return None
+    for external, internal in getattr(graph, "captures", ()):
+        if internal is handle:  # a tf.function capture: name the outside variable
+            return key_for(external)
+    if getattr(handle.op, "type", "") in ("VarHandleOp", "VariableV2"):
+        return ps_key(handle.op.name)
     return None
+
+
+def _name_variable(variable):
+    """Gives an eager variable its key from its name, once (see the module doc)."""
+    handle = getattr(variable, "handle", variable)
+    if _graph_key(handle) is not None or not hasattr(variable, "name"):
+        return
+    with _lock:
+        if handle.ref() not in _names:
+            _names[handle.ref()] = _next_key(variable.name.split(":")[0])
 
 
 def key_for(handle):
     """The server key of the variable behind a resource handle (see the module doc)."""
-    graph = getattr(handle, "graph", None)
-    if graph is not None and not isinstance(handle, tf_ops.EagerTensor):
-        for external, internal in getattr(graph, "captures", ()):
-            if internal is handle:  # a tf.function capture: name the outside variable
-                return key_for(external)
-        if getattr(handle.op, "type", "") in ("VarHandleOp", "VariableV2"):
-            return "ps:" + handle.op.name
+    key = _graph_key(handle)
+    if key is not None:
+        return key
     with _lock:
         ref = handle.ref()
         if ref not in _names:
-            variable = _python_variable_for(handle)
-            base = variable.name.split(":")[0] if variable is not None else "variable"
-            if variable is None:
-                _log.warning("tf_ps_ops: cannot name a variable for its PS key; using creation "
-                             "order. Pass tensor_name= to keep keys stable across workers.")
-            count = _name_counts.get(base, 0)
-            _name_counts[base] = count + 1
-            _names[ref] = f"ps:{base}" + (f"#{count}" if count else "")
+            _log.warning("tf_ps_ops: no name for a variable's PS key; using the order first "
+                         "seen. Call ps_mode.initialize_variables first, or pass tensor_name=, "
+                         "to keep keys stable across workers.")
+            _names[ref] = _next_key("variable")
         return _names[ref]
 
 
@@ -157,6 +174,7 @@ def initialize_variables(variables, names=None):
     created = []
     for i, variable in enumerate(variables):
         handle = getattr(variable, "handle", variable)
+        _name_variable(variable)
         name = names[i] if names is not None else key_for(handle)
         created.append(library.ps_init_variable(handle, tensor_name=name))
     if tf.executing_eagerly():
@@ -179,16 +197,17 @@ def push_variables(variables, names=None):
     them. The servers reset the optimizer slots (momentum, Adam's m and v, ...) of these
     parameters: the next update creates them afresh, as a new optimizer would; the slots
     the servers held belong to the trajectory being replaced. Keys: Keras 3 variables use
-    `"ps:" + variable.path` (as `tf_ps_ops.optimizers` do), others `key_for` (as the
+    `ps_key(variable.path)` (as `tf_ps_ops.optimizers` do), others `key_for` (as the
     rewritten update ops do); `names` overrides them. Eager: runs now; graph: returns the op.
     """
     library = _ops()
     created = []
     for i, variable in enumerate(variables):
         if _is_keras_variable(variable):
-            handle, name = variable.value.handle, "ps:" + variable.path
+            handle, name = variable.value.handle, ps_key(variable.path)
         else:
             handle = getattr(variable, "handle", variable)
+            _name_variable(variable)
             name = key_for(handle)
         if names is not None:
             name = names[i]
@@ -203,7 +222,7 @@ def enable_graph_rewrite():
     library = _ops()
     modules = [gen_training_ops]  # v1 and tf_keras optimizers look functions up here
     with _lock:
-        for tf_op, ps_op in SWAPS.items():
+        for tf_op, ps_op in swaps().items():
             ps_function = getattr(library, _python_name(library, ps_op))
             python_name = _python_name(gen_training_ops, tf_op)
             for module in modules:
@@ -236,21 +255,23 @@ def rewrite_graph_def(graph_def):
     """Returns a copy of `graph_def` with every swappable update node made a PS-mode node.
 
     The key of each is the name of the node feeding its `var` input (a VarHandleOp: the
-    same name on every worker). Functions in the graph's library are rewritten too.
-    Load the op library (this call does) before importing the result.
+    same name on every worker). Functions in the graph's library are rewritten too, as the
+    Grappler rewrite (TfpsPsRewrite) does. Load the op library (this call does) before
+    importing the result.
     """
     _ops()
+    table = swaps()
     result = tf.compat.v1.GraphDef()
     result.CopyFrom(graph_def)
     node_lists = [result.node] + [f.node_def for f in result.library.function]
     for nodes in node_lists:
         for node in nodes:
-            if node.op not in SWAPS:
+            if node.op not in table or not node.input:
                 if node.op in _UNSWAPPED and node.op not in _warned:
                     _warned.add(node.op)
                     _log.warning("tf_ps_ops: %s has no PS-mode version; left alone", node.op)
                 continue
-            node.op = SWAPS[node.op]
+            node.op = table[node.op]
             source = node.input[0].lstrip("^").split(":")[0]
-            node.attr["tensor_name"].s = ("ps:" + source).encode()
+            node.attr["tensor_name"].s = ps_key(source).encode()
     return result

@@ -28,7 +28,9 @@ PYBIND = ["tf_ps_ops/cc/pybind"]
 
 BUILD_INFO = os.path.join(ROOT, "tf_ps_ops", "_build_info.json")
 # What a wheel carries besides the Python files (setup.py's package_data).
-PACKAGE_DATA = ["_tf_ps_ops.so", "_core*.so", "bin/ps_server", "_build_info.json"]
+PACKAGE_DATA = ["_tf_ps_ops.so", "_core*.so", "bin/ps_server", "_build_info.json",
+                # the C functions' declarations, which _library.py reads at run time
+                "cc/engine/c_api.h", "kernels/c_api.h"]
 
 BASE_FLAGS = ["-std=c++17", "-O2", "-fPIC", "-Wall", "-Wextra", "-Wno-unused-parameter",
               "-D_GLIBCXX_USE_CXX11_ABI=1", "-I" + ROOT]

@@ -15,8 +15,7 @@
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
 #include "tensorflow/core/util/work_sharder.h"
-#include "tf_ps_ops/cc/engine/engine.h"
-#include "tf_ps_ops/kernels/status_adapter.h"
+#include "tf_ps_ops/kernels/tf_adapter.h"
 
 namespace tfps {
 namespace {
@@ -46,12 +45,9 @@ class SfbFactorGradientOp : public AsyncOpKernel {
                                    u.shape().DebugString() + " and v " +
                                    v.shape().DebugString()),
         done);
+    OP_REQUIRES_OK_ASYNC(
+        ctx, RequireInitialised("the sufficient factor exchange of '" + tensor_name_ + "'"), done);
     Engine& engine = Engine::Get();
-    OP_REQUIRES_ASYNC(ctx, engine.initialized(),
-                      absl::FailedPreconditionError(
-                          "tf_ps_ops is not initialised: call tf_ps_ops.init() before the "
-                          "sufficient factor exchange of '" + tensor_name_ + "'"),
-                      done);
     const int64_t k = u.dim_size(0), m = u.dim_size(1), n = v.dim_size(1);
 
     // One message per worker carries both factors, row k being [u_k | v_k]: one gather,
@@ -68,18 +64,12 @@ class SfbFactorGradientOp : public AsyncOpKernel {
     }
 
     GatherRequest request;
-    request.name = tensor_name_;
-    request.dtype = ToWireDType(u.dtype());
-    request.dims = {k, m + n};
-    request.count = static_cast<uint64_t>(message.NumElements());
-    request.input = message.tensor_data().data();
-    request.input_holder = std::make_shared<Tensor>(message);
+    DescribeInput(tensor_name_, message, &request);
     const T divisor = average_ ? static_cast<T>(engine.size()) : T(1);
     request.done = [ctx, done, m, n, divisor](const Status& status,
                                               const std::vector<PeerTensor>& parts) {
       if (!status.ok()) {
-        ctx->SetStatus(ToTfStatus(status));
-        done();
+        CompleteWithStatus(ctx, done)(status);
         return;
       }
       // The parts live only during this callback: repack them (K*(M+N) values, cheap),

@@ -1,83 +1,120 @@
-"""PS mode's swap table (stock op -> PsApplyXXX op) is written twice: in Python for
-`enable_graph_rewrite`/`rewrite_graph_def` (tf_ps_ops/ps_mode.py, SWAPS) and in C++ for the
-Grappler optimizer (tf_ps_ops/kernels/ps_rewrite_optimizer.cc, Swaps()). Both must agree.
-
-Both tables are read from the source text: importing ps_mode would import TensorFlow and
-load the op library, seconds for a check of two literals.
+"""PS mode's swap table (stock op -> PsApplyXXX op) lives once, in the op library
+(kernels/ps_op_table.cc). Both rewriters use it: Python's (`enable_graph_rewrite`,
+`rewrite_graph_def`) reads it through the library's C API, the Grappler optimizer
+(TfpsPsRewrite) directly. These tests check what the rewrites do, in one process without
+a cluster: the swapped ops can stand in for the stock ones, and the two rewriters swap the
+same nodes, in the graph and in its function library, with the same keys.
 """
 
-import ast
-import re
-from pathlib import Path
+import os
+import sys
 
-ROOT = Path(__file__).resolve().parents[2]
-PS_MODE = ROOT / "tf_ps_ops" / "ps_mode.py"
-OPTIMIZER = ROOT / "tf_ps_ops" / "kernels" / "ps_rewrite_optimizer.cc"
-OP_DEFS = ROOT / "tf_ps_ops" / "kernels" / "ps_apply_op_defs.cc"
+import pytest
 
-# Entries today. A floor, not the exact count: fewer found means a parser below broke.
-MIN_ENTRIES = 15
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "tests"))
 
-_CPP_TABLE = re.compile(r"new std::map<std::string, std::string>\{(?P<body>.*?)\};", re.S)
-_CPP_ENTRY = re.compile(r'\{\s*"(\w+)"\s*,\s*"(\w+)"\s*\}')
+tf = pytest.importorskip("tensorflow")
 
+from cluster import require_build  # noqa: E402
 
-def python_swaps():
-    """SWAPS from ps_mode.py, as (stock op, PS op) pairs in source order."""
-    tree = ast.parse(PS_MODE.read_text(), str(PS_MODE))
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(
-                isinstance(target, ast.Name) and target.id == "SWAPS" for target in node.targets):
-            assert isinstance(node.value, ast.Dict), "SWAPS is no longer a dict literal"
-            # literal_eval of the pairs, not of the dict: a duplicated key must not vanish.
-            return [(ast.literal_eval(key), ast.literal_eval(value))
-                    for key, value in zip(node.value.keys, node.value.values)]
-    raise AssertionError(f"no `SWAPS = {{...}}` in {PS_MODE}")
+# The stock update ops PS mode has always swapped: the table may grow, never lose one.
+STOCK_OPS = {
+    "ResourceApplyGradientDescent", "ResourceApplyMomentum", "ResourceApplyKerasMomentum",
+    "ResourceApplyAdam", "ResourceApplyAdamWithAmsgrad", "ResourceApplyAdagrad",
+    "ResourceApplyAdagradV2", "ResourceApplyRMSProp", "ResourceApplyCenteredRMSProp",
+    "ResourceSparseApplyMomentum", "ResourceSparseApplyKerasMomentum",
+    "ResourceSparseApplyAdagrad", "ResourceSparseApplyAdagradV2", "ResourceSparseApplyRMSProp",
+    "ResourceSparseApplyCenteredRMSProp",
+}
 
 
-def cpp_swaps():
-    """Swaps() from ps_rewrite_optimizer.cc, as (stock op, PS op) pairs in source order."""
-    source = OPTIMIZER.read_text()
-    tables = _CPP_TABLE.findall(source)
-    assert len(tables) == 1, (
-        f"expected one `new std::map<std::string, std::string>{{...}};` in {OPTIMIZER}, "
-        f"found {len(tables)}")
-    body = re.sub(r"//[^\n]*", "", tables[0])
-    # Whatever the entry pattern does not match must be separators only, so an entry
-    # written another way fails here instead of going missing.
-    leftover = _CPP_ENTRY.sub("", body).replace(",", "").split()
-    assert not leftover, f"Swaps() holds text the test cannot parse: {' '.join(leftover)!r}"
-    return _CPP_ENTRY.findall(body)
+@pytest.fixture(scope="module")
+def ps_mode():
+    require_build()
+    from tf_ps_ops import ps_mode as module
+    module._ops()  # registers our ops and the Grappler optimizer
+    return module
 
 
-def _duplicates(pairs):
-    stock = [tf_op for tf_op, _ in pairs]
-    return sorted({op for op in stock if stock.count(op) > 1})
+def _op_def(name):
+    from tensorflow.python.framework import op_def_registry
+    op_def = op_def_registry.get(name)
+    assert op_def is not None, f"{name} is not a registered op"
+    return op_def
 
 
-def _difference(python, cpp):
-    lines = [f"only in ps_mode.py SWAPS: {op} -> {python[op]}"
-             for op in sorted(python.keys() - cpp.keys())]
-    lines += [f"only in ps_rewrite_optimizer.cc Swaps(): {op} -> {cpp[op]}"
-              for op in sorted(cpp.keys() - python.keys())]
-    lines += [f"{op}: ps_mode.py says {python[op]}, ps_rewrite_optimizer.cc says {cpp[op]}"
-              for op in sorted(python.keys() & cpp.keys()) if python[op] != cpp[op]]
-    return lines
+def test_the_table_covers_the_stock_ops(ps_mode):
+    missing = STOCK_OPS - set(ps_mode.swaps())
+    assert not missing, f"no longer swapped: {sorted(missing)}"
 
 
-def test_both_tables_are_read_whole():
-    for name, pairs in (("ps_mode.py", python_swaps()), ("ps_rewrite_optimizer.cc", cpp_swaps())):
-        assert len(pairs) >= MIN_ENTRIES, f"{name}: found only {len(pairs)} entries: {pairs}"
-        assert not _duplicates(pairs), f"{name}: stock ops listed twice: {_duplicates(pairs)}"
+@pytest.mark.parametrize("stock", sorted(STOCK_OPS))
+def test_each_swap_is_a_one_to_one_node_swap(ps_mode, stock):
+    """Our op takes the stock op's inputs, in order, and its attrs (plus tensor_name), so
+    a node keeps its inputs and attrs when its op changes."""
+    ours, theirs = _op_def(ps_mode.swaps()[stock]), _op_def(stock)
+    assert [a.name for a in ours.input_arg] == [a.name for a in theirs.input_arg]
+    our_attrs = {a.name for a in ours.attr}
+    missing = {a.name for a in theirs.attr if a.name not in our_attrs and not
+               a.HasField("default_value")}
+    assert not missing, f"{ours.name} lacks the attrs {sorted(missing)} of {stock}"
+    assert "tensor_name" in our_attrs
 
 
-def test_python_and_cpp_tables_agree():
-    difference = _difference(dict(python_swaps()), dict(cpp_swaps()))
-    assert not difference, "the two swap tables differ:\n  " + "\n  ".join(difference)
+def test_keys_use_the_library_prefix(ps_mode):
+    assert ps_mode.ps_key("dense/kernel") == "ps:dense/kernel"
 
 
-def test_every_swap_target_is_a_registered_op():
-    registered = set(re.findall(r'(?:REGISTER_OP|TFPS_PS_OP|TFPS_PS_SPARSE_OP)\("(\w+)"\)',
-                                OP_DEFS.read_text()))
-    missing = sorted({ps_op for _, ps_op in python_swaps() + cpp_swaps()} - registered)
-    assert not missing, f"swapped to, but not defined in {OP_DEFS.name}: {missing}"
+def _graph_with_updates_in_a_function():
+    """A v1 Momentum update in the graph and a gradient-descent update inside a function
+    of its library (as tf.function puts it)."""
+    graph = tf.Graph()
+    with graph.as_default():
+        w = tf.compat.v1.get_variable("w", initializer=tf.ones([3, 2]), use_resource=True)
+        train = tf.compat.v1.train.MomentumOptimizer(0.1, 0.9).minimize(tf.reduce_sum(w * w))
+
+        @tf.function
+        def step(v, g):
+            tf.raw_ops.ResourceApplyGradientDescent(var=v, alpha=0.1, delta=g)
+            return tf.constant(1)
+
+        done = step(w.handle, tf.ones([3, 2]))
+        tf.compat.v1.add_to_collection("train_op", tf.group(train, done))
+    return graph
+
+
+def _grappler_rewrite(graph):
+    from tensorflow.core.protobuf import config_pb2, rewriter_config_pb2
+    from tensorflow.python.framework import meta_graph
+    from tensorflow.python.grappler import tf_optimizer
+    config = config_pb2.ConfigProto()
+    rewrite = config.graph_options.rewrite_options
+    rewrite.optimizers.append("TfpsPsRewrite")  # ours alone, once
+    rewrite.custom_optimizers.add().name = "TfpsPsRewrite"
+    rewrite.meta_optimizer_iterations = rewriter_config_pb2.RewriterConfig.ONE
+    rewrite.min_graph_nodes = -1
+    return tf_optimizer.OptimizeGraph(config, meta_graph.create_meta_graph_def(graph=graph))
+
+
+def _updates(graph_def):
+    """{(function or "", node name): (op, tensor_name)} of the update nodes."""
+    def pick(where, nodes):
+        return {(where, n.name): (n.op, n.attr["tensor_name"].s.decode())
+                for n in nodes if n.op.startswith(("Ps", "ResourceApply", "ResourceSparse"))}
+    found = pick("", graph_def.node)
+    for function in graph_def.library.function:
+        found.update(pick(function.signature.name, function.node_def))
+    return found
+
+
+def test_both_rewriters_swap_the_same_nodes_in_graph_and_functions(ps_mode):
+    graph = _graph_with_updates_in_a_function()
+    by_python = _updates(ps_mode.rewrite_graph_def(graph.as_graph_def()))
+    by_grappler = _updates(_grappler_rewrite(graph))
+    ops = sorted(op for op, _ in by_python.values())
+    assert ops == ["PsApplyGradientDescent", "PsApplyMomentum"], by_python
+    in_function = [v for (where, _), v in by_python.items() if where]
+    assert in_function == [("PsApplyGradientDescent", "ps:v")], by_python
+    assert by_grappler == by_python

@@ -6,8 +6,7 @@
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
-#include "tf_ps_ops/cc/engine/engine.h"
-#include "tf_ps_ops/kernels/status_adapter.h"
+#include "tf_ps_ops/kernels/tf_adapter.h"
 
 namespace tfps {
 namespace {
@@ -31,24 +30,14 @@ class PsAllgatherOp : public AsyncOpKernel {
                       absl::InvalidArgumentError("allgather of '" + tensor_name_ +
                                                  "' needs a tensor of rank >= 1, got a scalar"),
                       done);
-    OP_REQUIRES_ASYNC(ctx, Engine::Get().initialized(),
-                      absl::FailedPreconditionError("tf_ps_ops is not initialised: call "
-                                                    "tf_ps_ops.init() before allgather of '" +
-                                                    tensor_name_ + "'"),
-                      done);
+    OP_REQUIRES_OK_ASYNC(ctx, RequireInitialised("allgather of '" + tensor_name_ + "'"), done);
     GatherRequest request;
-    request.name = tensor_name_;
-    request.dtype = ToWireDType(input.dtype());
-    for (int i = 0; i < input.dims(); ++i) request.dims.push_back(input.dim_size(i));
-    request.count = static_cast<uint64_t>(input.NumElements());
-    request.input = input.tensor_data().data();
-    request.input_holder = std::make_shared<Tensor>(input);
+    DescribeInput(tensor_name_, input, &request);
     const TensorShape shape = input.shape();
     request.done = [ctx, done, shape](const Status& status,
                                             const std::vector<PeerTensor>& parts) {
       if (!status.ok()) {
-        ctx->SetStatus(ToTfStatus(status));
-        done();
+        CompleteWithStatus(ctx, done)(status);
         return;
       }
       TensorShape out_shape = shape;

@@ -3,7 +3,7 @@
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/common_shape_fns.h"
-#include "tf_ps_ops/cc/engine/engine.h"
+#include "tf_ps_ops/kernels/tf_adapter.h"
 
 namespace tfps {
 namespace {
@@ -19,13 +19,10 @@ class EngineScalarOp : public OpKernel {
  public:
   explicit EngineScalarOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
   void Compute(OpKernelContext* ctx) override {
-    Engine& engine = Engine::Get();
-    OP_REQUIRES(ctx, engine.initialized(),
-                absl::FailedPreconditionError("tf_ps_ops is not initialised: call "
-                                              "tf_ps_ops.init() before " + type_string()));
+    OP_REQUIRES_OK(ctx, RequireInitialised(type_string()));
     Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
-    out->scalar<int32_t>()() = (engine.*Getter)();
+    out->scalar<int32_t>()() = (Engine::Get().*Getter)();
   }
 };
 

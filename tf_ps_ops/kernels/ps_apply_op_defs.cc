@@ -1,6 +1,7 @@
 // Op definitions of PS mode (PsInitVariable, PsApplyXXX, PsSparseApplyXXX): the inputs and
 // attrs of TensorFlow's ResourceApplyXXX / ResourceSparseApplyXXX, so a graph rewrite is a
-// 1:1 node swap. Their kernels are in ps_apply_ops.cc.
+// 1:1 node swap. Their kernels are in ps_apply_ops.cc; which optimizer each runs, and the
+// TF op each replaces, is in ps_op_table.cc.
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/shape_inference.h"
 

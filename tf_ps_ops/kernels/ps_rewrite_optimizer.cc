@@ -1,15 +1,18 @@
 // The graph rewrite as a Grappler optimizer, for v1 Sessions built by code we cannot patch:
 //   config.graph_options.rewrite_options.custom_optimizers.add().name = "TfpsPsRewrite"
 // swaps ResourceApplyXXX / ResourceSparseApplyXXX nodes for their PsApplyXXX twins (same
-// inputs and attrs) and keys each by the node feeding its `var` input, exactly like
-// tf_ps_ops.rewrite_graph_def (the table there is the same: tf_ps_ops/ps_mode.py SWAPS).
+// inputs and attrs), in the graph and in its function library, and keys each by the node
+// feeding its `var` input: the rule and the table (ps_op_table.cc) of
+// tf_ps_ops.ps_mode.rewrite_graph_def, which reads that table through c_api.h.
 #include <map>
 #include <string>
 
+#include "tensorflow/core/framework/function.pb.h"
 #include "tensorflow/core/framework/graph.pb.h"
 #include "tensorflow/core/grappler/grappler_item.h"
 #include "tensorflow/core/grappler/optimizers/custom_graph_optimizer.h"
 #include "tensorflow/core/grappler/optimizers/custom_graph_optimizer_registry.h"
+#include "tf_ps_ops/kernels/ps_op_table.h"
 
 namespace tfps {
 namespace {
@@ -18,25 +21,14 @@ using tensorflow::GraphDef;
 using tensorflow::grappler::Cluster;
 using tensorflow::grappler::GrapplerItem;
 
-const std::map<std::string, std::string>& Swaps() {
-  static const auto* swaps = new std::map<std::string, std::string>{
-      {"ResourceApplyGradientDescent", "PsApplyGradientDescent"},
-      {"ResourceApplyMomentum", "PsApplyMomentum"},
-      {"ResourceApplyKerasMomentum", "PsApplyKerasMomentum"},
-      {"ResourceApplyAdam", "PsApplyAdam"},
-      {"ResourceApplyAdamWithAmsgrad", "PsApplyAdamWithAmsgrad"},
-      {"ResourceApplyAdagrad", "PsApplyAdagrad"},
-      {"ResourceApplyAdagradV2", "PsApplyAdagradV2"},
-      {"ResourceApplyRMSProp", "PsApplyRMSProp"},
-      {"ResourceApplyCenteredRMSProp", "PsApplyCenteredRMSProp"},
-      {"ResourceSparseApplyMomentum", "PsSparseApplyMomentum"},
-      {"ResourceSparseApplyKerasMomentum", "PsSparseApplyKerasMomentum"},
-      {"ResourceSparseApplyAdagrad", "PsSparseApplyAdagrad"},
-      {"ResourceSparseApplyAdagradV2", "PsSparseApplyAdagradV2"},
-      {"ResourceSparseApplyRMSProp", "PsSparseApplyRMSProp"},
-      {"ResourceSparseApplyCenteredRMSProp", "PsSparseApplyCenteredRMSProp"},
-  };
-  return *swaps;
+template <typename Nodes>
+void SwapNodes(const std::map<std::string, std::string>& swaps, Nodes* nodes) {
+  for (tensorflow::NodeDef& node : *nodes) {
+    auto it = swaps.find(node.op());
+    if (it == swaps.end() || node.input_size() == 0) continue;
+    node.set_op(it->second);
+    (*node.mutable_attr())["tensor_name"].set_s(PsKeyOfInput(node.input(0)));
+  }
 }
 
 class PsRewriteOptimizer : public tensorflow::grappler::CustomGraphOptimizer {
@@ -48,15 +40,15 @@ class PsRewriteOptimizer : public tensorflow::grappler::CustomGraphOptimizer {
   }
 
   absl::Status Optimize(Cluster*, const GrapplerItem& item, GraphDef* out) override {
+    static const auto* swaps = [] {
+      auto* table = new std::map<std::string, std::string>;
+      for (const auto& swap : PsSwaps()) table->insert(swap);
+      return table;
+    }();
     *out = item.graph;
-    for (tensorflow::NodeDef& node : *out->mutable_node()) {
-      auto it = Swaps().find(node.op());
-      if (it == Swaps().end() || node.input_size() == 0) continue;
-      std::string source = node.input(0);
-      if (!source.empty() && source[0] == '^') source = source.substr(1);
-      source = source.substr(0, source.find(':'));
-      node.set_op(it->second);
-      (*node.mutable_attr())["tensor_name"].set_s("ps:" + source);
+    SwapNodes(*swaps, out->mutable_node());
+    for (tensorflow::FunctionDef& function : *out->mutable_library()->mutable_function()) {
+      SwapNodes(*swaps, function.mutable_node_def());
     }
     return absl::OkStatus();
   }

@@ -5,8 +5,7 @@
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
-#include "tf_ps_ops/cc/engine/engine.h"
-#include "tf_ps_ops/kernels/status_adapter.h"
+#include "tf_ps_ops/kernels/tf_adapter.h"
 
 namespace tfps {
 namespace {
@@ -30,11 +29,8 @@ class PsCommOp : public AsyncOpKernel {
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     const Tensor& input = ctx->input(0);
     Engine& engine = Engine::Get();
-    OP_REQUIRES_ASYNC(ctx, engine.initialized(),
-                      absl::FailedPreconditionError(
-                          "tf_ps_ops is not initialised: call tf_ps_ops.init() before " +
-                          type_string() + " of '" + tensor_name_ + "'"),
-                      done);
+    OP_REQUIRES_OK_ASYNC(ctx, RequireInitialised(type_string() + " of '" + tensor_name_ + "'"),
+                         done);
     if (root_rank_ >= 0) {
       OP_REQUIRES_ASYNC(ctx, root_rank_ < engine.size(),
                         absl::InvalidArgumentError(
@@ -51,20 +47,10 @@ class PsCommOp : public AsyncOpKernel {
     OP_REQUIRES_OK_ASYNC(
         ctx, ctx->forward_input_or_allocate_output({0}, 0, input.shape(), &output), done);
 
-    PushPullRequest request;
-    request.name = tensor_name_;
-    request.dtype = ToWireDType(input.dtype());
-    for (int i = 0; i < input.dims(); ++i) request.dims.push_back(input.dim_size(i));
-    request.count = static_cast<uint64_t>(input.NumElements());
-    request.input = input.tensor_data().data();
-    request.output = const_cast<char*>(output->tensor_data().data());
+    PushPullRequest request = RequestFor(tensor_name_, input, output);
     request.root_rank = root_rank_;
     request.priority = priority_;
-    request.input_holder = std::make_shared<Tensor>(input);  // shares the buffer, no copy
-    request.done = [ctx, done](const Status& status) {
-      ctx->SetStatus(ToTfStatus(status));
-      done();
-    };
+    request.done = CompleteWithStatus(ctx, done);
     engine.Enqueue(std::move(request));
   }
 

@@ -70,7 +70,7 @@ def server_values(model):
     out = {}
     for v in model.trainable_variables:
         scratch = tf.Variable(np.full(v.shape, np.nan, np.float32))
-        ps_mode.initialize_variables([scratch], names=["ps:" + v.path])
+        ps_mode.initialize_variables([scratch], names=[ps_mode.ps_key(v.path)])
         out[v.path] = scratch.numpy()
     return out
 

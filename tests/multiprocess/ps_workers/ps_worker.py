@@ -336,7 +336,27 @@ def check_env_flag_turns_the_rewrite_on(hvd):
         assert not ps_mode.graph_rewrite_enabled()
 
 
-CHECKS = [check_env_flag_turns_the_rewrite_on, check_keras_optimizers_match_stock, check_v1_optimizers_in_a_session,
+def check_unreadable_slot_is_a_clear_error(hvd):
+    """A slot the kernel cannot read fails the op, naming the optimizer, the slot and the
+    variable (it used to push 0.0 as the slot's initial value). No push happens, so every
+    worker fails the same way on its own."""
+    import tensorflow as tf
+    from tf_ps_ops._library import ops
+    w = tf.Variable(np.ones((DIM_IN, DIM_OUT), np.float32), name="slot_error_w")
+    missing = tf.raw_ops.VarHandleOp(dtype=tf.float32, shape=[DIM_IN, DIM_OUT],
+                                     shared_name="tfps_no_such_slot")  # never created
+    try:
+        ops().ps_apply_momentum(var=w.handle, accum=missing, lr=0.1, grad=tf.ones_like(w),
+                                momentum=0.9, tensor_name="slot_error_w")
+    except tf.errors.FailedPreconditionError as e:
+        for part in ("PsApplyMomentum", "'slot_error_w'", "Momentum slot 'accum'"):
+            assert part in e.message, (part, e.message)
+    else:
+        raise AssertionError("PsApplyMomentum ran with an unreadable slot")
+    assert np.array_equal(w.numpy(), np.ones((DIM_IN, DIM_OUT), np.float32))
+
+
+CHECKS = [check_unreadable_slot_is_a_clear_error, check_env_flag_turns_the_rewrite_on, check_keras_optimizers_match_stock, check_v1_optimizers_in_a_session,
           check_v1_optimizers_in_tf_function, check_tf_keras_legacy_optimizers,
           check_rewrite_graph_def, check_grappler_rewrite_in_a_session,
           check_keras_fit_with_ps_adam]

@@ -1,5 +1,6 @@
-// C functions of the op library for Python's ctypes (tf_ps_ops/_library.py): the calls that
-// are not TF ops, because they run before any graph exists (init) or outside one.
+// The engine's C functions (declared, for the compiler and for Python, in c_api.h).
+#include "tf_ps_ops/cc/engine/c_api.h"
+
 #include <cstring>
 #include <string>
 
@@ -17,7 +18,6 @@ void CopyError(const std::string& message, char* err, int err_len) {
 
 extern "C" {
 
-// 0 on success; otherwise the status code, with the message in `err`.
 int tfps_init(const char* scheduler_host, int scheduler_port, int rank, int size,
               int num_servers, char* err, int err_len) {
   tfps::EngineOptions options;

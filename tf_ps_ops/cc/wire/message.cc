@@ -216,47 +216,6 @@ Status DecodeHead(const void* data, size_t size, size_t payload_size, Head* head
   return Status::Ok();
 }
 
-int OptimizerParamCount(Optimizer optimizer) {
-  switch (optimizer) {
-    case Optimizer::kGradientDescent: return 1;
-    case Optimizer::kMomentum:
-    case Optimizer::kKerasMomentum: return 3;
-    case Optimizer::kAdam: return 8;
-    case Optimizer::kAdagrad: return 3;
-    case Optimizer::kKerasAdagrad: return 2;
-    case Optimizer::kRMSProp:
-    case Optimizer::kCenteredRMSProp: return 4;
-    default: return 0;
-  }
-}
-
-int OptimizerSlotCount(Optimizer optimizer) {
-  switch (optimizer) {
-    case Optimizer::kMomentum:
-    case Optimizer::kKerasMomentum:
-    case Optimizer::kAdagrad:
-    case Optimizer::kKerasAdagrad: return 1;
-    case Optimizer::kRMSProp: return 2;          // ms, mom
-    case Optimizer::kAdam:                       // m, v, vhat (AMSGrad)
-    case Optimizer::kCenteredRMSProp: return 3;  // mg, ms, mom
-    default: return 0;
-  }
-}
-
-const char* OptimizerName(Optimizer optimizer) {
-  switch (optimizer) {
-    case Optimizer::kGradientDescent: return "GradientDescent";
-    case Optimizer::kMomentum: return "Momentum";
-    case Optimizer::kKerasMomentum: return "KerasMomentum";
-    case Optimizer::kAdam: return "Adam";
-    case Optimizer::kAdagrad: return "Adagrad";
-    case Optimizer::kRMSProp: return "RMSProp";
-    case Optimizer::kCenteredRMSProp: return "CenteredRMSProp";
-    case Optimizer::kKerasAdagrad: return "KerasAdagrad";
-    default: return "none";
-  }
-}
-
 bool IsBatchHead(const void* data, size_t size) {
   if (size < sizeof(Header)) return false;
   Header h;

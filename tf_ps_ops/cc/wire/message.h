@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "tf_ps_ops/cc/common/status.h"
+#include "tf_ps_ops/cc/wire/optimizer_spec.h"
 
 namespace tfps {
 
@@ -85,28 +86,10 @@ constexpr uint32_t kFlagAck = 1u << 6;     // push: acknowledge it (kAck) as soo
 constexpr uint32_t kKnownFlags = kFlagNoData | kFlagPsInit | kFlagPsApply | kFlagPsOverwrite |
                                  kFlagSparse | kFlagTimed | kFlagAck;
 
-// Server-side optimizers (PS mode), with TensorFlow's ResourceApplyXXX semantics. The
-// hyperparameters travel with every push, in the order listed, so schedules keep working.
-enum class Optimizer : uint8_t {
-  kNone = 0,
-  kGradientDescent = 1,  // lr
-  kMomentum = 2,         // lr, momentum, use_nesterov
-  kKerasMomentum = 3,    // lr, momentum, use_nesterov
-  kAdam = 4,             // lr, beta1, beta2, epsilon, beta1_power, beta2_power, use_nesterov, amsgrad
-  kAdagrad = 5,          // lr, epsilon, update_slots
-  kRMSProp = 6,          // lr, rho, momentum, epsilon
-  kCenteredRMSProp = 7,  // lr, rho, momentum, epsilon
-  kKerasAdagrad = 8,     // lr, epsilon (Keras 3: epsilon inside the square root)
-};
-constexpr uint8_t kMaxOptimizer = 8;
+// PS-mode hyperparameters (Head::params) of a kFlagPsApply push: the values that
+// optimizer_spec.h's table lists for Header::optimizer, in its order, then the initial
+// values of the optimizer's slots.
 constexpr int kMaxParams = 16;
-// Number of hyperparameters each optimizer expects.
-int OptimizerParamCount(Optimizer optimizer);
-// Number of slot tensors (same shape as the parameter) it keeps on the server. An apply
-// push carries their initial values after the hyperparameters; the server uses them when it
-// creates the slots, at the parameter's first update.
-int OptimizerSlotCount(Optimizer optimizer);
-const char* OptimizerName(Optimizer optimizer);
 
 #pragma pack(push, 1)
 struct Header {
@@ -119,7 +102,7 @@ struct Header {
   uint64_t step = 0;            // per-key call count, 1-based
   uint8_t dtype = 0;            // DType
   uint8_t ndims = 0;            // dims that follow the header in the head frame
-  uint8_t optimizer = 0;        // Optimizer of a kFlagPsApply push
+  uint8_t optimizer = 0;        // Optimizer of a kFlagPsApply push (optimizer_spec.h)
   uint8_t nparams = 0;          // float64 hyperparameters that follow the dims
   uint32_t flags = 0;
   int32_t sender = -1;          // worker rank, server id, -1 for the scheduler

@@ -1,0 +1,35 @@
+/* C functions of the op library for Python (tf_ps_ops/_library.py): the calls that are not
+ * TF ops, because they run before any graph exists (init) or outside one, and must not
+ * start TensorFlow's runtime (a Horovod script picks its GPU after init()).
+ *
+ * The one declaration of these functions: the compiler checks c_api.cc against it, and
+ * _library.py reads it to give ctypes their signatures. So keep to the types _library.py
+ * knows: int, void, unsigned long long, const char*, char*.
+ */
+#ifndef TFPS_CC_ENGINE_C_API_H_
+#define TFPS_CC_ENGINE_C_API_H_
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* 0 on success; otherwise the status code, with the message in `err`. */
+int tfps_init(const char* scheduler_host, int scheduler_port, int rank, int size,
+              int num_servers, char* err, int err_len);
+void tfps_shutdown(void);
+int tfps_is_initialized(void);
+int tfps_rank(void);
+int tfps_size(void);
+int tfps_local_rank(void);
+int tfps_local_size(void);
+int tfps_num_servers(void);
+/* Payload bytes since init, for tests and benchmarks. */
+unsigned long long tfps_bytes_sent(void);
+unsigned long long tfps_bytes_received(void);
+unsigned long long tfps_peer_bytes_sent(void);
+
+#ifdef __cplusplus
+}  /* extern "C" */
+#endif
+
+#endif  /* TFPS_CC_ENGINE_C_API_H_ */
