@@ -180,7 +180,9 @@ Status Engine::Loop::Connect(const EngineOptions& options, ClusterView* view) {
       const size_t payload = frames.size() > 1 ? frames[1].size() : 0;
       Status st = DecodeHead(frames[0].data(), frames[0].size(), payload, &head);
       if (st.ok() && head.header.type == static_cast<uint16_t>(MsgType::kError)) {
-        st = Status(static_cast<Code>(head.header.status), frames[1].to_string());
+        // The text frame is optional, as in OnReplyOnLoop.
+        st = Status(static_cast<Code>(head.header.status),
+                    frames.size() > 1 ? frames[1].to_string() : "(no reason given)");
       }
       if (!st.ok()) return st.WithPrefix(Describe(static_cast<int>(i)) + " refused us: ");
       if (head.header.type == static_cast<uint16_t>(MsgType::kHelloReply) && !answered[i]) {
