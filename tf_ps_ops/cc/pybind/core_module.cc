@@ -299,19 +299,10 @@ PYBIND11_MODULE(_core, m) {
   m.attr("MAGIC") = kMagic;
   m.attr("PROTOCOL_VERSION") = kProtocolVersion;
   m.attr("HEADER_BYTES") = sizeof(Header);
-  py::dict types;
-  types["REGISTER"] = static_cast<int>(MsgType::kRegister);
-  types["REGISTER_REPLY"] = static_cast<int>(MsgType::kRegisterReply);
-  types["HELLO"] = static_cast<int>(MsgType::kHello);
-  types["HELLO_REPLY"] = static_cast<int>(MsgType::kHelloReply);
-  types["PUSH_PULL"] = static_cast<int>(MsgType::kPushPull);
-  types["PUSH_PULL_REPLY"] = static_cast<int>(MsgType::kPushPullReply);
-  types["ERROR"] = static_cast<int>(MsgType::kError);
-  types["BYE"] = static_cast<int>(MsgType::kBye);
-  types["PEER_DATA"] = static_cast<int>(MsgType::kPeerData);
-  types["BATCH"] = static_cast<int>(MsgType::kBatch);
-  types["ACK"] = static_cast<int>(MsgType::kAck);
+  py::dict types;  // from the one list in wire/message.h
+  for (const MsgTypeInfo& t : kMsgTypeTable) types[t.name] = static_cast<int>(t.type);
   m.attr("MSG_TYPES") = types;
+  m.attr("MAX_MSG_TYPE") = kMaxMsgType;
   m.attr("FLAG_NO_DATA") = kFlagNoData;
   m.attr("FLAG_PS_INIT") = kFlagPsInit;
   m.attr("FLAG_PS_APPLY") = kFlagPsApply;
