@@ -7,6 +7,8 @@
 #include <chrono>
 #include <cstdint>
 
+#include "ps_server/thread_shard.h"
+#include "tf_ps_ops/cc/cluster/rendezvous.h"
 #include "tf_ps_ops/cc/common/logging.h"
 #include "tf_ps_ops/cc/transport/zmq_util.h"
 #include "tf_ps_ops/cc/wire/message.h"
@@ -55,11 +57,13 @@ Status ShardServer::Start(const std::string& scheduler_host, int scheduler_port,
   }
   const std::string scheduler = TcpAddress(scheduler_host, scheduler_port);
   scheduler_.connect(scheduler);
-  std::map<std::string, std::string> info = {{"role", "server"}, {"port", std::to_string(bound)}};
-  if (!host.empty()) info["host"] = host;
+  RegisterRequest request;
+  request.role = Role::kServer;
+  request.port = bound;
+  request.host = host;
   ClusterView view;
   TFPS_RETURN_IF_ERROR(
-      RegisterWithScheduler(scheduler_, scheduler, info, config_.timeout_s, &view));
+      RegisterWithScheduler(scheduler_, scheduler, request, config_.timeout_s, &view));
   server_id_ = view.server_id;
   SetLogRole("server " + std::to_string(server_id_));
   TFPS_RETURN_IF_ERROR(RestoreCheckpoint(existing));
@@ -282,7 +286,8 @@ void ShardServer::AcceptPushesOnIoThread(const std::string& identity, std::vecto
     if ((h.flags & kFlagAck) != 0) {
       acks.Add(Encoded{EncodeHead(HeadAbout(h, MsgType::kAck, server_id_)), zmq::message_t()});
     }
-    Inbox& inbox = *inboxes_[(h.key + h.partition) % inboxes_.size()];
+    Inbox& inbox = *inboxes_[ThreadOfPartition(h.key, h.partition,
+                                                static_cast<int>(inboxes_.size()))];
     {
       std::lock_guard<std::mutex> lock(inbox.mu);
       inbox.queue.push_back(std::move(w));

@@ -28,7 +28,6 @@
 #include "ps_server/key_store.h"
 #include "tf_ps_ops/cc/common/config.h"
 #include "tf_ps_ops/cc/common/status.h"
-#include "tf_ps_ops/cc/engine/rendezvous.h"
 #include "tf_ps_ops/cc/transport/zmq_util.h"
 
 namespace tfps {

@@ -15,9 +15,9 @@
 
 #include <zmq.hpp>
 
+#include "tf_ps_ops/cc/cluster/rendezvous.h"
 #include "tf_ps_ops/cc/common/logging.h"
 #include "tf_ps_ops/cc/engine/partition.h"
-#include "tf_ps_ops/cc/engine/rendezvous.h"
 #include "tf_ps_ops/cc/engine/timeline.h"
 #include "tf_ps_ops/cc/transport/zmq_util.h"
 
@@ -138,11 +138,13 @@ Status Engine::Loop::Connect(const EngineOptions& options, ClusterView* view) {
   scheduler_->connect(scheduler);
   int peer_port = 0;
   TFPS_RETURN_IF_ERROR(mesh_.Bind(&peer_port));
-  TFPS_RETURN_IF_ERROR(RegisterWithScheduler(
-      *scheduler_, scheduler,
-      {{"role", "worker"}, {"rank", std::to_string(rank_)}, {"size", std::to_string(options.size)},
-       {"peer_port", std::to_string(peer_port)}},
-      config_.timeout_s, view));
+  RegisterRequest request;
+  request.role = Role::kWorker;
+  request.rank = rank_;
+  request.size = options.size;
+  request.port = peer_port;
+  TFPS_RETURN_IF_ERROR(
+      RegisterWithScheduler(*scheduler_, scheduler, request, config_.timeout_s, view));
   TFPS_RETURN_IF_ERROR(mesh_.Connect(view->worker_peers));
   timeline_.Open(config_.timeline, rank_);
   if (options.num_servers > 0 && static_cast<int>(view->servers.size()) != options.num_servers) {

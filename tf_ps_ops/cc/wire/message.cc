@@ -22,6 +22,17 @@ size_t DTypeSize(DType dtype) {
   }
 }
 
+DType DTypeOfElement(char kind, size_t size) {
+  if (kind == 'f' && size == 2) return DType::kFloat16;
+  if (kind == 'f' && size == 4) return DType::kFloat32;
+  if (kind == 'f' && size == 8) return DType::kFloat64;
+  if (kind == 'i' && size == 1) return DType::kInt8;
+  if (kind == 'u' && size == 1) return DType::kUInt8;
+  if (kind == 'i' && size == 4) return DType::kInt32;
+  if (kind == 'i' && size == 8) return DType::kInt64;
+  return DType::kInvalid;
+}
+
 const char* DTypeName(DType dtype) {
   switch (dtype) {
     case DType::kFloat16: return "float16";

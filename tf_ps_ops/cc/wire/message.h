@@ -46,6 +46,9 @@ enum class DType : uint8_t {
 
 size_t DTypeSize(DType dtype);  // 0 for kInvalid and unknown values
 const char* DTypeName(DType dtype);
+// The DType of a buffer element of `kind` ('f' float, 'i' signed, 'u' unsigned integer, as
+// NumPy's dtype.kind) and `size` bytes; kInvalid when the wire has none (the bindings).
+DType DTypeOfElement(char kind, size_t size);
 
 // The message types, listed once: the enum, kMaxMsgType, MsgTypeTable() and through it the
 // Python binding's MSG_TYPES all come from this list. Values run 1..kMaxMsgType in order.
