@@ -7,9 +7,11 @@
 
 #include <cstring>
 #include <future>
+#include <thread>
 
 #include "tf_ps_ops/cc/cluster/messages.h"
 #include "tf_ps_ops/cc/common/config.h"
+#include "tf_ps_ops/cc/common/loop_thread.h"
 #include "tf_ps_ops/cc/engine/engine.h"
 #include "tf_ps_ops/cc/engine/partition.h"
 #include "tf_ps_ops/cc/wire/message.h"
@@ -269,6 +271,20 @@ PYBIND11_MODULE(_core, m) {
     return FormatClusterView(view);
   }, py::arg("servers"), py::arg("workers"), py::arg("peers"), py::arg("server_id") = -1);
   m.def("format_waiting", &FormatWaiting);
+
+  m.def("check_on_loop", [](bool from_another_thread) {
+    LoopThread owner;  // owned by this (the calling) thread
+    auto check = [&owner] { TFPS_CHECK_ON_LOOP(owner); };
+    py::gil_scoped_release release;
+    if (!from_another_thread) {
+      check();
+      return;
+    }
+    std::thread other(check);
+    other.join();
+  }, py::arg("from_another_thread"),
+     "Exercises the ...OnLoop thread check (common/loop_thread.h); from another thread it "
+     "aborts the process, as a misplaced engine call would.");
 
   m.def("config_table", [] {
     std::vector<py::tuple> out;
