@@ -16,7 +16,20 @@
 namespace tfps {
 
 namespace {
+
 enum WorkerState { kUnseen = 0, kConnected = 1, kDone = 2, kGone = 3 };
+
+// A push's payload kept as ZeroMQ received it: no copy, freed with its last reference.
+Buffer BufferOf(zmq::message_t message) {
+  auto held = std::make_shared<zmq::message_t>(std::move(message));
+  return Buffer::Adopt(held->data(), held->size(), held);
+}
+
+// A reply sent from its buffer in place; ZeroMQ holds a reference until the bytes are out.
+zmq::message_t MessageOf(const Buffer& buffer) {
+  return ZeroCopyMessage(buffer.data(), buffer.size(), buffer.owner());
+}
+
 }  // namespace
 
 ShardServer::ShardServer(int num_workers, int num_servers, const Config& config)
@@ -137,7 +150,7 @@ void ShardServer::SummationLoop(int index) {
     }
     for (Work& w : batch) {
       if (w.kind == Work::kPush) {
-        store.OnPush(w.head, std::move(w.payload), &replies, w.received_us);
+        store.OnPush(w.head, BufferOf(std::move(w.payload)), &replies, w.received_us);
       } else {
         store.OnWorkerLost(w.rank, w.why, &replies);
       }
@@ -359,7 +372,7 @@ void ShardServer::SendOutboxOnIoThread() {
     Batch& b = pending[o.identity];
     const bool alone = bytes >= fusion;
     if (alone || !b.Fits(bytes, fusion)) flush(o.identity, &b);
-    b.Add(Encoded{std::move(o.head), std::move(o.payload)});
+    b.Add(Encoded{std::move(o.head), MessageOf(o.payload)});
     if (alone) flush(o.identity, &b);
   }
   for (auto& entry : pending) flush(entry.first, &entry.second);

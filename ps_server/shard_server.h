@@ -7,7 +7,8 @@
 // Small replies for the same worker that are in the outbox together leave as one batch
 // (TFPS_FUSION_BYTES); workers may batch their pushes the same way (wire/message.h).
 //
-// Payloads move between threads as zmq::message_t: never copied.
+// Payloads move between threads as reference-counted buffers (buffer.h) over the bytes
+// ZeroMQ received: never copied.
 #ifndef TFPS_PS_SERVER_SHARD_SERVER_H_
 #define TFPS_PS_SERVER_SHARD_SERVER_H_
 

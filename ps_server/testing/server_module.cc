@@ -136,15 +136,15 @@ class KeyStoreDriver {
     head.dims = {static_cast<int64_t>(in.size())};
     head.params = params;
     std::vector<Outgoing> out;
-    store_.OnPush(head, zmq::message_t(in.data(), in.nbytes()), &out);
+    store_.OnPush(head, Buffer::CopyOf(in.data(), in.nbytes()), &out);
     if (out.size() != 1) throw std::runtime_error("expected one reply");
     Head reply;
     const std::string& frame = out[0].head;
     ThrowIfError(DecodeHead(frame.data(), frame.size(), out[0].payload.size(), &reply));
     if (reply.header.type == static_cast<uint16_t>(MsgType::kError)) {
-      throw std::runtime_error(out[0].payload.to_string());
+      throw std::runtime_error(out[0].payload.ToString());
     }
-    return py::bytes(static_cast<const char*>(out[0].payload.data()), out[0].payload.size());
+    return py::bytes(out[0].payload.data(), out[0].payload.size());
   }
 
   KeyStore store_;
