@@ -2,8 +2,9 @@
 
 Building takes minutes, so the Bazel tests run only when asked: `bazel` on PATH and
 TFPS_TEST_BAZEL=1, e.g. `TFPS_TEST_BAZEL=1 python3 -m pytest -q tests/unit/test_bazel_build.py`.
-One check runs always, since it only reads two files: BUILD names the source folders that
-tools/native_build.py compiles, so the two builds cannot drift apart.
+Two checks run always, since they only read two files: BUILD holds the layer table of
+tools/native_build.py (each unit's folders and the units it may depend on), so the two
+builds cannot drift apart.
 """
 
 import ast
