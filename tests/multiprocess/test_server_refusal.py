@@ -1,8 +1,10 @@
-"""A server that refuses a worker's hello with a bare error head (no text frame).
+"""Refusals at connect time.
 
-The worker must fail init() with the server's status and a clear message; the text frame of
-an error reply is optional on the wire (wire/message.h), so its absence is no reason to read
-past the frames received.
+A server that refuses a worker's hello with a bare error head (no text frame): the worker
+must fail init() with the server's status and a clear message; the text frame of an error
+reply is optional on the wire (wire/message.h), so its absence is no reason to read past
+the frames received. A registration the scheduler cannot parse strictly is refused with a
+message naming the field (cluster/messages.h), never read as rank 0.
 """
 
 import os
@@ -79,3 +81,23 @@ def test_error_reply_without_text_frame_fails_init_cleanly(tmp_path):
         context.destroy(linger=0)
     assert worker.returncode == 3, (worker.returncode, out, errors)
     assert "refused us" in out and "Unavailable" in out, out
+
+
+def test_scheduler_refuses_a_registration_naming_the_bad_field(tmp_path):
+    scheduler, scheduler_port = start_scheduler(tmp_path)
+    context = zmq.Context()
+    try:
+        registrant = context.socket(zmq.DEALER)
+        registrant.setsockopt(zmq.LINGER, 0)
+        registrant.setsockopt(zmq.RCVTIMEO, 10000)
+        registrant.connect(f"tcp://127.0.0.1:{scheduler_port}")
+        registrant.send_multipart([core.encode_head(dict(type=T["REGISTER"])),
+                                   b"role=worker\nrank=0x1\nsize=1\npeer_port=0\n"])
+        head, text = registrant.recv_multipart()
+    finally:
+        scheduler.kill()
+        scheduler.wait()
+        context.destroy(linger=0)
+    err, fields = core.decode_head(head, len(text))
+    assert err is None and fields["type"] == T["ERROR"], (err, fields)
+    assert "field 'rank' is '0x1', not a whole number from 0 to" in text.decode(), text
