@@ -78,5 +78,6 @@ demo: build
 
 clean:
 	rm -rf build/ dist/ *.egg-info .pytest_cache
-	rm -f tf_ps_ops/_tf_ps_ops.so tf_ps_ops/_core.*.so tf_ps_ops/bin/ps_server tf_ps_ops/_build_info.json
+	rm -f tf_ps_ops/_tf_ps_ops.so tf_ps_ops/_core.*.so tf_ps_ops/bin/ps_server tf_ps_ops/_build_info.json \
+	      ps_server/testing/_ps_server_testing.*.so
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <set>
 
+#include "ps_server/thread_shard.h"
+
 namespace tfps {
 
 namespace {
@@ -156,10 +158,8 @@ Status ReadRecords(Reader& reader, const FileHeader& h, ShardParams* params) {
     if (!params->empty() && !(params->rbegin()->first < id)) {
       return reader.Corrupt("record " + std::to_string(i) + " is out of order or repeated");
     }
-    // The summation thread a key belongs to (shard_server.cc): a file read by the wrong
-    // thread would answer for keys no worker sends it.
-    if ((r.key + r.partition) % static_cast<uint64_t>(h.num_threads) !=
-        static_cast<uint64_t>(h.thread)) {
+    // A file read by the wrong thread would answer for keys no worker sends it.
+    if (ThreadOfPartition(r.key, r.partition, h.num_threads) != h.thread) {
       return reader.Corrupt("record " + std::to_string(i) + " does not belong to thread " +
                             std::to_string(h.thread));
     }

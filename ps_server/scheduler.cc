@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "tf_ps_ops/cc/cluster/messages.h"
 #include "tf_ps_ops/cc/common/logging.h"
 #include "tf_ps_ops/cc/transport/zmq_util.h"
 #include "tf_ps_ops/cc/wire/message.h"
@@ -87,64 +88,67 @@ void Scheduler::OnMessage(std::vector<zmq::message_t>& frames) {
 }
 
 void Scheduler::OnRegister(const std::string& identity, zmq::message_t& payload, int fd) {
-  auto kv = ParseKeyValues(payload.to_string());
   if (ready_) {
     Refuse(identity, Code::kFailedPrecondition,
            "the cluster is already complete; a late or restarted process cannot join");
     return;
   }
+  RegisterRequest request;
+  Status s = ParseRegister(payload.to_string(), &request);
+  if (!s.ok()) {
+    Refuse(identity, s.code(), s.message());
+    return;
+  }
   Member m;
   m.identity = identity;
   m.fd = fd;
-  m.host = kv["host"].empty() ? PeerAddress(payload) : kv["host"];
-  if (kv["role"] == "server") {
+  m.host = request.host.empty() ? PeerAddress(payload) : request.host;
+  m.port = request.port;  // servers: their port; workers: their peer port, 0 for none
+  if (request.role == Role::kServer) {
     if (static_cast<int>(servers_.size()) >= num_servers_) {
       Refuse(identity, Code::kInvalidArgument,
              "already have all " + std::to_string(num_servers_) + " servers (--num-servers)");
       return;
     }
-    m.port = std::atoi(kv["port"].c_str());
     servers_.push_back(m);
     TFPS_LOG(Info) << "server " << servers_.size() - 1 << " registered from " << m.host << ":"
                    << m.port;
-  } else if (kv["role"] == "worker") {
-    const int rank = std::atoi(kv["rank"].c_str());
-    const int size = std::atoi(kv["size"].c_str());
-    if (size != num_workers_ || rank < 0 || rank >= num_workers_ || workers_.count(rank)) {
+  } else {
+    const int rank = request.rank;
+    if (request.size != num_workers_ || rank >= num_workers_ || workers_.count(rank)) {
       Refuse(identity, Code::kInvalidArgument,
-             "worker rank " + kv["rank"] + " of size " + kv["size"] +
+             "worker rank " + std::to_string(rank) + " of size " + std::to_string(request.size) +
                  " does not fit a job of " + std::to_string(num_workers_) +
                  " workers, or that rank registered twice");
       return;
     }
-    m.port = std::atoi(kv["peer_port"].c_str());  // 0: the worker takes no peer traffic
     workers_[rank] = m;
     TFPS_LOG(Info) << "worker " << rank << " registered from " << m.host;
-  } else {
-    Refuse(identity, Code::kInvalidArgument, "unknown role '" + kv["role"] + "'");
-    return;
   }
   if (!complete()) {
-    Reply(identity, {{"status", "waiting"}, {"waiting", Waiting()}});
+    Reply(identity, FormatWaiting(Waiting()));
     return;
   }
   ready_ = true;
-  std::string servers, workers, peers;
-  for (const Member& s : servers_) {
-    servers += (servers.empty() ? "" : ",") + s.host + ":" + std::to_string(s.port);
-  }
+  AnnounceCluster();
+}
+
+void Scheduler::AnnounceCluster() {
+  ClusterView view;
+  for (const Member& s : servers_) view.servers.push_back(s.host + ":" + std::to_string(s.port));
   for (const auto& w : workers_) {
-    workers += (workers.empty() ? "" : ",") + w.second.host;
-    peers += (peers.empty() ? "" : ",") + w.second.host + ":" + std::to_string(w.second.port);
+    view.worker_hosts.push_back(w.second.host);
+    view.worker_peers.push_back(w.second.host + ":" + std::to_string(w.second.port));
   }
   for (size_t i = 0; i < servers_.size(); ++i) {
-    Reply(servers_[i].identity, {{"status", "ready"}, {"servers", servers}, {"workers", workers},
-                                 {"server_id", std::to_string(i)}});
+    ClusterView mine = view;
+    mine.worker_peers.clear();  // servers take no peer traffic
+    mine.server_id = static_cast<int>(i);
+    Reply(servers_[i].identity, FormatClusterView(mine));
   }
-  for (const auto& w : workers_) {
-    Reply(w.second.identity, {{"status", "ready"}, {"servers", servers}, {"workers", workers},
-                              {"peers", peers}});
-  }
+  for (const auto& w : workers_) Reply(w.second.identity, FormatClusterView(view));
+  std::string servers;
+  for (const std::string& s : view.servers) servers += (servers.empty() ? "" : ",") + s;
   TFPS_LOG(Info) << "cluster complete: " << num_servers_ << " server(s) [" << servers << "], "
                  << num_workers_ << " worker(s)";
 }
@@ -160,10 +164,10 @@ void Scheduler::OnDisconnect(int fd) {
   }
 }
 
-void Scheduler::Reply(const std::string& identity, const std::map<std::string, std::string>& kv) {
+void Scheduler::Reply(const std::string& identity, const std::string& text) {
   Header h;
   h.type = static_cast<uint16_t>(MsgType::kRegisterReply);
-  Status s = SendText(router_, identity, h, FormatKeyValues(kv));
+  Status s = SendText(router_, identity, h, text);
   if (!s.ok()) TFPS_LOG(Warning) << "could not answer a registrant: " << s.message();
 }
 

@@ -38,7 +38,9 @@ class Scheduler {
   void OnMessage(std::vector<zmq::message_t>& frames);
   void OnRegister(const std::string& identity, zmq::message_t& payload, int fd);
   void OnDisconnect(int fd);
-  void Reply(const std::string& identity, const std::map<std::string, std::string>& kv);
+  // Tells every registrant the cluster, once it is complete.
+  void AnnounceCluster();
+  void Reply(const std::string& identity, const std::string& text);  // a kRegisterReply
   void Refuse(const std::string& identity, Code code, const std::string& why);
   std::string Waiting() const;
   bool complete() const;

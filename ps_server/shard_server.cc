@@ -7,6 +7,8 @@
 #include <chrono>
 #include <cstdint>
 
+#include "ps_server/thread_shard.h"
+#include "tf_ps_ops/cc/cluster/rendezvous.h"
 #include "tf_ps_ops/cc/common/logging.h"
 #include "tf_ps_ops/cc/transport/zmq_util.h"
 #include "tf_ps_ops/cc/wire/message.h"
@@ -14,7 +16,20 @@
 namespace tfps {
 
 namespace {
+
 enum WorkerState { kUnseen = 0, kConnected = 1, kDone = 2, kGone = 3 };
+
+// A push's payload kept as ZeroMQ received it: no copy, freed with its last reference.
+Buffer BufferOf(zmq::message_t message) {
+  auto held = std::make_shared<zmq::message_t>(std::move(message));
+  return Buffer::Adopt(held->data(), held->size(), held);
+}
+
+// A reply sent from its buffer in place; ZeroMQ holds a reference until the bytes are out.
+zmq::message_t MessageOf(const Buffer& buffer) {
+  return ZeroCopyMessage(buffer.data(), buffer.size(), buffer.owner());
+}
+
 }  // namespace
 
 ShardServer::ShardServer(int num_workers, int num_servers, const Config& config)
@@ -55,11 +70,13 @@ Status ShardServer::Start(const std::string& scheduler_host, int scheduler_port,
   }
   const std::string scheduler = TcpAddress(scheduler_host, scheduler_port);
   scheduler_.connect(scheduler);
-  std::map<std::string, std::string> info = {{"role", "server"}, {"port", std::to_string(bound)}};
-  if (!host.empty()) info["host"] = host;
+  RegisterRequest request;
+  request.role = Role::kServer;
+  request.port = bound;
+  request.host = host;
   ClusterView view;
   TFPS_RETURN_IF_ERROR(
-      RegisterWithScheduler(scheduler_, scheduler, info, config_.timeout_s, &view));
+      RegisterWithScheduler(scheduler_, scheduler, request, config_.timeout_s, &view));
   server_id_ = view.server_id;
   SetLogRole("server " + std::to_string(server_id_));
   TFPS_RETURN_IF_ERROR(RestoreCheckpoint(existing));
@@ -133,7 +150,7 @@ void ShardServer::SummationLoop(int index) {
     }
     for (Work& w : batch) {
       if (w.kind == Work::kPush) {
-        store.OnPush(w.head, std::move(w.payload), &replies, w.received_us);
+        store.OnPush(w.head, BufferOf(std::move(w.payload)), &replies, w.received_us);
       } else {
         store.OnWorkerLost(w.rank, w.why, &replies);
       }
@@ -282,7 +299,8 @@ void ShardServer::AcceptPushesOnIoThread(const std::string& identity, std::vecto
     if ((h.flags & kFlagAck) != 0) {
       acks.Add(Encoded{EncodeHead(HeadAbout(h, MsgType::kAck, server_id_)), zmq::message_t()});
     }
-    Inbox& inbox = *inboxes_[(h.key + h.partition) % inboxes_.size()];
+    Inbox& inbox = *inboxes_[ThreadOfPartition(h.key, h.partition,
+                                                static_cast<int>(inboxes_.size()))];
     {
       std::lock_guard<std::mutex> lock(inbox.mu);
       inbox.queue.push_back(std::move(w));
@@ -354,7 +372,7 @@ void ShardServer::SendOutboxOnIoThread() {
     Batch& b = pending[o.identity];
     const bool alone = bytes >= fusion;
     if (alone || !b.Fits(bytes, fusion)) flush(o.identity, &b);
-    b.Add(Encoded{std::move(o.head), std::move(o.payload)});
+    b.Add(Encoded{std::move(o.head), MessageOf(o.payload)});
     if (alone) flush(o.identity, &b);
   }
   for (auto& entry : pending) flush(entry.first, &entry.second);

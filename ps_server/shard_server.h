@@ -7,7 +7,8 @@
 // Small replies for the same worker that are in the outbox together leave as one batch
 // (TFPS_FUSION_BYTES); workers may batch their pushes the same way (wire/message.h).
 //
-// Payloads move between threads as zmq::message_t: never copied.
+// Payloads move between threads as reference-counted buffers (buffer.h) over the bytes
+// ZeroMQ received: never copied.
 #ifndef TFPS_PS_SERVER_SHARD_SERVER_H_
 #define TFPS_PS_SERVER_SHARD_SERVER_H_
 
@@ -28,7 +29,6 @@
 #include "ps_server/key_store.h"
 #include "tf_ps_ops/cc/common/config.h"
 #include "tf_ps_ops/cc/common/status.h"
-#include "tf_ps_ops/cc/engine/rendezvous.h"
 #include "tf_ps_ops/cc/transport/zmq_util.h"
 
 namespace tfps {

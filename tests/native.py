@@ -1,7 +1,8 @@
 """Access to the built native artifacts from tests, without importing TensorFlow.
 
 `tf_ps_ops/__init__.py` imports TensorFlow (seconds per process); tests of the core and
-the server load the pybind11 module straight from its file instead.
+the server load the pybind11 modules straight from their files instead: the core's
+(_core) and the server's test binding (ps_server/testing, never packaged).
 """
 
 import glob
@@ -12,14 +13,25 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PS_SERVER = os.path.join(ROOT, "tf_ps_ops", "bin", "ps_server")
 
 
-def load_core():
-    paths = glob.glob(os.path.join(ROOT, "tf_ps_ops", "_core*.so"))
+def _load(name, pattern):
+    paths = glob.glob(os.path.join(ROOT, pattern))
     if not paths:
-        raise RuntimeError("tf_ps_ops/_core*.so is not built: run `make build`")
-    spec = importlib.util.spec_from_file_location("_core", paths[0])
+        raise RuntimeError(f"{pattern} is not built: run `make build`")
+    spec = importlib.util.spec_from_file_location(name, paths[0])
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def load_core():
+    """The core's binding (wire, cluster messages, partitioning, config, the engine)."""
+    return _load("_core", os.path.join("tf_ps_ops", "_core*.so"))
+
+
+def load_server_testing():
+    """The server's test binding (summation, checkpoints, the shard rule, a KeyStore)."""
+    return _load("_ps_server_testing",
+                 os.path.join("ps_server", "testing", "_ps_server_testing*.so"))
 
 
 def init_from_env(core):

@@ -1,8 +1,11 @@
 """Builds the native parts of tf_ps_ops in place, in parallel, skipping what is current.
 
-Artifacts (docs/internals.md): tf_ps_ops/_tf_ps_ops.so (TF op library), tf_ps_ops/bin/ps_server
-(no TensorFlow), tf_ps_ops/_core<ext> (pybind11, for tests) and tf_ps_ops/_build_info.json
-(the TensorFlow version the op library was compiled against). Objects live in
+Artifacts (ARTIFACTS, docs/bazel.md): tf_ps_ops/_tf_ps_ops.so (TF op library),
+tf_ps_ops/bin/ps_server (no TensorFlow), tf_ps_ops/_core<ext> (pybind11: the worker core, for
+tests and tools), ps_server/testing/_ps_server_testing<ext> (pybind11: server internals, for
+tests only) and tf_ps_ops/_build_info.json (the TensorFlow version the op library was
+compiled against). The UNITS table says which folder may include and link which; the
+build refuses a wrong-way include before compiling anything. Objects live in
 build/native/; each is rebuilt only when its source or a header it includes (from g++'s
 -MMD dependency file) is newer. Compile flags for TF come from tf.sysconfig.
 """
@@ -11,6 +14,7 @@ import concurrent.futures
 import glob
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -19,14 +23,38 @@ import sysconfig
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OBJ_DIR = os.path.join(ROOT, "build", "native")
 
-# The source lists; Bazel's BUILD names the same folders.
-CORE = ["tf_ps_ops/cc/common", "tf_ps_ops/cc/wire", "tf_ps_ops/cc/transport",
-        "tf_ps_ops/cc/engine"]
-SERVER_LIB = ["ps_server"]          # minus main.cc, which only the binary links
-KERNELS = ["tf_ps_ops/kernels", "sfb/kernels"]
-PYBIND = ["tf_ps_ops/cc/pybind"]
+# The units of the native build, lowest layer first: the folders whose .cc/.h files each one
+# holds, and the units it may depend on, that is include headers from and link with (the
+# whole list, not only direct layers). Before compiling, check_layers() holds every
+# `#include "..."` of our own headers to it; each artifact links the objects of its unit and
+# of that unit's deps, nothing else. Bazel's BUILD has one cc_library per unit with the same
+# deps (tests/unit/test_bazel_build.py compares the two).
+BASE = ["common", "wire", "transport", "cluster"]  # what both the worker and the server use
+UNITS = {  # name -> (folders, deps)
+    "common": (["tf_ps_ops/cc/common"], []),
+    "wire": (["tf_ps_ops/cc/wire"], ["common"]),
+    "transport": (["tf_ps_ops/cc/transport"], ["common", "wire"]),
+    "cluster": (["tf_ps_ops/cc/cluster"], ["common", "wire", "transport"]),
+    "engine": (["tf_ps_ops/cc/engine"], BASE),                # the worker side
+    "server": (["ps_server"], BASE),                          # never the engine
+    "kernels": (["tf_ps_ops/kernels", "sfb/kernels"], BASE + ["engine"]),
+    "pybind": (["tf_ps_ops/cc/pybind"], BASE + ["engine"]),   # _core: the core only
+    "server_testing": (["ps_server/testing"], BASE + ["server"]),
+}
+# Compiled into the ps_server binary only, under the server unit's rules.
+SERVER_MAIN = "ps_server/main.cc"
 
 BUILD_INFO = os.path.join(ROOT, "tf_ps_ops", "_build_info.json")
+EXT_SUFFIX = sysconfig.get_config_var("EXT_SUFFIX")
+# What is linked (path, unit, shared): the objects of the unit and of every unit it may
+# depend on. The server's test binding sits next to its sources, outside the package, so
+# no wheel carries it.
+ARTIFACTS = [
+    ("tf_ps_ops/bin/ps_server", "server", False),  # with SERVER_MAIN
+    ("tf_ps_ops/_core" + EXT_SUFFIX, "pybind", True),
+    ("ps_server/testing/_ps_server_testing" + EXT_SUFFIX, "server_testing", True),
+    ("tf_ps_ops/_tf_ps_ops.so", "kernels", True),  # needs TensorFlow
+]
 # What a wheel carries besides the Python files (setup.py's package_data).
 PACKAGE_DATA = ["_tf_ps_ops.so", "_core*.so", "bin/ps_server", "_build_info.json",
                 # the C functions' declarations, which _library.py reads at run time
@@ -36,13 +64,73 @@ BASE_FLAGS = ["-std=c++17", "-O2", "-fPIC", "-Wall", "-Wextra", "-Wno-unused-par
               "-D_GLIBCXX_USE_CXX11_ABI=1", "-I" + ROOT]
 
 
-def sources(folders, exclude=()):
+def unit_files(unit, pattern="*.cc"):
+    """The unit's files matching `pattern`, absolute; SERVER_MAIN belongs to no unit's list."""
     out = []
-    for folder in folders:
-        for path in sorted(glob.glob(os.path.join(ROOT, folder, "*.cc"))):
-            if os.path.basename(path) not in exclude:
+    for folder in UNITS[unit][0]:
+        for path in sorted(glob.glob(os.path.join(ROOT, folder, pattern))):
+            if os.path.relpath(path, ROOT) != SERVER_MAIN:
                 out.append(path)
     return out
+
+
+def unit_of_folder(folder):
+    for name, (folders, _) in UNITS.items():
+        if folder in folders:
+            return name
+    return None
+
+
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
+
+
+def resolve_include(path, include, root):
+    """The header's path relative to `root` if it is one of ours (-I root, or next to the
+    file including it), else None."""
+    for base in (root, os.path.dirname(path)):
+        candidate = os.path.normpath(os.path.join(base, include))
+        if os.path.isfile(candidate) and not os.path.relpath(candidate, root).startswith(".."):
+            return os.path.relpath(candidate, root)
+    return None
+
+
+def layer_violations(files_by_unit, root=ROOT):
+    """Every `#include "..."` of one of our headers (a file under `root`) that the UNITS table
+    does not allow: [(file, include, message)]. `files_by_unit`: {unit: [paths]}."""
+    problems = []
+    for unit, files in files_by_unit.items():
+        allowed = [unit] + UNITS[unit][1]
+        for path in files:
+            with open(path, encoding="utf-8") as f:
+                includes = INCLUDE.findall(f.read())
+            rel = os.path.relpath(path, root)
+            for include in includes:
+                header = resolve_include(path, include, root)
+                if header is None:
+                    continue  # a system or TensorFlow header (those come in as -isystem)
+                owner = unit_of_folder(os.path.dirname(header))
+                if owner in allowed:
+                    continue
+                where = ("a folder of no unit" if owner is None else "unit " + owner)
+                problems.append((rel, include, "%s includes %s (%s), but %s may depend only on %s"
+                                 % (rel, include, where, unit,
+                                    ", ".join(UNITS[unit][1]) or "nothing")))
+    return problems
+
+
+def check_layers():
+    """Fails the build when a file includes a header its unit may not depend on."""
+    files = {unit: unit_files(unit) + unit_files(unit, "*.h") for unit in UNITS}
+    files["server"].append(os.path.join(ROOT, SERVER_MAIN))
+    problems = layer_violations(files)
+    if problems:
+        raise RuntimeError("layering (the UNITS table in tools/native_build.py, docs/bazel.md):\n"
+                           + "\n".join("  " + p[2] for p in problems))
+
+
+def closure(unit):
+    """The unit and every unit it may depend on, lowest layer first (link order aside)."""
+    return [u for u in UNITS if u == unit or u in UNITS[unit][1]]
 
 
 def tf_flags():
@@ -143,19 +231,25 @@ def import_pybind11():
     return pybind11
 
 
+def unit_flags(unit, tf_compile, py_include):
+    if unit == "kernels":
+        return BASE_FLAGS + tf_compile
+    if unit in ("pybind", "server_testing"):
+        return BASE_FLAGS + py_include + ["-fvisibility=hidden"]
+    return BASE_FLAGS
+
+
 def build(jobs=None, with_tf=True, verbose=True):
     check_zmq()
+    check_layers()
     pybind11 = import_pybind11()
     py_include = ["-isystem" + pybind11.get_include(), "-isystem" + sysconfig.get_paths()["include"]]
     tf_compile, tf_link, tf_version = tf_flags() if with_tf else ([], [], None)
-    units = {  # tag -> (sources, flags)
-        "core": (sources(CORE), BASE_FLAGS),
-        "server": (sources(SERVER_LIB), BASE_FLAGS),
-        "kernels": (sources(KERNELS) if with_tf else [], BASE_FLAGS + tf_compile),
-        "pybind": (sources(PYBIND), BASE_FLAGS + py_include + ["-fvisibility=hidden"]),
-    }
-    tasks = [(src, object_path(src, tag), flags)
-             for tag, (srcs, flags) in units.items() for src in srcs]
+    units = [u for u in UNITS if with_tf or u != "kernels"]
+    tasks = [(src, object_path(src, unit), unit_flags(unit, tf_compile, py_include))
+             for unit in units for src in unit_files(unit)]
+    main = os.path.join(ROOT, SERVER_MAIN)
+    tasks.append((main, object_path(main, "server"), BASE_FLAGS))
     jobs = jobs or os.cpu_count() or 2
     objects = {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
@@ -166,26 +260,21 @@ def build(jobs=None, with_tf=True, verbose=True):
             if rebuilt and verbose:
                 print("compiled", os.path.relpath(futures[fut], ROOT), flush=True)
 
-    def objs(tag, exclude=()):
-        return [objects[s] for s in units[tag][0] if os.path.basename(s) not in exclude]
-
-    zmq = ["-lzmq", "-pthread"]
-    server_objs = objs("server", exclude=("main.cc",))
-    outputs = [
-        (os.path.join(ROOT, "tf_ps_ops", "bin", "ps_server"),
-         objs("core") + objs("server"), zmq, False),
-        (os.path.join(ROOT, "tf_ps_ops", "_core" + sysconfig.get_config_var("EXT_SUFFIX")),
-         objs("core") + server_objs + objs("pybind"), zmq, True),
-    ]
-    if with_tf:
-        outputs.append((os.path.join(ROOT, "tf_ps_ops", "_tf_ps_ops.so"),
-                        objs("core") + objs("kernels"), tf_link + zmq, True))
-    for output, objects_, flags, shared in outputs:
-        if link(output, objects_, flags, shared) and verbose:
-            print("linked", os.path.relpath(output, ROOT), flush=True)
+    outputs = []
+    for path, unit, shared in ARTIFACTS:
+        if unit not in units:
+            continue
+        linked = [objects[src] for u in closure(unit) for src in unit_files(u)]
+        if not shared:  # the ps_server binary
+            linked.append(objects[main])
+        flags = (tf_link if unit == "kernels" else []) + ["-lzmq", "-pthread"]
+        output = os.path.join(ROOT, path)
+        if link(output, linked, flags, shared) and verbose:
+            print("linked", path, flush=True)
+        outputs.append(output)
     if with_tf:
         write_build_info(tf_version)
-    return [o[0] for o in outputs]
+    return outputs
 
 
 if __name__ == "__main__":

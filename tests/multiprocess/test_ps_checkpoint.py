@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from native import load_core
+from native import load_core, load_server_testing
 
 WORKER = Path(__file__).resolve().parent / "ps_workers" / "checkpoint_worker.py"
 LOOP_WORKER = Path(__file__).resolve().parent / "core_workers" / "loop_worker.py"
@@ -19,6 +19,7 @@ SHAPES = {"sequential/dense/kernel": (6, 5), "sequential/dense/bias": (5,),
           "sequential/dense_1/kernel": (5, 3), "sequential/dense_1/bias": (3,)}
 pytestmark = pytest.mark.timeout(300)
 core = load_core()
+ps_testing = load_server_testing()
 
 
 def wait_for_output(cluster, role, index, text, timeout):
@@ -39,7 +40,7 @@ def load(out, what, rank):
 
 
 def read_files(directory):
-    return {path.name: core.read_checkpoint(str(path))
+    return {path.name: ps_testing.read_checkpoint(str(path))
             for path in sorted(directory.glob("shard-*-*.ckpt"))}
 
 
@@ -125,7 +126,7 @@ def test_restarting_with_other_threads_or_servers_fails_clearly(make_cluster, tm
     ckpt.mkdir()
     for server in range(2):
         for thread in range(2):
-            core.write_checkpoint(str(ckpt / core.checkpoint_file_name(server, thread)),
+            ps_testing.write_checkpoint(str(ckpt / ps_testing.checkpoint_file_name(server, thread)),
                                   dict(server_id=server, num_servers=2, thread=thread,
                                        num_threads=2, params=[]))
     cluster = make_cluster(1, 2, timeout=30, server_grace=15,

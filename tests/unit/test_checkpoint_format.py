@@ -9,9 +9,10 @@ import zlib
 import numpy as np
 import pytest
 
-from native import load_core
+from native import load_core, load_server_testing
 
 core = load_core()
+ps_testing = load_server_testing()
 F32 = core.wire_dtype(np.dtype(np.float32))
 F64 = core.wire_dtype(np.dtype(np.float64))
 GRADIENT_DESCENT, KERAS_MOMENTUM, ADAM = 1, 3, 4
@@ -32,7 +33,7 @@ def param(key, partition, dtype, count, optimizer, updates, seed):
 def key_for_thread(base, partition, thread, threads):
     """The first key >= base that the server's thread `thread` owns for this partition."""
     key = base
-    while (key + partition) % threads != thread:
+    while ps_testing.thread_of_partition(key, partition, threads) != thread:
         key += 1
     return key
 
@@ -49,7 +50,7 @@ def shard(thread=1, threads=2, server_id=1, num_servers=3):
 
 def write(tmp_path, data, name="shard-1-1.ckpt"):
     path = str(tmp_path / name)
-    core.write_checkpoint(path, data)
+    ps_testing.write_checkpoint(path, data)
     return path
 
 
@@ -79,7 +80,7 @@ def parse(blob):
 def test_round_trip_keeps_every_field(tmp_path):
     data = shard()
     path = write(tmp_path, data)
-    assert core.read_checkpoint(path) == data
+    assert ps_testing.read_checkpoint(path) == data
     assert parse(open(path, "rb").read()) == data
     assert not os.path.exists(path + ".tmp")
 
@@ -87,18 +88,18 @@ def test_round_trip_keeps_every_field(tmp_path):
 def test_writing_is_deterministic_and_replaces_the_file(tmp_path):
     path = write(tmp_path, shard())
     first = open(path, "rb").read()
-    core.write_checkpoint(path, core.read_checkpoint(path))
+    ps_testing.write_checkpoint(path, ps_testing.read_checkpoint(path))
     assert open(path, "rb").read() == first
     empty = dict(shard(), params=[])
-    core.write_checkpoint(path, empty)
-    assert core.read_checkpoint(path) == empty
+    ps_testing.write_checkpoint(path, empty)
+    assert ps_testing.read_checkpoint(path) == empty
     assert len(open(path, "rb").read()) == 40 + 16
 
 
 def test_crc_is_zlibs():
     for blob in (b"", b"a", b"123456789", bytes(range(256)) * 3):
-        assert core.crc32(blob) == zlib.crc32(blob)
-    assert core.crc32(b"6789", core.crc32(b"12345")) == zlib.crc32(b"123456789")
+        assert ps_testing.crc32(blob) == zlib.crc32(blob)
+    assert ps_testing.crc32(b"6789", ps_testing.crc32(b"12345")) == zlib.crc32(b"123456789")
 
 
 def test_every_truncation_is_a_clear_error(tmp_path):
@@ -107,7 +108,7 @@ def test_every_truncation_is_a_clear_error(tmp_path):
     for length in range(len(blob)):
         open(bad, "wb").write(blob[:length])
         with pytest.raises(RuntimeError, match=r"FailedPrecondition: .*bad\.ckpt"):
-            core.read_checkpoint(bad)
+            ps_testing.read_checkpoint(bad)
 
 
 def test_every_flipped_byte_is_a_clear_error(tmp_path):
@@ -118,7 +119,7 @@ def test_every_flipped_byte_is_a_clear_error(tmp_path):
         damaged[position] ^= 0x10
         open(bad, "wb").write(damaged)
         with pytest.raises(RuntimeError, match="FailedPrecondition: ") as error:
-            core.read_checkpoint(bad)
+            ps_testing.read_checkpoint(bad)
         assert any(word in str(error.value) for word in
                    ("corrupt", "not a tf_ps_ops checkpoint", "format version")), str(error.value)
 
@@ -140,7 +141,7 @@ def test_a_well_checksummed_but_invalid_record_is_refused(tmp_path, offset, valu
     bad = str(tmp_path / "bad.ckpt")
     open(bad, "wb").write(with_crc(blob))
     with pytest.raises(RuntimeError, match=message):
-        core.read_checkpoint(bad)
+        ps_testing.read_checkpoint(bad)
 
 
 def test_a_newer_version_and_a_foreign_file_are_named(tmp_path):
@@ -149,46 +150,46 @@ def test_a_newer_version_and_a_foreign_file_are_named(tmp_path):
     bad = str(tmp_path / "bad.ckpt")
     open(bad, "wb").write(with_crc(blob))
     with pytest.raises(RuntimeError, match="format version 2; this ps_server reads version 1"):
-        core.read_checkpoint(bad)
+        ps_testing.read_checkpoint(bad)
     open(bad, "wb").write(b"\x89PNG\r\n\x1a\n" + bytes(100))
     with pytest.raises(RuntimeError, match="not a tf_ps_ops checkpoint"):
-        core.read_checkpoint(bad)
+        ps_testing.read_checkpoint(bad)
     with pytest.raises(RuntimeError, match="cannot open"):
-        core.read_checkpoint(str(tmp_path / "missing.ckpt"))
+        ps_testing.read_checkpoint(str(tmp_path / "missing.ckpt"))
     with pytest.raises(RuntimeError, match="cannot create"):
-        core.write_checkpoint(str(tmp_path / "no" / "such" / "dir.ckpt"), shard())
+        ps_testing.write_checkpoint(str(tmp_path / "no" / "such" / "dir.ckpt"), shard())
 
 
 def write_server(directory, server_id, num_servers, threads):
     shards = []
     for thread in range(threads):
         data = shard(thread, threads, server_id, num_servers)
-        core.write_checkpoint(str(directory / core.checkpoint_file_name(server_id, thread)), data)
+        ps_testing.write_checkpoint(str(directory / ps_testing.checkpoint_file_name(server_id, thread)), data)
         shards.append(data["params"])
     return shards
 
 
 def test_load_shard_reads_every_thread_or_refuses(tmp_path):
-    assert core.checkpoint_file_name(3, 1) == "shard-3-1.ckpt"
-    assert core.load_shard(str(tmp_path / "absent"), 0, 2, 2) == []
-    assert core.load_shard(str(tmp_path), 0, 2, 2) == []
+    assert ps_testing.checkpoint_file_name(3, 1) == "shard-3-1.ckpt"
+    assert ps_testing.load_shard(str(tmp_path / "absent"), 0, 2, 2) == []
+    assert ps_testing.load_shard(str(tmp_path), 0, 2, 2) == []
     shards = write_server(tmp_path, 0, 2, 2)
     write_server(tmp_path, 1, 2, 2)
     (tmp_path / "shard-0-1.ckpt.tmp").write_bytes(b"left over by a crash")
-    assert core.load_shard(str(tmp_path), 0, 2, 2) == shards
+    assert ps_testing.load_shard(str(tmp_path), 0, 2, 2) == shards
     with pytest.raises(RuntimeError, match=r"written by server 0 of 2.*servers \(3 now\)"):
-        core.load_shard(str(tmp_path), 0, 3, 2)
+        ps_testing.load_shard(str(tmp_path), 0, 3, 2)
     with pytest.raises(RuntimeError, match=r"thread\(s\) 0, 1.*TFPS_SERVER_THREADS \(3 now\)"):
-        core.load_shard(str(tmp_path), 0, 2, 3)
+        ps_testing.load_shard(str(tmp_path), 0, 2, 3)
     with pytest.raises(RuntimeError, match=r"server\(s\) 0, 1 but none of server 2"):
-        core.load_shard(str(tmp_path), 2, 3, 2)
+        ps_testing.load_shard(str(tmp_path), 2, 3, 2)
     blob = (tmp_path / "shard-0-1.ckpt").read_bytes()
     (tmp_path / "shard-0-1.ckpt").write_bytes(blob[:-1])
     with pytest.raises(RuntimeError, match="shard-0-1.ckpt is corrupt"):
-        core.load_shard(str(tmp_path), 0, 2, 2)
+        ps_testing.load_shard(str(tmp_path), 0, 2, 2)
     (tmp_path / "shard-0-1.ckpt").unlink()
     with pytest.raises(RuntimeError, match=r"for thread\(s\) 0;"):
-        core.load_shard(str(tmp_path), 0, 2, 2)
+        ps_testing.load_shard(str(tmp_path), 0, 2, 2)
 
 
 # --- the KeyStore: what is checkpointed, when, and what a restore push does -------------
@@ -206,7 +207,7 @@ def sgd(store, key, grad, lr=0.5):
 
 
 def test_checkpoint_is_due_when_every_updated_parameter_reaches_a_multiple():
-    store = core.KeyStore()
+    store = ps_testing.KeyStore()
     store.init(1, 0, f32(1, 2))
     store.init(2, 0, f32(3))
     assert not store.checkpoint_due(1)
@@ -229,7 +230,7 @@ def test_checkpoint_is_due_when_every_updated_parameter_reaches_a_multiple():
 
 
 def test_overwrite_replaces_the_value_resets_the_slots_and_keeps_the_count():
-    store = core.KeyStore()
+    store = ps_testing.KeyStore()
     store.init(5, 0, f32(1, 1))
     for _ in range(3):  # KerasMomentum: lr, momentum, nesterov, then the slot's initial value
         store.apply(5, 0, f32(1, 1), KERAS_MOMENTUM, [0.1, 0.9, 0.0, 0.0])
@@ -248,13 +249,13 @@ def test_overwrite_replaces_the_value_resets_the_slots_and_keeps_the_count():
 
 
 def test_restore_installs_params_as_already_checkpointed():
-    source = core.KeyStore()
+    source = ps_testing.KeyStore()
     source.init(1, 0, f32(1, 2))
     source.init(2, 0, f32(3))
     for key in (1, 2, 1, 2):
         source.apply(key, 0, f32(*([1] * (3 - key))), ADAM,
                      [0.01, 0.9, 0.999, 1e-7, 0.9, 0.999, 0, 0, 0, 0, 0])
-    store = core.KeyStore()
+    store = ps_testing.KeyStore()
     store.restore(source.params())
     assert store.params() == source.params()
     assert not store.checkpoint_due(1)

@@ -62,6 +62,26 @@ def test_bad_headers_are_rejected(overrides, dims, payload, message):
     assert message in err
 
 
+def test_unknown_flags_are_named_in_hex():
+    # The flags are a bit set: the message shows them as hexadecimal, not decimal after "0x".
+    err, _ = core.decode_head(core.encode_head(push_fields(flags=1 << 20), [18]), 24)
+    assert "unknown flags 0x100000" in err, err
+    err, _ = core.decode_head(core.encode_head(push_fields(flags=0xABC00000), [18]), 24)
+    assert "unknown flags 0xabc00000" in err, err
+
+
+def test_message_types_come_from_one_list():
+    # MSG_TYPES is generated from wire/message.h's TFPS_MSG_TYPES, as is the bound that
+    # DecodeHead checks: every listed type decodes, the next number does not.
+    assert sorted(T.values()) == list(range(1, core.MAX_MSG_TYPE + 1))
+    assert T["PUSH_PULL"] == 5 and T["ACK"] == core.MAX_MSG_TYPE
+    for value in T.values():
+        err, _ = core.decode_head(core.encode_head(dict(type=value)), 0)
+        assert err is None or "unknown message type" not in err, (value, err)
+    err, _ = core.decode_head(core.encode_head(dict(type=core.MAX_MSG_TYPE + 1)), 0)
+    assert "unknown message type %d" % (core.MAX_MSG_TYPE + 1) in err
+
+
 def test_truncated_and_padded_frames_are_rejected():
     frame = core.encode_head(push_fields(), [18])
     assert "shorter" in core.decode_head(frame[:40], 24)[0]

@@ -15,9 +15,10 @@
 
 #include <zmq.hpp>
 
+#include "tf_ps_ops/cc/cluster/rendezvous.h"
 #include "tf_ps_ops/cc/common/logging.h"
+#include "tf_ps_ops/cc/common/loop_thread.h"
 #include "tf_ps_ops/cc/engine/partition.h"
-#include "tf_ps_ops/cc/engine/rendezvous.h"
 #include "tf_ps_ops/cc/engine/timeline.h"
 #include "tf_ps_ops/cc/transport/zmq_util.h"
 
@@ -28,7 +29,8 @@ using Clock = std::chrono::steady_clock;
 class Engine::Loop {
  public:
   Loop(const Config& config, int rank, int size)
-      : config_(config), rank_(rank), context_(1), mesh_(context_, config, rank, size) {
+      : config_(config), rank_(rank), context_(1),
+        mesh_(context_, config, rank, size, loop_thread_) {
     wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   }
   ~Loop() { close(wake_fd_); }
@@ -106,6 +108,9 @@ class Engine::Loop {
   zmq::context_t context_;
   std::unique_ptr<zmq::socket_t> scheduler_;
   std::vector<Server> servers_;
+  // The engine thread once RunOnLoop starts; until then the thread in Engine::Init, which
+  // connects. Declared before mesh_, which checks against it too.
+  LoopThread loop_thread_;
   PeerMesh mesh_;
 
   std::mutex queue_mu_;
@@ -138,11 +143,13 @@ Status Engine::Loop::Connect(const EngineOptions& options, ClusterView* view) {
   scheduler_->connect(scheduler);
   int peer_port = 0;
   TFPS_RETURN_IF_ERROR(mesh_.Bind(&peer_port));
-  TFPS_RETURN_IF_ERROR(RegisterWithScheduler(
-      *scheduler_, scheduler,
-      {{"role", "worker"}, {"rank", std::to_string(rank_)}, {"size", std::to_string(options.size)},
-       {"peer_port", std::to_string(peer_port)}},
-      config_.timeout_s, view));
+  RegisterRequest request;
+  request.role = Role::kWorker;
+  request.rank = rank_;
+  request.size = options.size;
+  request.port = peer_port;
+  TFPS_RETURN_IF_ERROR(
+      RegisterWithScheduler(*scheduler_, scheduler, request, config_.timeout_s, view));
   TFPS_RETURN_IF_ERROR(mesh_.Connect(view->worker_peers));
   timeline_.Open(config_.timeline, rank_);
   if (options.num_servers > 0 && static_cast<int>(view->servers.size()) != options.num_servers) {
@@ -180,7 +187,9 @@ Status Engine::Loop::Connect(const EngineOptions& options, ClusterView* view) {
       const size_t payload = frames.size() > 1 ? frames[1].size() : 0;
       Status st = DecodeHead(frames[0].data(), frames[0].size(), payload, &head);
       if (st.ok() && head.header.type == static_cast<uint16_t>(MsgType::kError)) {
-        st = Status(static_cast<Code>(head.header.status), frames[1].to_string());
+        // The text frame is optional, as in OnReplyOnLoop.
+        st = Status(static_cast<Code>(head.header.status),
+                    frames.size() > 1 ? frames[1].to_string() : "(no reason given)");
       }
       if (!st.ok()) return st.WithPrefix(Describe(static_cast<int>(i)) + " refused us: ");
       if (head.header.type == static_cast<uint16_t>(MsgType::kHelloReply) && !answered[i]) {
@@ -193,6 +202,7 @@ Status Engine::Loop::Connect(const EngineOptions& options, ClusterView* view) {
 }
 
 Status Engine::Loop::OpenServerOnLoop(size_t i) {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
   Server& s = servers_[i];
   s.socket = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
   SetCommonOptions(*s.socket, config_.heartbeat_timeout_s);
@@ -237,6 +247,7 @@ void Engine::Loop::RequestStop() {
 }
 
 void Engine::Loop::RunOnLoop() {
+  loop_thread_.Claim();  // from here on, the loop's state is this thread's alone
   std::vector<zmq::message_t> frames;
   std::vector<zmq::pollitem_t> items;
   while (true) {
@@ -288,6 +299,7 @@ void Engine::Loop::RunOnLoop() {
 }
 
 void Engine::Loop::StartOnLoop(PushPullRequest request) {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
   const size_t elem = DTypeSize(request.dtype);
   Op op;
   op.key = KeyOfName(request.name);
@@ -323,6 +335,7 @@ void Engine::Loop::StartOnLoop(PushPullRequest request) {
 }
 
 void Engine::Loop::PumpOnLoop() {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
   const uint64_t credit = static_cast<uint64_t>(config_.scheduling_credit);
   while (!ready_.empty()) {
     const auto [priority, id, index] = *ready_.begin();
@@ -344,6 +357,7 @@ void Engine::Loop::PumpOnLoop() {
 }
 
 void Engine::Loop::FlushOnLoop(int server) {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
   ServerBatch& b = batches_[server];
   if (b.batch.messages.empty()) return;
   const bool single = b.batch.messages.size() == 1;
@@ -362,6 +376,7 @@ void Engine::Loop::FlushOnLoop(int server) {
 }
 
 Status Engine::Loop::SendPartOnLoop(uint64_t op_id, Op& o, uint32_t index) {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
   const PushPullRequest& r = o.request;
   const Partition& p = o.parts[index];
   const size_t elem = DTypeSize(r.dtype);
@@ -414,6 +429,7 @@ Status Engine::Loop::SendPartOnLoop(uint64_t op_id, Op& o, uint32_t index) {
 }
 
 void Engine::Loop::OnMessageOnLoop(int server, std::vector<zmq::message_t>& frames) {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
   if (!IsBatchHead(frames[0].data(), frames[0].size())) {
     if (frames.size() > 2) {
       TFPS_LOG(Warning) << "dropped a reply of " << frames.size() << " frames from "
@@ -437,6 +453,7 @@ void Engine::Loop::OnMessageOnLoop(int server, std::vector<zmq::message_t>& fram
 
 void Engine::Loop::OnReplyOnLoop(int server, zmq::message_t& head_frame,
                                  zmq::message_t* payload_frame) {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
   Head head;
   const size_t payload = payload_frame != nullptr ? payload_frame->size() : 0;
   Status s = DecodeHead(head_frame.data(), head_frame.size(), payload, &head);
@@ -508,6 +525,7 @@ void Engine::Loop::OnReplyOnLoop(int server, zmq::message_t& head_frame,
 // Checks a sparse request and finds each partition's rows. Only whole rows can be cut out
 // of a partition, so a row must fit in one (TFPS_PARTITION_BYTES).
 Status Engine::Loop::PrepareSparseOnLoop(Op& op) const {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
   const PushPullRequest& r = op.request;
   const size_t elem = DTypeSize(r.dtype);
   if (r.dims.empty()) return InvalidArgument("a sparse update needs a tensor of rank >= 1");
@@ -551,6 +569,7 @@ zmq::message_t Engine::Loop::SparsePayload(const Op& op, uint32_t index) const {
 }
 
 Status Engine::Loop::OnSparseReplyOnLoop(Op& op, const Header& h, const zmq::message_t& payload) {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
   const Partition& p = op.parts[h.partition];
   if (h.type != static_cast<uint16_t>(MsgType::kPushPullReply) || (h.flags & kFlagSparse) == 0 ||
       h.dtype != static_cast<uint8_t>(op.request.dtype)) {
@@ -573,6 +592,7 @@ Status Engine::Loop::OnSparseReplyOnLoop(Op& op, const Header& h, const zmq::mes
 }
 
 void Engine::Loop::FinishOnLoop(uint64_t op_id, const Status& status) {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
   auto it = ops_.find(op_id);
   if (it == ops_.end()) return;  // finished already (a failed batch send took it)
   Op& op = it->second;
@@ -611,6 +631,7 @@ void Engine::Loop::FinishOnLoop(uint64_t op_id, const Status& status) {
 }
 
 void Engine::Loop::ServerDiedOnLoop(int server, const std::string& why) {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
   if (!servers_[server].dead.empty()) return;
   servers_[server].dead = why;
   TFPS_LOG(Error) << Describe(server) << " " << why;
@@ -628,6 +649,7 @@ void Engine::Loop::ServerDiedOnLoop(int server, const std::string& why) {
 }
 
 void Engine::Loop::CheckDeadlinesOnLoop() {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
   const auto now = Clock::now();
   while (!ops_.empty() && ops_.begin()->second.deadline < now) {
     const Op& op = ops_.begin()->second;
@@ -646,6 +668,7 @@ void Engine::Loop::CheckDeadlinesOnLoop() {
 }
 
 void Engine::Loop::SayGoodbyeOnLoop() {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
   Head bye;
   bye.header.type = static_cast<uint16_t>(MsgType::kBye);
   bye.header.sender = rank_;

@@ -15,8 +15,10 @@ bool TrailingDimsAgree(const std::vector<int64_t>& a, const std::vector<int64_t>
 
 }  // namespace
 
-PeerMesh::PeerMesh(zmq::context_t& context, const Config& config, int rank, int size)
+PeerMesh::PeerMesh(zmq::context_t& context, const Config& config, int rank, int size,
+                   const LoopThread& loop_thread)
     : context_(context),
+      loop_thread_(loop_thread),
       config_(config),
       rank_(rank),
       size_(size),
@@ -68,6 +70,7 @@ void PeerMesh::AppendPollItems(std::vector<zmq::pollitem_t>* items) {
 }
 
 void PeerMesh::PollOnLoop() {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
   std::vector<zmq::message_t> frames;
   while (RecvFrames(incoming_, &frames)) OnPeerDataOnLoop(frames);
   for (int r = 0; r < size_; ++r) {
@@ -88,6 +91,7 @@ void PeerMesh::PollOnLoop() {
 }
 
 PeerMesh::Gather& PeerMesh::EntryOnLoop(const GatherId& id) {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
   auto it = gathers_.find(id);
   if (it != gathers_.end()) return it->second;
   Gather& g = gathers_[id];
@@ -99,6 +103,7 @@ PeerMesh::Gather& PeerMesh::EntryOnLoop(const GatherId& id) {
 }
 
 void PeerMesh::StartOnLoop(GatherRequest request) {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
   const uint64_t key = KeyOfName(request.name);
   const GatherId id(key, ++calls_[request.name]);
   Gather& g = EntryOnLoop(id);
@@ -143,6 +148,7 @@ void PeerMesh::StartOnLoop(GatherRequest request) {
 }
 
 void PeerMesh::OnPeerDataOnLoop(std::vector<zmq::message_t>& frames) {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
   Head head;
   const size_t payload = frames.size() == 3 ? frames[2].size() : 0;
   Status s = frames.size() < 2 || frames.size() > 3
@@ -185,6 +191,7 @@ void PeerMesh::OnPeerDataOnLoop(std::vector<zmq::message_t>& frames) {
 }
 
 void PeerMesh::MaybeFinishOnLoop(std::map<GatherId, Gather>::iterator it) {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
   Gather& g = it->second;
   if (!g.started || g.num_arrived < size_) return;
   const GatherRequest& r = g.request;
@@ -204,6 +211,7 @@ void PeerMesh::MaybeFinishOnLoop(std::map<GatherId, Gather>::iterator it) {
 }
 
 void PeerMesh::FinishOnLoop(std::map<GatherId, Gather>::iterator it, const Status& status) {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
   const uint64_t call = it->first.second;
   Gather g = std::move(it->second);
   gathers_.erase(it);
@@ -221,6 +229,7 @@ void PeerMesh::FinishOnLoop(std::map<GatherId, Gather>::iterator it, const Statu
 }
 
 void PeerMesh::PeerDiedOnLoop(int peer, const std::string& reason) {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
   if (!dead_[peer].empty()) return;
   // A peer that said goodbye first has merely finished: no error unless we still need it.
   const std::string why = shut_down_[peer] ? "has shut down (called tf_ps_ops.shutdown())" : reason;
@@ -245,6 +254,7 @@ void PeerMesh::PeerDiedOnLoop(int peer, const std::string& reason) {
 }
 
 void PeerMesh::CheckDeadlinesOnLoop(Clock::time_point now) {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
   for (int peer = 0; peer < static_cast<int>(report_at_.size()); ++peer) {
     if (report_at_[peer] == Clock::time_point() || report_at_[peer] > now) continue;
     report_at_[peer] = Clock::time_point();
@@ -269,6 +279,7 @@ void PeerMesh::CheckDeadlinesOnLoop(Clock::time_point now) {
 }
 
 void PeerMesh::FailAllOnLoop(const Status& status) {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
   for (auto it = gathers_.begin(); it != gathers_.end();) {
     auto next = std::next(it);
     if (it->second.started) FinishOnLoop(it, status);
@@ -277,6 +288,7 @@ void PeerMesh::FailAllOnLoop(const Status& status) {
 }
 
 void PeerMesh::CloseOnLoop() {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
   Head bye;
   bye.header.type = static_cast<uint16_t>(MsgType::kBye);
   bye.header.sender = rank_;

@@ -22,6 +22,7 @@
 #include <zmq.hpp>
 
 #include "tf_ps_ops/cc/common/config.h"
+#include "tf_ps_ops/cc/common/loop_thread.h"
 #include "tf_ps_ops/cc/common/status.h"
 #include "tf_ps_ops/cc/transport/zmq_util.h"
 #include "tf_ps_ops/cc/wire/message.h"
@@ -49,7 +50,9 @@ class PeerMesh {
  public:
   using Clock = std::chrono::steady_clock;
 
-  PeerMesh(zmq::context_t& context, const Config& config, int rank, int size);
+  // `loop_thread`: the engine's, which drives the mesh (the ...OnLoop methods check it).
+  PeerMesh(zmq::context_t& context, const Config& config, int rank, int size,
+           const LoopThread& loop_thread);
 
   // Binds the incoming socket; call before the rendezvous, which publishes the port.
   Status Bind(int* port);
@@ -85,6 +88,7 @@ class PeerMesh {
   Gather& EntryOnLoop(const GatherId& id);
 
   zmq::context_t& context_;
+  const LoopThread& loop_thread_;
   const Config config_;
   const int rank_;
   const int size_;

@@ -1,16 +1,17 @@
 // tf_ps_ops._core: the C++ core exposed to tests and tools without TensorFlow — the wire
-// format, partitioning, summation, the config table, and a blocking client of the engine.
+// format, the rendezvous messages, partitioning, the config table, and a blocking client of
+// the engine. Server internals have their own binding (ps_server/testing/server_module.cc).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <cstring>
 #include <future>
+#include <thread>
 
-#include "ps_server/checkpoint.h"
-#include "ps_server/key_store.h"
-#include "ps_server/reduce.h"
+#include "tf_ps_ops/cc/cluster/messages.h"
 #include "tf_ps_ops/cc/common/config.h"
+#include "tf_ps_ops/cc/common/loop_thread.h"
 #include "tf_ps_ops/cc/engine/engine.h"
 #include "tf_ps_ops/cc/engine/partition.h"
 #include "tf_ps_ops/cc/wire/message.h"
@@ -27,16 +28,11 @@ void ThrowIfError(const Status& s) {
 }
 
 DType WireDTypeOf(const py::dtype& dt) {
-  const char kind = dt.kind();
-  const size_t size = dt.itemsize();
-  if (kind == 'f' && size == 2) return DType::kFloat16;
-  if (kind == 'f' && size == 4) return DType::kFloat32;
-  if (kind == 'f' && size == 8) return DType::kFloat64;
-  if (kind == 'i' && size == 1) return DType::kInt8;
-  if (kind == 'u' && size == 1) return DType::kUInt8;
-  if (kind == 'i' && size == 4) return DType::kInt32;
-  if (kind == 'i' && size == 8) return DType::kInt64;
-  throw std::invalid_argument("unsupported dtype " + std::string(py::str(dt)));
+  const DType dtype = DTypeOfElement(dt.kind(), dt.itemsize());
+  if (dtype == DType::kInvalid) {
+    throw std::invalid_argument("unsupported dtype " + std::string(py::str(dt)));
+  }
+  return dtype;
 }
 
 py::bytes EncodeHeadPy(const py::dict& fields, const std::vector<int64_t>& dims,
@@ -173,122 +169,33 @@ py::list AllgatherPy(const std::string& name, py::array input) {
   return out;
 }
 
-// Checkpoint files as Python dicts: {"server_id", "num_servers", "thread", "num_threads",
-// "params": [{"key", "partition", "dtype" (wire code), "count", "optimizer" (code),
-// "updates", "value": bytes, "slots": [bytes]}]} in (key, partition) order.
-py::list ParamsToPy(const ShardParams& params) {
-  py::list out;
-  for (const auto& entry : params) {
-    const ShardParam& p = entry.second;
-    py::dict d;
-    d["key"] = entry.first.first;
-    d["partition"] = entry.first.second;
-    d["dtype"] = static_cast<int>(p.dtype);
-    d["count"] = p.count;
-    d["optimizer"] = static_cast<int>(p.optimizer);
-    d["updates"] = p.updates;
-    d["value"] = py::bytes(p.value.data(), p.value.size());
-    py::list slots;
-    for (const auto& slot : p.slots) slots.append(py::bytes(slot.data(), slot.size()));
-    d["slots"] = slots;
-    out.append(d);
-  }
-  return out;
-}
-
-std::vector<char> BytesOf(const py::handle& h) {
-  const std::string s = h.cast<std::string>();
-  return std::vector<char>(s.begin(), s.end());
-}
-
-ShardParams ParamsFromPy(const py::list& list) {
-  ShardParams params;
-  for (const py::handle& item : list) {
-    const py::dict d = item.cast<py::dict>();
-    ShardParam p;
-    p.dtype = static_cast<DType>(d["dtype"].cast<int>());
-    p.count = d["count"].cast<uint64_t>();
-    p.optimizer = static_cast<Optimizer>(d["optimizer"].cast<int>());
-    p.updates = d["updates"].cast<uint64_t>();
-    p.value = BytesOf(d["value"]);
-    for (const py::handle& slot : d["slots"].cast<py::list>()) p.slots.push_back(BytesOf(slot));
-    params[ParamId(d["key"].cast<uint64_t>(), d["partition"].cast<uint32_t>())] = std::move(p);
-  }
-  return params;
-}
-
-py::dict ReadCheckpointPy(const std::string& path) {
-  ShardInfo info;
-  ShardParams params;
-  ThrowIfError(ReadCheckpoint(path, &info, &params));
+// The rendezvous messages (cluster/messages.h) as dicts, for tests of their strict parsing.
+py::dict ParseRegisterPy(const std::string& text) {
+  RegisterRequest r;
+  ThrowIfError(ParseRegister(text, &r));
   py::dict d;
-  d["server_id"] = info.server_id;
-  d["num_servers"] = info.num_servers;
-  d["thread"] = info.thread;
-  d["num_threads"] = info.num_threads;
-  d["params"] = ParamsToPy(params);
+  d["role"] = r.role == Role::kServer ? "server" : "worker";
+  d["host"] = r.host;
+  d["port"] = r.port;
+  d["rank"] = r.rank;
+  d["size"] = r.size;
   return d;
 }
 
-void WriteCheckpointPy(const std::string& path, const py::dict& d) {
-  ShardInfo info;
-  info.server_id = d["server_id"].cast<int>();
-  info.num_servers = d["num_servers"].cast<int>();
-  info.thread = d["thread"].cast<int>();
-  info.num_threads = d["num_threads"].cast<int>();
-  ThrowIfError(WriteCheckpoint(path, info, ParamsFromPy(d["params"].cast<py::list>())));
+py::dict ParseRegisterReplyPy(const std::string& text) {
+  bool ready = false;
+  std::string waiting;
+  ClusterView view;
+  ThrowIfError(ParseRegisterReply(text, &ready, &waiting, &view));
+  py::dict d;
+  d["ready"] = ready;
+  d["waiting"] = waiting;
+  d["servers"] = view.servers;
+  d["workers"] = view.worker_hosts;
+  d["peers"] = view.worker_peers;
+  d["server_id"] = view.server_id;
+  return d;
 }
-
-// A KeyStore of one worker, driven push by push: PS-mode rounds without a network.
-class KeyStoreDriver {
- public:
-  KeyStoreDriver() : store_(1, 0, 60.0) {}
-
-  // A PS init push (kFlagPsInit, with kFlagPsOverwrite if `overwrite`); the value answered.
-  py::bytes Init(uint64_t key, uint32_t partition, py::array value, bool overwrite) {
-    return Push(key, partition, value, kFlagPsInit | (overwrite ? kFlagPsOverwrite : 0),
-                Optimizer::kNone, {});
-  }
-  // A PS apply push with `optimizer` (code) and its hyperparameters + slot initial values.
-  py::bytes Apply(uint64_t key, uint32_t partition, py::array grad, int optimizer,
-                  const std::vector<double>& params) {
-    return Push(key, partition, grad, kFlagPsApply, static_cast<Optimizer>(optimizer), params);
-  }
-  KeyStore& store() { return store_; }
-
- private:
-  py::bytes Push(uint64_t key, uint32_t partition, py::array data, uint32_t flags,
-                 Optimizer optimizer, const std::vector<double>& params) {
-    py::array in = py::array::ensure(data, py::array::c_style);
-    Head head;
-    Header& h = head.header;
-    h.type = static_cast<uint16_t>(MsgType::kPushPull);
-    h.key = key;
-    h.partition = partition;
-    h.num_partitions = partition + 1;
-    h.step = ++steps_[ParamId(key, partition)];
-    h.dtype = static_cast<uint8_t>(WireDTypeOf(in.dtype()));
-    h.optimizer = static_cast<uint8_t>(optimizer);
-    h.flags = flags;
-    h.sender = 0;
-    h.count = h.total_count = static_cast<uint64_t>(in.size());
-    head.dims = {static_cast<int64_t>(in.size())};
-    head.params = params;
-    std::vector<Outgoing> out;
-    store_.OnPush(head, zmq::message_t(in.data(), in.nbytes()), &out);
-    if (out.size() != 1) throw std::runtime_error("expected one reply");
-    Head reply;
-    const std::string& frame = out[0].head;
-    ThrowIfError(DecodeHead(frame.data(), frame.size(), out[0].payload.size(), &reply));
-    if (reply.header.type == static_cast<uint16_t>(MsgType::kError)) {
-      throw std::runtime_error(out[0].payload.to_string());
-    }
-    return py::bytes(static_cast<const char*>(out[0].payload.data()), out[0].payload.size());
-  }
-
-  KeyStore store_;
-  std::map<ParamId, uint64_t> steps_;
-};
 
 }  // namespace
 }  // namespace tfps
@@ -299,19 +206,10 @@ PYBIND11_MODULE(_core, m) {
   m.attr("MAGIC") = kMagic;
   m.attr("PROTOCOL_VERSION") = kProtocolVersion;
   m.attr("HEADER_BYTES") = sizeof(Header);
-  py::dict types;
-  types["REGISTER"] = static_cast<int>(MsgType::kRegister);
-  types["REGISTER_REPLY"] = static_cast<int>(MsgType::kRegisterReply);
-  types["HELLO"] = static_cast<int>(MsgType::kHello);
-  types["HELLO_REPLY"] = static_cast<int>(MsgType::kHelloReply);
-  types["PUSH_PULL"] = static_cast<int>(MsgType::kPushPull);
-  types["PUSH_PULL_REPLY"] = static_cast<int>(MsgType::kPushPullReply);
-  types["ERROR"] = static_cast<int>(MsgType::kError);
-  types["BYE"] = static_cast<int>(MsgType::kBye);
-  types["PEER_DATA"] = static_cast<int>(MsgType::kPeerData);
-  types["BATCH"] = static_cast<int>(MsgType::kBatch);
-  types["ACK"] = static_cast<int>(MsgType::kAck);
+  py::dict types;  // from the one list in wire/message.h
+  for (const MsgTypeInfo& t : kMsgTypeTable) types[t.name] = static_cast<int>(t.type);
   m.attr("MSG_TYPES") = types;
+  m.attr("MAX_MSG_TYPE") = kMaxMsgType;
   m.attr("FLAG_NO_DATA") = kFlagNoData;
   m.attr("FLAG_PS_INIT") = kFlagPsInit;
   m.attr("FLAG_PS_APPLY") = kFlagPsApply;
@@ -320,7 +218,6 @@ PYBIND11_MODULE(_core, m) {
   m.attr("FLAG_TIMED") = kFlagTimed;
   m.attr("FLAG_ACK") = kFlagAck;
   m.attr("MAX_BATCH") = kMaxBatch;
-  m.attr("CHECKPOINT_VERSION") = kCheckpointVersion;
 
   m.def("encode_head", &EncodeHeadPy, py::arg("fields"), py::arg("dims") = std::vector<int64_t>(),
         py::arg("params") = std::vector<double>());
@@ -352,51 +249,42 @@ PYBIND11_MODULE(_core, m) {
         },
         py::arg("key"), py::arg("total"), py::arg("elem"), py::arg("part_bytes"),
         py::arg("servers"), py::arg("row_elems") = 1);
-  m.def("sum_into", [](py::array dst, py::array src) {
-    if (dst.dtype().kind() != src.dtype().kind() || dst.size() != src.size() ||
-        !(dst.flags() & py::array::c_style) || !(src.flags() & py::array::c_style)) {
-      throw std::invalid_argument("sum_into needs two C-contiguous arrays of one dtype and size");
+  m.def("parse_register", &ParseRegisterPy, py::arg("text"),
+        "Parses a kRegister payload strictly; raises naming the bad field.");
+  m.def("format_register", [](const std::string& role, const std::string& host, int port,
+                              int rank, int size) {
+    RegisterRequest r;
+    r.role = role == "server" ? Role::kServer : Role::kWorker;
+    r.host = host;
+    r.port = port;
+    r.rank = rank;
+    r.size = size;
+    return FormatRegister(r);
+  }, py::arg("role"), py::arg("host") = "", py::arg("port") = 0, py::arg("rank") = -1,
+     py::arg("size") = 0);
+  m.def("parse_register_reply", &ParseRegisterReplyPy, py::arg("text"),
+        "Parses a kRegisterReply payload strictly; raises naming the bad field.");
+  m.def("format_cluster_view", [](const std::vector<std::string>& servers,
+                                  const std::vector<std::string>& workers,
+                                  const std::vector<std::string>& peers, int server_id) {
+    ClusterView view{servers, workers, peers, server_id};
+    return FormatClusterView(view);
+  }, py::arg("servers"), py::arg("workers"), py::arg("peers"), py::arg("server_id") = -1);
+  m.def("format_waiting", &FormatWaiting);
+
+  m.def("check_on_loop", [](bool from_another_thread) {
+    LoopThread owner;  // owned by this (the calling) thread
+    auto check = [&owner] { TFPS_CHECK_ON_LOOP(owner); };
+    py::gil_scoped_release release;
+    if (!from_another_thread) {
+      check();
+      return;
     }
-    SumInto(WireDTypeOf(dst.dtype()), dst.mutable_data(), src.data(), dst.size());
-  });
-  m.def("half_to_float", &HalfToFloat);
-  m.def("float_to_half", &FloatToHalf);
-  m.def("bfloat16_to_float", &BFloat16ToFloat);
-  m.def("float_to_bfloat16", &FloatToBFloat16);
-  m.def("crc32", [](const py::bytes& data, uint32_t crc) {
-    const std::string s = data;
-    return Crc32(crc, s.data(), s.size());
-  }, py::arg("data"), py::arg("crc") = 0);
-  m.def("checkpoint_file_name", &CheckpointFileName);
-  m.def("read_checkpoint", &ReadCheckpointPy, "Reads and validates one checkpoint file.");
-  m.def("write_checkpoint", &WriteCheckpointPy, "Writes one checkpoint file atomically.");
-  m.def("load_shard", [](const std::string& dir, int server_id, int num_servers, int threads) {
-    std::vector<std::pair<int, int>> existing;
-    ThrowIfError(ListCheckpoints(dir, &existing));
-    ShardInfo want;
-    want.server_id = server_id;
-    want.num_servers = num_servers;
-    want.num_threads = threads;
-    std::vector<ShardParams> per_thread;
-    ThrowIfError(LoadShard(dir, existing, want, &per_thread));
-    py::list out;
-    for (const ShardParams& params : per_thread) out.append(ParamsToPy(params));
-    return out;
-  }, "A server's files, per thread, as ps_server loads them at start ([] when none).");
-  py::class_<KeyStoreDriver>(m, "KeyStore", "A server thread's store of one worker, for tests.")
-      .def(py::init<>())
-      .def("init", &KeyStoreDriver::Init, py::arg("key"), py::arg("partition"),
-           py::arg("value"), py::arg("overwrite") = false)
-      .def("apply", &KeyStoreDriver::Apply, py::arg("key"), py::arg("partition"),
-           py::arg("grad"), py::arg("optimizer"), py::arg("params"))
-      .def("params", [](KeyStoreDriver& d) { return ParamsToPy(d.store().params()); })
-      .def("restore", [](KeyStoreDriver& d, const py::list& params) {
-        d.store().RestoreParams(ParamsFromPy(params));
-      })
-      .def("checkpoint_due", [](KeyStoreDriver& d, uint64_t every) {
-        return d.store().CheckpointDue(every);
-      })
-      .def("mark_checkpointed", [](KeyStoreDriver& d) { d.store().MarkCheckpointed(); });
+    std::thread other(check);
+    other.join();
+  }, py::arg("from_another_thread"),
+     "Exercises the ...OnLoop thread check (common/loop_thread.h); from another thread it "
+     "aborts the process, as a misplaced engine call would.");
 
   m.def("config_table", [] {
     std::vector<py::tuple> out;

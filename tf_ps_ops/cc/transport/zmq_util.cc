@@ -3,7 +3,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <sstream>
 
 namespace tfps {
 
@@ -130,37 +129,6 @@ bool Monitor::Read(int* event, int* value, std::string* address) {
   *value = static_cast<int>(val);
   *address = addr.to_string();
   return true;
-}
-
-std::map<std::string, std::string> ParseKeyValues(const std::string& text) {
-  std::map<std::string, std::string> out;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    const size_t eq = line.find('=');
-    if (eq == std::string::npos) continue;
-    out[line.substr(0, eq)] = line.substr(eq + 1);
-  }
-  return out;
-}
-
-std::string FormatKeyValues(const std::map<std::string, std::string>& values) {
-  std::string out;
-  for (const auto& kv : values) out += kv.first + "=" + kv.second + "\n";
-  return out;
-}
-
-std::vector<std::string> SplitList(const std::string& text, char sep) {
-  std::vector<std::string> out;
-  if (text.empty()) return out;
-  size_t start = 0;
-  while (true) {
-    const size_t pos = text.find(sep, start);
-    out.push_back(text.substr(start, pos - start));
-    if (pos == std::string::npos) break;
-    start = pos + 1;
-  }
-  return out;
 }
 
 std::string TcpAddress(const std::string& host, int port) {

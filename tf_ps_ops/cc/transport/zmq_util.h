@@ -1,10 +1,9 @@
 // Thin helpers over cppzmq shared by the worker engine, the server and the scheduler:
 // sending a head + zero-copy payload, receiving a whole multipart message, socket options,
-// connection monitoring and the "key=value" text used by the rendezvous.
+// connection monitoring.
 #ifndef TFPS_CC_TRANSPORT_ZMQ_UTIL_H_
 #define TFPS_CC_TRANSPORT_ZMQ_UTIL_H_
 
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -71,11 +70,6 @@ class Monitor {
  private:
   zmq::socket_t pair_;
 };
-
-// "k=v" lines.
-std::map<std::string, std::string> ParseKeyValues(const std::string& text);
-std::string FormatKeyValues(const std::map<std::string, std::string>& values);
-std::vector<std::string> SplitList(const std::string& text, char sep);
 
 // "tcp://host:port"
 std::string TcpAddress(const std::string& host, int port);

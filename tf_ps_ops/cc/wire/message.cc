@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 
 namespace tfps {
+
 
 size_t DTypeSize(DType dtype) {
   switch (dtype) {
@@ -18,6 +20,17 @@ size_t DTypeSize(DType dtype) {
     case DType::kUInt8: return 1;
     default: return 0;
   }
+}
+
+DType DTypeOfElement(char kind, size_t size) {
+  if (kind == 'f' && size == 2) return DType::kFloat16;
+  if (kind == 'f' && size == 4) return DType::kFloat32;
+  if (kind == 'f' && size == 8) return DType::kFloat64;
+  if (kind == 'i' && size == 1) return DType::kInt8;
+  if (kind == 'u' && size == 1) return DType::kUInt8;
+  if (kind == 'i' && size == 4) return DType::kInt32;
+  if (kind == 'i' && size == 8) return DType::kInt64;
+  return DType::kInvalid;
 }
 
 const char* DTypeName(DType dtype) {
@@ -50,6 +63,13 @@ std::string EncodeHead(const Head& head) {
 }
 
 namespace {
+
+// "0x1f": flags are a bit set, readable only in hexadecimal.
+std::string Hex(uint32_t value) {
+  char text[16];
+  std::snprintf(text, sizeof(text), "0x%x", value);
+  return text;
+}
 
 bool CarriesTensor(MsgType type) {
   return type == MsgType::kPushPull || type == MsgType::kPushPullReply ||
@@ -149,7 +169,7 @@ Status DecodeHead(const void* data, size_t size, size_t payload_size, Head* head
     return InvalidArgument("unknown message type " + std::to_string(h.type));
   }
   if ((h.flags & ~kKnownFlags) != 0) {
-    return InvalidArgument("unknown flags 0x" + std::to_string(h.flags));
+    return InvalidArgument("unknown flags " + Hex(h.flags & ~kKnownFlags));
   }
   if (h.ndims > kMaxDims || h.nparams > kMaxParams ||
       size != sizeof(Header) + h.ndims * sizeof(int64_t) + h.nparams * sizeof(double)) {

@@ -47,21 +47,53 @@ enum class DType : uint8_t {
 
 size_t DTypeSize(DType dtype);  // 0 for kInvalid and unknown values
 const char* DTypeName(DType dtype);
+// The DType of a buffer element of `kind` ('f' float, 'i' signed, 'u' unsigned integer, as
+// NumPy's dtype.kind) and `size` bytes; kInvalid when the wire has none (the bindings).
+DType DTypeOfElement(char kind, size_t size);
+
+// The message types, listed once: the enum, kMaxMsgType, MsgTypeTable() and through it the
+// Python binding's MSG_TYPES all come from this list. Values run 1..kMaxMsgType in order.
+//   X(enumerator, value, Python name, what it is)
+#define TFPS_MSG_TYPES(X)                                                                     \
+  X(kRegister, 1, "REGISTER", "any role -> scheduler; payload: key=value text")               \
+  X(kRegisterReply, 2, "REGISTER_REPLY", "scheduler -> registrant; payload: the cluster")     \
+  X(kHello, 3, "HELLO", "worker -> server on connect (version check)")                        \
+  X(kHelloReply, 4, "HELLO_REPLY", "server -> worker: the hello is accepted")                 \
+  X(kPushPull, 5, "PUSH_PULL", "worker -> server: one partition of a tensor for one step")    \
+  X(kPushPullReply, 6, "PUSH_PULL_REPLY", "server -> worker: the sum over all workers")       \
+  X(kError, 7, "ERROR", "a reply carrying `status` and, optionally, UTF-8 text as payload")   \
+  X(kBye, 8, "BYE", "worker -> server/scheduler: clean shutdown")                             \
+  X(kPeerData, 9, "PEER_DATA", "worker -> worker: its part of an allgather (SFB factors)")    \
+  X(kBatch, 10, "BATCH", "several kPushPull (worker -> server) or replies (server -> worker)") \
+  X(kAck, 11, "ACK", "server -> worker: a kFlagAck push (key, partition, step) arrived")
 
 enum class MsgType : uint16_t {
-  kRegister = 1,       // any role -> scheduler; payload: "key=value\n" text
-  kRegisterReply = 2,  // scheduler -> registrant; payload: cluster description text
-  kHello = 3,          // worker -> server on connect (version check)
-  kHelloReply = 4,
-  kPushPull = 5,       // worker -> server: one partition of a tensor for one step
-  kPushPullReply = 6,  // server -> worker: the sum over all workers
-  kError = 7,          // reply carrying `status` and a UTF-8 message as payload
-  kBye = 8,            // worker -> server/scheduler: clean shutdown
-  kPeerData = 9,       // worker -> worker: its part of an allgather (SFB factors)
-  kBatch = 10,         // several kPushPull (worker -> server) or replies (server -> worker)
-  kAck = 11,           // server -> worker: a kFlagAck push (key, partition, step) arrived
+#define TFPS_MSG_TYPE_ENUMERATOR(enumerator, value, name, doc) enumerator = value,
+  TFPS_MSG_TYPES(TFPS_MSG_TYPE_ENUMERATOR)
+#undef TFPS_MSG_TYPE_ENUMERATOR
 };
-constexpr uint16_t kMaxMsgType = 11;
+
+struct MsgTypeInfo {
+  MsgType type;
+  const char* name;  // as Python sees it: "PUSH_PULL"
+  const char* doc;
+};
+inline constexpr MsgTypeInfo kMsgTypeTable[] = {
+#define TFPS_MSG_TYPE_INFO(enumerator, value, name, doc) {MsgType::enumerator, name, doc},
+    TFPS_MSG_TYPES(TFPS_MSG_TYPE_INFO)
+#undef TFPS_MSG_TYPE_INFO
+};
+constexpr uint16_t kMaxMsgType = sizeof(kMsgTypeTable) / sizeof(kMsgTypeTable[0]);
+
+// DecodeHead accepts exactly 1..kMaxMsgType, so the list may have no gap.
+constexpr bool MsgTypesAreDense() {
+  for (uint16_t i = 0; i < kMaxMsgType; ++i) {
+    if (static_cast<uint16_t>(kMsgTypeTable[i].type) != i + 1) return false;
+  }
+  return true;
+}
+static_assert(MsgTypesAreDense(), "TFPS_MSG_TYPES must number its types 1, 2, 3, ...");
+
 constexpr uint64_t kMaxBatch = 4096;  // messages in one batch
 
 // Header flags.

@@ -1,4 +1,4 @@
-#include "tf_ps_ops/cc/engine/rendezvous.h"
+#include "tf_ps_ops/cc/cluster/rendezvous.h"
 
 #include <chrono>
 
@@ -8,12 +8,31 @@
 
 namespace tfps {
 
+namespace {
+
+// What the reply must say for this registrant to use it (the worker indexes the hosts by
+// its rank, the server takes its id).
+Status CheckView(const RegisterRequest& request, const ClusterView& view) {
+  if (request.role == Role::kServer) {
+    return view.server_id >= 0 ? Status::Ok() : InvalidArgument("no server_id for a server");
+  }
+  if (static_cast<int>(view.worker_hosts.size()) != request.size ||
+      view.worker_peers.size() != view.worker_hosts.size()) {
+    return InvalidArgument(std::to_string(view.worker_hosts.size()) + " worker hosts and " +
+                           std::to_string(view.worker_peers.size()) + " peers for a job of " +
+                           std::to_string(request.size) + " workers");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status RegisterWithScheduler(zmq::socket_t& socket, const std::string& scheduler,
-                             const std::map<std::string, std::string>& info, double timeout_s,
+                             const RegisterRequest& request, double timeout_s,
                              ClusterView* view) {
   Header header;
   header.type = static_cast<uint16_t>(MsgType::kRegister);
-  TFPS_RETURN_IF_ERROR(SendText(socket, "", header, FormatKeyValues(info)));
+  TFPS_RETURN_IF_ERROR(SendText(socket, "", header, FormatRegister(request)));
 
   using Clock = std::chrono::steady_clock;
   const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
@@ -34,16 +53,11 @@ Status RegisterWithScheduler(zmq::socket_t& socket, const std::string& scheduler
                     "the scheduler at " + scheduler + " refused registration: " + text);
     }
     if (head.header.type != static_cast<uint16_t>(MsgType::kRegisterReply)) continue;
-    auto kv = ParseKeyValues(text);
-    if (kv["status"] != "ready") {
-      progress = kv["waiting"];
-      continue;
-    }
-    view->servers = SplitList(kv["servers"], ',');
-    view->worker_hosts = SplitList(kv["workers"], ',');
-    view->worker_peers = SplitList(kv["peers"], ',');
-    view->server_id = kv.count("server_id") ? std::stoi(kv["server_id"]) : -1;
-    return Status::Ok();
+    bool ready = false;
+    s = ParseRegisterReply(text, &ready, &progress, view);
+    if (s.ok() && ready) s = CheckView(request, *view);
+    if (!s.ok()) return s.WithPrefix("bad answer from the scheduler at " + scheduler + ": ");
+    if (ready) return Status::Ok();
   }
   if (progress.empty()) {
     return DeadlineExceeded("no answer from the scheduler at " + scheduler + " within " +

@@ -1,0 +1,14 @@
+#include "ps_server/outgoing.h"
+
+namespace tfps {
+
+std::string WorkerIdentity(int rank) { return "w" + std::to_string(rank); }
+
+Outgoing ErrorReply(const Header& about, int rank, int server_id, const Status& status) {
+  Head head = HeadAbout(about, MsgType::kError, server_id);
+  head.header.status = static_cast<uint32_t>(status.code());
+  const std::string& text = status.message();
+  return Outgoing{WorkerIdentity(rank), EncodeHead(head), Buffer::CopyOf(text.data(), text.size())};
+}
+
+}  // namespace tfps

@@ -1,0 +1,148 @@
+#include "ps_server/sum_rounds.h"
+
+#include "ps_server/reduce.h"
+#include "tf_ps_ops/cc/common/logging.h"
+
+namespace tfps {
+
+std::string Where(int server_id, const RoundId& id) {
+  return "server " + std::to_string(server_id) + ", step " + std::to_string(std::get<2>(id)) +
+         ", partition " + std::to_string(std::get<1>(id));
+}
+
+SumRounds::SumRounds(int num_workers, int server_id, double timeout_s)
+    : num_workers_(num_workers), server_id_(server_id), timeout_s_(timeout_s) {}
+
+Round& SumRounds::Open(const Head& head, const RoundId& id) {
+  auto it = rounds_.find(id);
+  if (it != rounds_.end()) return it->second;
+  Round& r = rounds_[id];
+  r.id = id;
+  r.first = head.header;
+  r.dims = head.dims;
+  r.params = head.params;
+  r.first_sender = head.header.sender;
+  r.arrived.assign(num_workers_, false);
+  r.answered.assign(num_workers_, false);
+  r.started = Clock::now();
+  if (!lost_.empty()) {  // a step that needs a worker already gone cannot complete
+    const auto& lost = *lost_.begin();
+    r.error = Unavailable("worker " + std::to_string(lost.first) + " is gone (" + lost.second +
+                          "); the step cannot complete (" + Where(server_id_, id) + ")");
+  }
+  return r;
+}
+
+Status SumRounds::Mismatch(const Round& r, const Head& head) const {
+  const Header& h = head.header;
+  // kFlagTimed may differ: one worker's timeline is its own business.
+  constexpr uint32_t kModeFlags = kFlagPsInit | kFlagPsApply | kFlagPsOverwrite | kFlagSparse;
+  if ((h.flags & kModeFlags) != (r.first.flags & kModeFlags) || h.optimizer != r.first.optimizer) {
+    return InvalidArgument("workers disagree on how to update this tensor: worker " +
+                           std::to_string(r.first_sender) + " asked for " +
+                           OptimizerName(static_cast<Optimizer>(r.first.optimizer)) +
+                           ", worker " + std::to_string(h.sender) + " for " +
+                           OptimizerName(static_cast<Optimizer>(h.optimizer)) + " (" +
+                           Where(server_id_, r.id) + ")");
+  }
+  const bool sparse = (h.flags & kFlagSparse) != 0;  // row counts differ between workers
+  if (h.dtype != r.first.dtype || head.dims != r.dims || (!sparse && h.count != r.first.count) ||
+      h.num_partitions != r.first.num_partitions) {
+    return InvalidArgument(
+        "shape or dtype differs between workers: worker " + std::to_string(r.first_sender) +
+        " sent " + DescribeTensor(static_cast<DType>(r.first.dtype), r.dims) + ", worker " +
+        std::to_string(h.sender) + " sent " +
+        DescribeTensor(static_cast<DType>(h.dtype), head.dims) + " (" +
+        Where(server_id_, r.id) + ")");
+  }
+  return Status::Ok();
+}
+
+bool SumRounds::Add(const Head& head, Buffer payload, double received_us,
+                    std::vector<Outgoing>* out, Round* complete) {
+  const Header& h = head.header;
+  const RoundId id{h.key, h.partition, h.step};
+  Round& r = Open(head, id);
+  if (r.arrived[h.sender]) {
+    out->push_back(ErrorReply(h, h.sender, server_id_,
+                              Internal("pushed twice for the same step (" +
+                                       Where(server_id_, id) + ")")));
+    return false;
+  }
+  r.arrived[h.sender] = true;
+  ++r.num_arrived;
+  if ((h.flags & kFlagTimed) != 0) {
+    r.received_us.resize(num_workers_, 0.0);
+    r.received_us[h.sender] = received_us;
+  }
+  if (r.error.ok()) r.error = Mismatch(r, head);
+  if (!r.error.ok()) {
+    Fail(r, r.error, out);
+  } else if ((h.flags & kFlagSparse) != 0) {
+    r.rows.resize(num_workers_);
+    r.rows[h.sender] = std::move(payload);  // merged at the end, in rank order
+  } else if ((h.flags & kFlagNoData) == 0) {
+    if (!r.has_data) {
+      r.sum = std::move(payload);  // the first data push is the accumulator: no copy
+      r.has_data = true;
+    } else {
+      SumInto(static_cast<DType>(h.dtype), r.sum.data(), payload.data(), h.count);
+    }
+  }
+  if (r.num_arrived < num_workers_) return false;
+  const bool ok = r.error.ok();
+  if (ok) *complete = std::move(r);
+  rounds_.erase(id);
+  return ok;
+}
+
+void SumRounds::Fail(Round& round, const Status& status, std::vector<Outgoing>* out) const {
+  for (int rank = 0; rank < num_workers_; ++rank) {
+    if (!round.arrived[rank] || round.answered[rank]) continue;
+    round.answered[rank] = true;
+    out->push_back(ErrorReply(round.first, rank, server_id_, status));
+  }
+}
+
+void SumRounds::OnWorkerLost(int rank, const std::string& why, std::vector<Outgoing>* out) {
+  lost_[rank] = why;
+  for (auto it = rounds_.begin(); it != rounds_.end();) {
+    Round& r = it->second;
+    if (r.arrived[rank]) {
+      ++it;
+      continue;
+    }
+    if (r.error.ok()) {
+      r.error = Unavailable("worker " + std::to_string(rank) + " is gone (" + why +
+                            ") before pushing; the step cannot complete (" +
+                            Where(server_id_, it->first) + ")");
+    }
+    Fail(r, r.error, out);
+    it = rounds_.erase(it);
+  }
+}
+
+void SumRounds::OnTick(Clock::time_point now, std::vector<Outgoing>* out) {
+  for (auto it = rounds_.begin(); it != rounds_.end();) {
+    Round& r = it->second;
+    if (now - r.started < std::chrono::duration<double>(timeout_s_)) {
+      ++it;
+      continue;
+    }
+    std::string missing;
+    for (int rank = 0; rank < num_workers_; ++rank) {
+      if (!r.arrived[rank]) missing += (missing.empty() ? "" : ", ") + std::to_string(rank);
+    }
+    Status s = r.error.ok()
+                   ? DeadlineExceeded("timed out after " + std::to_string(int(timeout_s_)) +
+                                      " s (TFPS_TIMEOUT) waiting for worker(s) " + missing +
+                                      " to push (" + Where(server_id_, it->first) +
+                                      "); is that worker stuck, dead or running other code?")
+                   : r.error;
+    TFPS_LOG(Warning) << s.message();
+    Fail(r, s, out);
+    it = rounds_.erase(it);
+  }
+}
+
+}  // namespace tfps

@@ -1,0 +1,81 @@
+// Summation rounds: one per (key, partition, step), collecting one push from every worker.
+// The first push with data becomes the accumulator (no copy) and later ones are summed
+// into it; a sparse round keeps each worker's rows instead, for the parameter store to
+// merge. Rounds of different steps are independent, so a push for step t+1 that arrives
+// while step t is still open corrupts nothing. A round that cannot complete (workers
+// disagree, one is gone, the timeout passed) fails every worker that pushed to it.
+// Owned by one summation thread: no locks.
+#ifndef TFPS_PS_SERVER_SUM_ROUNDS_H_
+#define TFPS_PS_SERVER_SUM_ROUNDS_H_
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "ps_server/buffer.h"
+#include "ps_server/outgoing.h"
+#include "tf_ps_ops/cc/common/status.h"
+#include "tf_ps_ops/cc/wire/message.h"
+
+namespace tfps {
+
+using RoundId = std::tuple<uint64_t, uint32_t, uint64_t>;  // key, partition, step
+
+struct Round {
+  RoundId id;
+  Header first;                // the first push's header: what every other must match
+  std::vector<int64_t> dims;
+  std::vector<double> params;  // the first push's hyperparameters and slot values (PS mode)
+  int first_sender = -1;
+  std::vector<bool> arrived;
+  std::vector<bool> answered;       // failed already (an error reply went out)
+  std::vector<double> received_us;  // per worker, when its push has kFlagTimed
+  int num_arrived = 0;
+  Buffer sum;
+  bool has_data = false;
+  std::vector<Buffer> rows;  // sparse: each worker's [ids][rows], by rank
+  Status error;
+  std::chrono::steady_clock::time_point started;
+};
+
+// "server 0, step 3, partition 1": where a round is, for error messages.
+std::string Where(int server_id, const RoundId& id);
+
+class SumRounds {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  SumRounds(int num_workers, int server_id, double timeout_s);
+
+  // Adds a push (`received_us`: when it arrived, for timed replies). Returns true with the
+  // round moved to *complete when every worker has pushed and nothing failed it; the
+  // caller answers it. Errors go to *out.
+  bool Add(const Head& head, Buffer payload, double received_us, std::vector<Outgoing>* out,
+           Round* complete);
+  // The worker is gone: every open round that still needs it fails, and so will new ones.
+  void OnWorkerLost(int rank, const std::string& why, std::vector<Outgoing>* out);
+  // Fails rounds that waited longer than the timeout, naming the workers still missing.
+  void OnTick(Clock::time_point now, std::vector<Outgoing>* out);
+  // Answers every worker of `round` not yet answered with `status`.
+  void Fail(Round& round, const Status& status, std::vector<Outgoing>* out) const;
+
+  size_t open() const { return rounds_.size(); }
+
+ private:
+  Round& Open(const Head& head, const RoundId& id);
+  // Why this push cannot join the round (a disagreement with its first push); Ok if it can.
+  Status Mismatch(const Round& round, const Head& head) const;
+
+  const int num_workers_;
+  const int server_id_;
+  const double timeout_s_;
+  std::map<RoundId, Round> rounds_;
+  std::map<int, std::string> lost_;  // rank -> why
+};
+
+}  // namespace tfps
+
+#endif  // TFPS_PS_SERVER_SUM_ROUNDS_H_

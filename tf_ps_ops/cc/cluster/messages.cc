@@ -1,0 +1,198 @@
+#include "tf_ps_ops/cc/cluster/messages.h"
+
+#include <cstdint>
+#include <map>
+#include <set>
+
+namespace tfps {
+
+namespace {
+
+using Fields = std::map<std::string, std::string>;
+
+// "name=value" lines. Each name at most once and one of `known`: a registrant of the same
+// release never sends anything else, so anything else is a corrupt or foreign message.
+Status ParseFields(const std::string& what, const std::string& text,
+                   const std::set<std::string>& known, Fields* fields) {
+  size_t start = 0, line = 1;
+  for (; start < text.size(); ++line) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string item = text.substr(start, end - start);
+    start = end + 1;
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos) {
+      return InvalidArgument(what + ": line " + std::to_string(line) + " '" + item +
+                             "' is not name=value");
+    }
+    const std::string name = item.substr(0, eq);
+    if (known.count(name) == 0) return InvalidArgument(what + ": unknown field '" + name + "'");
+    if (!fields->emplace(name, item.substr(eq + 1)).second) {
+      return InvalidArgument(what + ": field '" + name + "' appears twice");
+    }
+  }
+  return Status::Ok();
+}
+
+// The field's value, "" when absent (without inserting it, unlike operator[]).
+std::string Get(const Fields& fields, const std::string& name) {
+  auto it = fields.find(name);
+  return it == fields.end() ? std::string() : it->second;
+}
+
+std::string Format(const Fields& fields) {
+  std::string out;
+  for (const auto& f : fields) out += f.first + "=" + f.second + "\n";
+  return out;
+}
+
+// All digits (no sign, no space, no trailing junk) and within [low, high]: what atoi
+// would silently turn into 0 or a truncated number is an error naming the field.
+Status ParseNumber(const std::string& what, const std::string& field, const std::string& text,
+                   int64_t low, int64_t high, int* out) {
+  const Status bad = InvalidArgument(what + ": field '" + field + "' is '" + text +
+                                     "', not a whole number from " + std::to_string(low) +
+                                     " to " + std::to_string(high));
+  if (text.empty() || text.size() > 10) return bad;
+  int64_t value = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return bad;
+    value = value * 10 + (c - '0');
+  }
+  if (value < low || value > high) return bad;
+  *out = static_cast<int>(value);
+  return Status::Ok();
+}
+
+Status ParseField(const std::string& what, const Fields& fields, const std::string& field,
+                  int64_t low, int64_t high, int* out) {
+  auto it = fields.find(field);
+  if (it == fields.end()) return InvalidArgument(what + ": field '" + field + "' is missing");
+  return ParseNumber(what, field, it->second, low, high, out);
+}
+
+std::vector<std::string> SplitList(const std::string& text) {
+  std::vector<std::string> out;
+  if (text.empty()) return out;
+  size_t start = 0;
+  while (true) {
+    const size_t pos = text.find(',', start);
+    out.push_back(text.substr(start, pos - start));
+    if (pos == std::string::npos) break;
+    start = pos + 1;
+  }
+  return out;
+}
+
+std::string JoinList(const std::vector<std::string>& items) {
+  std::string out;
+  for (const std::string& item : items) out += (out.empty() ? "" : ",") + item;
+  return out;
+}
+
+// Each "host:port" of a list, the port within [low_port, 65535] (the host's own colons,
+// IPv6, stay with the host: the port follows the last one).
+Status CheckEndpoints(const std::string& what, const std::string& field,
+                      const std::vector<std::string>& endpoints, int low_port) {
+  for (size_t i = 0; i < endpoints.size(); ++i) {
+    const std::string& e = endpoints[i];
+    const size_t colon = e.rfind(':');
+    const std::string name = field + "[" + std::to_string(i) + "]";
+    if (colon == std::string::npos || colon == 0) {
+      return InvalidArgument(what + ": field '" + name + "' is '" + e + "', not host:port");
+    }
+    int port = 0;
+    TFPS_RETURN_IF_ERROR(ParseNumber(what, name + " port", e.substr(colon + 1), low_port,
+                                     65535, &port));
+  }
+  return Status::Ok();
+}
+
+constexpr int64_t kMaxInt = INT32_MAX;
+const char kRegisterWhat[] = "register message";
+const char kReplyWhat[] = "register reply";
+
+}  // namespace
+
+std::string FormatRegister(const RegisterRequest& r) {
+  Fields fields;
+  if (!r.host.empty()) fields["host"] = r.host;
+  if (r.role == Role::kServer) {
+    fields["role"] = "server";
+    fields["port"] = std::to_string(r.port);
+  } else {
+    fields["role"] = "worker";
+    fields["rank"] = std::to_string(r.rank);
+    fields["size"] = std::to_string(r.size);
+    fields["peer_port"] = std::to_string(r.port);
+  }
+  return Format(fields);
+}
+
+Status ParseRegister(const std::string& text, RegisterRequest* r) {
+  Fields fields;
+  TFPS_RETURN_IF_ERROR(ParseFields(kRegisterWhat, text,
+                                   {"role", "host", "port", "rank", "size", "peer_port"},
+                                   &fields));
+  *r = RegisterRequest();
+  r->host = Get(fields, "host");
+  const std::string role = Get(fields, "role");
+  if (role == "server") {
+    r->role = Role::kServer;
+    return ParseField(kRegisterWhat, fields, "port", 1, 65535, &r->port);
+  }
+  if (role != "worker") return InvalidArgument("unknown role '" + role + "'");
+  r->role = Role::kWorker;
+  TFPS_RETURN_IF_ERROR(ParseField(kRegisterWhat, fields, "rank", 0, kMaxInt - 1, &r->rank));
+  TFPS_RETURN_IF_ERROR(ParseField(kRegisterWhat, fields, "size", 1, kMaxInt, &r->size));
+  return ParseField(kRegisterWhat, fields, "peer_port", 0, 65535, &r->port);
+}
+
+std::string FormatWaiting(const std::string& waiting) {
+  return Format({{"status", "waiting"}, {"waiting", waiting}});
+}
+
+std::string FormatClusterView(const ClusterView& view) {
+  Fields fields = {{"status", "ready"},
+                   {"servers", JoinList(view.servers)},
+                   {"workers", JoinList(view.worker_hosts)}};
+  if (view.server_id >= 0) {
+    fields["server_id"] = std::to_string(view.server_id);
+  } else {
+    fields["peers"] = JoinList(view.worker_peers);
+  }
+  return Format(fields);
+}
+
+Status ParseRegisterReply(const std::string& text, bool* ready, std::string* waiting,
+                          ClusterView* view) {
+  Fields fields;
+  TFPS_RETURN_IF_ERROR(ParseFields(
+      kReplyWhat, text, {"status", "waiting", "servers", "workers", "peers", "server_id"},
+      &fields));
+  *ready = Get(fields, "status") == "ready";
+  if (!*ready) {
+    if (Get(fields, "status") != "waiting") {
+      return InvalidArgument(std::string(kReplyWhat) + ": field 'status' is '" +
+                             Get(fields, "status") + "', neither ready nor waiting");
+    }
+    *waiting = Get(fields, "waiting");
+    return Status::Ok();
+  }
+  *view = ClusterView();
+  view->servers = SplitList(Get(fields, "servers"));
+  view->worker_hosts = SplitList(Get(fields, "workers"));
+  view->worker_peers = SplitList(Get(fields, "peers"));
+  TFPS_RETURN_IF_ERROR(CheckEndpoints(kReplyWhat, "servers", view->servers, 1));
+  TFPS_RETURN_IF_ERROR(CheckEndpoints(kReplyWhat, "peers", view->worker_peers, 0));
+  if (fields.count("peers") && view->worker_peers.size() != view->worker_hosts.size()) {
+    return InvalidArgument(std::string(kReplyWhat) + ": " +
+                           std::to_string(view->worker_peers.size()) + " peers for " +
+                           std::to_string(view->worker_hosts.size()) + " workers");
+  }
+  if (fields.count("server_id") == 0) return Status::Ok();
+  const int servers = static_cast<int>(view->servers.size());
+  return ParseField(kReplyWhat, fields, "server_id", 0, servers - 1, &view->server_id);
+}
+
+}  // namespace tfps

@@ -1,0 +1,51 @@
+// The rendezvous messages, as text: what a registrant tells the scheduler (kRegister) and
+// what the scheduler answers (kRegisterReply). Both sides format and parse them here and
+// nowhere else. Parsing is strict: every number must be all digits and in range, and a
+// bad message is an InvalidArgument status that names the field, never a silent 0.
+//
+// On the wire each is "name=value" lines (wire/message.h carries them as the payload).
+#ifndef TFPS_CC_CLUSTER_MESSAGES_H_
+#define TFPS_CC_CLUSTER_MESSAGES_H_
+
+#include <string>
+#include <vector>
+
+#include "tf_ps_ops/cc/common/status.h"
+
+namespace tfps {
+
+enum class Role { kServer, kWorker };
+
+// kRegister: a server announces the port it serves on; a worker its rank, the job size it
+// was started with, and the port it takes peer (SFB) traffic on.
+struct RegisterRequest {
+  Role role = Role::kWorker;
+  std::string host;   // empty: the scheduler uses the connection's peer address
+  int port = 0;       // server: 1..65535; worker: its peer port, 0 for none
+  int rank = -1;      // workers only
+  int size = 0;       // workers only
+};
+
+std::string FormatRegister(const RegisterRequest& request);
+Status ParseRegister(const std::string& text, RegisterRequest* request);
+
+// kRegisterReply once every role has registered: the cluster as the registrant sees it.
+struct ClusterView {
+  std::vector<std::string> servers;       // "host:port", indexed by server id
+  std::vector<std::string> worker_hosts;  // indexed by rank
+  std::vector<std::string> worker_peers;  // "host:peer_port" by rank (workers only; port 0: none)
+  int server_id = -1;                     // this process's id when it is a server
+};
+
+// The reply to a registrant while the cluster is incomplete ("waiting for ...").
+std::string FormatWaiting(const std::string& waiting);
+std::string FormatClusterView(const ClusterView& view);
+
+// A kRegisterReply: either *ready with *view filled, or not ready with *waiting saying
+// for whom the scheduler still waits.
+Status ParseRegisterReply(const std::string& text, bool* ready, std::string* waiting,
+                          ClusterView* view);
+
+}  // namespace tfps
+
+#endif  // TFPS_CC_CLUSTER_MESSAGES_H_
