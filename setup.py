@@ -11,7 +11,7 @@ metadata is in pyproject.toml; this file only hooks the native build into setupt
 import os
 import sys
 
-from setuptools import Command, Distribution, setup
+from setuptools import Command, Distribution, find_packages, setup
 from setuptools.command.build_py import build_py
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "tools"))
@@ -52,7 +52,7 @@ class BuildPyWithNative(build_py):
 
 
 setup(
-    packages=["tf_ps_ops", "sfb"],
+    packages=find_packages(include=["tf_ps_ops", "tf_ps_ops.*", "sfb"]),
     package_data={"tf_ps_ops": native_build.PACKAGE_DATA},
     zip_safe=False,
     distclass=BinaryDistribution,
