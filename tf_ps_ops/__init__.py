@@ -22,7 +22,8 @@ _EXPORTS = {
     "Average": "ops", "Sum": "ops", "Adasum": "ops",
     "allreduce": "ops", "push_pull": "ops", "grouped_allreduce": "ops",
     "allgather": "ops", "broadcast": "ops", "broadcast_": "ops",
-    "broadcast_variables": "ops", "broadcast_object": "ops", "allgather_object": "ops",
+    "broadcast_variables": "ops", "broadcast_object": "ops", "broadcast_object_fn": "ops",
+    "allgather_object": "ops",
     "Compression": "compression",
     # training glue
     "DistributedGradientTape": "tape",

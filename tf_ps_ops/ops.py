@@ -62,6 +62,16 @@ def _dense(tensor):
     return tf.convert_to_tensor(tensor)
 
 
+def _allreduce_slices(slices, op, name):
+    # Without a dense_shape there is no dense tensor to sum: gather values and indices
+    # from every worker instead, as Horovod does for every IndexedSlices.
+    values = allgather(slices.values, name=None if name is None else name + ".values")
+    indices = allgather(slices.indices, name=None if name is None else name + ".indices")
+    if op == Average:
+        values = values / tf.cast(size(), values.dtype)
+    return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
+
+
 def _resolve_op(op, average):
     if op is not None and average is not None:
         raise ValueError("The op parameter supersedes average. Please provide only one of them.")
@@ -83,6 +93,9 @@ def _scale(tensor, factor):
     if tensor.dtype.is_integer:
         # As Horovod does for integers: scale in double precision, then truncate.
         return tf.cast(tf.cast(tensor, tf.float64) * factor, tensor.dtype)
+    if tensor.dtype in (tf.float16, tf.bfloat16):
+        # As Horovod does on the CPU: scale in float32, round once to the narrow type.
+        return tf.cast(tf.cast(tensor, tf.float32) * factor, tensor.dtype)
     return tensor * tf.cast(factor, tensor.dtype)
 
 
@@ -100,12 +113,17 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
     Every worker must pass a tensor of the same shape and dtype under the same key;
     otherwise every worker gets an InvalidArgumentError that names the key.
     Averages of integer tensors use floor division. A tf.IndexedSlices is converted to a
-    dense tensor first (Horovod's sparse_as_dense), so the result is always dense.
+    dense tensor first (Horovod's sparse_as_dense), so the result is dense; one without a
+    `dense_shape` cannot be, and is gathered as Horovod does: the result is a
+    tf.IndexedSlices of every worker's values (divided by size() for Average) and indices.
     `prescale_factor` multiplies the input before the sum, `postscale_factor` the result
-    after averaging. `device_sparse` is accepted for Horovod compatibility only.
+    after averaging. `device_sparse` places the gathers of slices without a dense_shape.
     """
     op = _resolve_op(op, average)
     _check_not_xla()
+    if isinstance(tensor, tf.IndexedSlices) and tensor.dense_shape is None:
+        with tf.device(device_sparse):
+            return _allreduce_slices(tensor, op, name)
     with tf.device(device_dense):
         tensor = _dense(tensor)
         key = _key("allreduce", name, tensor)
@@ -204,39 +222,85 @@ def broadcast_variables(variables, root_rank):
 
 
 def broadcast_(variables, root_rank, name=None):
-    """In-place broadcast of a variable or list of variables; returns the variables."""
-    variables, _ = _assign_broadcast(variables, root_rank, name or "broadcast_")
-    return variables
+    """In-place broadcast of a variable or list of variables.
+
+    Eagerly and in tf.function, returns the variables (assigned by then). In a v1 graph,
+    returns their values read after the assignments, as Horovod does: running them in a
+    Session runs the broadcast.
+    """
+    variables, assignments = _assign_broadcast(variables, root_rank, name or "broadcast_")
+    if tf.executing_eagerly() or tf.inside_function():
+        return variables
+    with tf.control_dependencies(assignments):
+        return [tf.identity(var.read_value()) for var in variables]
 
 
-def _require_eager(what):
-    if not tf.executing_eagerly():
-        raise RuntimeError(f"{what} pickles Python objects and must run eagerly, "
-                           "not inside tf.function")
+def _session_runner(what, session):
+    """Returns run(tensor) -> NumPy value: eagerly, or in a v1 graph through `session`
+    (default: the default session), as Horovod's `session=` arguments do."""
+    if tf.executing_eagerly():
+        return lambda tensor: tensor.numpy()
+    if tf.inside_function():
+        raise RuntimeError(f"{what} pickles Python objects and must run eagerly or in a v1 "
+                           "graph with a Session, not inside tf.function")
+    session = session or tf.compat.v1.get_default_session()
+    if session is None:
+        raise RuntimeError(f"{what} in a v1 graph needs a Session: pass session= or run it "
+                           "under `with session.as_default():`")
+    return session.run
 
 
-def broadcast_object(obj, root_rank=0, name=None):
-    """Returns root_rank's `obj` (any cloudpickle-able object) on every worker."""
-    _require_eager("broadcast_object")
+def broadcast_object(obj, root_rank=0, session=None, name=None):
+    """Returns root_rank's `obj` (any cloudpickle-able object) on every worker.
+
+    Runs eagerly, or in a v1 graph through `session` (default: the default session).
+    """
+    run = _session_runner("broadcast_object", session)
     _check_root(root_rank)
     key = name or "broadcast_object"
     payload = b""
     if rank() == root_rank:
         payload = cloudpickle.dumps(obj)
-    length = broadcast(tf.constant([len(payload)], tf.int64), root_rank, name=key + ".size")
+    length = run(broadcast(tf.constant([len(payload)], tf.int64), root_rank, name=key + ".size"))
     if rank() != root_rank:
         payload = bytes(int(length[0]))
-    data = broadcast(tf.constant(np.frombuffer(payload, np.uint8)), root_rank, name=key + ".data")
-    return cloudpickle.loads(data.numpy().tobytes())
+    data = run(broadcast(tf.constant(np.frombuffer(payload, np.uint8)), root_rank,
+                         name=key + ".data"))
+    return cloudpickle.loads(data.tobytes())
 
 
-def allgather_object(obj, name=None):
-    """Returns the list of every worker's `obj`, in rank order."""
-    _require_eager("allgather_object")
+def broadcast_object_fn(root_rank=0, session=None, name=None):
+    """v1 graph mode: builds the broadcast ops once and returns `fn(obj)` that runs them
+    in `session` (default: the default session) for each object, as Horovod's does."""
+    _check_root(root_rank)
+    key = name or "broadcast_object_fn"
+    size_in = tf.compat.v1.placeholder(tf.int64, [1], name="bcast_object_size")
+    data_in = tf.compat.v1.placeholder(tf.uint8, [None], name="bcast_object_data")
+    size_out = broadcast(size_in, root_rank, name=key + ".size")
+    data_out = broadcast(data_in, root_rank, name=key + ".data")
+    session = session or tf.compat.v1.get_default_session()
+
+    def broadcast_fn(obj):
+        payload = cloudpickle.dumps(obj) if rank() == root_rank else b""
+        length = session.run(size_out, {size_in: [len(payload)]})
+        if rank() != root_rank:
+            payload = bytes(int(length[0]))
+        data = session.run(data_out, {data_in: np.frombuffer(payload, np.uint8)})
+        return cloudpickle.loads(data.tobytes())
+
+    return broadcast_fn
+
+
+def allgather_object(obj, session=None, name=None):
+    """Returns the list of every worker's `obj`, in rank order.
+
+    Runs eagerly, or in a v1 graph through `session` (default: the default session).
+    """
+    run = _session_runner("allgather_object", session)
     key = name or "allgather_object"
     payload = np.frombuffer(cloudpickle.dumps(obj), np.uint8)
-    lengths = allgather(tf.constant([payload.size], tf.int64), name=key + ".sizes").numpy()
-    data = allgather(tf.constant(payload), name=key + ".data").numpy()
+    lengths = run(allgather(tf.constant([payload.size], tf.int64), name=key + ".sizes"))
+    data = run(allgather(tf.constant(payload), name=key + ".data"))
     chunks = np.split(data, np.cumsum(lengths)[:-1])
     return [cloudpickle.loads(chunk.tobytes()) for chunk in chunks]
 
@@ -251,11 +315,25 @@ def _push_pull_grad(op, grad):
 
 @tf.RegisterGradient("PsBroadcast")
 def _broadcast_grad(op, grad):
-    # Only the root's input reaches the output, so only the root gets a gradient (Horovod).
-    # Every worker still pushes: the root's sum needs them all.
+    # Only the root's input reaches the output, so only the root gets a gradient: the
+    # average of every worker's upstream gradient (Horovod 0.28). Every worker still
+    # pushes: the root's average needs them all.
     key = tf.compat.as_str(op.get_attr("tensor_name")) + ".grad"
-    reduced = _library.ops().ps_push_pull(_dense(grad), [], tensor_name=key)
+    reduced = _average(_library.ops().ps_push_pull(_dense(grad), [], tensor_name=key))
     if rank() == op.get_attr("root_rank"):
         return reduced
     with tf.control_dependencies([reduced]):
         return tf.zeros_like(reduced)
+
+
+@tf.RegisterGradient("PsAllgather")
+def _allgather_grad(op, grad):
+    # As Horovod 0.28: the upstream gradient averaged over workers, then this worker's
+    # rows of it. Workers may contribute different numbers of rows, so they tell each
+    # other how many.
+    key = tf.compat.as_str(op.get_attr("tensor_name")) + ".grad"
+    reduced = _average(_library.ops().ps_push_pull(_dense(grad), [], tensor_name=key))
+    rows = tf.shape(op.inputs[0], out_type=tf.int64)[:1]
+    all_rows = _library.ops().ps_allgather(rows, tensor_name=key + ".rows")
+    start = tf.reduce_sum(all_rows[:rank()])
+    return reduced[start:start + rows[0]]
