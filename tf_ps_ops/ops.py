@@ -24,6 +24,9 @@ from tf_ps_ops.compression import Compression
 Average = 0
 Sum = 1
 Adasum = 2
+Min = 3
+Max = 4
+Product = 5
 
 _EAGER_KEYS = {
     "allreduce": "push_pull.eager",
@@ -82,6 +85,10 @@ def _resolve_op(op, average):
             "Adasum is not supported: it combines gradients pairwise with dot products along "
             "a reduction tree, which summing parameter servers do not compute. "
             "Use op=Average or op=Sum.")
+    if op in (Min, Max, Product):
+        raise NotImplementedError(
+            "op=Min, Max and Product are not supported yet: the servers only sum. "
+            "Use op=Average or op=Sum.")
     if op not in (Average, Sum):
         raise ValueError(f"unknown reduction op {op!r}: use tf_ps_ops.Average or tf_ps_ops.Sum")
     return op
@@ -136,9 +143,22 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
         return _scale(summed, postscale_factor)
 
 
-def push_pull(tensor, average=True, name=None, compression=Compression.none):
-    """BytePS's name for allreduce: the sum over workers, divided by size() if `average`."""
-    return allreduce(tensor, op=Average if average else Sum, name=name, compression=compression)
+def push_pull(tensor, scope="", average=None, device_dense="", device_sparse="",
+              compression=Compression.none, op=None, enable_async=False, name=None):
+    """BytePS's name and signature for allreduce: the average over workers (or the sum,
+    with average=False or op=Sum). `scope` prefixes the key, as BytePS prefixes the
+    tensor's name with it; in a graph without a `name` the key is `scope` + the
+    tensor's name."""
+    if enable_async:
+        raise NotImplementedError(
+            "push_pull(enable_async=True) is not supported: every push_pull waits for "
+            "all workers' pushes of the same step (BSP)")
+    if scope:
+        if name is None and not tf.executing_eagerly():
+            name = _key("allreduce", None, _dense(tensor))
+        name = scope + (name or _EAGER_KEYS["allreduce"])
+    return allreduce(tensor, average, device_dense, device_sparse, compression, op,
+                     name=name)
 
 
 def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",

@@ -156,11 +156,57 @@ def check_callback_local_variables(hvd):
         np.testing.assert_array_equal(other, kernel.numpy())
 
 
+def check_topology(hvd):
+    # tfps-run layout in this test: one host, so one "cross" group.
+    assert (hvd.cross_rank(), hvd.cross_size()) == (0, 1)
+    assert hvd.is_homogeneous()
+
+
+def check_byteps_push_pull_scope(hvd):
+    size, me = hvd.size(), hvd.rank()
+    x = tf.constant([float(me + 1)] * 2)
+    np.testing.assert_allclose(hvd.push_pull(x, "scope_a/"), [sum(range(1, size + 1)) / size] * 2)
+    np.testing.assert_allclose(hvd.push_pull(x, scope="s/", average=False, name="n"),
+                               [sum(range(1, size + 1))] * 2)
+    # In a graph the key is the scope plus the tensor's name.
+    graph_sum = tf.function(lambda t: hvd.push_pull(t, scope="g/", op=hvd.Sum))(x)
+    np.testing.assert_allclose(graph_sum, [sum(range(1, size + 1))] * 2)
+
+
+def check_keras_namespace_collectives(hvd):
+    import tf_ps_ops.keras as hvd_keras
+
+    size, me = hvd.size(), hvd.rank()
+    np.testing.assert_allclose(hvd_keras.allreduce(np.float32(me), "k.avg"), (size - 1) / 2)
+    np.testing.assert_allclose(hvd_keras.allreduce([me], "k.sum", op=hvd.Sum),
+                               [size * (size - 1) // 2])
+    np.testing.assert_array_equal(hvd_keras.allgather([me], "k.gather"), np.arange(size))
+    np.testing.assert_array_equal(hvd_keras.broadcast([me, me], size - 1, "k.bcast"),
+                                  [size - 1] * 2)
+
+
+def check_broadcast_global_variables_in_v1_graph(hvd):
+    size, me = hvd.size(), hvd.rank()
+    with tf.Graph().as_default():
+        v = tf.compat.v1.get_variable("v", initializer=np.full(3, float(me), np.float32))
+        op = hvd.broadcast_global_variables(root_rank=size - 1)
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            session.run(op)
+            np.testing.assert_array_equal(session.run(v), np.full(3, size - 1))
+    with tf.Graph().as_default():
+        w = tf.compat.v1.get_variable("w", initializer=np.full(2, float(me), np.float32))
+        hook = hvd.BroadcastGlobalVariablesHook(0)
+        with tf.compat.v1.train.MonitoredSession(hooks=[hook]) as session:
+            np.testing.assert_array_equal(session.run(w), np.zeros(2))
+
+
 CHECKS = [check_broadcast_grad_is_averaged, check_allgather_grad,
           check_allgather_grad_in_v1_graph, check_broadcast_inplace_in_v1_graph,
           check_indexed_slices_without_dense_shape, check_fp16_scaling_in_fp32,
           check_objects_in_v1_graph, check_callback_broadcasts_model_without_input,
-          check_callback_local_variables]
+          check_callback_local_variables, check_topology, check_byteps_push_pull_scope,
+          check_keras_namespace_collectives, check_broadcast_global_variables_in_v1_graph]
 
 if __name__ == "__main__":
     run_checks(CHECKS)
