@@ -26,7 +26,7 @@ _EXPORTS = {
     "rocm_built": "_compat",
     # collective operations
     "Average": "ops", "Sum": "ops", "Adasum": "ops", "Min": "ops", "Max": "ops",
-    "Product": "ops",
+    "Product": "ops", "global_process_set": "ops",
     "allreduce": "ops", "push_pull": "ops", "grouped_allreduce": "ops",
     "allgather": "ops", "broadcast": "ops", "broadcast_": "ops",
     "broadcast_variables": "ops", "broadcast_object": "ops", "broadcast_object_fn": "ops",

@@ -22,7 +22,8 @@ from tf_ps_ops.basics import (  # noqa: F401
     init, is_initialized, local_rank, local_size, rank, shutdown, size)
 from tf_ps_ops.compression import Compression
 from tf_ps_ops.ops import (  # noqa: F401
-    Adasum, Average, Max, Min, Product, Sum, allgather_object, broadcast_object, keys_for)
+    Adasum, Average, Max, Min, Product, Sum, allgather_object, broadcast_object,
+    global_process_set, keys_for)
 from tf_ps_ops.tape import check_gradient_options, reduce_gradients
 
 
@@ -134,21 +135,23 @@ def load_model(filepath, custom_optimizers=None, custom_objects=None,
 
 # Horovod's Keras collectives take values and return tensors: (value, name, ...) order.
 def allreduce(value, name=None, average=None, prescale_factor=1.0, postscale_factor=1.0,
-              op=None, compression=Compression.none):
+              op=None, compression=Compression.none, process_set=global_process_set):
     """Horovod Keras' allreduce: the average (default) or sum of `value` over workers."""
     return ops.allreduce(tf.convert_to_tensor(value), average=average,
                          compression=compression, op=op, prescale_factor=prescale_factor,
-                         postscale_factor=postscale_factor, name=name)
+                         postscale_factor=postscale_factor, name=name,
+                         process_set=process_set)
 
 
-def allgather(value, name=None):
+def allgather(value, name=None, process_set=global_process_set):
     """Horovod Keras' allgather: every worker's `value` concatenated on axis 0."""
-    return ops.allgather(tf.convert_to_tensor(value), name=name)
+    return ops.allgather(tf.convert_to_tensor(value), name=name, process_set=process_set)
 
 
-def broadcast(value, root_rank, name=None):
+def broadcast(value, root_rank, name=None, process_set=global_process_set):
     """Horovod Keras' broadcast: root_rank's `value` on every worker."""
-    return ops.broadcast(tf.convert_to_tensor(value), root_rank, name=name)
+    return ops.broadcast(tf.convert_to_tensor(value), root_rank, name=name,
+                         process_set=process_set)
 
 
 for _name in ("reducescatter", "PartialDistributedOptimizer", "SyncBatchNormalization",

@@ -28,6 +28,37 @@ Min = 3
 Max = 4
 Product = 5
 
+
+class _GlobalProcessSet:
+    """Horovod's `global_process_set`: every worker. The only process set served here,
+    so collectives accept `process_set=` for Horovod signatures and refuse any other."""
+
+    process_set_id = 0
+    ranks = None
+
+    def size(self):
+        return size()
+
+    def rank(self):
+        return rank()
+
+    def included(self):
+        return True
+
+    def __repr__(self):
+        return "global_process_set"
+
+
+global_process_set = _GlobalProcessSet()
+
+
+def _check_process_set(process_set):
+    if process_set is not None and process_set is not global_process_set and \
+            getattr(process_set, "process_set_id", None) != 0:
+        raise NotImplementedError(
+            "process sets other than global_process_set are not supported yet: the "
+            "servers wait for every worker on each key")
+
 _EAGER_KEYS = {
     "allreduce": "push_pull.eager",
     "broadcast": "broadcast.eager",
@@ -114,7 +145,8 @@ def _average(summed):
 
 def allreduce(tensor, average=None, device_dense="", device_sparse="",
               compression=Compression.none, op=None, prescale_factor=1.0,
-              postscale_factor=1.0, name=None, _variable=None, _priority=0):
+              postscale_factor=1.0, name=None, process_set=global_process_set,
+              ignore_name_scope=False, _variable=None, _priority=0):
     """Sums (op=Sum) or averages (op=Average, the default) `tensor` over all workers.
 
     Every worker must pass a tensor of the same shape and dtype under the same key;
@@ -125,8 +157,11 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
     tf.IndexedSlices of every worker's values (divided by size() for Average) and indices.
     `prescale_factor` multiplies the input before the sum, `postscale_factor` the result
     after averaging. `device_sparse` places the gathers of slices without a dense_shape.
+    `process_set` may only be `global_process_set` (the default); `ignore_name_scope`
+    is accepted for Horovod's signature: keys come from `name` or the tensor's name.
     """
     op = _resolve_op(op, average)
+    _check_process_set(process_set)
     _check_not_xla()
     if isinstance(tensor, tf.IndexedSlices) and tensor.dense_shape is None:
         with tf.device(device_sparse):
@@ -163,8 +198,9 @@ def push_pull(tensor, scope="", average=None, device_dense="", device_sparse="",
 
 def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
                       compression=Compression.none, op=None, prescale_factor=1.0,
-                      postscale_factor=1.0, name=None):
+                      postscale_factor=1.0, name=None, process_set=global_process_set):
     """allreduce of each tensor in a list; returns the list of results in the same order."""
+    _check_process_set(process_set)
     eager = tf.executing_eagerly()
     results = []
     for index, tensor in enumerate(tensors):
@@ -179,8 +215,10 @@ def _check_root(root_rank):
         raise ValueError(f"root_rank={root_rank!r} is not a rank in 0..{size() - 1}")
 
 
-def broadcast(tensor, root_rank, name=None):
+def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
+              process_set=global_process_set):
     """Returns root_rank's `tensor` on every worker; shapes and dtypes must match."""
+    _check_process_set(process_set)
     _check_root(root_rank)
     _check_not_xla()
     tensor = _dense(tensor)
@@ -188,13 +226,14 @@ def broadcast(tensor, root_rank, name=None):
     return _library.ops().ps_broadcast(tensor, tensor_name=key, root_rank=int(root_rank))
 
 
-def allgather(tensor, name=None):
+def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_process_set):
     """Concatenates every worker's `tensor` along the first dimension, in rank order.
 
     First dimensions may differ between workers; the dtype and the other dimensions must
     match (InvalidArgumentError naming the tensor otherwise). Workers exchange their
     tensors directly, peer to peer (PsAllgather): no server in the path.
     """
+    _check_process_set(process_set)
     _check_not_xla()
     tensor = tf.convert_to_tensor(tensor)
     if tensor.shape.rank == 0:
@@ -232,22 +271,25 @@ def _assign_broadcast(variables, root_rank, prefix):
                        for var, key in zip(variables, keys)]
 
 
-def broadcast_variables(variables, root_rank):
+def broadcast_variables(variables, root_rank, process_set=global_process_set, inplace=False):
     """Assigns root_rank's values to `variables` on every worker.
 
-    Returns a grouped op in graph mode and None eagerly, as Horovod does.
+    Returns a grouped op in graph mode and None eagerly, as Horovod does. The
+    assignment is always in place, so Horovod's `inplace` changes nothing.
     """
+    _check_process_set(process_set)
     _, assignments = _assign_broadcast(variables, root_rank, "broadcast_variables")
     return tf.group(*assignments)
 
 
-def broadcast_(variables, root_rank, name=None):
+def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
     """In-place broadcast of a variable or list of variables.
 
     Eagerly and in tf.function, returns the variables (assigned by then). In a v1 graph,
     returns their values read after the assignments, as Horovod does: running them in a
     Session runs the broadcast.
     """
+    _check_process_set(process_set)
     variables, assignments = _assign_broadcast(variables, root_rank, name or "broadcast_")
     if tf.executing_eagerly() or tf.inside_function():
         return variables
@@ -270,11 +312,13 @@ def _session_runner(what, session):
     return session.run
 
 
-def broadcast_object(obj, root_rank=0, session=None, name=None):
+def broadcast_object(obj, root_rank=0, session=None, name=None,
+                     process_set=global_process_set):
     """Returns root_rank's `obj` (any cloudpickle-able object) on every worker.
 
     Runs eagerly, or in a v1 graph through `session` (default: the default session).
     """
+    _check_process_set(process_set)
     run = _session_runner("broadcast_object", session)
     _check_root(root_rank)
     key = name or "broadcast_object"
@@ -289,9 +333,11 @@ def broadcast_object(obj, root_rank=0, session=None, name=None):
     return cloudpickle.loads(data.tobytes())
 
 
-def broadcast_object_fn(root_rank=0, session=None, name=None):
+def broadcast_object_fn(root_rank=0, session=None, name=None,
+                        process_set=global_process_set):
     """v1 graph mode: builds the broadcast ops once and returns `fn(obj)` that runs them
     in `session` (default: the default session) for each object, as Horovod's does."""
+    _check_process_set(process_set)
     _check_root(root_rank)
     key = name or "broadcast_object_fn"
     size_in = tf.compat.v1.placeholder(tf.int64, [1], name="bcast_object_size")
@@ -311,11 +357,12 @@ def broadcast_object_fn(root_rank=0, session=None, name=None):
     return broadcast_fn
 
 
-def allgather_object(obj, session=None, name=None):
+def allgather_object(obj, session=None, name=None, process_set=global_process_set):
     """Returns the list of every worker's `obj`, in rank order.
 
     Runs eagerly, or in a v1 graph through `session` (default: the default session).
     """
+    _check_process_set(process_set)
     run = _session_runner("allgather_object", session)
     key = name or "allgather_object"
     payload = np.frombuffer(cloudpickle.dumps(obj), np.uint8)

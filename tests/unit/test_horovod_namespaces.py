@@ -18,7 +18,7 @@ import tf_ps_ops.tensorflow as hvd_tf  # noqa: E402
 HOROVOD_TENSORFLOW = """init shutdown is_initialized start_timeline stop_timeline size
     local_size cross_size rank local_rank cross_rank is_homogeneous mpi_threads_supported
     mpi_enabled mpi_built gloo_enabled gloo_built nccl_built ddl_built ccl_built cuda_built
-    rocm_built ProcessSet add_process_set remove_process_set Average Sum Adasum Min Max
+    rocm_built ProcessSet global_process_set add_process_set remove_process_set Average Sum Adasum Min Max
     Product allgather broadcast broadcast_ alltoall reducescatter grouped_reducescatter
     grouped_allgather join barrier size_op local_size_op rank_op local_rank_op allreduce
     grouped_allreduce broadcast_variables broadcast_object broadcast_object_fn
@@ -26,7 +26,7 @@ HOROVOD_TENSORFLOW = """init shutdown is_initialized start_timeline stop_timelin
     DistributedOptimizer DistributedGradientTape PartialDistributedGradientTape
     Compression SyncBatchNormalization elastic keras util _executing_eagerly""".split()
 HOROVOD_KERAS = """init shutdown is_initialized size local_size cross_size rank local_rank
-    cross_rank mpi_threads_supported mpi_enabled mpi_built gloo_enabled gloo_built
+    cross_rank global_process_set mpi_threads_supported mpi_enabled mpi_built gloo_enabled gloo_built
     nccl_built ddl_built ccl_built cuda_built rocm_built Compression Average Sum Adasum Min
     Max Product DistributedOptimizer PartialDistributedOptimizer broadcast_global_variables
     allreduce allgather broadcast reducescatter load_model callbacks elastic ProcessSet
@@ -102,3 +102,19 @@ def test_load_model_restores_a_distributed_optimizer(tmp_path):
         tf_ps_ops.Compression.fp16
     np.testing.assert_array_equal(loaded.layers[0].kernel.numpy(),
                                   model.layers[0].kernel.numpy())
+
+
+def test_only_the_global_process_set_is_accepted():
+    other = type("ProcessSet", (), {"process_set_id": 1})()
+    calls = [lambda ps: hvd_tf.allreduce(tf.ones(2), process_set=ps),
+             lambda ps: hvd_tf.grouped_allreduce([tf.ones(2)], process_set=ps),
+             lambda ps: hvd_tf.allgather(tf.ones(2), process_set=ps),
+             lambda ps: hvd_tf.broadcast(tf.ones(2), 0, process_set=ps),
+             lambda ps: hvd_tf.broadcast_variables([], 0, process_set=ps),
+             lambda ps: hvd_tf.broadcast_object(1, process_set=ps),
+             lambda ps: hvd_tf.allgather_object(1, process_set=ps),
+             lambda ps: hvd_keras.allreduce(1.0, process_set=ps)]
+    for call in calls:
+        with pytest.raises(NotImplementedError, match="global_process_set"):
+            call(other)
+    assert hvd_tf.global_process_set.process_set_id == 0

@@ -183,6 +183,12 @@ def check_keras_namespace_collectives(hvd):
     np.testing.assert_array_equal(hvd_keras.allgather([me], "k.gather"), np.arange(size))
     np.testing.assert_array_equal(hvd_keras.broadcast([me, me], size - 1, "k.bcast"),
                                   [size - 1] * 2)
+    everyone = hvd.global_process_set
+    assert everyone.size() == size and everyone.rank() == me and everyone.included()
+    np.testing.assert_allclose(hvd.allreduce(tf.ones(2), op=hvd.Sum, process_set=everyone),
+                               [size] * 2)
+    np.testing.assert_array_equal(hvd.allgather(tf.constant([me]), process_set=everyone),
+                                  np.arange(size))
 
 
 def check_broadcast_global_variables_in_v1_graph(hvd):
