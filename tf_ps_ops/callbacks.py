@@ -1,5 +1,6 @@
 """Keras callbacks for distributed training (Horovod's `hvd.callbacks`)."""
 
+import inspect
 import warnings
 
 import keras
@@ -92,14 +93,26 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
     fractional epoch (epoch + batch / steps_per_epoch). Applies in
     [start_epoch, end_epoch); `initial_lr` defaults to the optimizer's rate at the start.
 
+    BytePS's form, `LearningRateScheduleCallback(multiplier, start_epoch=0, ...,
+    initial_lr=None)`, works too: given one positional argument and no `multiplier`,
+    that argument is the multiplier (Horovod requires both, so nothing is ambiguous).
+
     momentum_correction: Horovod scales momentum by new_lr / old_lr for one batch after
     each change. Keras 3 optimizers fix `momentum` as a constant when the train step is
     traced, so it cannot change per batch: it is not applied, and a warning says so.
     """
 
-    def __init__(self, initial_lr=None, multiplier=1.0, start_epoch=0, end_epoch=None,
-                 staircase=True, momentum_correction=True, steps_per_epoch=None):
+    def __init__(self, *args, **kwargs):
         super().__init__()
+        # One positional argument and no `multiplier`: BytePS's order, multiplier first.
+        byteps = len(args) == 1 and "multiplier" not in kwargs
+        bound = _SCHEDULE_BYTEPS.bind(*args, **kwargs) if byteps else \
+            _SCHEDULE_HOROVOD.bind(*args, **kwargs)
+        bound.apply_defaults()
+        self._init(**bound.arguments)
+
+    def _init(self, initial_lr, multiplier, start_epoch, end_epoch, staircase,
+              momentum_correction, steps_per_epoch):
         self.initial_lr = initial_lr
         self.multiplier = multiplier if callable(multiplier) else (lambda epoch: multiplier)
         self.staircase = staircase if callable(multiplier) else True
@@ -138,6 +151,25 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         if logs is not None:
             logs["lr"] = float(self.model.optimizer.learning_rate)
+
+
+def _schedule_signature(names):
+    defaults = {"initial_lr": None, "multiplier": 1.0, "start_epoch": 0, "end_epoch": None,
+                "staircase": True, "momentum_correction": True, "steps_per_epoch": None}
+    return inspect.Signature([inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                default=defaults[name]) for name in names])
+
+
+# Horovod: (initial_lr, multiplier, ...); BytePS: (multiplier, ..., initial_lr).
+_SCHEDULE_HOROVOD = _schedule_signature(
+    ["initial_lr", "multiplier", "start_epoch", "end_epoch", "staircase",
+     "momentum_correction", "steps_per_epoch"])
+_SCHEDULE_BYTEPS = _schedule_signature(
+    ["multiplier", "start_epoch", "end_epoch", "staircase", "momentum_correction",
+     "steps_per_epoch", "initial_lr"])
+LearningRateScheduleCallback.__init__.__signature__ = _SCHEDULE_HOROVOD.replace(
+    parameters=[inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    + list(_SCHEDULE_HOROVOD.parameters.values()))
 
 
 class LearningRateWarmupCallback(LearningRateScheduleCallback):

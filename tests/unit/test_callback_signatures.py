@@ -33,3 +33,13 @@ def test_horovod_positional_calls_construct():
     callbacks.LearningRateWarmupCallback(0.1, 5, True, 10, 0)
     callbacks.BestModelCheckpoint(monitor="loss", verbose=0, save_weights_only=False,
                                   mode="auto", save_freq="epoch")
+
+
+def test_byteps_learning_rate_schedule_takes_the_multiplier_first():
+    # BytePS: LearningRateScheduleCallback(multiplier, start_epoch=0, ..., initial_lr=None).
+    byteps = callbacks.LearningRateScheduleCallback(0.5, start_epoch=1)
+    assert byteps.initial_lr is None and byteps.multiplier(3) == 0.5
+    byteps = callbacks.LearningRateScheduleCallback(lambda epoch: 0.1 * epoch, initial_lr=2.0)
+    assert byteps.initial_lr == 2.0 and byteps.multiplier(3) == 0.1 * 3
+    horovod = callbacks.LearningRateScheduleCallback(0.1, 0.5)
+    assert horovod.initial_lr == 0.1 and horovod.multiplier(3) == 0.5
