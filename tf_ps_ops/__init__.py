@@ -36,6 +36,7 @@ _EXPORTS = {
     # training glue
     "DistributedGradientTape": "tape",
     "DistributedOptimizer": "keras", "load_model": "keras",
+    "SyncBatchNormalization": "sync_batch_norm",
     # PS mode: the servers run the optimizer
     "enable_graph_rewrite": "ps_mode", "disable_graph_rewrite": "ps_mode",
     "rewrite_graph_def": "ps_mode",
@@ -45,7 +46,7 @@ _EXPORTS = {
 _EXPORTS.update({name: "tensorflow" for name in (
     "alltoall", "reducescatter", "grouped_reducescatter", "grouped_allgather", "join",
     "barrier", "ProcessSet", "add_process_set", "remove_process_set",
-    "SyncBatchNormalization", "PartialDistributedOptimizer",
+    "PartialDistributedOptimizer",
     "PartialDistributedGradientTape", "start_timeline", "stop_timeline", "elastic")})
 # Submodules that are part of the API themselves (`hvd.callbacks.MetricAverageCallback`;
 # `import tf_ps_ops.tensorflow` and `tf_ps_ops.keras` mirror Horovod's module layout;

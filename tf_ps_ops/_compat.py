@@ -133,7 +133,6 @@ UNSERVED = {
     "add_process_set": "process sets need servers that key rounds by process set (issue 12)",
     "remove_process_set": "process sets need servers that key rounds by process set "
                           "(issue 12)",
-    "SyncBatchNormalization": "not implemented yet (issue 12)",
     "PartialDistributedOptimizer": "not implemented yet (issue 12)",
     "PartialDistributedGradientTape": "not implemented yet (issue 12)",
     "start_timeline": "no timeline: the engine logs its stages instead (docs/env.md)",

@@ -24,6 +24,7 @@ from tf_ps_ops.compression import Compression
 from tf_ps_ops.ops import (  # noqa: F401
     Adasum, Average, Max, Min, Product, Sum, allgather_object, broadcast_object,
     global_process_set, keys_for)
+from tf_ps_ops.sync_batch_norm import SyncBatchNormalization  # noqa: F401
 from tf_ps_ops.tape import check_gradient_options, reduce_gradients
 
 
@@ -154,8 +155,7 @@ def broadcast(value, root_rank, name=None, process_set=global_process_set):
                          process_set=process_set)
 
 
-for _name in ("reducescatter", "PartialDistributedOptimizer", "SyncBatchNormalization",
-              "elastic", "ProcessSet", "add_process_set", "remove_process_set",
+for _name in ("reducescatter", "PartialDistributedOptimizer", "elastic", "ProcessSet", "add_process_set", "remove_process_set",
               "start_timeline", "stop_timeline"):
     setattr(sys.modules[__name__], _name, _compat.unserved(_name))
 del _name

@@ -207,12 +207,47 @@ def check_broadcast_global_variables_in_v1_graph(hvd):
             np.testing.assert_array_equal(session.run(w), np.zeros(2))
 
 
+def check_sync_batch_normalization(hvd):
+    # Horovod's case: every worker holds one sample; the synchronised layer must match a
+    # plain BatchNormalization over all workers' samples, outputs and moving statistics.
+    size, me = hvd.size(), hvd.rank()
+    samples = [np.stack([np.array([[r, r + 1], [r * 2, r * 2 + 1], [r * 3, r * 3 + 1],
+                                   [r * 4, r * 4 + 1]], np.float32) for r in range(size)]),
+               np.stack([np.array([[r + 1], [r * 2 + 1], [r * 3 + 1], [r * 4 + 1]], np.float32)
+                         for r in range(size)])]
+    for index, x in enumerate(samples):
+        plain = keras.layers.BatchNormalization(axis=1)
+        synced = hvd.SyncBatchNormalization(axis=1, name=f"sync_bn_{index}")
+        expected = plain(x, training=True).numpy()
+        got = synced(x[me:me + 1], training=True).numpy()
+        np.testing.assert_allclose(got, expected[me:me + 1], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(synced.moving_mean, plain.moving_mean, rtol=1e-6)
+        np.testing.assert_allclose(synced.moving_variance, plain.moving_variance, rtol=1e-5)
+        # In a tf.function too, with gradients through the reduction.
+        inputs = tf.Variable(x[me:me + 1])
+
+        @tf.function
+        def loss_and_grad():
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_sum(synced(inputs, training=True) * float(me + 1))
+            return tape.gradient(loss, inputs)
+
+        all_inputs = tf.Variable(x)
+        with tf.GradientTape() as tape:
+            weights = np.arange(1, size + 1, dtype=np.float32).reshape(
+                (size,) + (1,) * (x.ndim - 1))
+            loss = tf.reduce_sum(plain(all_inputs, training=True) * weights)
+        np.testing.assert_allclose(loss_and_grad(), tape.gradient(loss, all_inputs)[me:me + 1],
+                                   rtol=1e-4, atol=1e-5)
+
+
 CHECKS = [check_broadcast_grad_is_averaged, check_allgather_grad,
           check_allgather_grad_in_v1_graph, check_broadcast_inplace_in_v1_graph,
           check_indexed_slices_without_dense_shape, check_fp16_scaling_in_fp32,
           check_objects_in_v1_graph, check_callback_broadcasts_model_without_input,
           check_callback_local_variables, check_topology, check_byteps_push_pull_scope,
-          check_keras_namespace_collectives, check_broadcast_global_variables_in_v1_graph]
+          check_keras_namespace_collectives, check_broadcast_global_variables_in_v1_graph,
+          check_sync_batch_normalization]
 
 if __name__ == "__main__":
     run_checks(CHECKS)
