@@ -18,20 +18,39 @@ _EXPORTS = {
     "rank": "basics", "size": "basics", "local_rank": "basics", "local_size": "basics",
     "num_servers": "basics", "rank_op": "basics", "size_op": "basics",
     "local_rank_op": "basics", "local_size_op": "basics",
+    "cross_rank": "_compat", "cross_size": "_compat", "is_homogeneous": "_compat",
+    # Horovod's build queries: which transports are built in (none of theirs)
+    "mpi_built": "_compat", "mpi_enabled": "_compat", "mpi_threads_supported": "_compat",
+    "gloo_built": "_compat", "gloo_enabled": "_compat", "nccl_built": "_compat",
+    "ddl_built": "_compat", "ccl_built": "_compat", "cuda_built": "_compat",
+    "rocm_built": "_compat",
     # collective operations
-    "Average": "ops", "Sum": "ops", "Adasum": "ops",
+    "Average": "ops", "Sum": "ops", "Adasum": "ops", "Min": "ops", "Max": "ops",
+    "Product": "ops", "global_process_set": "ops",
     "allreduce": "ops", "push_pull": "ops", "grouped_allreduce": "ops",
     "allgather": "ops", "broadcast": "ops", "broadcast_": "ops",
-    "broadcast_variables": "ops", "broadcast_object": "ops", "allgather_object": "ops",
+    "broadcast_variables": "ops", "broadcast_object": "ops", "broadcast_object_fn": "ops",
+    "allgather_object": "ops",
     "Compression": "compression",
+    "broadcast_global_variables": "_compat", "BroadcastGlobalVariablesHook": "_compat",
     # training glue
     "DistributedGradientTape": "tape",
-    "DistributedOptimizer": "keras",
+    "DistributedOptimizer": "keras", "load_model": "keras",
+    "SyncBatchNormalization": "sync_batch_norm",
     # PS mode: the servers run the optimizer
     "enable_graph_rewrite": "ps_mode", "disable_graph_rewrite": "ps_mode",
     "rewrite_graph_def": "ps_mode",
 }
-# Submodules that are part of the API themselves (`hvd.callbacks.MetricAverageCallback`).
+# Horovod names not served: stand-ins that raise NotImplementedError with the reason
+# (tf_ps_ops._compat.UNSERVED), so that `hvd.alltoall(...)` says why at the call.
+_EXPORTS.update({name: "tensorflow" for name in (
+    "alltoall", "reducescatter", "grouped_reducescatter", "grouped_allgather", "join",
+    "barrier", "ProcessSet", "add_process_set", "remove_process_set",
+    "PartialDistributedOptimizer",
+    "PartialDistributedGradientTape", "start_timeline", "stop_timeline", "elastic")})
+# Submodules that are part of the API themselves (`hvd.callbacks.MetricAverageCallback`;
+# `import tf_ps_ops.tensorflow` and `tf_ps_ops.keras` mirror Horovod's module layout;
+# `tensorflow` stays out of __all__ so that a star import cannot shadow TensorFlow).
 _SUBMODULES = ("callbacks", "compression", "keras", "optimizers", "ps_mode")
 
 __all__, __getattr__, __dir__ = _lazy.exports(globals(), _EXPORTS, _SUBMODULES)

@@ -1,5 +1,6 @@
 """Keras callbacks for distributed training (Horovod's `hvd.callbacks`)."""
 
+import inspect
 import warnings
 
 import keras
@@ -10,31 +11,53 @@ from tf_ps_ops.ops import Average, allreduce, broadcast_variables
 
 
 class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
-    """Copies root_rank's model and optimizer variables to every worker as training begins.
+    """Copies root_rank's model and optimizer variables to every worker.
 
-    Unlike Horovod's (which waits for the end of the first batch, when Keras 3 would
-    have built the optimizer), this builds the optimizer itself, so the very first step
-    already runs on identical weights and optimizer state. Broadcasts once per instance.
+    When training begins on a built model, this builds the optimizer itself and
+    broadcasts at once, so the very first step runs on identical weights and optimizer
+    state. A model built by its first call (no `Input` layer, as in Horovod's Keras
+    examples) has no variables yet: then, as Horovod does, the broadcast happens at the
+    end of the first batch. Broadcasts once per instance.
+
+    Args:
+      root_rank: the worker whose values everyone takes.
+      device: device for the broadcast ops ('' lets TF place them).
+      local_variables: a variable or list of variables that stay as they are on each
+        worker (Horovod's `local_variables`).
     """
 
-    def __init__(self, root_rank, device=""):
+    def __init__(self, root_rank, device="", local_variables=None):
         super().__init__()
         self.root_rank = root_rank
         self.device = device
-        self._done = False
+        if local_variables is None:
+            local_variables = []
+        elif not isinstance(local_variables, (list, tuple, set)):
+            local_variables = [local_variables]
+        self._local = {id(var) for var in local_variables}
+        self.broadcast_done = False
 
-    def on_train_begin(self, logs=None):
-        if self._done:
-            return
-        variables = list(self.model.variables)
+    def _broadcast(self):
         optimizer = getattr(self.model, "optimizer", None)
+        variables = list(self.model.variables)
         if optimizer is not None:
-            if not optimizer.built:
-                optimizer.build(self.model.trainable_variables)
             variables += list(optimizer.variables)
+        variables = [var for var in variables if id(var) not in self._local]
         with tf.device(self.device):
             broadcast_variables(variables, self.root_rank)
-        self._done = True
+        self.broadcast_done = True
+
+    def on_train_begin(self, logs=None):
+        if self.broadcast_done or not self.model.built or not self.model.variables:
+            return
+        optimizer = getattr(self.model, "optimizer", None)
+        if optimizer is not None and not optimizer.built:
+            optimizer.build(self.model.trainable_variables)
+        self._broadcast()
+
+    def on_batch_end(self, batch, logs=None):
+        if not self.broadcast_done:
+            self._broadcast()
 
 
 class MetricAverageCallback(keras.callbacks.Callback):
@@ -42,16 +65,22 @@ class MetricAverageCallback(keras.callbacks.Callback):
 
     Put it before callbacks that read the metrics (ModelCheckpoint, EarlyStopping,
     ReduceLROnPlateau, loggers) so that they all see, and decide on, the same values.
-    Every worker must report the same metric names.
+    Every worker must report the same metric names. `device` places the allreduce
+    ('' lets TF place it).
     """
+
+    def __init__(self, device=""):
+        super().__init__()
+        self.device = device
 
     def on_epoch_end(self, epoch, logs=None):
         if not logs:
             return
         names = sorted(logs)
         # One push_pull for all metrics; float64 so averaging adds no rounding of its own.
-        values = tf.constant([float(logs[name]) for name in names], tf.float64)
-        averaged = allreduce(values, op=Average, name="MetricAverageCallback.logs").numpy()
+        with tf.device(self.device):
+            values = tf.constant([float(logs[name]) for name in names], tf.float64)
+            averaged = allreduce(values, op=Average, name="MetricAverageCallback.logs").numpy()
         for name, value in zip(names, averaged):
             logs[name] = float(value)
 
@@ -64,14 +93,26 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
     fractional epoch (epoch + batch / steps_per_epoch). Applies in
     [start_epoch, end_epoch); `initial_lr` defaults to the optimizer's rate at the start.
 
+    BytePS's form, `LearningRateScheduleCallback(multiplier, start_epoch=0, ...,
+    initial_lr=None)`, works too: given one positional argument and no `multiplier`,
+    that argument is the multiplier (Horovod requires both, so nothing is ambiguous).
+
     momentum_correction: Horovod scales momentum by new_lr / old_lr for one batch after
     each change. Keras 3 optimizers fix `momentum` as a constant when the train step is
     traced, so it cannot change per batch: it is not applied, and a warning says so.
     """
 
-    def __init__(self, initial_lr=None, multiplier=1.0, start_epoch=0, end_epoch=None,
-                 staircase=True, momentum_correction=True, steps_per_epoch=None):
+    def __init__(self, *args, **kwargs):
         super().__init__()
+        # One positional argument and no `multiplier`: BytePS's order, multiplier first.
+        byteps = len(args) == 1 and "multiplier" not in kwargs
+        bound = _SCHEDULE_BYTEPS.bind(*args, **kwargs) if byteps else \
+            _SCHEDULE_HOROVOD.bind(*args, **kwargs)
+        bound.apply_defaults()
+        self._init(**bound.arguments)
+
+    def _init(self, initial_lr, multiplier, start_epoch, end_epoch, staircase,
+              momentum_correction, steps_per_epoch):
         self.initial_lr = initial_lr
         self.multiplier = multiplier if callable(multiplier) else (lambda epoch: multiplier)
         self.staircase = staircase if callable(multiplier) else True
@@ -112,6 +153,25 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
             logs["lr"] = float(self.model.optimizer.learning_rate)
 
 
+def _schedule_signature(names):
+    defaults = {"initial_lr": None, "multiplier": 1.0, "start_epoch": 0, "end_epoch": None,
+                "staircase": True, "momentum_correction": True, "steps_per_epoch": None}
+    return inspect.Signature([inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                default=defaults[name]) for name in names])
+
+
+# Horovod: (initial_lr, multiplier, ...); BytePS: (multiplier, ..., initial_lr).
+_SCHEDULE_HOROVOD = _schedule_signature(
+    ["initial_lr", "multiplier", "start_epoch", "end_epoch", "staircase",
+     "momentum_correction", "steps_per_epoch"])
+_SCHEDULE_BYTEPS = _schedule_signature(
+    ["multiplier", "start_epoch", "end_epoch", "staircase", "momentum_correction",
+     "steps_per_epoch", "initial_lr"])
+LearningRateScheduleCallback.__init__.__signature__ = _SCHEDULE_HOROVOD.replace(
+    parameters=[inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    + list(_SCHEDULE_HOROVOD.parameters.values()))
+
+
 class LearningRateWarmupCallback(LearningRateScheduleCallback):
     """Ramps the learning rate from initial_lr / size() up to initial_lr over
     `warmup_epochs`, per batch (Horovod's warmup for a rate scaled by size())."""
@@ -133,3 +193,17 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
         if epoch == self.end_epoch - 1 and self.verbose > 0:
             print(f"\nEpoch {epoch + 1}: finished gradual learning rate warmup to "
                   f"{float(self.model.optimizer.learning_rate):g}.")
+
+
+class BestModelCheckpoint(keras.callbacks.ModelCheckpoint):
+    """Horovod's ModelCheckpoint that keeps only the best model; give it `filepath`
+    (Horovod's Keras-2 version sets it later, from the `filepath` attribute)."""
+
+    def __init__(self, monitor="val_loss", verbose=0, save_weights_only=False, mode="auto",
+                 save_freq="epoch", filepath=None):
+        if filepath is None:
+            # Keras 3's ModelCheckpoint needs the path (and its suffix) at construction.
+            filepath = "best.weights.h5" if save_weights_only else "best.keras"
+        super().__init__(filepath=filepath, monitor=monitor, verbose=verbose,
+                         save_best_only=True, save_weights_only=save_weights_only,
+                         mode=mode, save_freq=save_freq)

@@ -1,11 +1,30 @@
-"""DistributedOptimizer for Keras 3: gradients are averaged over workers before each update."""
+"""Keras 3 glue, laid out as Horovod's `horovod.tensorflow.keras`:
+
+    import tf_ps_ops.keras as hvd       # for `import horovod.tensorflow.keras as hvd`
+
+DistributedOptimizer averages gradients over workers before each update; `load_model`
+loads a model saved with one; `hvd.callbacks` are the Keras callbacks. Horovod names we
+do not serve raise NotImplementedError with the reason when called.
+"""
 
 import functools
+import sys
 
 import keras
+import tensorflow as tf
 
+from tf_ps_ops import _compat, callbacks, ops  # noqa: F401  (hvd.callbacks)
+from tf_ps_ops._compat import (  # noqa: F401
+    broadcast_global_variables, ccl_built, cross_rank, cross_size, cuda_built, ddl_built,
+    gloo_built, gloo_enabled, is_homogeneous, mpi_built, mpi_enabled,
+    mpi_threads_supported, nccl_built, rocm_built)
+from tf_ps_ops.basics import (  # noqa: F401
+    init, is_initialized, local_rank, local_size, rank, shutdown, size)
 from tf_ps_ops.compression import Compression
-from tf_ps_ops.ops import Average, keys_for
+from tf_ps_ops.ops import (  # noqa: F401
+    Adasum, Average, Max, Min, Product, Sum, allgather_object, broadcast_object,
+    global_process_set, keys_for)
+from tf_ps_ops.sync_batch_norm import SyncBatchNormalization  # noqa: F401
 from tf_ps_ops.tape import check_gradient_options, reduce_gradients
 
 
@@ -17,6 +36,14 @@ class _DistributedOptimizerMixin:
     `fit` silently trains each replica on its own gradients.)
     """
 
+    # Defaults for optimizers made by deserialisation (load_model) rather than by
+    # DistributedOptimizer(), which sets its own.
+    _tfps_key_prefix = None
+    _tfps_compression = Compression.none
+    _tfps_op = Average
+    _tfps_predivide = 1.0
+    _tfps_device = ""
+
     def apply(self, grads, trainable_variables=None):
         if trainable_variables is None:
             if not self.built:
@@ -25,7 +52,7 @@ class _DistributedOptimizerMixin:
         else:
             variables = trainable_variables = list(trainable_variables)
         grads = list(grads)
-        keys = keys_for(variables, self._tfps_key_prefix)
+        keys = keys_for(variables, self._tfps_key_prefix or f"Distributed{type(self).__name__}")
         grads = reduce_gradients(grads, keys, self._tfps_compression, self._tfps_op,
                                  self._tfps_predivide, self._tfps_device, variables)
         return super().apply(grads, trainable_variables)
@@ -89,3 +116,46 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     distributed._tfps_predivide = gradient_predivide_factor
     distributed._tfps_device = device_dense
     return distributed
+
+
+def load_model(filepath, custom_optimizers=None, custom_objects=None,
+               compression=Compression.none):
+    """keras.models.load_model, with the saved optimizer (and its state) restored as a
+    distributed one, as Horovod's load_model does. `custom_optimizers`: optimizer
+    classes of your own that the file may name."""
+    classes = [cls for cls in vars(keras.optimizers).values()
+               if isinstance(cls, type) and issubclass(cls, keras.optimizers.Optimizer)]
+    objects = {cls.__name__: _distributed_class(cls)
+               for cls in classes + list(custom_optimizers or [])}
+    objects.update(custom_objects or {})
+    model = keras.models.load_model(filepath, custom_objects=objects)
+    if isinstance(getattr(model, "optimizer", None), _DistributedOptimizerMixin):
+        model.optimizer._tfps_compression = compression
+    return model
+
+
+# Horovod's Keras collectives take values and return tensors: (value, name, ...) order.
+def allreduce(value, name=None, average=None, prescale_factor=1.0, postscale_factor=1.0,
+              op=None, compression=Compression.none, process_set=global_process_set):
+    """Horovod Keras' allreduce: the average (default) or sum of `value` over workers."""
+    return ops.allreduce(tf.convert_to_tensor(value), average=average,
+                         compression=compression, op=op, prescale_factor=prescale_factor,
+                         postscale_factor=postscale_factor, name=name,
+                         process_set=process_set)
+
+
+def allgather(value, name=None, process_set=global_process_set):
+    """Horovod Keras' allgather: every worker's `value` concatenated on axis 0."""
+    return ops.allgather(tf.convert_to_tensor(value), name=name, process_set=process_set)
+
+
+def broadcast(value, root_rank, name=None, process_set=global_process_set):
+    """Horovod Keras' broadcast: root_rank's `value` on every worker."""
+    return ops.broadcast(tf.convert_to_tensor(value), root_rank, name=name,
+                         process_set=process_set)
+
+
+for _name in ("reducescatter", "PartialDistributedOptimizer", "elastic", "ProcessSet", "add_process_set", "remove_process_set",
+              "start_timeline", "stop_timeline"):
+    setattr(sys.modules[__name__], _name, _compat.unserved(_name))
+del _name

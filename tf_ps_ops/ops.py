@@ -24,6 +24,40 @@ from tf_ps_ops.compression import Compression
 Average = 0
 Sum = 1
 Adasum = 2
+Min = 3
+Max = 4
+Product = 5
+
+
+class _GlobalProcessSet:
+    """Horovod's `global_process_set`: every worker. The only process set served here,
+    so collectives accept `process_set=` for Horovod signatures and refuse any other."""
+
+    process_set_id = 0
+    ranks = None
+
+    def size(self):
+        return size()
+
+    def rank(self):
+        return rank()
+
+    def included(self):
+        return True
+
+    def __repr__(self):
+        return "global_process_set"
+
+
+global_process_set = _GlobalProcessSet()
+
+
+def _check_process_set(process_set):
+    if process_set is not None and process_set is not global_process_set and \
+            getattr(process_set, "process_set_id", None) != 0:
+        raise NotImplementedError(
+            "process sets other than global_process_set are not supported yet: the "
+            "servers wait for every worker on each key")
 
 _EAGER_KEYS = {
     "allreduce": "push_pull.eager",
@@ -62,6 +96,16 @@ def _dense(tensor):
     return tf.convert_to_tensor(tensor)
 
 
+def _allreduce_slices(slices, op, name):
+    # Without a dense_shape there is no dense tensor to sum: gather values and indices
+    # from every worker instead, as Horovod does for every IndexedSlices.
+    values = allgather(slices.values, name=None if name is None else name + ".values")
+    indices = allgather(slices.indices, name=None if name is None else name + ".indices")
+    if op == Average:
+        values = values / tf.cast(size(), values.dtype)
+    return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
+
+
 def _resolve_op(op, average):
     if op is not None and average is not None:
         raise ValueError("The op parameter supersedes average. Please provide only one of them.")
@@ -71,6 +115,10 @@ def _resolve_op(op, average):
         raise NotImplementedError(
             "Adasum is not supported: it combines gradients pairwise with dot products along "
             "a reduction tree, which summing parameter servers do not compute. "
+            "Use op=Average or op=Sum.")
+    if op in (Min, Max, Product):
+        raise NotImplementedError(
+            "op=Min, Max and Product are not supported yet: the servers only sum. "
             "Use op=Average or op=Sum.")
     if op not in (Average, Sum):
         raise ValueError(f"unknown reduction op {op!r}: use tf_ps_ops.Average or tf_ps_ops.Sum")
@@ -83,6 +131,9 @@ def _scale(tensor, factor):
     if tensor.dtype.is_integer:
         # As Horovod does for integers: scale in double precision, then truncate.
         return tf.cast(tf.cast(tensor, tf.float64) * factor, tensor.dtype)
+    if tensor.dtype in (tf.float16, tf.bfloat16):
+        # As Horovod does on the CPU: scale in float32, round once to the narrow type.
+        return tf.cast(tf.cast(tensor, tf.float32) * factor, tensor.dtype)
     return tensor * tf.cast(factor, tensor.dtype)
 
 
@@ -94,18 +145,27 @@ def _average(summed):
 
 def allreduce(tensor, average=None, device_dense="", device_sparse="",
               compression=Compression.none, op=None, prescale_factor=1.0,
-              postscale_factor=1.0, name=None, _variable=None, _priority=0):
+              postscale_factor=1.0, name=None, process_set=global_process_set,
+              ignore_name_scope=False, _variable=None, _priority=0):
     """Sums (op=Sum) or averages (op=Average, the default) `tensor` over all workers.
 
     Every worker must pass a tensor of the same shape and dtype under the same key;
     otherwise every worker gets an InvalidArgumentError that names the key.
     Averages of integer tensors use floor division. A tf.IndexedSlices is converted to a
-    dense tensor first (Horovod's sparse_as_dense), so the result is always dense.
+    dense tensor first (Horovod's sparse_as_dense), so the result is dense; one without a
+    `dense_shape` cannot be, and is gathered as Horovod does: the result is a
+    tf.IndexedSlices of every worker's values (divided by size() for Average) and indices.
     `prescale_factor` multiplies the input before the sum, `postscale_factor` the result
-    after averaging. `device_sparse` is accepted for Horovod compatibility only.
+    after averaging. `device_sparse` places the gathers of slices without a dense_shape.
+    `process_set` may only be `global_process_set` (the default); `ignore_name_scope`
+    is accepted for Horovod's signature: keys come from `name` or the tensor's name.
     """
     op = _resolve_op(op, average)
+    _check_process_set(process_set)
     _check_not_xla()
+    if isinstance(tensor, tf.IndexedSlices) and tensor.dense_shape is None:
+        with tf.device(device_sparse):
+            return _allreduce_slices(tensor, op, name)
     with tf.device(device_dense):
         tensor = _dense(tensor)
         key = _key("allreduce", name, tensor)
@@ -118,15 +178,29 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
         return _scale(summed, postscale_factor)
 
 
-def push_pull(tensor, average=True, name=None, compression=Compression.none):
-    """BytePS's name for allreduce: the sum over workers, divided by size() if `average`."""
-    return allreduce(tensor, op=Average if average else Sum, name=name, compression=compression)
+def push_pull(tensor, scope="", average=None, device_dense="", device_sparse="",
+              compression=Compression.none, op=None, enable_async=False, name=None):
+    """BytePS's name and signature for allreduce: the average over workers (or the sum,
+    with average=False or op=Sum). `scope` prefixes the key, as BytePS prefixes the
+    tensor's name with it; in a graph without a `name` the key is `scope` + the
+    tensor's name."""
+    if enable_async:
+        raise NotImplementedError(
+            "push_pull(enable_async=True) is not supported: every push_pull waits for "
+            "all workers' pushes of the same step (BSP)")
+    if scope:
+        if name is None and not tf.executing_eagerly():
+            name = _key("allreduce", None, _dense(tensor))
+        name = scope + (name or _EAGER_KEYS["allreduce"])
+    return allreduce(tensor, average, device_dense, device_sparse, compression, op,
+                     name=name)
 
 
 def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
                       compression=Compression.none, op=None, prescale_factor=1.0,
-                      postscale_factor=1.0, name=None):
+                      postscale_factor=1.0, name=None, process_set=global_process_set):
     """allreduce of each tensor in a list; returns the list of results in the same order."""
+    _check_process_set(process_set)
     eager = tf.executing_eagerly()
     results = []
     for index, tensor in enumerate(tensors):
@@ -141,8 +215,10 @@ def _check_root(root_rank):
         raise ValueError(f"root_rank={root_rank!r} is not a rank in 0..{size() - 1}")
 
 
-def broadcast(tensor, root_rank, name=None):
+def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
+              process_set=global_process_set):
     """Returns root_rank's `tensor` on every worker; shapes and dtypes must match."""
+    _check_process_set(process_set)
     _check_root(root_rank)
     _check_not_xla()
     tensor = _dense(tensor)
@@ -150,13 +226,14 @@ def broadcast(tensor, root_rank, name=None):
     return _library.ops().ps_broadcast(tensor, tensor_name=key, root_rank=int(root_rank))
 
 
-def allgather(tensor, name=None):
+def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_process_set):
     """Concatenates every worker's `tensor` along the first dimension, in rank order.
 
     First dimensions may differ between workers; the dtype and the other dimensions must
     match (InvalidArgumentError naming the tensor otherwise). Workers exchange their
     tensors directly, peer to peer (PsAllgather): no server in the path.
     """
+    _check_process_set(process_set)
     _check_not_xla()
     tensor = tf.convert_to_tensor(tensor)
     if tensor.shape.rank == 0:
@@ -194,49 +271,103 @@ def _assign_broadcast(variables, root_rank, prefix):
                        for var, key in zip(variables, keys)]
 
 
-def broadcast_variables(variables, root_rank):
+def broadcast_variables(variables, root_rank, process_set=global_process_set, inplace=False):
     """Assigns root_rank's values to `variables` on every worker.
 
-    Returns a grouped op in graph mode and None eagerly, as Horovod does.
+    Returns a grouped op in graph mode and None eagerly, as Horovod does. The
+    assignment is always in place, so Horovod's `inplace` changes nothing.
     """
+    _check_process_set(process_set)
     _, assignments = _assign_broadcast(variables, root_rank, "broadcast_variables")
     return tf.group(*assignments)
 
 
-def broadcast_(variables, root_rank, name=None):
-    """In-place broadcast of a variable or list of variables; returns the variables."""
-    variables, _ = _assign_broadcast(variables, root_rank, name or "broadcast_")
-    return variables
+def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
+    """In-place broadcast of a variable or list of variables.
+
+    Eagerly and in tf.function, returns the variables (assigned by then). In a v1 graph,
+    returns their values read after the assignments, as Horovod does: running them in a
+    Session runs the broadcast.
+    """
+    _check_process_set(process_set)
+    variables, assignments = _assign_broadcast(variables, root_rank, name or "broadcast_")
+    if tf.executing_eagerly() or tf.inside_function():
+        return variables
+    with tf.control_dependencies(assignments):
+        return [tf.identity(var.read_value()) for var in variables]
 
 
-def _require_eager(what):
-    if not tf.executing_eagerly():
-        raise RuntimeError(f"{what} pickles Python objects and must run eagerly, "
-                           "not inside tf.function")
+def _session_runner(what, session):
+    """Returns run(tensor) -> NumPy value: eagerly, or in a v1 graph through `session`
+    (default: the default session), as Horovod's `session=` arguments do."""
+    if tf.executing_eagerly():
+        return lambda tensor: tensor.numpy()
+    if tf.inside_function():
+        raise RuntimeError(f"{what} pickles Python objects and must run eagerly or in a v1 "
+                           "graph with a Session, not inside tf.function")
+    session = session or tf.compat.v1.get_default_session()
+    if session is None:
+        raise RuntimeError(f"{what} in a v1 graph needs a Session: pass session= or run it "
+                           "under `with session.as_default():`")
+    return session.run
 
 
-def broadcast_object(obj, root_rank=0, name=None):
-    """Returns root_rank's `obj` (any cloudpickle-able object) on every worker."""
-    _require_eager("broadcast_object")
+def broadcast_object(obj, root_rank=0, session=None, name=None,
+                     process_set=global_process_set):
+    """Returns root_rank's `obj` (any cloudpickle-able object) on every worker.
+
+    Runs eagerly, or in a v1 graph through `session` (default: the default session).
+    """
+    _check_process_set(process_set)
+    run = _session_runner("broadcast_object", session)
     _check_root(root_rank)
     key = name or "broadcast_object"
     payload = b""
     if rank() == root_rank:
         payload = cloudpickle.dumps(obj)
-    length = broadcast(tf.constant([len(payload)], tf.int64), root_rank, name=key + ".size")
+    length = run(broadcast(tf.constant([len(payload)], tf.int64), root_rank, name=key + ".size"))
     if rank() != root_rank:
         payload = bytes(int(length[0]))
-    data = broadcast(tf.constant(np.frombuffer(payload, np.uint8)), root_rank, name=key + ".data")
-    return cloudpickle.loads(data.numpy().tobytes())
+    data = run(broadcast(tf.constant(np.frombuffer(payload, np.uint8)), root_rank,
+                         name=key + ".data"))
+    return cloudpickle.loads(data.tobytes())
 
 
-def allgather_object(obj, name=None):
-    """Returns the list of every worker's `obj`, in rank order."""
-    _require_eager("allgather_object")
+def broadcast_object_fn(root_rank=0, session=None, name=None,
+                        process_set=global_process_set):
+    """v1 graph mode: builds the broadcast ops once and returns `fn(obj)` that runs them
+    in `session` (default: the default session) for each object, as Horovod's does."""
+    _check_process_set(process_set)
+    _check_root(root_rank)
+    key = name or "broadcast_object_fn"
+    size_in = tf.compat.v1.placeholder(tf.int64, [1], name="bcast_object_size")
+    data_in = tf.compat.v1.placeholder(tf.uint8, [None], name="bcast_object_data")
+    size_out = broadcast(size_in, root_rank, name=key + ".size")
+    data_out = broadcast(data_in, root_rank, name=key + ".data")
+    session = session or tf.compat.v1.get_default_session()
+
+    def broadcast_fn(obj):
+        payload = cloudpickle.dumps(obj) if rank() == root_rank else b""
+        length = session.run(size_out, {size_in: [len(payload)]})
+        if rank() != root_rank:
+            payload = bytes(int(length[0]))
+        data = session.run(data_out, {data_in: np.frombuffer(payload, np.uint8)})
+        return cloudpickle.loads(data.tobytes())
+
+    return broadcast_fn
+
+
+def allgather_object(obj, session=None, name=None, process_set=global_process_set):
+    """Returns the list of every worker's `obj`, in rank order.
+
+    Runs eagerly, or in a v1 graph through `session` (default: the default session).
+    """
+    _check_process_set(process_set)
+    run = _session_runner("allgather_object", session)
     key = name or "allgather_object"
     payload = np.frombuffer(cloudpickle.dumps(obj), np.uint8)
-    lengths = allgather(tf.constant([payload.size], tf.int64), name=key + ".sizes").numpy()
-    data = allgather(tf.constant(payload), name=key + ".data").numpy()
+    lengths = run(allgather(tf.constant([payload.size], tf.int64), name=key + ".sizes"))
+    data = run(allgather(tf.constant(payload), name=key + ".data"))
     chunks = np.split(data, np.cumsum(lengths)[:-1])
     return [cloudpickle.loads(chunk.tobytes()) for chunk in chunks]
 
@@ -251,11 +382,25 @@ def _push_pull_grad(op, grad):
 
 @tf.RegisterGradient("PsBroadcast")
 def _broadcast_grad(op, grad):
-    # Only the root's input reaches the output, so only the root gets a gradient (Horovod).
-    # Every worker still pushes: the root's sum needs them all.
+    # Only the root's input reaches the output, so only the root gets a gradient: the
+    # average of every worker's upstream gradient (Horovod 0.28). Every worker still
+    # pushes: the root's average needs them all.
     key = tf.compat.as_str(op.get_attr("tensor_name")) + ".grad"
-    reduced = _library.ops().ps_push_pull(_dense(grad), [], tensor_name=key)
+    reduced = _average(_library.ops().ps_push_pull(_dense(grad), [], tensor_name=key))
     if rank() == op.get_attr("root_rank"):
         return reduced
     with tf.control_dependencies([reduced]):
         return tf.zeros_like(reduced)
+
+
+@tf.RegisterGradient("PsAllgather")
+def _allgather_grad(op, grad):
+    # As Horovod 0.28: the upstream gradient averaged over workers, then this worker's
+    # rows of it. Workers may contribute different numbers of rows, so they tell each
+    # other how many.
+    key = tf.compat.as_str(op.get_attr("tensor_name")) + ".grad"
+    reduced = _average(_library.ops().ps_push_pull(_dense(grad), [], tensor_name=key))
+    rows = tf.shape(op.inputs[0], out_type=tf.int64)[:1]
+    all_rows = _library.ops().ps_allgather(rows, tensor_name=key + ".rows")
+    start = tf.reduce_sum(all_rows[:rank()])
+    return reduced[start:start + rows[0]]

@@ -1,0 +1,46 @@
+"""Horovod's `horovod.tensorflow` module, name for name:
+
+    import tf_ps_ops.tensorflow as hvd          # for `import horovod.tensorflow as hvd`
+    import tf_ps_ops.keras as hvd               # for `import horovod.tensorflow.keras as hvd`
+
+Horovod names we do not serve are present and raise NotImplementedError with the reason
+when called (see tf_ps_ops._compat.UNSERVED). The top-level `tf_ps_ops` package serves
+the same API and BytePS's; this module only fixes Horovod's layout (`hvd.keras`,
+`hvd.util`, `hvd.elastic`, ...).
+"""
+
+import sys
+
+import tensorflow as _tf
+
+from tf_ps_ops import callbacks, keras  # noqa: F401  (hvd.keras, as in Horovod)
+from tf_ps_ops._compat import (  # noqa: F401
+    BroadcastGlobalVariablesHook, broadcast_global_variables, ccl_built, cross_rank,
+    cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled, is_homogeneous, mpi_built,
+    mpi_enabled, mpi_threads_supported, nccl_built, rocm_built, UNSERVED, unserved)
+from tf_ps_ops.basics import (  # noqa: F401
+    init, is_initialized, local_rank, local_rank_op, local_size, local_size_op, rank,
+    rank_op, shutdown, size, size_op)
+from tf_ps_ops.compression import Compression  # noqa: F401
+from tf_ps_ops.keras import DistributedOptimizer  # noqa: F401
+from tf_ps_ops.ops import (  # noqa: F401
+    Adasum, Average, Max, Min, Product, Sum, allgather, allgather_object, allreduce,
+    broadcast, broadcast_, broadcast_object, broadcast_object_fn, broadcast_variables,
+    global_process_set, grouped_allreduce)
+from tf_ps_ops.sync_batch_norm import SyncBatchNormalization  # noqa: F401
+from tf_ps_ops.tape import DistributedGradientTape  # noqa: F401
+
+
+def _executing_eagerly():
+    """Horovod's helper, used by code (and tests) written against horovod.tensorflow."""
+    return _tf.executing_eagerly()
+
+
+class util:  # noqa: N801  (Horovod's horovod.tensorflow.util module, as a namespace)
+    _executing_eagerly = staticmethod(_executing_eagerly)
+
+
+_module = sys.modules[__name__]
+for _name in UNSERVED:
+    setattr(_module, _name, unserved(_name))
+del _module, _name
