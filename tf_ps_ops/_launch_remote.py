@@ -73,7 +73,11 @@ def main():
         os.killpg(child.pid, signal.SIGKILL)
     except OSError:
         pass
-    sys.exit(128 - code if code < 0 else code)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Not sys.exit: the stdin watcher still blocks in read(), and the interpreter's
+    # shutdown would abort on the buffer lock that thread holds.
+    os._exit(128 - code if code < 0 else code)
 
 
 if __name__ == "__main__":
