@@ -144,7 +144,8 @@ class Job:
         if process is not None:
             how = describe_exit(process.returncode)
             if process.host.remote and process.returncode == 255:
-                how += " (ssh's own failure: is the host reachable, its key known and ours accepted?)"
+                how += (" (ssh's own failure code: is the host reachable, its key known "
+                        "and ours accepted?)")
             raise LaunchError(f"{process.name} {how}; stopped the others",
                               shell_code(process.returncode), process)
 

@@ -11,7 +11,8 @@ import pytest
 
 from cluster import REPO, require_build
 
-ray = pytest.importorskip("ray", reason="ray is not installed (pip install -r requirements-ray.txt)")
+ray = pytest.importorskip(
+    "ray", reason="ray is not installed (pip install -r requirements-ray.txt)")
 pytestmark = pytest.mark.timeout(300)
 HERE = Path(__file__).resolve().parent
 
