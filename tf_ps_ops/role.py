@@ -14,6 +14,7 @@ resolve: start `ps_server` with its flags (or DMLC_ROLE) yourself.
 """
 
 import argparse
+import json
 import os
 import signal
 import sys
@@ -56,6 +57,8 @@ def parse_args(argv):
                         help="print the role and the command lines, run nothing")
     parser.add_argument("--ps-server", default=BINARY, metavar="PATH",
                         help="ps_server binary (default: the one built into the package)")
+    # Internal: the re-executed supervisor of ps task 0 (see main).
+    parser.add_argument("--supervise", metavar="JSON", help=argparse.SUPPRESS)
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND",
                         help="what a worker task runs, e.g. python3 train.py")
     args = parser.parse_args(argv)
@@ -64,14 +67,14 @@ def parse_args(argv):
     return args
 
 
-def _supervise(commands, layout):
+def _supervise(commands, index):
     """Runs scheduler and server side by side until both exit; the first failure (or a
     SIGTERM, as Kubernetes sends) stops the other."""
-    job = Job(commands[0][1][0], len(layout.workers), len(layout.servers), Prefixed())
+    job = Job(None, 0, 0, Prefixed())
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     message, code = None, 0
     try:
-        processes = [job.spawn(role, layout.index if role == "server" else 0, argv,
+        processes = [job.spawn(role, index if role == "server" else 0, argv,
                                dict(os.environ)) for role, argv in commands]
         job.supervise(processes, linger_s=0)
     except LaunchError as e:
@@ -96,6 +99,9 @@ def _raise_terminated(signum, frame):
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.supervise:
+        plan = json.loads(args.supervise)
+        return _supervise([tuple(c) for c in plan["commands"]], plan["index"])
     try:
         layout = _config.read_layout()
     except ValueError as e:
@@ -123,7 +129,10 @@ def main(argv=None):
             os.execvp(argv[0], argv)
         except OSError as e:
             sys.exit(f"tfps-role: cannot run {argv[0]}: {e}")
-    return _supervise(commands, layout)
+    # Resolving imported TensorFlow (~600 MB resident): the supervisor that lives as long
+    # as the job is a fresh interpreter without it.
+    plan = json.dumps({"commands": commands, "index": layout.index})
+    os.execv(sys.executable, [sys.executable, "-m", "tf_ps_ops.role", "--supervise", plan])
 
 
 if __name__ == "__main__":

@@ -81,6 +81,10 @@ def test_sigterm_to_ps_task_0_stops_its_scheduler_and_server(tmp_path):
                     helper.result().describe()
                 time.sleep(0.1)
             assert len(hosts.pids(hosts.netns(0))) == 3  # helper, scheduler, server
+            # The helper re-executed itself without TensorFlow (which it imported to read
+            # TF_CONFIG) before supervising for the job's lifetime.
+            status = Path(f"/proc/{helper.pid}/status").read_text()
+            assert int(status.split("VmRSS:")[1].split()[0]) < 150_000, status
             os.kill(helper.pid, signal.SIGTERM)
             job.wait([helper], time.monotonic() + 30)
             assert helper.returncode == 128 + signal.SIGTERM, helper.result().describe()
