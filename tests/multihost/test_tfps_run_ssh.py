@@ -85,13 +85,20 @@ def test_two_host_job_over_ssh_sums_like_numpy(ssh_hosts):
     assert wait_for_no_job_processes(hosts, ssh, launcher.pid) == {0: set(), 1: set()}
 
 
-def test_localhost_entry_runs_without_ssh_beside_a_remote_host(ssh_hosts):
+@pytest.mark.parametrize("interface", [None, "eth0"])
+def test_localhost_entry_runs_without_ssh_beside_a_remote_host(ssh_hosts, interface):
+    """This host's address for the others: on the route to host 1, or eth0's (asked here
+    and, for host 1, over ssh)."""
     hosts, ssh = ssh_hosts
     a1 = hosts.address(1)
-    launcher = tfps_run(hosts, ssh, f"localhost:1,{a1}:1", [sys.executable, WORKER])
+    flags = ["--network-interface", interface] if interface else []
+    launcher = tfps_run(hosts, ssh, f"localhost:1,{a1}:1", [*flags, sys.executable, WORKER])
     out, _ = launcher.communicate(timeout=150)
     assert launcher.returncode == 0, out[-6000:]
     assert "[localhost:worker 0] ok" in out and f"[{a1}:worker 1] ok" in out, out[-6000:]
+    # Host 1's server registered at host 0's address: the scheduler is not on loopback.
+    assert f"server 1 registered from {a1}:" in out, out[-6000:]
+    assert "registered from 127.0.0.1" not in out, out[-6000:]
 
 
 @pytest.mark.parametrize("how", ["worker fails", "ctrl-c"])
