@@ -27,11 +27,16 @@ RUN_PY = REPO / "tf_ps_ops" / "run.py"
 WORKER = Path(__file__).parent / "sum_worker.py"
 pytestmark = [pytest.mark.skipif(not AVAILABLE, reason=WHY_NOT), pytest.mark.timeout(180)]
 
-# Rank 1 fails at once; rank 0 would sleep for two minutes.
-FAILING = ("import os, sys, time\nr = int(os.environ['TFPS_RANK'])\n"
-           "print('started', r, flush=True)\nsys.exit(3) if r == 1 else time.sleep(120)")
-SLEEPING = ("import os, time\nprint('started', os.environ['TFPS_RANK'], flush=True)\n"
-            "time.sleep(120)")
+# Both ranks say they started and touch a file (the hosts share this file system); rank 1
+# then fails once rank 0's file exists, while rank 0 would sleep for two minutes.
+SLEEPING = ("import os, pathlib, sys, time\nr = os.environ['TFPS_RANK']\n"
+            "pathlib.Path(os.environ['MARKERS'], r).touch()\n"
+            "print('started', r, flush=True)\n")
+FAILING = SLEEPING + (
+    "while r == '1' and not pathlib.Path(os.environ['MARKERS'], '0').exists():\n"
+    "    time.sleep(0.05)\n"
+    "sys.exit(3) if r == '1' else time.sleep(120)")
+SLEEPING += "time.sleep(120)"
 
 
 @pytest.fixture
@@ -102,22 +107,25 @@ def test_localhost_entry_runs_without_ssh_beside_a_remote_host(ssh_hosts, interf
 
 
 @pytest.mark.parametrize("how", ["worker fails", "ctrl-c"])
-def test_failure_or_ctrl_c_stops_every_remote_process(ssh_hosts, how):
+def test_failure_or_ctrl_c_stops_every_remote_process(ssh_hosts, how, tmp_path):
     hosts, ssh = ssh_hosts
     a0, a1 = hosts.address(0), hosts.address(1)
     code = FAILING if how == "worker fails" else SLEEPING
-    launcher = tfps_run(hosts, ssh, f"{a0}:1,{a1}:1", [sys.executable, "-c", code])
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    launcher = tfps_run(hosts, ssh, f"{a0}:1,{a1}:1", [sys.executable, "-c", code],
+                        env={"MARKERS": str(markers)})
     lines = []
-    while sum(line.startswith(("[%s:worker" % a0, "[%s:worker" % a1)) and "started" in line
-              for line in lines) < 2:
-        line = launcher.stdout.readline()
-        assert line, "tfps-run ended early:\n" + "".join(lines)
-        lines.append(line)
     if how == "ctrl-c":
+        while sum("started" in line for line in lines) < 2:
+            line = launcher.stdout.readline()
+            assert line, "tfps-run ended early:\n" + "".join(lines)
+            lines.append(line)
         # Both remote workers run: the ssh sessions are up. Ctrl-C reaches the launcher.
         launcher.send_signal(signal.SIGINT)
     out, _ = launcher.communicate(timeout=60)
     out = "".join(lines) + out
+    assert sorted(p.name for p in markers.iterdir()) == ["0", "1"], out[-4000:]
     if how == "worker fails":
         assert launcher.returncode == 3, out[-4000:]
         assert f"tfps-run: {a1}:worker 1 exited with code 3; stopped the others" in out
