@@ -31,19 +31,32 @@ VARIABLES = (
            "BytePS: scheduler port, used when TFPS_SCHEDULER is unset."),
     EnvVar("TFPS_RANK", "int", None,
            "Rank of this worker, 0 <= rank < size.",
-           ("DMLC_WORKER_ID", "HOROVOD_RANK")),
+           ("DMLC_WORKER_ID", "HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")),
     EnvVar("TFPS_SIZE", "int", None,
            "Number of workers.",
-           ("DMLC_NUM_WORKER", "HOROVOD_SIZE")),
+           ("DMLC_NUM_WORKER", "HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")),
     EnvVar("TFPS_LOCAL_RANK", "int", None,
            "Overrides the local rank the scheduler derives from worker hosts.",
-           ("HOROVOD_LOCAL_RANK",)),
+           ("HOROVOD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK")),
     EnvVar("TFPS_LOCAL_SIZE", "int", None,
            "Overrides the local size the scheduler derives from worker hosts.",
-           ("HOROVOD_LOCAL_SIZE",)),
+           ("HOROVOD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE")),
     EnvVar("TFPS_NUM_SERVERS", "int", 1,
            "Number of `ps_server --role server` processes in the cluster.",
            ("DMLC_NUM_SERVER",)),
+    EnvVar("TF_CONFIG", "json", None,
+           "Kubeflow TFJob / TensorFlow cluster spec, used when TFPS_SCHEDULER and "
+           "DMLC_PS_ROOT_URI are unset: 'ps' tasks are servers (ps task 0 also runs the "
+           "scheduler), 'chief' then 'worker' tasks are the workers in rank order. See "
+           "docs/launch.md."),
+    EnvVar("TFPS_SCHEDULER_PORT", "int", None,
+           "Under TF_CONFIG or Slurm: the scheduler's port on ps task 0's host. Default: "
+           "the first port above ps task 0's that no task on that host uses."),
+    EnvVar("SLURM_PROCID", "int", None,
+           "Slurm task rank, used (through SlurmClusterResolver, with SLURM_STEP_NUM_TASKS, "
+           "SLURM_STEP_NODELIST, SLURM_STEP_TASKS_PER_NODE) when neither TFPS_SCHEDULER, "
+           "DMLC_PS_ROOT_URI nor TF_CONFIG is set: tasks 0..TFPS_NUM_SERVERS-1 are servers, "
+           "the rest workers."),
     EnvVar("TFPS_GRAPH_REWRITE", "int", 0,
            "1: `init()` turns on PS mode's graph rewrite (ResourceApplyXXX ops become "
            "PsApplyXXX: the servers run the optimizer). Same as "
@@ -94,7 +107,11 @@ _PARSERS = {
     "host": lambda source, raw: raw.strip(),
     "str": lambda source, raw: raw.strip(),
     "host:port": _parse_host_port,
+    "json": lambda source, raw: raw,  # parsed by TensorFlow's TFConfigClusterResolver
 }
+
+# Launchers of MPI programs set these; when one is read, the others that are set must agree.
+_MPI_FAMILIES = (("OMPI_COMM_WORLD_RANK", "PMI_RANK"), ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE"))
 
 
 def lookup(name, environ=None):
@@ -131,20 +148,100 @@ def _scheduler(environ):
     port, port_source = lookup("DMLC_PS_ROOT_PORT", environ)
     if host is None and port is None:
         raise ValueError(
-            "TFPS_SCHEDULER is not set (nor DMLC_PS_ROOT_URI/DMLC_PS_ROOT_PORT): start "
-            "workers with `tfps-run`, or set TFPS_SCHEDULER=host:port")
+            "TFPS_SCHEDULER is not set (nor DMLC_PS_ROOT_URI/DMLC_PS_ROOT_PORT, TF_CONFIG "
+            "or Slurm's SLURM_PROCID): start workers with `tfps-run`, or set "
+            "TFPS_SCHEDULER=host:port (see docs/launch.md)")
     if host is None or port is None:
         raise ValueError("DMLC_PS_ROOT_URI and DMLC_PS_ROOT_PORT must be set together")
     return host, _parse_port(port_source, port)
 
 
-def read_cluster(environ=None):
-    """Reads and validates this worker's place in the cluster from the environment."""
+def cluster_source(environ=None):
+    """What describes the cluster, first that applies: "tfps" (TFPS_SCHEDULER or
+    DMLC_PS_ROOT_*: set by tfps-run, BytePS scripts or by hand), "tf_config", "slurm",
+    or None."""
     environ = os.environ if environ is None else environ
-    host, port = _scheduler(environ)
-    size, size_source = _require("TFPS_SIZE", environ)
-    rank, rank_source = _require("TFPS_RANK", environ)
+    if any(environ.get(name, "").strip()
+           for name in ("TFPS_SCHEDULER", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT")):
+        return "tfps"
+    if environ.get("TF_CONFIG", "").strip():
+        return "tf_config"
+    if "SLURM_PROCID" in environ and "SLURM_STEP_NUM_TASKS" in environ:
+        return "slurm"
+    return None
+
+
+def read_layout(environ=None):
+    """The whole job's layout (tf_ps_ops._resolvers.Layout) when a cluster manager
+    describes it (TF_CONFIG or Slurm); None when TFPS_*/DMLC_* variables do. Imports
+    TensorFlow in the first case."""
+    environ = os.environ if environ is None else environ
+    source = cluster_source(environ)
+    if source not in ("tf_config", "slurm"):
+        return None
+    from tf_ps_ops import _resolvers
+
+    if source == "tf_config":
+        return _resolvers.from_tf_config(environ)
     num_servers, servers_source = lookup("TFPS_NUM_SERVERS", environ)
+    if num_servers < 1:
+        raise ValueError(f"{servers_source}={num_servers}: need at least one server")
+    layout = _resolvers.from_slurm(environ, num_servers)
+    procid = _parse_int("SLURM_PROCID", environ["SLURM_PROCID"])
+    for name in ("OMPI_COMM_WORLD_RANK", "PMI_RANK"):
+        raw = environ.get(name, "").strip()
+        if raw and _parse_int(name, raw) != procid:
+            raise ValueError(
+                f"{name}={raw} disagrees with SLURM_PROCID={procid}: an MPI launcher inside "
+                "a Slurm allocation? Start the tasks with srun, or set TFPS_SCHEDULER, "
+                "TFPS_RANK and TFPS_SIZE yourself")
+    return layout
+
+
+def _check_mpi_agreement(source, value, environ):
+    """An MPI rank/size variable was read: the other MPI launcher's, if set, must agree."""
+    for family in _MPI_FAMILIES:
+        if source in family:
+            for other in family:
+                raw = environ.get(other, "").strip()
+                if other != source and raw and _parse_int(other, raw) != value:
+                    raise ValueError(f"{source}={value} and {other}={raw} disagree: which "
+                                     "launcher started this process? Set TFPS_RANK/TFPS_SIZE")
+
+
+def _from_layout(layout, environ):
+    """(host, port, rank, size, num_servers) of a worker in `layout`; explicit TFPS_*
+    variables may be set too, but must agree."""
+    if layout.role != "worker":
+        raise ValueError(
+            f"{layout.source}: this process is {layout.task}, not a training worker; a ps "
+            "task runs ps_server: start it with `python -m tf_ps_ops.role`")
+    host, port = layout.scheduler
+    values = {"TFPS_RANK": layout.index, "TFPS_SIZE": len(layout.workers),
+              "TFPS_NUM_SERVERS": len(layout.servers)}
+    for name, value in values.items():
+        raw = environ.get(name, "").strip()
+        if raw and _parse_int(name, raw) != value:
+            raise ValueError(f"{name}={raw} disagrees with {layout.source}, which makes it "
+                             f"{value} ({layout.task})")
+    return host, port, values["TFPS_RANK"], values["TFPS_SIZE"], values["TFPS_NUM_SERVERS"]
+
+
+def read_cluster(environ=None):
+    """Reads and validates this worker's place in the cluster from the environment:
+    TFPS_* (or BytePS's, Horovod's, Open MPI's, PMI's names), else TF_CONFIG, else Slurm."""
+    environ = os.environ if environ is None else environ
+    layout = read_layout(environ)
+    if layout is not None:
+        host, port, rank, size, num_servers = _from_layout(layout, environ)
+        size_source = rank_source = servers_source = layout.source
+    else:
+        host, port = _scheduler(environ)
+        size, size_source = _require("TFPS_SIZE", environ)
+        rank, rank_source = _require("TFPS_RANK", environ)
+        _check_mpi_agreement(size_source, size, environ)
+        _check_mpi_agreement(rank_source, rank, environ)
+        num_servers, servers_source = lookup("TFPS_NUM_SERVERS", environ)
     local_rank, local_rank_source = lookup("TFPS_LOCAL_RANK", environ)
     local_size, local_size_source = lookup("TFPS_LOCAL_SIZE", environ)
     if size < 1:

@@ -76,7 +76,16 @@ class Job:
         return ["--num-workers", str(self.num_workers), "--num-servers", str(self.num_servers)]
 
     def start_scheduler(self, env, port_file, host=LOCAL, port=0, wait_s=30.0):
-        """Starts the scheduler and returns the port it published in `port_file`."""
+        """Starts the scheduler and returns the port it published in `port_file`. On a
+        remote host (no shared file) the port is `port`, or one that host says is free:
+        the servers and workers retry their registration until it listens."""
+        if host.remote:
+            self.scheduler_port = port or host.free_port()
+            self.spawn("scheduler", 0, [
+                self.ps_server, "--role", "scheduler", "--port", str(self.scheduler_port),
+                *self._counts()], env, host)
+            self.scheduler_host = host.address
+            return self.scheduler_port
         scheduler = self.spawn("scheduler", 0, [
             self.ps_server, "--role", "scheduler", "--port", str(port),
             "--port-file", str(port_file), *self._counts()], env, host)
@@ -133,8 +142,12 @@ class Job:
     def _raise_first_failure(self):
         process = self.first_failure()
         if process is not None:
-            raise LaunchError(f"{process.name} {describe_exit(process.returncode)}; "
-                              "stopped the others", shell_code(process.returncode), process)
+            how = describe_exit(process.returncode)
+            if process.host.remote and process.returncode == 255:
+                how += (" (ssh's own failure code: is the host reachable, its key known "
+                        "and ours accepted?)")
+            raise LaunchError(f"{process.name} {how}; stopped the others",
+                              shell_code(process.returncode), process)
 
     def supervise(self, workers, linger_s):
         """Returns once every one of `workers` exited 0, and the rest exited too or had

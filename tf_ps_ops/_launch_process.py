@@ -5,9 +5,9 @@ whatever it started too. It is reaped with os.wait4, which also gives its CPU ti
 benchmarks account for it).
 
 A host only changes the command line: this machine runs it as it is; an emulated host
-(benchmarks/netns.py) wraps it in `ip netns exec NAME`. A remote host would wrap it in
-ssh, and then has to carry the environment on the command line too, which is why
-`Host.command` sees it.
+(benchmarks/netns.py) wraps it in `ip netns exec NAME`; a remote host (_launch_ssh.py)
+wraps it in ssh and sends the command and its environment on stdin (`stdin_payload`),
+keeping stdin open so that the remote side notices when the launcher is gone.
 """
 
 import contextlib
@@ -30,10 +30,14 @@ class Host:
     `address` is where processes started there can be reached by the other hosts.
     """
 
-    def __init__(self, address=LOCAL_ADDRESS, wrap=None, name=None):
+    def __init__(self, address=LOCAL_ADDRESS, wrap=None, name=None, tagged=False):
+        """`tagged`: output lines of its processes name the host too (multi-host jobs)."""
         self.address = address
         self.name = name or address
         self._wrap = wrap
+        self.tagged = tagged
+
+    remote = False  # True: reached over a network (ssh); ports there are found by asking
 
     @property
     def local(self):
@@ -44,6 +48,11 @@ class Host:
         """(argv, env) to hand to subprocess.Popen for running `argv` with `env` here."""
         argv = [str(part) for part in argv]
         return (argv if self._wrap is None else list(self._wrap(argv))), env
+
+    def stdin_payload(self, argv, env):
+        """Bytes to write to the process's stdin, which then stays open; None: stdin is
+        /dev/null."""
+        return None
 
     def __repr__(self):
         return f"Host({self.name!r})"
@@ -161,15 +170,24 @@ class Process:
     def __init__(self, role, index, argv, env, output, host=LOCAL, cwd=None):
         self.role, self.index, self.host = role, index, host
         self.name = role if role == "scheduler" else f"{role} {index}"
+        if host.tagged:
+            self.name = f"{host.name}:{self.name}"
         self.output = output
         self.timed_out = self.killed = False
         self.cpu_s = 0.0
         self.exited_at = None  # time.monotonic() when its exit was first seen
+        payload = host.stdin_payload([str(part) for part in argv], env)
         argv, env = host.command(argv, env)
+        stdin = subprocess.DEVNULL if payload is None else subprocess.PIPE
         self.popen = output.start(self, lambda **streams: subprocess.Popen(
-            argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, start_new_session=True,
-            **streams))
+            argv, env=env, cwd=cwd, stdin=stdin, start_new_session=True, **streams))
         self.pid = self.popen.pid
+        if payload is not None:
+            try:  # a few KB: fits the pipe, never blocks; the pipe stays open
+                self.popen.stdin.write(payload)
+                self.popen.stdin.flush()
+            except BrokenPipeError:
+                pass  # it died at once: poll() tells how
 
     @property
     def returncode(self):

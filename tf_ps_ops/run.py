@@ -1,16 +1,22 @@
-"""tfps-run: start a scheduler, M parameter servers and N workers on this host.
+"""tfps-run: start a scheduler, M parameter servers and N workers, on this host or on
+several hosts over ssh.
 
     tfps-run -np 4 -ns 2 python3 train.py --epochs 3
+    tfps-run -H node1:2,node2:2 python3 train.py        # 2 workers per host, 1 server each
+    tfps-run --check-build                              # what the installed build contains
 
-Every child gets its own process group, so teardown (on failure, --timeout, Ctrl-C or
-SIGTERM) kills whatever the child started too. Each output line of a child is prefixed
-with its role and rank: `[worker 1] `, `[server 0] `, `[scheduler] `.
+Every child gets its own process group (on a remote host: the ssh session's wrapper puts
+it in one, and ends it when the session ends), so teardown (on failure, --timeout, Ctrl-C
+or SIGTERM) kills whatever the child started too. Each output line of a child is prefixed
+with its role and rank, and with its host in a -H job: `[worker 1] `, `[node2:worker 3] `.
+docs/launch.md has every flag and variable.
 
 This module imports only the standard library, so the launcher starts at once; it also
 runs by path (`python3 tf_ps_ops/run.py`, which is what `bin/tfps-run` does).
 """
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -24,7 +30,8 @@ if not __package__:
 from tf_ps_ops._launch_env import LOCAL_ADDRESS, Place  # noqa: E402
 from tf_ps_ops._launch_env import worker_env as _place_env  # noqa: E402
 from tf_ps_ops._launch_job import Job, LaunchError  # noqa: E402
-from tf_ps_ops._launch_process import Prefixed  # noqa: E402
+from tf_ps_ops._launch_process import LOCAL, Prefixed  # noqa: E402
+from tf_ps_ops import _launch_ssh  # noqa: E402
 
 DEFAULT_PS_SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bin", "ps_server")
 HOST = LOCAL_ADDRESS  # every role of a tfps-run job lives on this host
@@ -61,13 +68,32 @@ def _positive_float(text):
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
         prog="tfps-run",
-        usage="%(prog)s -np N [-ns M] [--port P] [--timeout S] [--server-threads T] "
-              "[--ps-server PATH] COMMAND...",
-        description="Run COMMAND as N workers of a parameter-server job on this host.")
-    parser.add_argument("-np", "--num-workers", type=_int_at_least(1), required=True,
-                        metavar="N", help="number of worker processes running COMMAND")
-    parser.add_argument("-ns", "--num-servers", type=_int_at_least(1), default=1,
-                        metavar="M", help="number of ps_server processes (default 1)")
+        usage="%(prog)s [-np N] [-ns M] [-H HOSTS | --hostfile F] [--ssh-port P] "
+              "[--network-interface IF] [--port P] [--timeout S] [--server-threads T] "
+              "[--ps-server PATH] COMMAND...\n       %(prog)s --check-build",
+        description="Run COMMAND as N workers of a parameter-server job, on this host or "
+                    "over ssh on the hosts of -H/--hostfile.")
+    parser.add_argument("-np", "--num-workers", type=_int_at_least(1), metavar="N",
+                        help="number of worker processes running COMMAND (with -H: "
+                             "default every slot)")
+    parser.add_argument("-ns", "--num-servers", type=_int_at_least(1), metavar="M",
+                        help="number of ps_server processes (default 1; with -H one per "
+                             "host, spread over the hosts in turn)")
+    parser.add_argument("-H", "--hosts", metavar="HOSTS",
+                        help="host1:slots,host2:slots: the scheduler runs on the first host, "
+                             "workers fill the slots in order; localhost/127.0.0.1 run here "
+                             "without ssh")
+    parser.add_argument("--hostfile", metavar="F",
+                        help="a file of `host slots=N` (or host:N) lines, instead of -H")
+    parser.add_argument("--ssh-port", type=_int_at_least(1), metavar="P",
+                        help="ssh port of the remote hosts (default: ssh's own)")
+    parser.add_argument("--ssh-identity-file", metavar="FILE",
+                        help="private key for ssh (ssh -i)")
+    parser.add_argument("--ssh-config-file", metavar="FILE",
+                        help="ssh configuration file (ssh -F)")
+    parser.add_argument("--network-interface", metavar="IF",
+                        help="the hosts reach each other at their address on interface IF "
+                             "(default: at the names given in -H)")
     parser.add_argument("--port", type=_int_at_least(0), default=0, metavar="P",
                         help="scheduler port (default 0: any free port)")
     parser.add_argument("--timeout", type=_positive_float, metavar="S",
@@ -76,12 +102,41 @@ def parse_args(argv=None):
                         help="threads per ps_server (default: TFPS_SERVER_THREADS, else the "
                              "server's own)")
     parser.add_argument("--ps-server", default=DEFAULT_PS_SERVER, metavar="PATH",
-                        help="ps_server binary (default: the one built into the package)")
+                        help="ps_server binary (default: the one built into the package; "
+                             "the same path on every host)")
+    parser.add_argument("--check-build", action="store_true",
+                        help="print what the build contains and exit")
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND",
                         help="the worker command line, e.g. python3 train.py")
     args = parser.parse_args(argv)
     if args.command[:1] == ["--"]:
         args.command = args.command[1:]
+    if args.check_build:
+        return args
+    if args.hosts and args.hostfile:
+        parser.error("give -H or --hostfile, not both")
+    args.host_slots = None
+    try:
+        if args.hosts:
+            args.host_slots = _launch_ssh.parse_hosts(args.hosts)
+        elif args.hostfile:
+            args.host_slots = _launch_ssh.parse_hostfile(args.hostfile)
+    except (ValueError, OSError) as e:
+        parser.error(str(e))
+    if args.host_slots is None:
+        if args.num_workers is None:
+            parser.error("the following arguments are required: -np/--num-workers "
+                         "(or -H/--hostfile)")
+        if args.num_servers is None:
+            args.num_servers = 1
+    else:
+        slots = sum(n for _, n in args.host_slots)
+        if args.num_workers is None:
+            args.num_workers = slots
+        elif args.num_workers > slots:
+            parser.error(f"-np {args.num_workers} is more than the {slots} slots of the hosts")
+        if args.num_servers is None:
+            args.num_servers = len(args.host_slots)
     if not args.command:
         parser.error("no COMMAND given: e.g. tfps-run -np 2 python3 train.py")
     if args.port > 65535:
@@ -89,29 +144,94 @@ def parse_args(argv=None):
     return args
 
 
-def worker_env(base, rank, size, num_servers, port):
+def worker_env(base, rank, size, num_servers, port, host=HOST, local_rank=None,
+               local_size=None):
     """The environment of worker `rank`: ours, plus every dialect's names for its place
-    (all workers share this host, so the local rank is the rank)."""
-    env = _place_env(Place(rank, size, num_servers, HOST, port, rank, size), base)
+    (on one host the local rank is the rank)."""
+    place = Place(rank, size, num_servers, host, port,
+                  rank if local_rank is None else local_rank,
+                  size if local_size is None else local_size)
+    env = _place_env(place, base)
     # A Python worker writing to a pipe buffers its output in blocks; prefixed lines
     # would then arrive late and out of order with the other ranks'.
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
 
 
+def ssh_args(args):
+    """Options for every ssh the launcher runs."""
+    options = []
+    if args.ssh_port:
+        options += ["-p", str(args.ssh_port)]
+    if args.ssh_identity_file:
+        options += ["-i", args.ssh_identity_file]
+    if args.ssh_config_file:
+        options += ["-F", args.ssh_config_file]
+    return options
+
+
+def placement(args):
+    """(hosts, server hosts, [(host, local_rank, local_size)] per worker rank)."""
+    if args.host_slots is None:
+        return [LOCAL], [LOCAL] * args.num_servers, [(LOCAL, r, args.num_workers)
+                                                     for r in range(args.num_workers)]
+    try:
+        hosts = _launch_ssh.make_hosts(args.host_slots, ssh_args(args),
+                                       args.network_interface)
+    except (OSError, RuntimeError) as e:
+        raise LaunchError(str(e)) from None
+    ranks = []
+    for host, (_, slots) in zip(hosts, args.host_slots):
+        ranks += [host] * slots
+    ranks = ranks[:args.num_workers]
+    workers = [(host, ranks[:rank].count(host), ranks.count(host))
+               for rank, host in enumerate(ranks)]
+    servers = [hosts[i % len(hosts)] for i in range(args.num_servers)]
+    return hosts, servers, workers
+
+
 def run_job(job, args, port_file):
     if not os.access(args.ps_server, os.X_OK):
         raise LaunchError(f"ps_server not built: run `make build` "
                           f"(no executable at {args.ps_server})")
+    hosts, servers, workers = placement(args)
     env = dict(os.environ)
-    port = job.start_scheduler(env, port_file, port=args.port, wait_s=_PORT_WAIT_S)
-    for index in range(args.num_servers):
-        job.start_server(index, env, threads=args.server_threads)
-    workers = [job.start_worker(rank, args.command, worker_env(
-                   os.environ, rank, args.num_workers, args.num_servers, port))
-               for rank in range(args.num_workers)]
-    job.supervise(workers, linger_s=_SERVER_EXIT_WAIT_S)
+    port = job.start_scheduler(env, port_file, host=hosts[0], port=args.port,
+                               wait_s=_PORT_WAIT_S)
+    for index, host in enumerate(servers):
+        job.start_server(index, env, host=host, threads=args.server_threads)
+    processes = [job.start_worker(rank, args.command, worker_env(
+                     os.environ, rank, args.num_workers, args.num_servers, port,
+                     job.scheduler_host, local_rank, local_size), host=host)
+                 for rank, (host, local_rank, local_size) in enumerate(workers)]
+    job.supervise(processes, linger_s=_SERVER_EXIT_WAIT_S)
     return 0
+
+
+def check_build(ps_server):
+    """Prints what this installation's build contains; 0 when complete, 1 otherwise."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    info_path = os.path.join(here, "_build_info.json")
+    try:
+        with open(info_path) as f:
+            info = json.load(f)
+    except (OSError, ValueError) as e:
+        info = {"error": str(e)}
+    parts = [("op library", os.path.join(here, "_tf_ps_ops.so"), os.path.exists),
+             ("ps_server", ps_server, lambda p: os.access(p, os.X_OK))]
+    print(f"tf_ps_ops build at {here}:")
+    missing = 0
+    for name, path, present in parts:
+        ok = present(path)
+        missing += not ok
+        print(f"  [{'X' if ok else ' '}] {name:<11} {path}{'' if ok else '  (missing)'}")
+    tf_version = info.get("tensorflow")
+    print(f"  [{'X' if tf_version else ' '}] built against TensorFlow "
+          f"{tf_version or '?'} ({info_path}"
+          + (f": {info['error']})" if "error" in info else ")"))
+    print("  launchers: local, ssh (-H/--hostfile); cluster managers: TF_CONFIG, Slurm "
+          "(python -m tf_ps_ops.role); BytePS DMLC_*; Open MPI/PMI ranks")
+    return 1 if missing or not tf_version else 0
 
 
 def _raise_terminated(signum, frame):
@@ -120,6 +240,8 @@ def _raise_terminated(signum, frame):
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.check_build:
+        return check_build(args.ps_server)
     job = Job(args.ps_server, args.num_workers, args.num_servers, Prefixed(),
               timeout=args.timeout)
     tmpdir = tempfile.mkdtemp(prefix="tfps-run-")
