@@ -54,7 +54,7 @@ build: deps
 	$(PYTHON) setup.py -q build_tfps
 
 # Every test, the Bazel build's included (about 2 minutes of a ~15 minute run).
-test: GROUPS += test examples bench
+test: GROUPS += test examples bench ray
 test: build bazel-deps
 	TFPS_TEST_BAZEL=1 $(PYTHON) -m pytest -x -q --timeout=$(PYTEST_TIMEOUT) tests/
 

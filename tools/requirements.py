@@ -8,6 +8,7 @@ Groups come from the files pip reads too, so each requirement is written once:
   test      requirements-test.txt            (the `test` extra)
   examples  examples/requirements.txt        (the `examples` extra)
   bench     benchmarks/requirements.txt      (the `bench` extra)
+  ray       requirements-ray.txt             (the `ray` extra: tf_ps_ops.ray)
 
 Checking costs milliseconds; asking pip costs seconds on every `make test`.
 """
@@ -20,7 +21,8 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FILES = {"run": "requirements.txt", "test": "requirements-test.txt",
-         "examples": "examples/requirements.txt", "bench": "benchmarks/requirements.txt"}
+         "examples": "examples/requirements.txt", "bench": "benchmarks/requirements.txt",
+         "ray": "requirements-ray.txt"}
 
 
 def build_requires():
