@@ -14,6 +14,7 @@
 #include "tf_ps_ops/cc/common/loop_thread.h"
 #include "tf_ps_ops/cc/engine/engine.h"
 #include "tf_ps_ops/cc/engine/partition.h"
+#include "tf_ps_ops/cc/pybind/codec_bindings.h"
 #include "tf_ps_ops/cc/wire/message.h"
 
 namespace py = pybind11;
@@ -218,6 +219,7 @@ PYBIND11_MODULE(_core, m) {
   m.attr("FLAG_TIMED") = kFlagTimed;
   m.attr("FLAG_ACK") = kFlagAck;
   m.attr("MAX_BATCH") = kMaxBatch;
+  BindCodecs(m);
 
   m.def("encode_head", &EncodeHeadPy, py::arg("fields"), py::arg("dims") = std::vector<int64_t>(),
         py::arg("params") = std::vector<double>());
