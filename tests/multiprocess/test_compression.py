@@ -21,3 +21,14 @@ def test_compressed_push_pull_matches_the_numpy_model(make_cluster):
             assert f"{spec} feedback=True: 3 steps match" in out, out
         assert "onebit feedback=False: 3 steps match" in out, out
         assert "disagreement error" in out, out
+
+
+def test_tf_ops_and_training_with_compression(make_cluster):
+    workers = Path(__file__).resolve().parent / "workers"
+    sys.path.insert(0, str(workers))
+    import harness
+
+    cluster = make_cluster(3, 2, timeout=240)
+    harness.run_and_check(cluster, workers / "compression_worker.py")
+    out = cluster.result("worker", 0).stdout
+    print("\n".join(line for line in out.splitlines() if "loss" in line))
