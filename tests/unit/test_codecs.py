@@ -221,3 +221,15 @@ def test_topk_drops_an_index_out_of_range():
                            np.array([1.5, 2.5], np.float32).view(np.uint8)])
     y = decode("topk", data, 10)
     np.testing.assert_array_equal(y, [0, 0, 0, 1.5, 0, 0, 0, 0, 0, 0])
+
+
+@pytest.mark.parametrize("k", [1, 100, 1234, 2999, 3000, 5000])
+def test_topk_selection_with_many_ties_and_specials(k):
+    # Few distinct magnitudes (radix buckets full of equal keys), zeros, signed zeros,
+    # subnormals, Inf and NaN: the set must be the NumPy model's, lowest index first.
+    rng = np.random.default_rng(k)
+    x = rng.integers(-3, 4, 5000).astype(np.float32)
+    x[rng.integers(0, 5000, 40)] = [np.inf, -np.inf, np.nan, -0.0, 1e-45, -1e-40, 3.0,
+                                    -3.0] * 5
+    got = encode("topk", x, k)
+    np.testing.assert_array_equal(got, ref.encode("topk", x, k))

@@ -2,7 +2,6 @@
 // index order, so decoding streams through the output once.
 #include <algorithm>
 #include <cstring>
-#include <functional>
 #include <vector>
 
 #include "tf_ps_ops/cc/codec/codec.h"
@@ -40,6 +39,37 @@ std::vector<uint32_t> RandomIndices(uint64_t n, uint64_t k, uint64_t seed) {
   return out;
 }
 
+// The k-th largest of keys[0, n) (1 <= k <= n), by radix selection: a histogram of the top
+// 11 bits finds the bucket holding it, then the next 11 and the last 10 bits among that
+// bucket's keys only. Two passes over all keys instead of nth_element's data-dependent
+// swaps (several times faster on a partition of 128 K floats).
+uint32_t KthLargest(const uint32_t* keys, uint64_t n, uint64_t k) {
+  std::vector<uint32_t> candidates;
+  uint32_t prefix = 0, prefix_mask = 0;
+  const int shifts[3] = {21, 10, 0};
+  const uint32_t widths[3] = {2048, 2048, 1024};
+  for (int level = 0; level < 3; ++level) {
+    const int shift = shifts[level];
+    const uint32_t buckets = widths[level];
+    std::vector<uint64_t> histogram(buckets, 0);
+    const uint32_t* src = level == 0 ? keys : candidates.data();
+    const uint64_t len = level == 0 ? n : candidates.size();
+    for (uint64_t i = 0; i < len; ++i) ++histogram[(src[i] >> shift) & (buckets - 1)];
+    uint32_t bucket = buckets - 1;
+    while (histogram[bucket] < k) k -= histogram[bucket--];  // the k-th is in `bucket`
+    prefix |= bucket << shift;
+    prefix_mask |= (buckets - 1) << shift;
+    if (level == 2) break;
+    std::vector<uint32_t> next;
+    next.reserve(histogram[bucket]);
+    for (uint64_t i = 0; i < len; ++i) {
+      if ((src[i] & prefix_mask) == prefix) next.push_back(src[i]);
+    }
+    candidates.swap(next);
+  }
+  return prefix;
+}
+
 }  // namespace
 
 uint64_t RandomKSeed(uint64_t key, uint32_t partition, uint64_t step) {
@@ -54,10 +84,7 @@ void EncodeTopK(const float* in, uint64_t n, uint64_t k, uint8_t* out) {
   // ranks first, so the order is total and a non-finite value always travels.
   std::vector<uint32_t> keys(n);
   for (uint64_t i = 0; i < n; ++i) keys[i] = Bits(in[i]) & 0x7fffffffu;
-  std::vector<uint32_t> sorted(keys);
-  std::nth_element(sorted.begin(), sorted.begin() + (k - 1), sorted.end(),
-                   std::greater<uint32_t>());
-  const uint32_t threshold = sorted[k - 1];
+  const uint32_t threshold = KthLargest(keys.data(), n, k);
   uint64_t above = 0;
   for (uint64_t i = 0; i < n; ++i) above += keys[i] > threshold;
   // Ties at the threshold: the lowest indices win, so every build picks the same set.
