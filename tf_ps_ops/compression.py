@@ -76,8 +76,8 @@ def _check_wire(wire):
             ratio = float(match.group(3))
         except ValueError:
             ratio = math.nan
-        if not 0 < ratio <= 1:
-            raise ValueError(f"compression {wire!r}: the ratio must be in (0, 1]")
+        if not 2 ** -16 <= ratio <= 1:
+            raise ValueError(f"compression {wire!r}: the ratio must be in [1/65536, 1]")
     elif not match:
         raise ValueError(f"compression {wire!r} is not one of none, fp16, bf16, int8, "
                          "onebit, topk:R, randomk:R")

@@ -59,14 +59,15 @@ def test_parse_codec(text, expected):
 
 
 @pytest.mark.parametrize("text", ["", "int4", "topk", "topk:0", "topk:1.5", "topk:x",
-                                  "randomk:-0.1", "int8:3", "topk:nan"])
+                                  "randomk:-0.1", "int8:3", "topk:nan", "topk:1e-5"])
 def test_parse_codec_refuses_bad_names(text):
     with pytest.raises(ValueError, match="InvalidArgument: compression"):
         core.parse_codec(text)
 
 
 @pytest.mark.parametrize("ratio,n", [(0.01, 0), (0.01, 1), (0.01, 99), (0.01, 100),
-                                     (0.01, 101), (0.3, 10), (1.0, 5), (1e-9, 1000)])
+                                     (0.01, 101), (0.3, 10), (1.0, 5), (2 ** -16, 1000),
+                                     (2 ** -16, 65537)])
 def test_sparse_k(ratio, n):
     assert core.sparse_k(ratio, n) == ref.sparse_k(ratio, n)
 
@@ -214,6 +215,17 @@ def test_a_payload_of_the_wrong_size_is_refused(name):
         assert "InvalidArgument" in str(core.check_encoded(cid, n, bad))
     with pytest.raises(ValueError, match="InvalidArgument"):
         core.codec_decode(cid, np.zeros(good + 1, np.uint8), n)
+
+
+def test_a_few_bytes_cannot_stand_for_a_huge_partition():
+    # The receiver allocates n floats to decode into: n is bounded per message, and a
+    # sparse payload must keep at least n / 65536 elements.
+    assert core.check_encoded(core.CODECS["topk"], 65536, 8) == 1
+    assert "does not fit" in core.check_encoded(core.CODECS["topk"], 65537, 8)
+    assert core.check_encoded(core.CODECS["randomk"], 65537, 8) == 2
+    assert "at most" in core.check_encoded(core.CODECS["int8"], (1 << 28) + 1,
+                                           core.encoded_bytes(3, (1 << 28) + 1))
+    assert core.sparse_k(2 ** -16, 10 ** 6) * 65536 >= 10 ** 6
 
 
 def test_topk_drops_an_index_out_of_range():

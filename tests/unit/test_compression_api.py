@@ -66,7 +66,7 @@ def test_compress_brings_floats_to_float32_and_back():
 
 @pytest.mark.parametrize("value, message", [
     ("int4", "TFPS_COMPRESSION: compression 'int4' is not one of"),
-    ("topk:7", "the ratio must be in (0, 1]")])
+    ("topk:7", "the ratio must be in [1/65536, 1]")])
 def test_a_bad_job_default_fails_init_before_the_rendezvous(value, message):
     # In a child: the engine is a process-wide singleton. Port 9 (discard) has no
     # scheduler; a good value would wait there for TFPS_TIMEOUT instead of failing at once.

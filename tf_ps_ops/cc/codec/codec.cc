@@ -51,9 +51,10 @@ Status ParseCodec(const std::string& text, CodecSpec* spec) {
       char* end = nullptr;
       errno = 0;
       out.ratio = std::strtod(arg.c_str(), &end);
-      if (errno != 0 || end == arg.c_str() || *end != '\0' || !(out.ratio > 0.0) ||
+      if (errno != 0 || end == arg.c_str() || *end != '\0' || !(out.ratio >= kMinSparseRatio) ||
           !(out.ratio <= 1.0)) {
-        return InvalidArgument("compression '" + text + "': the ratio must be in (0, 1]");
+        return InvalidArgument("compression '" + text +
+                               "': the ratio must be in [1/65536, 1]");
       }
     } else if (colon != std::string::npos) {
       return InvalidArgument("compression '" + text + "': " + name + " takes no argument");
@@ -105,11 +106,18 @@ Status CheckEncoded(CodecId id, uint64_t n, uint64_t bytes, uint64_t* k) {
   if (static_cast<uint8_t>(id) > kMaxCodecId) {
     return InvalidArgument("unknown codec " + std::to_string(static_cast<int>(id)));
   }
+  if (id != CodecId::kNone && n > kMaxEncodedElements) {
+    return InvalidArgument(std::string(CodecIdName(id)) + " message of " + std::to_string(n) +
+                           " elements: at most " + std::to_string(kMaxEncodedElements) +
+                           " per partition");
+  }
   if (IsSparse(id)) {
     const uint64_t unit = id == CodecId::kTopK ? 8 : 4;
-    // n == 0 keeps nothing; otherwise 1 <= k <= n (SparseK), indices fit in uint32.
+    // n == 0 keeps nothing; otherwise SparseK's range: k <= n and k >= n * kMinSparseRatio
+    // (so at least 1).
     const uint64_t kept = bytes / unit;
-    if (bytes % unit != 0 || kept > n || (n > 0 && kept == 0) || n > (uint64_t{1} << 32)) {
+    const uint64_t least = (n + 65535) / 65536;
+    if (bytes % unit != 0 || kept > n || kept < least) {
       return InvalidArgument(std::string(CodecIdName(id)) + " payload of " +
                              std::to_string(bytes) + " bytes does not fit " +
                              std::to_string(n) + " elements");

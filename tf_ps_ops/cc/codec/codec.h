@@ -46,13 +46,21 @@ constexpr uint8_t kMaxCodecId = 6;
 // (int8) and 3% (onebit) while a chunk's range still follows the gradient's local scale.
 constexpr size_t kChunk = 1024;
 
+// The smallest topk/randomk ratio, and so the largest element count one kept element may
+// stand for: a receiver allocates the decoded partition, so without a bound a few bytes
+// of topk could make it allocate gigabytes.
+constexpr double kMinSparseRatio = 1.0 / 65536;
+// The most elements one encoded message may stand for (1 GiB decoded), for the same reason.
+constexpr uint64_t kMaxEncodedElements = uint64_t{1} << 28;
+
 // What a user asks for: "int8", "topk:0.01", ...
 struct CodecSpec {
   CodecId id = CodecId::kNone;
-  double ratio = 1.0;  // topk / randomk: the fraction of elements kept, in (0, 1]
+  double ratio = 1.0;  // topk / randomk: the fraction of elements kept, [kMinSparseRatio, 1]
 };
 
-// Parses "none", "fp16", "bf16", "int8", "onebit", "topk:R", "randomk:R" (R in (0, 1]).
+// Parses "none", "fp16", "bf16", "int8", "onebit", "topk:R", "randomk:R" (R in
+// [kMinSparseRatio, 1]).
 Status ParseCodec(const std::string& text, CodecSpec* spec);
 std::string CodecName(const CodecSpec& spec);  // the text ParseCodec reads back
 const char* CodecIdName(CodecId id);
@@ -66,8 +74,9 @@ uint64_t SparseK(double ratio, uint64_t n);
 // Bytes of an encoded span of n elements; k matters for topk/randomk only.
 uint64_t EncodedBytes(CodecId id, uint64_t n, uint64_t k);
 
-// Checks a received payload: `bytes` must equal EncodedBytes for some valid k; sets *k (the
-// kept count for topk/randomk, else 0). The first check a decoder's caller makes.
+// Checks a received payload: n <= kMaxEncodedElements, and `bytes` must equal EncodedBytes
+// for a valid k (topk/randomk: n * kMinSparseRatio <= k <= n); sets *k (the kept count for
+// topk/randomk, else 0). The first check a decoder's caller makes.
 Status CheckEncoded(CodecId id, uint64_t n, uint64_t bytes, uint64_t* k);
 
 // Encodes in[0, n) into out, which holds EncodedBytes(id, n, k) bytes. `seed` picks the

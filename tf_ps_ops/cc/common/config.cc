@@ -47,7 +47,7 @@ const std::vector<ConfigEntry>& ConfigTable() {
       {"TFPS_COMPRESSION", "string", "none",
        "Job default codec of push_pull for float32 tensors that ask for none themselves "
        "(Compression.none): none, fp16, bf16, int8, onebit, topk:R or randomk:R (R: the "
-       "fraction kept, in (0, 1]). Workers encode each partition, servers sum in float32 and "
+       "fraction kept, in [1/65536, 1]). Workers encode each partition, servers sum in float32 and "
        "re-encode the sum (docs/compression.md). Read by the workers; must agree between them."},
       {"TFPS_ERROR_FEEDBACK", "int", "1",
        "1: onebit, topk and randomk keep what each push_pull did not send (per tensor and "

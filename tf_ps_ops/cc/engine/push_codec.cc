@@ -38,6 +38,12 @@ Status PushCodec::EncodePart(const PushPullRequest& r, const CodecSpec& spec, ui
                              uint32_t partition, uint64_t step, const float* in,
                              uint64_t count, std::shared_ptr<std::vector<uint8_t>>* out) {
   const Clock::time_point start = Clock::now();
+  if (count > kMaxEncodedElements) {
+    return InvalidArgument("compressing '" + r.name + "': a partition of " +
+                           std::to_string(count) + " elements is more than a compressed "
+                           "message may carry (" + std::to_string(kMaxEncodedElements) +
+                           "); lower TFPS_PARTITION_BYTES");
+  }
   const uint64_t k = SparseK(spec.ratio, count);
   auto bytes = std::make_shared<std::vector<uint8_t>>(EncodedBytes(spec.id, count, k));
   const uint64_t seed = RandomKSeed(key, partition, step);
