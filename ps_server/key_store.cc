@@ -41,9 +41,10 @@ Status KeyStore::Compress(const Round& round, Buffer* reply) {
   Buffer encoded = Buffer::Allocate(EncodedBytes(id, n, round.codec_k));
   uint8_t* out = reinterpret_cast<uint8_t*>(encoded.data());
   // The workers' own choice: without their memory, a memory here alone would be half a rule.
+  const uint64_t k = round.codec_k;
   TFPS_RETURN_IF_ERROR((round.first.flags & kFlagNoFeedback) != 0
-                           ? Encode(id, sum, n, round.codec_k, seed, out)
-                           : feedback_.Encode(key, partition, id, sum, n, round.codec_k, seed, out));
+                           ? Encode(id, sum, n, k, seed, out)
+                           : feedback_.Encode(key, partition, id, sum, n, k, seed, out));
   *reply = std::move(encoded);
   return Status::Ok();
 }

@@ -47,7 +47,8 @@ Status SumRounds::Mismatch(const Round& r, const Head& head) const {
                            Where(server_id_, r.id) + ")");
   }
   const bool sparse = (h.flags & kFlagSparse) != 0;  // row counts differ between workers
-  if (h.codec != r.first.codec || (h.flags & kFlagNoFeedback) != (r.first.flags & kFlagNoFeedback)) {
+  if (h.codec != r.first.codec ||
+      (h.flags & kFlagNoFeedback) != (r.first.flags & kFlagNoFeedback)) {
     return InvalidArgument("workers disagree on compression: worker " +
                            std::to_string(r.first_sender) + " sent " +
                            CodecIdName(static_cast<CodecId>(r.first.codec)) + ", worker " +

@@ -2,9 +2,10 @@
 // The first push with data becomes the accumulator (no copy) and later ones are summed
 // into it; a sparse round keeps each worker's rows instead, for the parameter store to
 // merge. Compressed pushes (Header::codec) are decoded on arrival and summed in float32;
-// KeyStore re-encodes the sum. Rounds of different steps are independent, so a push for step t+1 that arrives
-// while step t is still open corrupts nothing. A round that cannot complete (workers
-// disagree, one is gone, the timeout passed) fails every worker that pushed to it.
+// KeyStore re-encodes the sum. Rounds of different steps are independent, so a push for
+// step t+1 that arrives while step t is still open corrupts nothing. A round that cannot
+// complete (workers disagree, one is gone, the timeout passed) fails every worker that
+// pushed to it.
 // Owned by one summation thread: no locks.
 #ifndef TFPS_PS_SERVER_SUM_ROUNDS_H_
 #define TFPS_PS_SERVER_SUM_ROUNDS_H_

@@ -122,7 +122,9 @@ void EncodeOneBit(const float* in, uint64_t n, uint8_t* out) {
   }
   if (n % 8 != 0) {
     uint32_t byte = 0;
-    for (uint64_t t = 0; t < n % 8; ++t) byte |= static_cast<uint32_t>(in[8 * full + t] < 0.0f) << t;
+    for (uint64_t t = 0; t < n % 8; ++t) {
+      byte |= static_cast<uint32_t>(in[8 * full + t] < 0.0f) << t;
+    }
     bits[full] = static_cast<uint8_t>(byte);
   }
 }

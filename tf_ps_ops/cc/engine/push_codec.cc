@@ -47,8 +47,9 @@ Status PushCodec::EncodePart(const PushPullRequest& r, const CodecSpec& spec, ui
   const uint64_t k = SparseK(spec.ratio, count);
   auto bytes = std::make_shared<std::vector<uint8_t>>(EncodedBytes(spec.id, count, k));
   const uint64_t seed = RandomKSeed(key, partition, step);
-  Status s = FeedbackFor(r) ? feedback_.Encode(key, partition, spec.id, in, count, k, seed, bytes->data())
-                      : Encode(spec.id, in, count, k, seed, bytes->data());
+  Status s = FeedbackFor(r)
+                 ? feedback_.Encode(key, partition, spec.id, in, count, k, seed, bytes->data())
+                 : Encode(spec.id, in, count, k, seed, bytes->data());
   if (!s.ok()) return s.WithPrefix("compressing '" + r.name + "': ");
   raw_bytes_ += 4 * count;
   encoded_bytes_ += bytes->size();

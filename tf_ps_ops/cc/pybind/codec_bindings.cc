@@ -86,8 +86,8 @@ void BindCodecs(py::module_& m) {
     return py::make_tuple(static_cast<int>(spec.id), spec.ratio, CodecName(spec));
   }, py::arg("text"), "Returns (codec id, ratio, canonical name); raises on a bad name.");
   m.def("sparse_k", &SparseK, py::arg("ratio"), py::arg("n"));
-  m.def("encoded_bytes", [](int id, uint64_t n, uint64_t k) { return EncodedBytes(IdOf(id), n, k); },
-        py::arg("codec"), py::arg("n"), py::arg("k") = 0);
+  m.def("encoded_bytes",
+        [](int id, uint64_t n, uint64_t k) { return EncodedBytes(IdOf(id), n, k); }, py::arg("codec"), py::arg("n"), py::arg("k") = 0);
   m.def("check_encoded", [](int id, uint64_t n, uint64_t bytes) -> py::object {
     uint64_t k = 0;
     Status s = CheckEncoded(IdOf(id), n, bytes, &k);
