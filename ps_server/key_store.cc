@@ -28,6 +28,24 @@ Status KeyStore::Result(Round& round, Buffer* reply, uint64_t* count) {
   if ((flags & kFlagPsInit) != 0) return params_.Init(round, reply);
   if ((flags & kFlagPsApply) != 0) return params_.Apply(round, reply);
   *reply = round.sum;
+  if (round.first.codec != 0) return Compress(round, reply);
+  return Status::Ok();
+}
+
+Status KeyStore::Compress(const Round& round, Buffer* reply) {
+  const auto id = static_cast<CodecId>(round.first.codec);
+  const uint64_t n = round.first.count;
+  const auto& [key, partition, step] = round.id;
+  const uint64_t seed = RandomKSeed(key, partition, step);
+  const float* sum = reinterpret_cast<const float*>(reply->data());
+  Buffer encoded = Buffer::Allocate(EncodedBytes(id, n, round.codec_k));
+  uint8_t* out = reinterpret_cast<uint8_t*>(encoded.data());
+  // The workers' own choice: without their memory, a memory here alone would be half a rule.
+  const uint64_t k = round.codec_k;
+  TFPS_RETURN_IF_ERROR((round.first.flags & kFlagNoFeedback) != 0
+                           ? Encode(id, sum, n, k, seed, out)
+                           : feedback_.Encode(key, partition, id, sum, n, k, seed, out));
+  *reply = std::move(encoded);
   return Status::Ok();
 }
 
@@ -36,7 +54,7 @@ Head KeyStore::ReplyHead(const Round& round, uint64_t count) const {
   Head head;
   head.header = round.first;
   head.header.type = static_cast<uint16_t>(MsgType::kPushPullReply);
-  head.header.flags = sparse ? kFlagSparse : 0;
+  head.header.flags = sparse ? kFlagSparse : 0;  // the codec stays: the reply is encoded too
   head.header.count = count;
   head.header.optimizer = 0;
   head.header.sender = server_id_;

@@ -2,7 +2,8 @@
 // mode, its parameters (parameter_store.h). A push joins its round; when the last worker's
 // push is in, the round is answered: in summation mode with the sum, in PS mode with the
 // parameter the round initialised or updated. Every worker of a round gets the same reply
-// buffer. Owned by one thread: no locks.
+// buffer. A compressed round's float32 sum is re-encoded with the round's codec, with this
+// thread's own error feedback memory (docs/compression.md). Owned by one thread: no locks.
 #ifndef TFPS_PS_SERVER_KEY_STORE_H_
 #define TFPS_PS_SERVER_KEY_STORE_H_
 
@@ -16,6 +17,7 @@
 #include "ps_server/outgoing.h"
 #include "ps_server/parameter_store.h"
 #include "ps_server/sum_rounds.h"
+#include "tf_ps_ops/cc/codec/error_feedback.h"
 #include "tf_ps_ops/cc/wire/message.h"
 
 namespace tfps {
@@ -51,6 +53,8 @@ class KeyStore {
   // What the round answers: the sum, or the parameter it initialised or updated
   // (`*count`: elements, or rows of a sparse update).
   Status Result(Round& round, Buffer* reply, uint64_t* count);
+  // A compressed round: *reply (the float32 sum) becomes its encoding.
+  Status Compress(const Round& round, Buffer* reply);
   // The reply's head: the round's first push turned into its answer.
   Head ReplyHead(const Round& round, uint64_t count) const;
 
@@ -58,6 +62,7 @@ class KeyStore {
   const int server_id_;
   SumRounds rounds_;
   ParameterStore params_;
+  ErrorFeedback feedback_;  // per (key, partition) of the compressed sums this thread answers
 };
 
 }  // namespace tfps

@@ -1,6 +1,7 @@
 #include "ps_server/sum_rounds.h"
 
 #include "ps_server/reduce.h"
+#include "tf_ps_ops/cc/codec/codec.h"
 #include "tf_ps_ops/cc/common/logging.h"
 
 namespace tfps {
@@ -46,6 +47,16 @@ Status SumRounds::Mismatch(const Round& r, const Head& head) const {
                            Where(server_id_, r.id) + ")");
   }
   const bool sparse = (h.flags & kFlagSparse) != 0;  // row counts differ between workers
+  if (h.codec != r.first.codec ||
+      (h.flags & kFlagNoFeedback) != (r.first.flags & kFlagNoFeedback)) {
+    return InvalidArgument("workers disagree on compression: worker " +
+                           std::to_string(r.first_sender) + " sent " +
+                           CodecIdName(static_cast<CodecId>(r.first.codec)) + ", worker " +
+                           std::to_string(h.sender) + " " +
+                           CodecIdName(static_cast<CodecId>(h.codec)) +
+                           " (or error feedback on one, off on the other) (" +
+                           Where(server_id_, r.id) + ")");
+  }
   if (h.dtype != r.first.dtype || head.dims != r.dims || (!sparse && h.count != r.first.count) ||
       h.num_partitions != r.first.num_partitions) {
     return InvalidArgument(
@@ -76,6 +87,7 @@ bool SumRounds::Add(const Head& head, Buffer payload, double received_us,
     r.received_us[h.sender] = received_us;
   }
   if (r.error.ok()) r.error = Mismatch(r, head);
+  if (r.error.ok() && h.codec != 0) r.error = DecodeInto(r, h, &payload);
   if (!r.error.ok()) {
     Fail(r, r.error, out);
   } else if ((h.flags & kFlagSparse) != 0) {
@@ -94,6 +106,30 @@ bool SumRounds::Add(const Head& head, Buffer payload, double received_us,
   if (ok) *complete = std::move(r);
   rounds_.erase(id);
   return ok;
+}
+
+// Replaces a compressed payload by its float32 decoding, which joins the sum as an
+// uncompressed push would. Every push of a topk/randomk round must keep as many elements
+// as the first (the same ratio on every worker).
+Status SumRounds::DecodeInto(Round& r, const Header& h, Buffer* payload) const {
+  const auto id = static_cast<CodecId>(h.codec);
+  uint64_t k = 0;
+  TFPS_RETURN_IF_ERROR(CheckEncoded(id, h.count, payload->size(), &k));
+  if (r.num_arrived == 1) {
+    r.codec_k = k;
+  } else if (k != r.codec_k) {
+    return InvalidArgument("workers disagree on the " + std::string(CodecIdName(id)) +
+                           " ratio: worker " + std::to_string(r.first_sender) + " kept " +
+                           std::to_string(r.codec_k) + " elements, worker " +
+                           std::to_string(h.sender) + " " + std::to_string(k) + " (" +
+                           Where(server_id_, r.id) + ")");
+  }
+  Buffer decoded = Buffer::Allocate(h.count * sizeof(float));
+  TFPS_RETURN_IF_ERROR(Decode(id, reinterpret_cast<const uint8_t*>(payload->data()), h.count, k,
+                              RandomKSeed(h.key, h.partition, h.step),
+                              reinterpret_cast<float*>(decoded.data())));
+  *payload = std::move(decoded);
+  return Status::Ok();
 }
 
 void SumRounds::Fail(Round& round, const Status& status, std::vector<Outgoing>* out) const {

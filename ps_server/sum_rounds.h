@@ -1,9 +1,11 @@
 // Summation rounds: one per (key, partition, step), collecting one push from every worker.
 // The first push with data becomes the accumulator (no copy) and later ones are summed
 // into it; a sparse round keeps each worker's rows instead, for the parameter store to
-// merge. Rounds of different steps are independent, so a push for step t+1 that arrives
-// while step t is still open corrupts nothing. A round that cannot complete (workers
-// disagree, one is gone, the timeout passed) fails every worker that pushed to it.
+// merge. Compressed pushes (Header::codec) are decoded on arrival and summed in float32;
+// KeyStore re-encodes the sum. Rounds of different steps are independent, so a push for
+// step t+1 that arrives while step t is still open corrupts nothing. A round that cannot
+// complete (workers disagree, one is gone, the timeout passed) fails every worker that
+// pushed to it.
 // Owned by one summation thread: no locks.
 #ifndef TFPS_PS_SERVER_SUM_ROUNDS_H_
 #define TFPS_PS_SERVER_SUM_ROUNDS_H_
@@ -34,8 +36,9 @@ struct Round {
   std::vector<bool> answered;       // failed already (an error reply went out)
   std::vector<double> received_us;  // per worker, when its push has kFlagTimed
   int num_arrived = 0;
-  Buffer sum;
+  Buffer sum;                // float32 when the pushes are compressed (decoded on arrival)
   bool has_data = false;
+  uint64_t codec_k = 0;      // topk/randomk: elements each push kept (the first push's)
   std::vector<Buffer> rows;  // sparse: each worker's [ids][rows], by rank
   Status error;
   std::chrono::steady_clock::time_point started;
@@ -68,6 +71,8 @@ class SumRounds {
   Round& Open(const Head& head, const RoundId& id);
   // Why this push cannot join the round (a disagreement with its first push); Ok if it can.
   Status Mismatch(const Round& round, const Head& head) const;
+  // A compressed push's payload, decoded to float32 in place of the encoded one.
+  Status DecodeInto(Round& round, const Header& h, Buffer* payload) const;
 
   const int num_workers_;
   const int server_id_;

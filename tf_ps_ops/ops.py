@@ -18,7 +18,7 @@ from tensorflow.python.ops import control_flow_util
 
 from tf_ps_ops import _library
 from tf_ps_ops.basics import rank, size
-from tf_ps_ops.compression import Compression
+from tf_ps_ops.compression import Compression, wire_codec
 
 # Reduction ops, with Horovod's values so code that compares or logs them keeps working.
 Average = 0
@@ -171,8 +171,10 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
         key = _key("allreduce", name, tensor)
         sent, ctx = compression.compress(_scale(tensor, prescale_factor))
         handles = [] if _variable is None else [_variable.handle]
+        codec, feedback = wire_codec(compression)  # the core codecs run inside the op
         summed = compression.decompress(
-            _library.ops().ps_push_pull(sent, handles, tensor_name=key, priority=_priority), ctx)
+            _library.ops().ps_push_pull(sent, handles, tensor_name=key, priority=_priority,
+                                        compression=codec, error_feedback=feedback), ctx)
         if op == Average:
             summed = _average(summed)
         return _scale(summed, postscale_factor)

@@ -29,12 +29,13 @@ OBJ_DIR = os.path.join(ROOT, "build", "native")
 # `#include "..."` of our own headers to it; each artifact links the objects of its unit and
 # of that unit's deps, nothing else. Bazel's BUILD has one cc_library per unit with the same
 # deps (tests/unit/test_bazel_build.py compares the two).
-BASE = ["common", "wire", "transport", "cluster"]  # what both the worker and the server use
+BASE = ["common", "codec", "wire", "transport", "cluster"]  # what both the worker and the server use
 UNITS = {  # name -> (folders, deps)
     "common": (["tf_ps_ops/cc/common"], []),
-    "wire": (["tf_ps_ops/cc/wire"], ["common"]),
-    "transport": (["tf_ps_ops/cc/transport"], ["common", "wire"]),
-    "cluster": (["tf_ps_ops/cc/cluster"], ["common", "wire", "transport"]),
+    "codec": (["tf_ps_ops/cc/codec"], ["common"]),  # gradient codecs (pure computation)
+    "wire": (["tf_ps_ops/cc/wire"], ["common", "codec"]),
+    "transport": (["tf_ps_ops/cc/transport"], ["common", "codec", "wire"]),
+    "cluster": (["tf_ps_ops/cc/cluster"], ["common", "codec", "wire", "transport"]),
     "engine": (["tf_ps_ops/cc/engine"], BASE),                # the worker side
     "server": (["ps_server"], BASE),                          # never the engine
     "kernels": (["tf_ps_ops/kernels", "sfb/kernels"], BASE + ["engine"]),

@@ -115,11 +115,22 @@ class KeyStoreDriver {
                   const std::vector<double>& params) {
     return Push(key, partition, grad, kFlagPsApply, static_cast<Optimizer>(optimizer), params);
   }
+  // A summation push whose payload is `encoded` (codec id `codec`) standing for `n` float32
+  // elements; the encoded sum answered.
+  py::bytes PushEncoded(uint64_t key, uint32_t partition, py::bytes encoded, uint64_t n,
+                        int codec, bool no_feedback) {
+    const std::string bytes = encoded;
+    py::array_t<uint8_t> data(static_cast<py::ssize_t>(bytes.size()));
+    std::copy(bytes.begin(), bytes.end(), data.mutable_data());
+    return Push(key, partition, data, no_feedback ? kFlagNoFeedback : 0, Optimizer::kNone, {},
+                static_cast<uint8_t>(codec), n);
+  }
   KeyStore& store() { return store_; }
 
  private:
   py::bytes Push(uint64_t key, uint32_t partition, py::array data, uint32_t flags,
-                 Optimizer optimizer, const std::vector<double>& params) {
+                 Optimizer optimizer, const std::vector<double>& params, uint8_t codec = 0,
+                 uint64_t encoded_count = 0) {
     py::array in = py::array::ensure(data, py::array::c_style);
     Head head;
     Header& h = head.header;
@@ -133,7 +144,16 @@ class KeyStoreDriver {
     h.flags = flags;
     h.sender = 0;
     h.count = h.total_count = static_cast<uint64_t>(in.size());
-    head.dims = {static_cast<int64_t>(in.size())};
+    if (codec != 0) {  // the payload is an encoding of float32 elements
+      h.codec = codec;
+      h.dtype = static_cast<uint8_t>(DType::kFloat32);
+      h.count = h.total_count = encoded_count;
+    }
+    head.dims = {static_cast<int64_t>(h.count)};
+    if (codec != 0) {  // checked as the I/O thread checks a push before handing it over
+      const std::string frame = EncodeHead(head);
+      ThrowIfError(DecodeHead(frame.data(), frame.size(), in.nbytes(), &head));
+    }
     head.params = params;
     std::vector<Outgoing> out;
     store_.OnPush(head, Buffer::CopyOf(in.data(), in.nbytes()), &out);
@@ -195,6 +215,8 @@ PYBIND11_MODULE(_ps_server_testing, m) {
            py::arg("value"), py::arg("overwrite") = false)
       .def("apply", &KeyStoreDriver::Apply, py::arg("key"), py::arg("partition"),
            py::arg("grad"), py::arg("optimizer"), py::arg("params"))
+      .def("push_encoded", &KeyStoreDriver::PushEncoded, py::arg("key"), py::arg("partition"),
+           py::arg("encoded"), py::arg("n"), py::arg("codec"), py::arg("no_feedback") = false)
       .def("params", [](KeyStoreDriver& d) { return ParamsToPy(d.store().params()); })
       .def("restore", [](KeyStoreDriver& d, const py::list& params) {
         d.store().RestoreParams(ParamsFromPy(params));

@@ -57,7 +57,7 @@ def test_a_server_file_that_includes_the_engine_is_refused(native_build, tmp_pat
         ("ps_server/shard_server.h", "tf_ps_ops/cc/engine/engine.h")]
     assert problems[0][2] == (
         "ps_server/shard_server.h includes tf_ps_ops/cc/engine/engine.h (unit engine), but "
-        "server may depend only on common, wire, transport, cluster")
+        "server may depend only on common, codec, wire, transport, cluster")
 
 
 def test_the_core_binding_may_not_include_the_server(native_build, tmp_path):

@@ -1,6 +1,8 @@
 // PsPushPull and PsBroadcast: asynchronous kernels that hand a tensor to the engine and
 // return their thread; the engine calls back when every partition's answer is written.
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
@@ -24,6 +26,16 @@ class PsCommOp : public AsyncOpKernel {
     if (tensor_name_.empty()) tensor_name_ = name();
     if (ctx->HasAttr("root_rank")) OP_REQUIRES_OK(ctx, ctx->GetAttr("root_rank", &root_rank_));
     if (ctx->HasAttr("priority")) OP_REQUIRES_OK(ctx, ctx->GetAttr("priority", &priority_));
+    if (ctx->HasAttr("compression")) {
+      std::string compression;
+      OP_REQUIRES_OK(ctx, ctx->GetAttr("compression", &compression));
+      if (!compression.empty()) {  // empty: the job default, resolved by the engine
+        CodecSpec spec;
+        OP_REQUIRES_OK(ctx, ToTfStatus(ParseCodec(compression, &spec)));
+        codec_ = spec;
+      }
+      OP_REQUIRES_OK(ctx, ctx->GetAttr("error_feedback", &error_feedback_));
+    }
   }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
@@ -50,6 +62,8 @@ class PsCommOp : public AsyncOpKernel {
     PushPullRequest request = RequestFor(tensor_name_, input, output);
     request.root_rank = root_rank_;
     request.priority = priority_;
+    request.codec = codec_;
+    request.error_feedback = error_feedback_;
     request.done = CompleteWithStatus(ctx, done);
     engine.Enqueue(std::move(request));
   }
@@ -58,6 +72,8 @@ class PsCommOp : public AsyncOpKernel {
   std::string tensor_name_;
   int root_rank_ = -1;
   int priority_ = 0;
+  std::optional<CodecSpec> codec_;
+  int error_feedback_ = -1;
 };
 
 REGISTER_OP("PsPushPull")
@@ -68,6 +84,8 @@ REGISTER_OP("PsPushPull")
     .Attr("tensor_name: string = ''")
     .Attr("N: int >= 0 = 0")
     .Attr("priority: int = 0")
+    .Attr("compression: string = ''")
+    .Attr("error_feedback: int = -1")
     .SetIsStateful()
     .SetShapeFn(tensorflow::shape_inference::UnchangedShape)
     .Doc(R"doc(
@@ -79,6 +97,11 @@ handles: optional: the variable the tensor is a gradient of. In a tf.function, s
   ops without a resource input run one after another in program order; with one they are
   ordered only against that variable, so gradients communicate while backward goes on.
 priority: smaller is sent first when partitions wait for credit (layers nearer the input).
+compression: a codec for float32 tensors (none, fp16, bf16, int8, onebit, topk:R,
+  randomk:R; docs/compression.md); empty: the job default, TFPS_COMPRESSION. Other dtypes
+  travel as they are.
+error_feedback: onebit/topk/randomk keep what was not sent for the next call: 1 yes, 0 no,
+  -1 as TFPS_ERROR_FEEDBACK says.
 )doc");
 
 REGISTER_OP("PsBroadcast")

@@ -44,6 +44,15 @@ const std::vector<ConfigEntry>& ConfigTable() {
        "rank): every tensor's queued / scheduled / push / server / pull / written stages "
        "(push ends when the server has the worker's last partition, server when the sum or "
        "update is ready; clocks of different hosts are assumed in sync)."},
+      {"TFPS_COMPRESSION", "string", "none",
+       "Job default codec of push_pull for float32 tensors that ask for none themselves "
+       "(Compression.none): none, fp16, bf16, int8, onebit, topk:R or randomk:R (R: the "
+       "fraction kept, in [1/65536, 1]). Workers encode each partition, servers sum in float32 and "
+       "re-encode the sum (docs/compression.md). Read by the workers; must agree between them."},
+      {"TFPS_ERROR_FEEDBACK", "int", "1",
+       "1: onebit, topk and randomk keep what each push_pull did not send (per tensor and "
+       "partition, on the worker; per partition on the server for the sum) and add it to the "
+       "next call. 0: no memory (the plain, biased codec)."},
   };
   return table;
 }
@@ -100,6 +109,11 @@ Status LoadConfig(Config* config) {
   TFPS_RETURN_IF_ERROR(
       ParseInt("TFPS_FUSION_BYTES", 0, int64_t{1} << 31, &config->fusion_bytes));
   config->timeline = Lookup("TFPS_TIMELINE");
+  // Parsed by the engine (cc/codec is above this layer); the server does not read it.
+  config->compression = Lookup("TFPS_COMPRESSION");
+  int64_t feedback = 1;
+  TFPS_RETURN_IF_ERROR(ParseInt("TFPS_ERROR_FEEDBACK", 0, 1, &feedback));
+  config->error_feedback = feedback != 0;
   config->checkpoint_dir = Lookup("TFPS_CHECKPOINT_DIR");
   TFPS_RETURN_IF_ERROR(
       ParseInt("TFPS_CHECKPOINT_EVERY", 0, int64_t{1} << 50, &config->checkpoint_every));

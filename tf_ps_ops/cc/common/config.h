@@ -32,6 +32,8 @@ struct Config {
   int64_t scheduling_credit = 0;   // TFPS_SCHEDULING_CREDIT (0: unlimited)
   int64_t fusion_bytes = 0;        // TFPS_FUSION_BYTES (0: no batches)
   std::string timeline;            // TFPS_TIMELINE
+  std::string compression;         // TFPS_COMPRESSION (engine: cc/codec's ParseCodec)
+  bool error_feedback = true;      // TFPS_ERROR_FEEDBACK
 };
 
 // Reads every entry of ConfigTable() from the environment (defaults where unset) and

@@ -19,6 +19,7 @@
 #include "tf_ps_ops/cc/common/logging.h"
 #include "tf_ps_ops/cc/common/loop_thread.h"
 #include "tf_ps_ops/cc/engine/partition.h"
+#include "tf_ps_ops/cc/engine/push_codec.h"
 #include "tf_ps_ops/cc/engine/timeline.h"
 #include "tf_ps_ops/cc/transport/zmq_util.h"
 
@@ -44,7 +45,8 @@ class Engine::Loop {
     // The mesh's count directly: a gather's caller may read it as soon as it is done.
     return EngineStats{bytes_sent_.load(), bytes_received_.load(), messages_sent_.load(),
                        mesh_.bytes_sent(), parts_sent_.load(), batches_sent_.load(),
-                       batches_received_.load()};
+                       batches_received_.load(), codec_.raw_bytes(), codec_.encoded_bytes(),
+                       codec_.micros()};
   }
 
  private:
@@ -62,6 +64,7 @@ class Engine::Loop {
     uint64_t step = 0;
     std::vector<Partition> parts;
     std::vector<PartState> part_state;
+    CodecSpec codec;                    // kNone: partitions travel as they are
     uint64_t row_elems = 1;             // PS mode, rank >= 2: partitions hold whole rows
     std::vector<uint64_t> row_begin;    // sparse: partition i sends request rows
                                         // [row_begin[i], row_begin[i + 1])
@@ -131,12 +134,14 @@ class Engine::Loop {
   };
   std::vector<ServerBatch> batches_;  // per server: partitions to send together
   Timeline timeline_;
+  PushCodec codec_;
 
   std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0}, messages_sent_{0},
       parts_sent_{0}, batches_sent_{0}, batches_received_{0};
 };
 
 Status Engine::Loop::Connect(const EngineOptions& options, ClusterView* view) {
+  TFPS_RETURN_IF_ERROR(codec_.Init(config_));  // a bad TFPS_COMPRESSION fails before rendezvous
   const std::string scheduler = TcpAddress(options.scheduler_host, options.scheduler_port);
   scheduler_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
   SetCommonOptions(*scheduler_, config_.heartbeat_timeout_s);
@@ -309,6 +314,7 @@ void Engine::Loop::StartOnLoop(PushPullRequest request) {
   op.parts = PartitionTensor(op.key, request.count, elem, config_.partition_bytes,
                              static_cast<int>(servers_.size()), op.row_elems);
   op.part_state.assign(op.parts.size(), kQueued);
+  op.codec = codec_.Choose(request);
   op.remaining = static_cast<int>(op.parts.size());
   op.started = Clock::now();
   // Servers time out first and name the missing worker; this is the backstop.
@@ -407,10 +413,22 @@ Status Engine::Loop::SendPartOnLoop(uint64_t op_id, Op& o, uint32_t index) {
   head.dims = r.dims;
   const bool sparse = !o.row_begin.empty();
   if (sparse) h.count = o.row_begin[index + 1] - o.row_begin[index];
-  zmq::message_t payload =
-      sparse ? SparsePayload(o, index)
-             : ZeroCopyMessage(static_cast<const char*>(r.input) + p.offset * elem, bytes,
-                               r.input_holder);
+  zmq::message_t payload;
+  uint64_t wire_bytes = bytes;
+  if (o.codec.id != CodecId::kNone) {
+    std::shared_ptr<std::vector<uint8_t>> encoded;
+    TFPS_RETURN_IF_ERROR(codec_.EncodePart(r, o.codec, o.key, p.index, o.step,
+                                           static_cast<const float*>(r.input) + p.offset,
+                                           p.count, &encoded));
+    h.codec = static_cast<uint8_t>(o.codec.id);
+    if (!codec_.FeedbackFor(r)) h.flags |= kFlagNoFeedback;
+    wire_bytes = encoded->size();
+    payload = ZeroCopyMessage(encoded->data(), encoded->size(), encoded);
+  } else {
+    payload = sparse ? SparsePayload(o, index)
+                     : ZeroCopyMessage(static_cast<const char*>(r.input) + p.offset * elem,
+                                       bytes, r.input_holder);
+  }
   if (fuse) {
     batches_[p.server].batch.Add(Encoded{EncodeHead(head), std::move(payload)});
     batches_[p.server].op_ids.push_back(op_id);
@@ -423,7 +441,7 @@ Status Engine::Loop::SendPartOnLoop(uint64_t op_id, Op& o, uint32_t index) {
   o.part_state[index] = kSent;
   pending_[PartId(o.key, o.step, p.index)] = op_id;
   in_flight_bytes_ += PartBytes(o, index);
-  bytes_sent_ += bytes;
+  bytes_sent_ += wire_bytes;
   ++parts_sent_;
   return Status::Ok();
 }
@@ -509,16 +527,24 @@ void Engine::Loop::OnReplyOnLoop(int server, zmq::message_t& head_frame,
   const Partition& p = op.parts[h.partition];
   const size_t elem = DTypeSize(op.request.dtype);
   if (h.type != static_cast<uint16_t>(MsgType::kPushPullReply) || h.count != p.count ||
-      h.dtype != static_cast<uint8_t>(op.request.dtype)) {
+      h.dtype != static_cast<uint8_t>(op.request.dtype) ||
+      h.codec != static_cast<uint8_t>(op.codec.id)) {
     FinishOnLoop(id, Internal(Describe(server) + " answered partition " +
                               std::to_string(h.partition) + " with the wrong type or size"));
     return;
   }
-  if (p.count > 0) {
-    std::memcpy(static_cast<char*>(op.request.output) + p.offset * elem, payload_frame->data(),
-                p.count * elem);
+  char* out = static_cast<char*>(op.request.output) + p.offset * elem;
+  if (h.codec != 0) {
+    s = codec_.DecodeReply(h, payload_frame->data(), payload_frame->size(),
+                           reinterpret_cast<float*>(out));
+    if (!s.ok()) {
+      FinishOnLoop(id, s.WithPrefix(Describe(server) + ": "));
+      return;
+    }
+  } else if (p.count > 0) {
+    std::memcpy(out, payload_frame->data(), p.count * elem);
   }
-  bytes_received_ += p.count * elem;
+  bytes_received_ += payload_frame != nullptr ? payload_frame->size() : 0;
   if (--op.remaining == 0) FinishOnLoop(id, Status::Ok());
 }
 

@@ -14,10 +14,12 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "tf_ps_ops/cc/codec/codec.h"
 #include "tf_ps_ops/cc/common/config.h"
 #include "tf_ps_ops/cc/common/status.h"
 #include "tf_ps_ops/cc/engine/peer_mesh.h"
@@ -54,6 +56,10 @@ struct PushPullRequest {
   uint64_t num_rows = 0;
   std::function<void(const int64_t* ids, uint64_t n, const void* values)> on_rows;
   int priority = 0;             // smaller goes first (layers nearer the input: lower)
+  // Compression of a float32 summation push_pull (docs/compression.md): none set means the
+  // job default (TFPS_COMPRESSION). error_feedback: -1 the job's TFPS_ERROR_FEEDBACK, 0, 1.
+  std::optional<CodecSpec> codec;
+  int error_feedback = -1;
   std::chrono::steady_clock::time_point enqueued;  // set by Engine::Enqueue (timeline)
   std::shared_ptr<void> input_holder;  // keeps `input` alive until ZeroMQ has sent it
   std::function<void(const Status&)> done;
@@ -67,6 +73,11 @@ struct EngineStats {
   uint64_t parts_sent = 0;       // partitions pushed (alone or in batches)
   uint64_t batches_sent = 0;     // messages that carried more than one partition
   uint64_t batches_received = 0;  // replies that came as batches
+  // Compressed pushes (included in bytes_sent as encoded): the float32 bytes they stood
+  // for, their encoded bytes, and the microseconds spent encoding and decoding.
+  uint64_t codec_raw_bytes = 0;
+  uint64_t codec_encoded_bytes = 0;
+  uint64_t codec_micros = 0;
 };
 
 class Engine {

@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <future>
+#include <optional>
 #include <thread>
 
 #include "tf_ps_ops/cc/cluster/messages.h"
@@ -14,6 +15,7 @@
 #include "tf_ps_ops/cc/common/loop_thread.h"
 #include "tf_ps_ops/cc/engine/engine.h"
 #include "tf_ps_ops/cc/engine/partition.h"
+#include "tf_ps_ops/cc/pybind/codec_bindings.h"
 #include "tf_ps_ops/cc/wire/message.h"
 
 namespace py = pybind11;
@@ -52,7 +54,9 @@ py::bytes EncodeHeadPy(const py::dict& fields, const std::vector<int64_t>& dims,
   h.dtype = static_cast<uint8_t>(get("dtype", 0));
   h.flags = static_cast<uint32_t>(get("flags", 0));
   h.sender = fields.contains("sender") ? fields["sender"].cast<int32_t>() : -1;
-  h.status = static_cast<uint32_t>(get("status", 0));
+  h.status = static_cast<uint16_t>(get("status", 0));
+  h.codec = static_cast<uint8_t>(get("codec", 0));
+  h.reserved = static_cast<uint8_t>(get("reserved", 0));
   h.count = get("count", 0);
   h.total_count = get("total_count", 0);
   h.optimizer = static_cast<uint8_t>(get("optimizer", 0));
@@ -79,6 +83,7 @@ py::tuple DecodeHeadPy(const py::bytes& frame, size_t payload_size) {
   d["flags"] = h.flags;
   d["sender"] = h.sender;
   d["status"] = h.status;
+  d["codec"] = h.codec;
   d["count"] = h.count;
   d["total_count"] = h.total_count;
   d["dims"] = head.dims;
@@ -88,8 +93,17 @@ py::tuple DecodeHeadPy(const py::bytes& frame, size_t payload_size) {
 // Blocking push_pull of arrays enqueued together (one engine wake-up, like a grouped
 // allreduce: small ones share messages, TFPS_FUSION_BYTES); returns the sums (or, with
 // root_rank >= 0, root's arrays).
+// `compression`: a codec name (cc/codec), "" for the job default; `error_feedback` -1/0/1.
 std::vector<py::array> PushPullArrays(const std::vector<std::string>& names,
-                                      const std::vector<py::array>& inputs, int root_rank) {
+                                      const std::vector<py::array>& inputs, int root_rank,
+                                      const std::string& compression = "",
+                                      int error_feedback = -1) {
+  std::optional<CodecSpec> codec;
+  if (!compression.empty()) {
+    CodecSpec spec;
+    ThrowIfError(ParseCodec(compression, &spec));
+    codec = spec;
+  }
   if (names.size() != inputs.size()) throw std::invalid_argument("one name per array");
   std::vector<py::array> ins, outs;
   std::vector<PushPullRequest> requests(names.size());
@@ -106,6 +120,8 @@ std::vector<py::array> PushPullArrays(const std::vector<std::string>& names,
     request.input = in.data();
     request.output = outs.back().mutable_data();
     request.root_rank = root_rank;
+    request.codec = codec;
+    request.error_feedback = error_feedback;
     // `ins` and `outs` stay referenced until the waits below return; the holder only has
     // to outlive ZeroMQ's use of the input, which ends before the reply arrives.
     request.input_holder = std::make_shared<int>(0);
@@ -217,7 +233,9 @@ PYBIND11_MODULE(_core, m) {
   m.attr("FLAG_SPARSE") = kFlagSparse;
   m.attr("FLAG_TIMED") = kFlagTimed;
   m.attr("FLAG_ACK") = kFlagAck;
+  m.attr("FLAG_NO_FEEDBACK") = kFlagNoFeedback;
   m.attr("MAX_BATCH") = kMaxBatch;
+  BindCodecs(m);
 
   m.def("encode_head", &EncodeHeadPy, py::arg("fields"), py::arg("dims") = std::vector<int64_t>(),
         py::arg("params") = std::vector<double>());
@@ -311,10 +329,13 @@ PYBIND11_MODULE(_core, m) {
   m.def("size", [] { return Engine::Get().size(); });
   m.def("local_rank", [] { return Engine::Get().local_rank(); });
   m.def("local_size", [] { return Engine::Get().local_size(); });
-  m.def("push_pull", [](const std::string& name, py::array array, int root_rank) {
-    return PushPullArrays({name}, {array}, root_rank)[0];
+  m.def("push_pull", [](const std::string& name, py::array array, int root_rank,
+                        const std::string& compression, int error_feedback) {
+    return PushPullArrays({name}, {array}, root_rank, compression, error_feedback)[0];
   }, py::arg("name"), py::arg("array"), py::arg("root_rank") = -1,
-        "Blocking push_pull of a NumPy array; returns the sum (or root's array).");
+        py::arg("compression") = "", py::arg("error_feedback") = -1,
+        "Blocking push_pull of a NumPy array; returns the sum (or root's array). "
+        "compression: a codec name, '' for TFPS_COMPRESSION.");
   m.def("push_pull_group", [](const std::vector<std::string>& names,
                               const std::vector<py::array>& arrays) {
     return PushPullArrays(names, arrays, -1);
@@ -332,6 +353,9 @@ PYBIND11_MODULE(_core, m) {
     d["parts_sent"] = s.parts_sent;
     d["batches_sent"] = s.batches_sent;
     d["batches_received"] = s.batches_received;
+    d["codec_raw_bytes"] = s.codec_raw_bytes;
+    d["codec_encoded_bytes"] = s.codec_encoded_bytes;
+    d["codec_micros"] = s.codec_micros;
     return d;
   });
 }

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "tf_ps_ops/cc/codec/codec.h"
+
 namespace tfps {
 
 
@@ -138,6 +140,12 @@ Status CheckTensorFields(const Head& head, size_t payload_size) {
   const bool sparse = (h.flags & kFlagSparse) != 0;
   const uint64_t expected = no_data ? 0 : h.count * elem;
   if (sparse) return CheckSparseFields(head, payload_size, elem);
+  if (h.codec != 0) {
+    uint64_t k = 0;
+    TFPS_RETURN_IF_ERROR(CheckEncoded(static_cast<CodecId>(h.codec), h.count, payload_size, &k));
+    if (static_cast<MsgType>(h.type) != MsgType::kPushPullReply) return CheckShape(head);
+    return Status::Ok();
+  }
   if (payload_size != expected) {
     return InvalidArgument("payload has " + std::to_string(payload_size) + " bytes, header says " +
                            std::to_string(expected) + " (" + std::to_string(h.count) + " x " +
@@ -231,6 +239,27 @@ Status DecodeHead(const void* data, size_t size, size_t payload_size, Head* head
   }
   if ((h.flags & kFlagPsInit) != 0 && (h.optimizer != 0 || h.nparams != 0)) {
     return InvalidArgument("a PS init push carries neither optimizer nor parameters");
+  }
+  if (h.reserved != 0) return InvalidArgument("reserved header byte is not 0");
+  if ((h.flags & kFlagNoFeedback) != 0 &&
+      (h.codec == 0 || static_cast<MsgType>(h.type) != MsgType::kPushPull)) {
+    return InvalidArgument("the no-feedback flag is only valid on a compressed push");
+  }
+  if (h.codec != 0) {
+    // Compression is a summation-mode feature of dense float32 pushes and their replies.
+    const auto type = static_cast<MsgType>(h.type);
+    if (h.codec > kMaxCodecId) {
+      return InvalidArgument("unknown codec " + std::to_string(h.codec));
+    }
+    if ((type != MsgType::kPushPull && type != MsgType::kPushPullReply) ||
+        h.dtype != static_cast<uint8_t>(DType::kFloat32) ||
+        (h.flags & (kFlagSparse | kFlagNoData | kFlagPsInit | kFlagPsApply)) != 0) {
+      return InvalidArgument(std::string("codec ") + CodecIdName(static_cast<CodecId>(h.codec)) +
+                             " on a message that is not a dense float32 summation push or "
+                             "reply (type " + std::to_string(h.type) + ", dtype " +
+                             DTypeName(static_cast<DType>(h.dtype)) + ", flags " +
+                             Hex(h.flags) + ")");
+    }
   }
   if (CarriesTensor(static_cast<MsgType>(h.type))) return CheckTensorFields(*head, payload_size);
   return Status::Ok();

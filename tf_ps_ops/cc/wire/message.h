@@ -5,7 +5,9 @@
 //            whole tensor (push messages) and `nparams` float64 optimizer
 //            hyperparameters (PS-mode pushes) — the "head" frame;
 //   frame 1: payload (optional): `count` elements of `dtype` (push/reply), UTF-8 text
-//            (register/error), sent zero-copy from the tensor's buffer. A sparse message
+//            (register/error), sent zero-copy from the tensor's buffer; with a codec
+//            (Header::codec != 0) the encoded bytes of `count` float32 elements instead
+//            (cc/codec/codec.h, docs/compression.md). A sparse message
 //            (kFlagSparse) carries `count` rows instead: `count` int64 row ids local to the
 //            partition, strictly increasing, then those rows (prod(dims[1:]) elements each).
 // A batch (kBatch, "fusion") is several push or reply messages in one: frame 0 is a head
@@ -28,7 +30,8 @@
 namespace tfps {
 
 constexpr uint32_t kMagic = 0x53504654;  // "TFPS" read as little-endian bytes
-constexpr uint16_t kProtocolVersion = 2;  // 2: batches, timed replies, acknowledgements
+// 2: batches, timed replies, acknowledgements; 3: compressed payloads (Header::codec)
+constexpr uint16_t kProtocolVersion = 3;
 constexpr int kMaxDims = 32;
 constexpr uint32_t kMaxPartitions = 1u << 24;
 constexpr uint64_t kMaxElements = uint64_t{1} << 40;
@@ -115,8 +118,11 @@ constexpr uint32_t kFlagAck = 1u << 6;     // push: acknowledge it (kAck) as soo
                                            // arrives; the scheduling credit counts a
                                            // partition until then, not until the sum, so
                                            // workers never wait on each other's credit
+constexpr uint32_t kFlagNoFeedback = 1u << 7;  // compressed push (codec != 0): the worker
+                                              // keeps no error feedback, so the server keeps
+                                              // none when it re-encodes the sum either
 constexpr uint32_t kKnownFlags = kFlagNoData | kFlagPsInit | kFlagPsApply | kFlagPsOverwrite |
-                                 kFlagSparse | kFlagTimed | kFlagAck;
+                                 kFlagSparse | kFlagTimed | kFlagAck | kFlagNoFeedback;
 
 // PS-mode hyperparameters (Head::params) of a kFlagPsApply push: the values that
 // optimizer_spec.h's table lists for Header::optimizer, in its order, then the initial
@@ -138,7 +144,9 @@ struct Header {
   uint8_t nparams = 0;          // float64 hyperparameters that follow the dims
   uint32_t flags = 0;
   int32_t sender = -1;          // worker rank, server id, -1 for the scheduler
-  uint32_t status = 0;          // Code of a kError reply
+  uint16_t status = 0;          // Code of a kError reply
+  uint8_t codec = 0;            // CodecId of a push/reply payload (cc/codec/codec.h); 0: none
+  uint8_t reserved = 0;         // 0
   uint64_t count = 0;           // elements in this message's payload (or that it stands for);
                                 // rows with kFlagSparse
   uint64_t total_count = 0;     // elements in the whole tensor

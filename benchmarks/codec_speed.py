@@ -1,0 +1,37 @@
+"""Encode/decode speed of each codec in the C++ core (tf_ps_ops._core.time_codec: the
+loops alone, best of N, no Python in the timed region). MB/s of float32 input.
+
+    python benchmarks/codec_speed.py [--mb 16] [--repeat 5]
+"""
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+from native import load_core  # noqa: E402
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--mb", type=float, default=16)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    core = load_core()
+    n = int(args.mb * (1 << 20) / 4)
+    x = np.random.default_rng(0).standard_normal(n).astype(np.float32)
+    print(f"| codec | encode MB/s | decode MB/s | bytes/elem |  ({args.mb:g} MB float32)")
+    print("|---|---|---|---|")
+    for spec in ["fp16", "bf16", "int8", "onebit", "topk:0.01", "randomk:0.01"]:
+        cid, ratio, _ = core.parse_codec(spec)
+        k = core.sparse_k(ratio, n) if ":" in spec else 0
+        enc, dec = core.time_codec(cid, x, k, args.repeat)
+        mb = 4 * n / 1e6
+        per = core.encoded_bytes(cid, n, k) / n
+        print(f"| {spec} | {mb / enc:,.0f} | {mb / dec:,.0f} | {per:.3f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,153 @@
+// int8 (min-max per chunk, as Bagua's ByteGrad) and onebit (sign + mean |x| per chunk).
+// Per-chunk headers first, then the packed body, so the body loops run over contiguous
+// bytes. Reductions keep eight partial results: without -ffast-math the compiler may not
+// reorder a float reduction itself, but it vectorises eight independent lanes.
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "tf_ps_ops/cc/codec/codec.h"
+#include "tf_ps_ops/cc/codec/codec_internal.h"
+
+namespace tfps {
+namespace codec_internal {
+
+namespace {
+
+constexpr int kLanes = 8;
+
+// Whether x[0, len) holds a NaN or +-Inf: an integer OR of exponent-all-ones tests.
+bool AllFinite(const float* x, uint64_t len) {
+  uint32_t bad = 0;
+  for (uint64_t i = 0; i < len; ++i) {
+    bad |= static_cast<uint32_t>((Bits(x[i]) & 0x7f800000u) == 0x7f800000u);
+  }
+  return bad == 0;
+}
+
+void MinMax(const float* x, uint64_t len, float* lo, float* hi) {
+  float l[kLanes], h[kLanes];
+  for (int j = 0; j < kLanes; ++j) l[j] = h[j] = x[0];
+  uint64_t i = 0;
+  for (; i + kLanes <= len; i += kLanes) {
+    for (int j = 0; j < kLanes; ++j) {
+      l[j] = x[i + j] < l[j] ? x[i + j] : l[j];
+      h[j] = x[i + j] > h[j] ? x[i + j] : h[j];
+    }
+  }
+  for (; i < len; ++i) {
+    l[0] = x[i] < l[0] ? x[i] : l[0];
+    h[0] = x[i] > h[0] ? x[i] : h[0];
+  }
+  *lo = *std::min_element(l, l + kLanes);
+  *hi = *std::max_element(h, h + kLanes);
+}
+
+float MeanAbs(const float* x, uint64_t len) {
+  float acc[kLanes] = {};
+  uint64_t i = 0;
+  for (; i + kLanes <= len; i += kLanes) {
+    for (int j = 0; j < kLanes; ++j) acc[j] += __builtin_fabsf(x[i + j]);
+  }
+  for (; i < len; ++i) acc[0] += __builtin_fabsf(x[i]);
+  float sum = 0.0f;
+  for (int j = 0; j < kLanes; ++j) sum += acc[j];
+  return sum / static_cast<float>(len);
+}
+
+void StoreFloat(uint8_t* p, float v) { std::memcpy(p, &v, 4); }
+float LoadFloat(const uint8_t* p) {
+  float v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+}  // namespace
+
+void EncodeInt8(const float* in, uint64_t n, uint8_t* out) {
+  const uint64_t chunks = (n + kChunk - 1) / kChunk;
+  uint8_t* body = out + 8 * chunks;
+  for (uint64_t c = 0; c < chunks; ++c) {
+    const float* x = in + c * kChunk;
+    const uint64_t len = std::min<uint64_t>(kChunk, n - c * kChunk);
+    uint8_t* q = body + c * kChunk;
+    float lo, hi;
+    if (!AllFinite(x, len)) {
+      // The chunk decodes to NaN throughout (docs/compression.md, NaN and Inf).
+      lo = hi = std::numeric_limits<float>::quiet_NaN();
+      std::memset(q, 0, len);
+    } else {
+      MinMax(x, len, &lo, &hi);
+      // hi == lo: every code is 0 and decodes to lo exactly.
+      const float inv = hi > lo ? 255.0f / (hi - lo) : 0.0f;
+      for (uint64_t i = 0; i < len; ++i) {
+        const float v = std::min((x[i] - lo) * inv + 0.5f, 255.0f);
+        q[i] = static_cast<uint8_t>(static_cast<int32_t>(v));  // v >= 0.5: truncation rounds
+      }
+    }
+    StoreFloat(out + 8 * c, lo);
+    StoreFloat(out + 8 * c + 4, hi);
+  }
+}
+
+void DecodeInt8(const uint8_t* in, uint64_t n, float* out) {
+  const uint64_t chunks = (n + kChunk - 1) / kChunk;
+  const uint8_t* body = in + 8 * chunks;
+  for (uint64_t c = 0; c < chunks; ++c) {
+    const float lo = LoadFloat(in + 8 * c), hi = LoadFloat(in + 8 * c + 4);
+    const float step = (hi - lo) / 255.0f;
+    const uint64_t len = std::min<uint64_t>(kChunk, n - c * kChunk);
+    const uint8_t* __restrict q = body + c * kChunk;
+    float* __restrict y = out + c * kChunk;
+    for (uint64_t i = 0; i < len; ++i) y[i] = lo + static_cast<float>(q[i]) * step;
+  }
+}
+
+void EncodeOneBit(const float* in, uint64_t n, uint8_t* out) {
+  const uint64_t chunks = (n + kChunk - 1) / kChunk;
+  for (uint64_t c = 0; c < chunks; ++c) {
+    const float* x = in + c * kChunk;
+    const uint64_t len = std::min<uint64_t>(kChunk, n - c * kChunk);
+    const float scale =
+        AllFinite(x, len) ? MeanAbs(x, len) : std::numeric_limits<float>::quiet_NaN();
+    StoreFloat(out + 4 * c, scale);
+  }
+  // kChunk is a multiple of 8, so a byte of signs never straddles two chunks.
+  uint8_t* __restrict bits = out + 4 * chunks;
+  const uint64_t full = n / 8;
+  for (uint64_t b = 0; b < full; ++b) {
+    uint32_t byte = 0;
+    for (int t = 0; t < 8; ++t) byte |= static_cast<uint32_t>(in[8 * b + t] < 0.0f) << t;
+    bits[b] = static_cast<uint8_t>(byte);
+  }
+  if (n % 8 != 0) {
+    uint32_t byte = 0;
+    for (uint64_t t = 0; t < n % 8; ++t) {
+      byte |= static_cast<uint32_t>(in[8 * full + t] < 0.0f) << t;
+    }
+    bits[full] = static_cast<uint8_t>(byte);
+  }
+}
+
+void DecodeOneBit(const uint8_t* in, uint64_t n, float* out) {
+  const uint64_t chunks = (n + kChunk - 1) / kChunk;
+  const uint8_t* bits = in + 4 * chunks;
+  for (uint64_t c = 0; c < chunks; ++c) {
+    // A set bit flips the scale's sign bit: no branch, and whole bytes at a time (a chunk
+    // starts on a byte, kChunk being a multiple of 8).
+    const uint32_t scale = Bits(LoadFloat(in + 4 * c));
+    const uint64_t start = c * kChunk;
+    const uint64_t len = std::min<uint64_t>(kChunk, n - start);
+    const uint8_t* __restrict b = bits + start / 8;
+    float* __restrict y = out + start;
+    uint64_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+      const uint32_t byte = b[i / 8];
+      for (uint32_t t = 0; t < 8; ++t) y[i + t] = FromBits(scale ^ (((byte >> t) & 1u) << 31));
+    }
+    for (; i < len; ++i) y[i] = FromBits(scale ^ (((b[i / 8] >> (i % 8)) & 1u) << 31));
+  }
+}
+
+}  // namespace codec_internal
+}  // namespace tfps

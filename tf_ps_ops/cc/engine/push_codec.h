@@ -1,0 +1,57 @@
+// The worker's half of compression (docs/compression.md): which codec a push_pull uses,
+// each partition's encoded payload (with error feedback), and the server's encoded answer
+// decoded into the output. State of the engine thread (the feedback memory): no locks.
+#ifndef TFPS_CC_ENGINE_PUSH_CODEC_H_
+#define TFPS_CC_ENGINE_PUSH_CODEC_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "tf_ps_ops/cc/codec/codec.h"
+#include "tf_ps_ops/cc/codec/error_feedback.h"
+#include "tf_ps_ops/cc/common/config.h"
+#include "tf_ps_ops/cc/common/status.h"
+#include "tf_ps_ops/cc/wire/message.h"
+
+namespace tfps {
+
+struct PushPullRequest;
+
+class PushCodec {
+ public:
+  // Reads the job default (TFPS_COMPRESSION; a bad name fails init) and TFPS_ERROR_FEEDBACK.
+  Status Init(const Config& config);
+
+  // The codec `r` travels with: its own, else the job default; kNone where compression does
+  // not apply (not float32, a broadcast, PS mode, sparse rows): those travel as they are.
+  CodecSpec Choose(const PushPullRequest& r) const;
+
+  // Whether `r` keeps error feedback (its own choice, else TFPS_ERROR_FEEDBACK).
+  bool FeedbackFor(const PushPullRequest& r) const;
+
+  // Encodes in[0, count), partition `partition` of the tensor `key` at call `step`.
+  Status EncodePart(const PushPullRequest& r, const CodecSpec& spec, uint64_t key,
+                    uint32_t partition, uint64_t step, const float* in, uint64_t count,
+                    std::shared_ptr<std::vector<uint8_t>>* out);
+
+  // Decodes an encoded reply (its header already validated by DecodeHead) into
+  // out[0, h.count).
+  Status DecodeReply(const Header& h, const void* payload, size_t size, float* out);
+
+  // Counters for EngineStats (read from any thread).
+  uint64_t raw_bytes() const { return raw_bytes_.load(); }
+  uint64_t encoded_bytes() const { return encoded_bytes_.load(); }
+  uint64_t micros() const { return micros_.load(); }
+
+ private:
+  CodecSpec default_;
+  bool feedback_default_ = true;
+  ErrorFeedback feedback_;
+  std::atomic<uint64_t> raw_bytes_{0}, encoded_bytes_{0}, micros_{0};
+};
+
+}  // namespace tfps
+
+#endif  // TFPS_CC_ENGINE_PUSH_CODEC_H_

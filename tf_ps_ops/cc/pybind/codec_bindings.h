@@ -1,0 +1,11 @@
+// The codec part of the _core module (codec_bindings.cc), kept apart from core_module.cc.
+#ifndef TFPS_CC_PYBIND_CODEC_BINDINGS_H_
+#define TFPS_CC_PYBIND_CODEC_BINDINGS_H_
+
+#include <pybind11/pybind11.h>
+
+namespace tfps {
+void BindCodecs(pybind11::module_& m);
+}  // namespace tfps
+
+#endif  // TFPS_CC_PYBIND_CODEC_BINDINGS_H_
