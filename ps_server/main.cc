@@ -56,9 +56,23 @@ bool WritePortFile(const std::string& path, int port) {
   return std::rename(tmp.c_str(), path.c_str()) == 0;
 }
 
+int Main(int argc, char** argv);
+
 }  // namespace
 
+// No exception ends the process with an abort: what escapes a role is logged, exit 1.
 int main(int argc, char** argv) {
+  try {
+    return Main(argc, argv);
+  } catch (const std::exception& e) {
+    TFPS_LOG(Error) << "fatal: " << e.what();
+    return 1;
+  }
+}
+
+namespace {
+
+int Main(int argc, char** argv) {
   std::map<std::string, std::string> flags;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -151,3 +165,5 @@ int main(int argc, char** argv) {
   }
   return server.Run(g_stop);
 }
+
+}  // namespace

@@ -37,7 +37,13 @@ int Scheduler::Run(const std::atomic<bool>& stop) {
     zmq::pollitem_t items[] = {{router_.handle(), 0, ZMQ_POLLIN, 0},
                                {monitor.socket().handle(), 0, ZMQ_POLLIN, 0}};
     Poll(items, 2, 200);
-    while (RecvFrames(router_, &frames)) OnMessage(frames);
+    while (RecvFrames(router_, &frames)) {
+      try {
+        OnMessage(frames);
+      } catch (const std::exception& e) {  // no exception leaves the scheduler's thread
+        TFPS_LOG(Error) << "dropped a message that could not be handled: " << e.what();
+      }
+    }
     int event = 0, value = 0;
     std::string address;
     while (monitor.Read(&event, &value, &address)) {

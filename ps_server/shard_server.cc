@@ -148,17 +148,36 @@ void ShardServer::SummationLoop(int index) {
                         [&] { return stopping_ || !inbox.queue.empty(); });
       batch.swap(inbox.queue);
     }
-    for (Work& w : batch) {
-      if (w.kind == Work::kPush) {
-        store.OnPush(w.head, BufferOf(std::move(w.payload)), &replies, w.received_us);
-      } else {
-        store.OnWorkerLost(w.rank, w.why, &replies);
-      }
+    for (Work& w : batch) SummationWorkOnSummationThread(store, w, &replies);
+    try {
+      store.OnTick(KeyStore::Clock::now(), &replies);
+    } catch (const std::exception& e) {  // e.g. bad_alloc: log, keep serving
+      TFPS_LOG(Error) << "summation thread " << index << ": " << e.what();
     }
-    store.OnTick(KeyStore::Clock::now(), &replies);
     PostReplies(&replies);
     if (checkpoints && store.CheckpointDue(config_.checkpoint_every)) {
       CheckpointOnSummationThread(index, store);
+    }
+  }
+}
+
+// No exception leaves a summation thread: the push that raised one (an allocation the
+// size checks let through, say) fails with an error reply to its sender, and the thread
+// serves on. Its round may stay incomplete; the others' pushes then time out naming it.
+void ShardServer::SummationWorkOnSummationThread(KeyStore& store, Work& w,
+                                                 std::vector<Outgoing>* replies) {
+  try {
+    if (w.kind == Work::kPush) {
+      store.OnPush(w.head, BufferOf(std::move(w.payload)), replies, w.received_us);
+    } else {
+      store.OnWorkerLost(w.rank, w.why, replies);
+    }
+  } catch (const std::exception& e) {
+    const Status s = Internal(std::string("the server could not handle this push: ") +
+                              e.what());
+    TFPS_LOG(Error) << s.message();
+    if (w.kind == Work::kPush && w.head.header.sender >= 0) {
+      replies->push_back(ErrorReply(w.head.header, w.head.header.sender, server_id_, s));
     }
   }
 }
@@ -203,7 +222,13 @@ int ShardServer::Run(const std::atomic<bool>& stop) {
       (void)!read(wake_fd_, &n, sizeof(n));
     }
     SendOutboxOnIoThread();
-    for (int i = 0; i < 256 && RecvFrames(router_, &frames); ++i) OnMessageOnIoThread(frames);
+    for (int i = 0; i < 256 && RecvFrames(router_, &frames); ++i) {
+      try {
+        OnMessageOnIoThread(frames);
+      } catch (const std::exception& e) {  // no exception leaves the I/O thread
+        TFPS_LOG(Error) << "dropped a message that could not be handled: " << e.what();
+      }
+    }
     int event = 0, value = 0;
     std::string address;
     while (monitor.Read(&event, &value, &address)) {
@@ -249,6 +274,7 @@ void ShardServer::OnMessageOnIoThread(std::vector<zmq::message_t>& frames) {
   const size_t payload_size = frames.size() == 3 ? frames[2].size() : 0;
   Head head;
   Status s = DecodeHead(frames[1].data(), frames[1].size(), payload_size, &head);
+  if (s.ok()) s = CheckMessageSize(head.header, MaxMessageBytes());
   const Header& h = head.header;
   if (s.ok() && (h.sender < 0 || h.sender >= num_workers_ || identity != WorkerIdentity(h.sender))) {
     s = InvalidArgument("sender " + std::to_string(h.sender) + " does not match connection '" +
@@ -321,6 +347,7 @@ void ShardServer::OnBatchOnIoThread(const std::string& identity, const Header& b
     zmq::message_t& payload = frames[3 + 2 * i];
     Work& w = works[i];
     s = DecodeHead(head_frame.data(), head_frame.size(), payload.size(), &w.head);
+    if (s.ok()) s = CheckMessageSize(w.head.header, MaxMessageBytes());
     const Header& h = w.head.header;
     if (s.ok() && (h.type != static_cast<uint16_t>(MsgType::kPushPull) || h.sender != batch.sender)) {
       s = InvalidArgument("a batch to a server holds only pushes of its sender");
@@ -376,6 +403,10 @@ void ShardServer::SendOutboxOnIoThread() {
     if (alone) flush(o.identity, &b);
   }
   for (auto& entry : pending) flush(entry.first, &entry.second);
+}
+
+uint64_t ShardServer::MaxMessageBytes() const {
+  return static_cast<uint64_t>(config_.max_message_bytes);
 }
 
 void ShardServer::RejectOnIoThread(const std::string& identity, const Status& status) {

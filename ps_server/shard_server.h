@@ -66,6 +66,8 @@ class ShardServer {
   void SummationLoop(int index);
   // Writes thread `index`'s file (TFPS_CHECKPOINT_DIR); a failure is logged, not fatal.
   void CheckpointOnSummationThread(int index, KeyStore& store);
+  void SummationWorkOnSummationThread(KeyStore& store, Work& w, std::vector<Outgoing>* replies);
+  uint64_t MaxMessageBytes() const;
   void PostReplies(std::vector<Outgoing>* replies);
   void OnMessageOnIoThread(std::vector<zmq::message_t>& frames);
   // A batch of pushes [identity][batch head][head][payload]...: checked whole, then each

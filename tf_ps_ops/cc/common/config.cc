@@ -39,6 +39,12 @@ const std::vector<ConfigEntry>& ConfigTable() {
        "Small partitions ready at the same time for the same server travel as one message "
        "(a batch) of up to this many payload bytes, and a server answers a worker's ready "
        "replies the same way; partitions larger than this travel alone. 0: no batches."},
+      {"TFPS_MAX_MESSAGE_BYTES", "int", "268435456",
+       "Largest message part (frame) any role accepts or announces, in bytes: a peer that "
+       "sends a larger frame is disconnected before it is buffered, and a header whose "
+       "element count stands for more (also a push that carries no data) is refused before "
+       "anything is allocated. TFPS_PARTITION_BYTES and TFPS_FUSION_BYTES may not exceed it; "
+       "an allgather's tensor (per worker) must fit in it."},
       {"TFPS_TIMELINE", "string", "",
        "Path of a Chrome-trace JSON timeline each worker writes at shutdown (%r becomes the "
        "rank): every tensor's queued / scheduled / push / server / pull / written stages "
@@ -99,6 +105,15 @@ Status LoadConfig(Config* config) {
       ParseInt("TFPS_SCHEDULING_CREDIT", 0, int64_t{1} << 40, &config->scheduling_credit));
   TFPS_RETURN_IF_ERROR(
       ParseInt("TFPS_FUSION_BYTES", 0, int64_t{1} << 31, &config->fusion_bytes));
+  TFPS_RETURN_IF_ERROR(ParseInt("TFPS_MAX_MESSAGE_BYTES", 4096, int64_t{1} << 40,
+                                &config->max_message_bytes));
+  if (config->partition_bytes > config->max_message_bytes ||
+      config->fusion_bytes > config->max_message_bytes) {
+    return InvalidArgument("TFPS_PARTITION_BYTES=" + std::to_string(config->partition_bytes) +
+                           " and TFPS_FUSION_BYTES=" + std::to_string(config->fusion_bytes) +
+                           " may not exceed TFPS_MAX_MESSAGE_BYTES=" +
+                           std::to_string(config->max_message_bytes));
+  }
   config->timeline = Lookup("TFPS_TIMELINE");
   config->checkpoint_dir = Lookup("TFPS_CHECKPOINT_DIR");
   TFPS_RETURN_IF_ERROR(

@@ -31,6 +31,7 @@ struct Config {
   int64_t checkpoint_every = 0;    // TFPS_CHECKPOINT_EVERY
   int64_t scheduling_credit = 0;   // TFPS_SCHEDULING_CREDIT (0: unlimited)
   int64_t fusion_bytes = 0;        // TFPS_FUSION_BYTES (0: no batches)
+  int64_t max_message_bytes = 0;   // TFPS_MAX_MESSAGE_BYTES
   std::string timeline;            // TFPS_TIMELINE
 };
 
