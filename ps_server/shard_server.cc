@@ -40,8 +40,8 @@ ShardServer::ShardServer(int num_workers, int num_servers, const Config& config)
       router_(context_, zmq::socket_type::router),
       scheduler_(context_, zmq::socket_type::dealer),
       worker_state_(num_workers, kUnseen) {
-  SetCommonOptions(router_, config_.heartbeat_timeout_s);
-  SetCommonOptions(scheduler_, config_.heartbeat_timeout_s);
+  SetCommonOptions(router_, config_);
+  SetCommonOptions(scheduler_, config_);
   router_.set(zmq::sockopt::router_mandatory, 1);
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 }
@@ -233,8 +233,11 @@ int ShardServer::Run(const std::atomic<bool>& stop) {
     std::string address;
     while (monitor.Read(&event, &value, &address)) {
       if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
-        TFPS_LOG(Warning) << "dropped a connection from " << address
-                          << " that does not speak ZeroMQ/tf_ps_ops";
+        uint64_t suppressed = 0;
+        if (limiter_.Allow("\0handshake", &suppressed)) {
+          TFPS_LOG(Warning) << "dropped a connection from " << EscapeForLog(address)
+                            << " that does not speak ZeroMQ/tf_ps_ops" << SuppressedNote(suppressed);
+        }
         continue;
       }
       for (const auto& rf : fd_of_rank_) {
@@ -266,11 +269,15 @@ int ShardServer::Run(const std::atomic<bool>& stop) {
 
 void ShardServer::OnMessageOnIoThread(std::vector<zmq::message_t>& frames) {
   const bool batch = frames.size() > 3 && IsBatchHead(frames[1].data(), frames[1].size());
+  const std::string identity = frames[0].to_string();
   if (frames.size() < 2 || (frames.size() > 3 && !batch)) {
-    TFPS_LOG(Warning) << "dropped a message of " << frames.size() << " frames";
+    uint64_t suppressed = 0;
+    if (limiter_.Allow(identity, &suppressed)) {
+      TFPS_LOG(Warning) << "dropped a message of " << frames.size() << " frames from '"
+                        << EscapeForLog(identity) << "'" << SuppressedNote(suppressed);
+    }
     return;
   }
-  const std::string identity = frames[0].to_string();
   const size_t payload_size = frames.size() == 3 ? frames[2].size() : 0;
   Head head;
   Status s = DecodeHead(frames[1].data(), frames[1].size(), payload_size, &head);
@@ -278,12 +285,11 @@ void ShardServer::OnMessageOnIoThread(std::vector<zmq::message_t>& frames) {
   const Header& h = head.header;
   if (s.ok() && (h.sender < 0 || h.sender >= num_workers_ || identity != WorkerIdentity(h.sender))) {
     s = InvalidArgument("sender " + std::to_string(h.sender) + " does not match connection '" +
-                        identity + "' or is not a worker rank below " +
+                        EscapeForLog(identity) + "' or is not a worker rank below " +
                         std::to_string(num_workers_));
   }
   if (!s.ok()) {
-    TFPS_LOG(Warning) << "dropped a malformed message from '" << identity << "': " << s.message();
-    RejectOnIoThread(identity, s);
+    RejectOnIoThread(identity, "a malformed message", s);
     return;
   }
   const int rank = h.sender;
@@ -313,8 +319,9 @@ void ShardServer::OnMessageOnIoThread(std::vector<zmq::message_t>& frames) {
       OnBatchOnIoThread(identity, h, frames);
       return;
     default:
-      RejectOnIoThread(identity, InvalidArgument("a server does not accept message type " +
-                                                 std::to_string(h.type)));
+      RejectOnIoThread(identity, "a message",
+                       InvalidArgument("a server does not accept message type " +
+                                       std::to_string(h.type)));
   }
 }
 
@@ -334,7 +341,10 @@ void ShardServer::AcceptPushesOnIoThread(const std::string& identity, std::vecto
     inbox.cv.notify_one();
   }
   Status s = SendBatch(router_, identity, server_id_, &acks);
-  if (!s.ok()) TFPS_LOG(Warning) << "could not acknowledge to " << identity << ": " << s.message();
+  if (!s.ok()) {
+    TFPS_LOG(Warning) << "could not acknowledge to '" << EscapeForLog(identity)
+                      << "': " << s.message();
+  }
 }
 
 void ShardServer::OnBatchOnIoThread(const std::string& identity, const Header& batch,
@@ -358,8 +368,7 @@ void ShardServer::OnBatchOnIoThread(const std::string& identity, const Header& b
     w.payload = std::move(payload);
   }
   if (!s.ok()) {  // nothing of it is used: the worker's ops fail on the rejection or time out
-    TFPS_LOG(Warning) << "dropped a malformed batch from '" << identity << "': " << s.message();
-    RejectOnIoThread(identity, s);
+    RejectOnIoThread(identity, "a malformed batch", s);
     return;
   }
   AcceptPushesOnIoThread(identity, std::move(works));
@@ -392,7 +401,9 @@ void ShardServer::SendOutboxOnIoThread() {
   std::map<std::string, Batch> pending;
   auto flush = [this](const std::string& identity, Batch* b) {
     Status s = SendBatch(router_, identity, server_id_, b);
-    if (!s.ok()) TFPS_LOG(Warning) << "could not answer " << identity << ": " << s.message();
+    if (!s.ok()) {
+      TFPS_LOG(Warning) << "could not answer '" << EscapeForLog(identity) << "': " << s.message();
+    }
   };
   for (Outgoing& o : batch) {
     const uint64_t bytes = o.payload.size();
@@ -409,7 +420,14 @@ uint64_t ShardServer::MaxMessageBytes() const {
   return static_cast<uint64_t>(config_.max_message_bytes);
 }
 
-void ShardServer::RejectOnIoThread(const std::string& identity, const Status& status) {
+// Logging and answering are rate-limited per peer (limiter_): a peer that floods garbage
+// and never reads gets a few answers per interval, the log a few lines and then counts.
+void ShardServer::RejectOnIoThread(const std::string& identity, const char* what,
+                                   const Status& status) {
+  uint64_t suppressed = 0;
+  if (!limiter_.Allow(identity, &suppressed)) return;
+  TFPS_LOG(Warning) << "dropped " << what << " from '" << EscapeForLog(identity)
+                    << "': " << status.message() << SuppressedNote(suppressed);
   Header h;
   h.type = static_cast<uint16_t>(MsgType::kError);
   h.status = static_cast<uint32_t>(status.code());

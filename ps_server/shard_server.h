@@ -28,6 +28,7 @@
 #include "ps_server/checkpoint.h"
 #include "ps_server/key_store.h"
 #include "tf_ps_ops/cc/common/config.h"
+#include "tf_ps_ops/cc/common/rate_limit.h"
 #include "tf_ps_ops/cc/common/status.h"
 #include "tf_ps_ops/cc/transport/zmq_util.h"
 
@@ -79,7 +80,9 @@ class ShardServer {
   void AcceptPushesOnIoThread(const std::string& identity, std::vector<Work> works);
   void OnWorkerGoneOnIoThread(int rank, const std::string& why);
   void SendOutboxOnIoThread();
-  void RejectOnIoThread(const std::string& identity, const Status& status);
+  // Logs "dropped <what> from <peer>: <status>" and sends the peer an error reply, both
+  // rate-limited per peer.
+  void RejectOnIoThread(const std::string& identity, const char* what, const Status& status);
 
   const int num_workers_;
   const int num_servers_;
@@ -98,6 +101,7 @@ class ShardServer {
 
   // I/O-thread state.
   std::map<int, int> fd_of_rank_;
+  PeerRateLimiter limiter_;  // what misbehaving peers make us log and answer
   std::vector<int> worker_state_;  // 0 unseen, 1 connected, 2 said goodbye, 3 gone
 };
 

@@ -139,7 +139,7 @@ class Engine::Loop {
 Status Engine::Loop::Connect(const EngineOptions& options, ClusterView* view) {
   const std::string scheduler = TcpAddress(options.scheduler_host, options.scheduler_port);
   scheduler_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
-  SetCommonOptions(*scheduler_, config_.heartbeat_timeout_s);
+  SetCommonOptions(*scheduler_, config_);
   scheduler_->connect(scheduler);
   int peer_port = 0;
   TFPS_RETURN_IF_ERROR(mesh_.Bind(&peer_port));
@@ -205,7 +205,7 @@ Status Engine::Loop::OpenServerOnLoop(size_t i) {
   TFPS_CHECK_ON_LOOP(loop_thread_);
   Server& s = servers_[i];
   s.socket = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
-  SetCommonOptions(*s.socket, config_.heartbeat_timeout_s);
+  SetCommonOptions(*s.socket, config_);
   s.socket->set(zmq::sockopt::routing_id, "w" + std::to_string(rank_));
   s.monitor = std::make_unique<Monitor>(context_, *s.socket, "server-" + std::to_string(i),
                                         ZMQ_EVENT_DISCONNECTED);

@@ -26,7 +26,7 @@ PeerMesh::PeerMesh(zmq::context_t& context, const Config& config, int rank, int 
       dead_(size),
       shut_down_(size, false),
       report_at_(size) {
-  SetCommonOptions(incoming_, config_.heartbeat_timeout_s);
+  SetCommonOptions(incoming_, config_);
 }
 
 Status PeerMesh::Bind(int* port) {
@@ -50,7 +50,7 @@ Status PeerMesh::Connect(const std::vector<std::string>& peers) {
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
     auto socket = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
-    SetCommonOptions(*socket, config_.heartbeat_timeout_s);
+    SetCommonOptions(*socket, config_);
     socket->set(zmq::sockopt::routing_id, "w" + std::to_string(rank_));
     monitors_[r] = std::make_unique<Monitor>(context_, *socket, "peer-" + std::to_string(r),
                                              ZMQ_EVENT_DISCONNECTED);
