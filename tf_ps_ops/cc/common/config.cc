@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <iomanip>
 
 #include "tf_ps_ops/cc/common/logging.h"
 
@@ -11,10 +12,12 @@ const std::vector<ConfigEntry>& ConfigTable() {
   static const std::vector<ConfigEntry> table = {
       {"TFPS_TIMEOUT", "float", "120",
        "Seconds any wait may last (rendezvous, a push_pull's answer, a server waiting for a "
-       "worker's push) before it fails with an error naming the peer and the tensor."},
+       "worker's push) before it fails with an error naming the peer and the tensor. At "
+       "least 0.1; values above 2592000 (30 days) are used as 2592000, with a warning."},
       {"TFPS_HEARTBEAT_TIMEOUT", "float", "30",
        "Seconds without traffic or heartbeat after which a connection counts as dead (a host "
-       "that vanished without closing its sockets)."},
+       "that vanished without closing its sockets). At least 1; values above 6553.5 (the "
+       "largest ZeroMQ can carry) are used as 6553.5, with a warning."},
       {"TFPS_PARTITION_BYTES", "int", "524288",
        "Tensors are split into partitions of at most this many bytes; partitions are spread "
        "over the servers so one large tensor uses every server's link."},
@@ -78,6 +81,19 @@ Status ParseDouble(const char* name, double min, double* out) {
   return Status::Ok();
 }
 
+// A number >= min; one above max (also inf) is used as max, and the warning says so: a
+// "wait forever" meant by a huge value stays as close to that as the machinery allows.
+Status ParseClampedDouble(const char* name, double min, double max, const char* why_max,
+                          double* out) {
+  TFPS_RETURN_IF_ERROR(ParseDouble(name, min, out));
+  if (*out > max) {
+    TFPS_LOG(Warning) << name << "=" << Lookup(name) << " is above the largest " << why_max
+                      << std::setprecision(12) << " (" << max << " s); using " << max << " s";
+    *out = max;
+  }
+  return Status::Ok();
+}
+
 Status ParseInt(const char* name, int64_t min, int64_t max, int64_t* out) {
   std::string text = Lookup(name);
   char* end = nullptr;
@@ -94,8 +110,12 @@ Status ParseInt(const char* name, int64_t min, int64_t max, int64_t* out) {
 }  // namespace
 
 Status LoadConfig(Config* config) {
-  TFPS_RETURN_IF_ERROR(ParseDouble("TFPS_TIMEOUT", 0.1, &config->timeout_s));
-  TFPS_RETURN_IF_ERROR(ParseDouble("TFPS_HEARTBEAT_TIMEOUT", 1.0, &config->heartbeat_timeout_s));
+  // Deadlines are steady_clock time points (64-bit nanoseconds: 292 years) and messages
+  // print whole seconds as int: 30 days keeps far from both.
+  TFPS_RETURN_IF_ERROR(ParseClampedDouble("TFPS_TIMEOUT", 0.1, kMaxTimeoutS,
+                                          "supported", &config->timeout_s));
+  TFPS_RETURN_IF_ERROR(ParseClampedDouble("TFPS_HEARTBEAT_TIMEOUT", 1.0, kMaxHeartbeatTimeoutS,
+                                          "ZeroMQ can carry", &config->heartbeat_timeout_s));
   TFPS_RETURN_IF_ERROR(
       ParseInt("TFPS_PARTITION_BYTES", 8, int64_t{1} << 31, &config->partition_bytes));
   int64_t threads = 0;

@@ -18,6 +18,11 @@ struct ConfigEntry {
   const char* doc;
 };
 
+// Upper bounds of the timeouts (LoadConfig uses larger values as these, with a warning).
+constexpr double kMaxTimeoutS = 30 * 24 * 3600.0;  // TFPS_TIMEOUT
+constexpr double kMaxHeartbeatTimeoutS = 6553.5;     // TFPS_HEARTBEAT_TIMEOUT: ZeroMQ carries
+                                                     // the TTL in deciseconds in 16 bits
+
 // Every TFPS_* variable the C++ core reads.
 const std::vector<ConfigEntry>& ConfigTable();
 

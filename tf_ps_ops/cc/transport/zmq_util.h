@@ -70,9 +70,6 @@ constexpr int kSocketHwm = 100000;
 // ZMQ_MAXMSGSIZE (TFPS_MAX_MESSAGE_BYTES): a peer that announces a larger frame is
 // disconnected before the frame is buffered.
 void SetCommonOptions(zmq::socket_t& socket, const Config& config);
-// The largest heartbeat timeout ZeroMQ can carry (its TTL travels in deciseconds in 16
-// bits): 6553.5 s.
-constexpr double kMaxHeartbeatTimeoutS = 6553.5;
 
 // Connection events of `socket`, read from an inproc PAIR socket.
 class Monitor {
