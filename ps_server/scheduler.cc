@@ -4,6 +4,7 @@
 
 #include "tf_ps_ops/cc/cluster/messages.h"
 #include "tf_ps_ops/cc/common/logging.h"
+#include "tf_ps_ops/cc/transport/auth.h"
 #include "tf_ps_ops/cc/transport/zmq_util.h"
 #include "tf_ps_ops/cc/wire/message.h"
 
@@ -16,11 +17,12 @@ Scheduler::Scheduler(int num_workers, int num_servers, const Config& config)
       context_(1),
       router_(context_, zmq::socket_type::router) {
   SetCommonOptions(router_, config_);
+  zap_ = ZapHandler::StartIfKeyed(context_, config_);  // before the socket binds
 }
 
 Status Scheduler::Bind(int port, int* bound_port) {
   try {
-    router_.bind("tcp://*:" + std::to_string(port));
+    router_.bind(BindEndpoint(config_, port, "the scheduler"));
   } catch (const zmq::error_t& e) {
     return Unavailable("scheduler cannot bind port " + std::to_string(port) + ": " + e.what());
   }

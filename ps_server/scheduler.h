@@ -15,6 +15,7 @@
 #include "tf_ps_ops/cc/common/config.h"
 #include "tf_ps_ops/cc/common/rate_limit.h"
 #include "tf_ps_ops/cc/common/status.h"
+#include "tf_ps_ops/cc/transport/auth.h"
 
 namespace tfps {
 
@@ -53,6 +54,7 @@ class Scheduler {
   const Config config_;
   zmq::context_t context_;
   zmq::socket_t router_;
+  std::unique_ptr<ZapHandler> zap_;  // with a job key: admits only its holders
   std::vector<Member> servers_;
   std::map<int, Member> workers_;  // by rank
   bool ready_ = false;

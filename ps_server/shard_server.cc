@@ -43,6 +43,7 @@ ShardServer::ShardServer(int num_workers, int num_servers, const Config& config)
   SetCommonOptions(router_, config_);
   SetCommonOptions(scheduler_, config_);
   router_.set(zmq::sockopt::router_mandatory, 1);
+  zap_ = ZapHandler::StartIfKeyed(context_, config_);  // before the socket binds
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 }
 
@@ -56,7 +57,7 @@ ShardServer::~ShardServer() {
 Status ShardServer::Start(const std::string& scheduler_host, int scheduler_port, int port,
                           const std::string& host) {
   try {
-    router_.bind("tcp://*:" + std::to_string(port));
+    router_.bind(BindEndpoint(config_, port, "this server"));
   } catch (const zmq::error_t& e) {
     return Unavailable("server cannot bind port " + std::to_string(port) + ": " + e.what());
   }

@@ -30,6 +30,7 @@
 #include "tf_ps_ops/cc/common/config.h"
 #include "tf_ps_ops/cc/common/rate_limit.h"
 #include "tf_ps_ops/cc/common/status.h"
+#include "tf_ps_ops/cc/transport/auth.h"
 #include "tf_ps_ops/cc/transport/zmq_util.h"
 
 namespace tfps {
@@ -91,6 +92,7 @@ class ShardServer {
   zmq::context_t context_;
   zmq::socket_t router_;
   zmq::socket_t scheduler_;
+  std::unique_ptr<ZapHandler> zap_;  // with a job key: admits only its holders
   std::vector<std::unique_ptr<Inbox>> inboxes_;
   std::vector<ShardParams> restored_;  // per thread, read in Start(); empty: nothing restored
   std::vector<std::thread> threads_;

@@ -37,7 +37,7 @@ def rss_kib(pid):
 class Job:
     """A scheduler and one ps_server for `num_workers` workers; the test plays the workers."""
 
-    def __init__(self, tmp_path, num_workers=1, env=None, log_name="server.log"):
+    def __init__(self, tmp_path, num_workers=1, env=None, log_name="server.log", server=True):
         self.env = dict(os.environ, TFPS_TIMEOUT="30", **(env or {}))
         self.context = zmq.Context()
         self.procs = []
@@ -47,13 +47,18 @@ class Job:
             ["--role", "scheduler", "--port", "0", "--port-file", str(port_file),
              "--num-workers", str(num_workers), "--num-servers", "1"], self.scheduler_log)
         self.scheduler_port = wait_port_file(self.scheduler, port_file)
+        self.num_workers = num_workers
         self.server_log_path = tmp_path / log_name
         self.server_log = open(self.server_log_path, "w+")
+        self.server = self.start_server() if server else None
+        self.registrants = []
+
+    def start_server(self):
         self.server = self._spawn(
             ["--role", "server", "--scheduler", f"127.0.0.1:{self.scheduler_port}",
-             "--host", "127.0.0.1", "--num-workers", str(num_workers), "--num-servers", "1"],
-            self.server_log)
-        self.registrants = []
+             "--host", "127.0.0.1", "--num-workers", str(self.num_workers),
+             "--num-servers", "1"], self.server_log)
+        return self.server
 
     def _spawn(self, args, log):
         proc = subprocess.Popen([PS_SERVER] + args, stdout=subprocess.DEVNULL, stderr=log,

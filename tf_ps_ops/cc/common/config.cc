@@ -1,7 +1,12 @@
 #include "tf_ps_ops/cc/common/config.h"
 
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
 #include <iomanip>
 
 #include "tf_ps_ops/cc/common/logging.h"
@@ -48,6 +53,16 @@ const std::vector<ConfigEntry>& ConfigTable() {
        "element count stands for more (also a push that carries no data) is refused before "
        "anything is allocated. TFPS_PARTITION_BYTES and TFPS_FUSION_BYTES may not exceed it; "
        "an allgather's tensor (per worker) must fit in it."},
+      {"TFPS_AUTH_KEY_FILE", "string", "",
+       "A file holding the job's CURVE secret key (40 Z85 characters; `ps_server --gen-key "
+       "FILE` writes one). With it every connection of every role is encrypted and "
+       "authenticated (ZeroMQ CURVE + ZAP): a peer without the same key gets nothing and "
+       "changes nothing (docs/security.md). Empty: no authentication, plain TCP."},
+      {"TFPS_BIND", "string", "*",
+       "The address every role binds its listening socket to: * (every interface), an IPv4 "
+       "address such as 127.0.0.1 (loopback only), or an interface name. A role that binds "
+       "anything but loopback without TFPS_AUTH_KEY_FILE warns that anyone who reaches the "
+       "port can join."},
       {"TFPS_TIMELINE", "string", "",
        "Path of a Chrome-trace JSON timeline each worker writes at shutdown (%r becomes the "
        "rank): every tensor's queued / scheduled / push / server / pull / written stages "
@@ -107,6 +122,39 @@ Status ParseInt(const char* name, int64_t min, int64_t max, int64_t* out) {
   return Status::Ok();
 }
 
+// The job key: 40 Z85 characters (a 32-byte CURVE secret key), surrounding white space
+// ignored. The file should be readable by its owner only; a key others can read is no
+// secret, so that is refused.
+Status ReadAuthKey(const std::string& path, std::string* key) {
+  key->clear();
+  if (path.empty()) return Status::Ok();
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) {
+    return InvalidArgument("TFPS_AUTH_KEY_FILE='" + path + "' cannot be read: " +
+                           std::strerror(errno));
+  }
+  if ((st.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
+    return InvalidArgument("TFPS_AUTH_KEY_FILE='" + path + "' may be read by others than its "
+                           "owner: chmod 600 it (the key is the job's only secret)");
+  }
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t begin = text.find_first_not_of(" \t\r\n");
+  const size_t end = text.find_last_not_of(" \t\r\n");
+  text = begin == std::string::npos ? "" : text.substr(begin, end - begin + 1);
+  static const char kZ85[] =
+      "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#";
+  if (!in.good() && !in.eof()) {
+    return InvalidArgument("TFPS_AUTH_KEY_FILE='" + path + "' cannot be read");
+  }
+  if (text.size() != 40 || text.find_first_not_of(kZ85) != std::string::npos) {
+    return InvalidArgument("TFPS_AUTH_KEY_FILE='" + path + "' does not hold a CURVE secret key "
+                           "(40 Z85 characters); make one with `ps_server --gen-key FILE`");
+  }
+  *key = text;
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status LoadConfig(Config* config) {
@@ -134,6 +182,12 @@ Status LoadConfig(Config* config) {
                            " may not exceed TFPS_MAX_MESSAGE_BYTES=" +
                            std::to_string(config->max_message_bytes));
   }
+  config->bind = Lookup("TFPS_BIND");
+  if (config->bind.empty() || config->bind.find_first_of(":/[] \t\n") != std::string::npos) {
+    return InvalidArgument("TFPS_BIND='" + config->bind + "' is not *, an IPv4 address or an "
+                           "interface name");
+  }
+  TFPS_RETURN_IF_ERROR(ReadAuthKey(Lookup("TFPS_AUTH_KEY_FILE"), &config->auth_secret_key));
   config->timeline = Lookup("TFPS_TIMELINE");
   config->checkpoint_dir = Lookup("TFPS_CHECKPOINT_DIR");
   TFPS_RETURN_IF_ERROR(

@@ -38,6 +38,8 @@ struct Config {
   int64_t fusion_bytes = 0;        // TFPS_FUSION_BYTES (0: no batches)
   int64_t max_message_bytes = 0;   // TFPS_MAX_MESSAGE_BYTES
   std::string timeline;            // TFPS_TIMELINE
+  std::string bind;                // TFPS_BIND
+  std::string auth_secret_key;     // read from TFPS_AUTH_KEY_FILE (Z85); empty: no CURVE
 };
 
 // Reads every entry of ConfigTable() from the environment (defaults where unset) and

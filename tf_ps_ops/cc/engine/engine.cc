@@ -20,6 +20,7 @@
 #include "tf_ps_ops/cc/common/loop_thread.h"
 #include "tf_ps_ops/cc/engine/partition.h"
 #include "tf_ps_ops/cc/engine/timeline.h"
+#include "tf_ps_ops/cc/transport/auth.h"
 #include "tf_ps_ops/cc/transport/zmq_util.h"
 
 namespace tfps {
@@ -32,6 +33,7 @@ class Engine::Loop {
       : config_(config), rank_(rank), context_(1),
         mesh_(context_, config, rank, size, loop_thread_) {
     wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    zap_ = ZapHandler::StartIfKeyed(context_, config_);  // before the peer port binds
   }
   ~Loop() { close(wake_fd_); }
 
@@ -106,6 +108,7 @@ class Engine::Loop {
   const Config config_;
   const int rank_;
   zmq::context_t context_;
+  std::unique_ptr<ZapHandler> zap_;  // with a job key: admits only its holders (peer port)
   std::unique_ptr<zmq::socket_t> scheduler_;
   std::vector<Server> servers_;
   // The engine thread once RunOnLoop starts; until then the thread in Engine::Init, which

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "tf_ps_ops/cc/common/logging.h"
+#include "tf_ps_ops/cc/transport/auth.h"
 
 namespace tfps {
 
@@ -31,7 +32,7 @@ PeerMesh::PeerMesh(zmq::context_t& context, const Config& config, int rank, int 
 
 Status PeerMesh::Bind(int* port) {
   try {
-    incoming_.bind("tcp://*:0");
+    incoming_.bind(BindEndpoint(config_, 0, "this worker's peer port"));
   } catch (const zmq::error_t& e) {
     return Unavailable(std::string("cannot bind a port for peer traffic: ") + e.what());
   }

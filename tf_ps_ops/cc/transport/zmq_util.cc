@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "tf_ps_ops/cc/common/logging.h"
+#include "tf_ps_ops/cc/transport/auth.h"
 
 namespace tfps {
 
@@ -126,6 +127,7 @@ void SetCommonOptions(zmq::socket_t& socket, const Config& config) {
     socket.set(zmq::sockopt::maxmsgsize, config.max_message_bytes);
   }
   socket.set(zmq::sockopt::tcp_keepalive, 1);
+  ApplyCurveOptions(socket, config);
 }
 
 Monitor::Monitor(zmq::context_t& context, zmq::socket_t& socket, const std::string& name,

@@ -68,7 +68,8 @@ constexpr int kSocketHwm = 100000;
 // (TFPS_HEARTBEAT_TIMEOUT) so a vanished host is noticed, linger so a goodbye is delivered
 // on close but never blocks exit for long, high-water marks (kSocketHwm), and
 // ZMQ_MAXMSGSIZE (TFPS_MAX_MESSAGE_BYTES): a peer that announces a larger frame is
-// disconnected before the frame is buffered.
+// disconnected before the frame is buffered; and, with a job key (TFPS_AUTH_KEY_FILE),
+// CURVE (transport/auth.h): server side on a ROUTER, client side on a DEALER.
 void SetCommonOptions(zmq::socket_t& socket, const Config& config);
 
 // Connection events of `socket`, read from an inproc PAIR socket.
