@@ -133,3 +133,16 @@ def test_a_hello_without_the_key_on_a_server_port_gets_nothing(tmp_path):
             worker.kill()
             worker.wait()
         job.close()
+
+
+def test_a_key_file_others_can_read_or_not_a_key_is_refused(tmp_path):
+    key = make_key(tmp_path)
+    key.chmod(0o644)
+    bad = tmp_path / "bad.key"
+    bad.write_text("not a key\n")
+    bad.chmod(0o600)
+    for path, says in ((key, "chmod 600"), (bad, "does not hold a CURVE secret key")):
+        done = subprocess.run([PS_SERVER, "--role", "scheduler", "--num-workers", "1",
+                               "--num-servers", "1", "--auth-key-file", str(path)],
+                              capture_output=True, text=True, timeout=30)
+        assert done.returncode == 2 and says in done.stderr, done
