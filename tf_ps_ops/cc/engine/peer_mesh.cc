@@ -162,8 +162,18 @@ void PeerMesh::OnPeerDataOnLoop(std::vector<zmq::message_t>& frames) {
                  frames[0].to_string() != "w" + std::to_string(h.sender))) {
     s = InvalidArgument("not peer data from a worker of this job");
   }
+  // Peer data is always whole: a part standing for elements it does not carry would be
+  // handed to the allgather's output as if it did.
+  if (s.ok() && !bye && ((h.flags & kFlagNoData) != 0 || h.count != h.total_count)) {
+    s = InvalidArgument("peer data that carries no data, or only part of its tensor");
+  }
+  if (s.ok()) s = CheckMessageSize(h, static_cast<uint64_t>(config_.max_message_bytes));
   if (!s.ok()) {
-    TFPS_LOG(Warning) << "dropped a malformed peer message: " << s.message();
+    const std::string identity = frames.empty() ? std::string() : frames[0].to_string();
+    uint64_t suppressed = 0;
+    if (!limiter_.Allow(identity, &suppressed)) return;  // a flood: counted, not answered
+    TFPS_LOG(Warning) << "dropped a malformed peer message from '" << EscapeForLog(identity)
+                      << "': " << s.message() << SuppressedNote(suppressed);
     if (!frames.empty()) {
       Header reject;
       reject.type = static_cast<uint16_t>(MsgType::kError);
