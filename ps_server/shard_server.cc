@@ -342,9 +342,10 @@ void ShardServer::AcceptPushesOnIoThread(const std::string& identity, std::vecto
     inbox.cv.notify_one();
   }
   Status s = SendBatch(router_, identity, server_id_, &acks);
-  if (!s.ok()) {
+  uint64_t suppressed = 0;
+  if (!s.ok() && limiter_.Allow(identity, &suppressed)) {
     TFPS_LOG(Warning) << "could not acknowledge to '" << EscapeForLog(identity)
-                      << "': " << s.message();
+                      << "': " << s.message() << SuppressedNote(suppressed);
   }
 }
 
@@ -402,8 +403,10 @@ void ShardServer::SendOutboxOnIoThread() {
   std::map<std::string, Batch> pending;
   auto flush = [this](const std::string& identity, Batch* b) {
     Status s = SendBatch(router_, identity, server_id_, b);
-    if (!s.ok()) {
-      TFPS_LOG(Warning) << "could not answer '" << EscapeForLog(identity) << "': " << s.message();
+    uint64_t suppressed = 0;
+    if (!s.ok() && limiter_.Allow(identity, &suppressed)) {  // a worker that reads nothing
+      TFPS_LOG(Warning) << "could not answer '" << EscapeForLog(identity) << "': " << s.message()
+                        << SuppressedNote(suppressed);
     }
   };
   for (Outgoing& o : batch) {

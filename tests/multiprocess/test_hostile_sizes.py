@@ -56,3 +56,26 @@ def test_no_data_push_with_a_huge_count_is_refused_and_serving_goes_on(tmp_path)
     finally:
         job.close()
     assert "TFPS_MAX_MESSAGE_BYTES" in job.server_log_text()
+
+
+def test_a_worker_that_never_reads_costs_bounded_memory_and_log(tmp_path):
+    """A registered worker pushes and never reads its replies: once kSocketHwm replies
+    wait for it, the rest are dropped (its ops would time out), counted, not logged each."""
+    job = Job(tmp_path)
+    try:
+        address = job.register_workers(1)
+        w0 = job.connect_worker(address, 0)
+        w0.setsockopt(__import__("zmq").RCVHWM, 1)
+        before, log_before = rss_kib(job.server.pid), len(job.server_log_text())
+        data = np.ones(4, np.float32).tobytes()
+        for step in range(1, 250001):
+            push(w0, 4, payload=data, step=step, flags=core.FLAG_ACK)
+        time.sleep(2.0)
+        growth = rss_kib(job.server.pid) - before
+        log_growth = len(job.server_log_text()) - log_before
+        print(f"server RSS +{growth} KiB, log +{log_growth} bytes")
+        assert job.server.poll() is None
+        assert growth < 200 << 10, growth
+        assert log_growth < 64 << 10, log_growth
+    finally:
+        job.close()
