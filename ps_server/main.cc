@@ -12,6 +12,7 @@
 #include "ps_server/shard_server.h"
 #include "tf_ps_ops/cc/common/config.h"
 #include "tf_ps_ops/cc/common/logging.h"
+#include "tf_ps_ops/cc/transport/auth.h"
 
 namespace {
 
@@ -25,6 +26,8 @@ const char kUsage[] =
     "  ps_server --role server --scheduler HOST:PORT [--port P] [--host H]\n"
     "            --num-workers N --num-servers M [--threads T]\n"
     "            [--checkpoint-dir D] [--checkpoint-every N]\n"
+    "  both roles: [--bind ADDRESS] [--auth-key-file F] (TFPS_BIND, TFPS_AUTH_KEY_FILE)\n"
+    "  ps_server --gen-key F    writes a new job key to F (mode 600) for TFPS_AUTH_KEY_FILE\n"
     "Unset flags come from DMLC_ROLE, DMLC_PS_ROOT_URI, DMLC_PS_ROOT_PORT, DMLC_NUM_WORKER,\n"
     "DMLC_NUM_SERVER, DMLC_NODE_HOST and TFPS_SERVER_THREADS (see docs/env.md).\n";
 
@@ -56,9 +59,23 @@ bool WritePortFile(const std::string& path, int port) {
   return std::rename(tmp.c_str(), path.c_str()) == 0;
 }
 
+int Main(int argc, char** argv);
+
 }  // namespace
 
+// No exception ends the process with an abort: what escapes a role is logged, exit 1.
 int main(int argc, char** argv) {
+  try {
+    return Main(argc, argv);
+  } catch (const std::exception& e) {
+    TFPS_LOG(Error) << "fatal: " << e.what();
+    return 1;
+  }
+}
+
+namespace {
+
+int Main(int argc, char** argv) {
   std::map<std::string, std::string> flags;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -77,7 +94,7 @@ int main(int argc, char** argv) {
   for (const auto& kv : flags) {
     static const char* known[] = {"role", "port", "port-file", "scheduler", "host",
                                   "num-workers", "num-servers", "threads", "checkpoint-dir",
-                                  "checkpoint-every"};
+                                  "checkpoint-every", "bind", "auth-key-file", "gen-key"};
     bool ok = false;
     for (const char* k : known) ok = ok || kv.first == k;
     if (!ok) return Fail("unknown flag --" + kv.first);
@@ -86,6 +103,15 @@ int main(int argc, char** argv) {
   if (flags.count("threads")) setenv("TFPS_SERVER_THREADS", flags["threads"].c_str(), 1);
   if (flags.count("checkpoint-dir")) {
     setenv("TFPS_CHECKPOINT_DIR", flags["checkpoint-dir"].c_str(), 1);
+  }
+  if (flags.count("gen-key")) {
+    tfps::Status made = tfps::WriteNewKeyFile(flags["gen-key"]);
+    if (!made.ok()) return Fail(made.message());
+    return 0;
+  }
+  if (flags.count("bind")) setenv("TFPS_BIND", flags["bind"].c_str(), 1);
+  if (flags.count("auth-key-file")) {
+    setenv("TFPS_AUTH_KEY_FILE", flags["auth-key-file"].c_str(), 1);
   }
   if (flags.count("checkpoint-every")) {
     setenv("TFPS_CHECKPOINT_EVERY", flags["checkpoint-every"].c_str(), 1);
@@ -151,3 +177,5 @@ int main(int argc, char** argv) {
   }
   return server.Run(g_stop);
 }
+
+}  // namespace

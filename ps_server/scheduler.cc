@@ -4,6 +4,7 @@
 
 #include "tf_ps_ops/cc/cluster/messages.h"
 #include "tf_ps_ops/cc/common/logging.h"
+#include "tf_ps_ops/cc/transport/auth.h"
 #include "tf_ps_ops/cc/transport/zmq_util.h"
 #include "tf_ps_ops/cc/wire/message.h"
 
@@ -15,12 +16,13 @@ Scheduler::Scheduler(int num_workers, int num_servers, const Config& config)
       config_(config),
       context_(1),
       router_(context_, zmq::socket_type::router) {
-  SetCommonOptions(router_, config_.heartbeat_timeout_s);
+  SetCommonOptions(router_, config_);
+  zap_ = ZapHandler::StartIfKeyed(context_, config_);  // before the socket binds
 }
 
 Status Scheduler::Bind(int port, int* bound_port) {
   try {
-    router_.bind("tcp://*:" + std::to_string(port));
+    router_.bind(BindEndpoint(config_, port, "the scheduler"));
   } catch (const zmq::error_t& e) {
     return Unavailable("scheduler cannot bind port " + std::to_string(port) + ": " + e.what());
   }
@@ -37,7 +39,13 @@ int Scheduler::Run(const std::atomic<bool>& stop) {
     zmq::pollitem_t items[] = {{router_.handle(), 0, ZMQ_POLLIN, 0},
                                {monitor.socket().handle(), 0, ZMQ_POLLIN, 0}};
     Poll(items, 2, 200);
-    while (RecvFrames(router_, &frames)) OnMessage(frames);
+    while (RecvFrames(router_, &frames)) {
+      try {
+        OnMessage(frames);
+      } catch (const std::exception& e) {  // no exception leaves the scheduler's thread
+        TFPS_LOG(Error) << "dropped a message that could not be handled: " << e.what();
+      }
+    }
     int event = 0, value = 0;
     std::string address;
     while (monitor.Read(&event, &value, &address)) {
@@ -62,17 +70,20 @@ int Scheduler::Run(const std::atomic<bool>& stop) {
 }
 
 void Scheduler::OnMessage(std::vector<zmq::message_t>& frames) {
+  const std::string identity = frames[0].to_string();
+  uint64_t suppressed = 0;
   if (frames.size() < 2 || frames.size() > 3) {
-    TFPS_LOG(Warning) << "dropped a message of " << frames.size() << " frames";
+    if (limiter_.Allow(identity, &suppressed)) {
+      TFPS_LOG(Warning) << "dropped a message of " << frames.size() << " frames from '"
+                        << EscapeForLog(identity) << "'" << SuppressedNote(suppressed);
+    }
     return;
   }
-  const std::string identity = frames[0].to_string();
   Head head;
   const size_t payload = frames.size() == 3 ? frames[2].size() : 0;
   Status s = DecodeHead(frames[1].data(), frames[1].size(), payload, &head);
   if (!s.ok()) {
-    TFPS_LOG(Warning) << "dropped a malformed message: " << s.message();
-    Refuse(identity, s.code(), s.message());
+    Refuse(identity, s.code(), s.message(), "a malformed message");
     return;
   }
   const auto type = static_cast<MsgType>(head.header.type);
@@ -82,8 +93,9 @@ void Scheduler::OnMessage(std::vector<zmq::message_t>& frames) {
     for (auto& w : workers_) {
       if (w.second.identity == identity) w.second.done = true;
     }
-  } else {
-    TFPS_LOG(Warning) << "dropped an unexpected message of type " << head.header.type;
+  } else if (limiter_.Allow(identity, &suppressed)) {
+    TFPS_LOG(Warning) << "dropped an unexpected message of type " << head.header.type
+                      << " from '" << EscapeForLog(identity) << "'" << SuppressedNote(suppressed);
   }
 }
 
@@ -171,8 +183,13 @@ void Scheduler::Reply(const std::string& identity, const std::string& text) {
   if (!s.ok()) TFPS_LOG(Warning) << "could not answer a registrant: " << s.message();
 }
 
-void Scheduler::Refuse(const std::string& identity, Code code, const std::string& why) {
-  TFPS_LOG(Warning) << "refused a registration: " << why;
+// Rate-limited per peer, logging and answering alike (common/rate_limit.h).
+void Scheduler::Refuse(const std::string& identity, Code code, const std::string& why,
+                       const char* what) {
+  uint64_t suppressed = 0;
+  if (!limiter_.Allow(identity, &suppressed)) return;
+  TFPS_LOG(Warning) << "refused " << what << " from '" << EscapeForLog(identity) << "': " << why
+                    << SuppressedNote(suppressed);
   Header h;
   h.type = static_cast<uint16_t>(MsgType::kError);
   h.status = static_cast<uint32_t>(code);

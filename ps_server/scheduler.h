@@ -13,7 +13,9 @@
 #include <zmq.hpp>
 
 #include "tf_ps_ops/cc/common/config.h"
+#include "tf_ps_ops/cc/common/rate_limit.h"
 #include "tf_ps_ops/cc/common/status.h"
+#include "tf_ps_ops/cc/transport/auth.h"
 
 namespace tfps {
 
@@ -41,7 +43,9 @@ class Scheduler {
   // Tells every registrant the cluster, once it is complete.
   void AnnounceCluster();
   void Reply(const std::string& identity, const std::string& text);  // a kRegisterReply
-  void Refuse(const std::string& identity, Code code, const std::string& why);
+  // Logs and answers a refusal, both rate-limited per peer (limiter_).
+  void Refuse(const std::string& identity, Code code, const std::string& why,
+              const char* what = "a registration");
   std::string Waiting() const;
   bool complete() const;
 
@@ -50,10 +54,12 @@ class Scheduler {
   const Config config_;
   zmq::context_t context_;
   zmq::socket_t router_;
+  std::unique_ptr<ZapHandler> zap_;  // with a job key: admits only its holders
   std::vector<Member> servers_;
   std::map<int, Member> workers_;  // by rank
   bool ready_ = false;
   int lost_workers_ = 0;
+  PeerRateLimiter limiter_;  // what misbehaving peers make us log and answer
 };
 
 }  // namespace tfps

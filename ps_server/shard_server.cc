@@ -40,9 +40,10 @@ ShardServer::ShardServer(int num_workers, int num_servers, const Config& config)
       router_(context_, zmq::socket_type::router),
       scheduler_(context_, zmq::socket_type::dealer),
       worker_state_(num_workers, kUnseen) {
-  SetCommonOptions(router_, config_.heartbeat_timeout_s);
-  SetCommonOptions(scheduler_, config_.heartbeat_timeout_s);
+  SetCommonOptions(router_, config_);
+  SetCommonOptions(scheduler_, config_);
   router_.set(zmq::sockopt::router_mandatory, 1);
+  zap_ = ZapHandler::StartIfKeyed(context_, config_);  // before the socket binds
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 }
 
@@ -56,7 +57,7 @@ ShardServer::~ShardServer() {
 Status ShardServer::Start(const std::string& scheduler_host, int scheduler_port, int port,
                           const std::string& host) {
   try {
-    router_.bind("tcp://*:" + std::to_string(port));
+    router_.bind(BindEndpoint(config_, port, "this server"));
   } catch (const zmq::error_t& e) {
     return Unavailable("server cannot bind port " + std::to_string(port) + ": " + e.what());
   }
@@ -148,17 +149,36 @@ void ShardServer::SummationLoop(int index) {
                         [&] { return stopping_ || !inbox.queue.empty(); });
       batch.swap(inbox.queue);
     }
-    for (Work& w : batch) {
-      if (w.kind == Work::kPush) {
-        store.OnPush(w.head, BufferOf(std::move(w.payload)), &replies, w.received_us);
-      } else {
-        store.OnWorkerLost(w.rank, w.why, &replies);
-      }
+    for (Work& w : batch) SummationWorkOnSummationThread(store, w, &replies);
+    try {
+      store.OnTick(KeyStore::Clock::now(), &replies);
+    } catch (const std::exception& e) {  // e.g. bad_alloc: log, keep serving
+      TFPS_LOG(Error) << "summation thread " << index << ": " << e.what();
     }
-    store.OnTick(KeyStore::Clock::now(), &replies);
     PostReplies(&replies);
     if (checkpoints && store.CheckpointDue(config_.checkpoint_every)) {
       CheckpointOnSummationThread(index, store);
+    }
+  }
+}
+
+// No exception leaves a summation thread: the push that raised one (an allocation the
+// size checks let through, say) fails with an error reply to its sender, and the thread
+// serves on. Its round may stay incomplete; the others' pushes then time out naming it.
+void ShardServer::SummationWorkOnSummationThread(KeyStore& store, Work& w,
+                                                 std::vector<Outgoing>* replies) {
+  try {
+    if (w.kind == Work::kPush) {
+      store.OnPush(w.head, BufferOf(std::move(w.payload)), replies, w.received_us);
+    } else {
+      store.OnWorkerLost(w.rank, w.why, replies);
+    }
+  } catch (const std::exception& e) {
+    const Status s = Internal(std::string("the server could not handle this push: ") +
+                              e.what());
+    TFPS_LOG(Error) << s.message();
+    if (w.kind == Work::kPush && w.head.header.sender >= 0) {
+      replies->push_back(ErrorReply(w.head.header, w.head.header.sender, server_id_, s));
     }
   }
 }
@@ -203,13 +223,22 @@ int ShardServer::Run(const std::atomic<bool>& stop) {
       (void)!read(wake_fd_, &n, sizeof(n));
     }
     SendOutboxOnIoThread();
-    for (int i = 0; i < 256 && RecvFrames(router_, &frames); ++i) OnMessageOnIoThread(frames);
+    for (int i = 0; i < 256 && RecvFrames(router_, &frames); ++i) {
+      try {
+        OnMessageOnIoThread(frames);
+      } catch (const std::exception& e) {  // no exception leaves the I/O thread
+        TFPS_LOG(Error) << "dropped a message that could not be handled: " << e.what();
+      }
+    }
     int event = 0, value = 0;
     std::string address;
     while (monitor.Read(&event, &value, &address)) {
       if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
-        TFPS_LOG(Warning) << "dropped a connection from " << address
-                          << " that does not speak ZeroMQ/tf_ps_ops";
+        uint64_t suppressed = 0;
+        if (limiter_.Allow("\0handshake", &suppressed)) {
+          TFPS_LOG(Warning) << "dropped a connection from " << EscapeForLog(address)
+                            << " that does not speak ZeroMQ/tf_ps_ops" << SuppressedNote(suppressed);
+        }
         continue;
       }
       for (const auto& rf : fd_of_rank_) {
@@ -241,23 +270,27 @@ int ShardServer::Run(const std::atomic<bool>& stop) {
 
 void ShardServer::OnMessageOnIoThread(std::vector<zmq::message_t>& frames) {
   const bool batch = frames.size() > 3 && IsBatchHead(frames[1].data(), frames[1].size());
+  const std::string identity = frames[0].to_string();
   if (frames.size() < 2 || (frames.size() > 3 && !batch)) {
-    TFPS_LOG(Warning) << "dropped a message of " << frames.size() << " frames";
+    uint64_t suppressed = 0;
+    if (limiter_.Allow(identity, &suppressed)) {
+      TFPS_LOG(Warning) << "dropped a message of " << frames.size() << " frames from '"
+                        << EscapeForLog(identity) << "'" << SuppressedNote(suppressed);
+    }
     return;
   }
-  const std::string identity = frames[0].to_string();
   const size_t payload_size = frames.size() == 3 ? frames[2].size() : 0;
   Head head;
   Status s = DecodeHead(frames[1].data(), frames[1].size(), payload_size, &head);
+  if (s.ok()) s = CheckMessageSize(head.header, MaxMessageBytes());
   const Header& h = head.header;
   if (s.ok() && (h.sender < 0 || h.sender >= num_workers_ || identity != WorkerIdentity(h.sender))) {
     s = InvalidArgument("sender " + std::to_string(h.sender) + " does not match connection '" +
-                        identity + "' or is not a worker rank below " +
+                        EscapeForLog(identity) + "' or is not a worker rank below " +
                         std::to_string(num_workers_));
   }
   if (!s.ok()) {
-    TFPS_LOG(Warning) << "dropped a malformed message from '" << identity << "': " << s.message();
-    RejectOnIoThread(identity, s);
+    RejectOnIoThread(identity, "a malformed message", s);
     return;
   }
   const int rank = h.sender;
@@ -287,8 +320,9 @@ void ShardServer::OnMessageOnIoThread(std::vector<zmq::message_t>& frames) {
       OnBatchOnIoThread(identity, h, frames);
       return;
     default:
-      RejectOnIoThread(identity, InvalidArgument("a server does not accept message type " +
-                                                 std::to_string(h.type)));
+      RejectOnIoThread(identity, "a message",
+                       InvalidArgument("a server does not accept message type " +
+                                       std::to_string(h.type)));
   }
 }
 
@@ -308,7 +342,11 @@ void ShardServer::AcceptPushesOnIoThread(const std::string& identity, std::vecto
     inbox.cv.notify_one();
   }
   Status s = SendBatch(router_, identity, server_id_, &acks);
-  if (!s.ok()) TFPS_LOG(Warning) << "could not acknowledge to " << identity << ": " << s.message();
+  uint64_t suppressed = 0;
+  if (!s.ok() && limiter_.Allow(identity, &suppressed)) {
+    TFPS_LOG(Warning) << "could not acknowledge to '" << EscapeForLog(identity)
+                      << "': " << s.message() << SuppressedNote(suppressed);
+  }
 }
 
 void ShardServer::OnBatchOnIoThread(const std::string& identity, const Header& batch,
@@ -321,6 +359,7 @@ void ShardServer::OnBatchOnIoThread(const std::string& identity, const Header& b
     zmq::message_t& payload = frames[3 + 2 * i];
     Work& w = works[i];
     s = DecodeHead(head_frame.data(), head_frame.size(), payload.size(), &w.head);
+    if (s.ok()) s = CheckMessageSize(w.head.header, MaxMessageBytes());
     const Header& h = w.head.header;
     if (s.ok() && (h.type != static_cast<uint16_t>(MsgType::kPushPull) || h.sender != batch.sender)) {
       s = InvalidArgument("a batch to a server holds only pushes of its sender");
@@ -331,8 +370,7 @@ void ShardServer::OnBatchOnIoThread(const std::string& identity, const Header& b
     w.payload = std::move(payload);
   }
   if (!s.ok()) {  // nothing of it is used: the worker's ops fail on the rejection or time out
-    TFPS_LOG(Warning) << "dropped a malformed batch from '" << identity << "': " << s.message();
-    RejectOnIoThread(identity, s);
+    RejectOnIoThread(identity, "a malformed batch", s);
     return;
   }
   AcceptPushesOnIoThread(identity, std::move(works));
@@ -365,7 +403,11 @@ void ShardServer::SendOutboxOnIoThread() {
   std::map<std::string, Batch> pending;
   auto flush = [this](const std::string& identity, Batch* b) {
     Status s = SendBatch(router_, identity, server_id_, b);
-    if (!s.ok()) TFPS_LOG(Warning) << "could not answer " << identity << ": " << s.message();
+    uint64_t suppressed = 0;
+    if (!s.ok() && limiter_.Allow(identity, &suppressed)) {  // a worker that reads nothing
+      TFPS_LOG(Warning) << "could not answer '" << EscapeForLog(identity) << "': " << s.message()
+                        << SuppressedNote(suppressed);
+    }
   };
   for (Outgoing& o : batch) {
     const uint64_t bytes = o.payload.size();
@@ -378,7 +420,18 @@ void ShardServer::SendOutboxOnIoThread() {
   for (auto& entry : pending) flush(entry.first, &entry.second);
 }
 
-void ShardServer::RejectOnIoThread(const std::string& identity, const Status& status) {
+uint64_t ShardServer::MaxMessageBytes() const {
+  return static_cast<uint64_t>(config_.max_message_bytes);
+}
+
+// Logging and answering are rate-limited per peer (limiter_): a peer that floods garbage
+// and never reads gets a few answers per interval, the log a few lines and then counts.
+void ShardServer::RejectOnIoThread(const std::string& identity, const char* what,
+                                   const Status& status) {
+  uint64_t suppressed = 0;
+  if (!limiter_.Allow(identity, &suppressed)) return;
+  TFPS_LOG(Warning) << "dropped " << what << " from '" << EscapeForLog(identity)
+                    << "': " << status.message() << SuppressedNote(suppressed);
   Header h;
   h.type = static_cast<uint16_t>(MsgType::kError);
   h.status = static_cast<uint32_t>(status.code());

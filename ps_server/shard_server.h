@@ -28,7 +28,9 @@
 #include "ps_server/checkpoint.h"
 #include "ps_server/key_store.h"
 #include "tf_ps_ops/cc/common/config.h"
+#include "tf_ps_ops/cc/common/rate_limit.h"
 #include "tf_ps_ops/cc/common/status.h"
+#include "tf_ps_ops/cc/transport/auth.h"
 #include "tf_ps_ops/cc/transport/zmq_util.h"
 
 namespace tfps {
@@ -66,6 +68,8 @@ class ShardServer {
   void SummationLoop(int index);
   // Writes thread `index`'s file (TFPS_CHECKPOINT_DIR); a failure is logged, not fatal.
   void CheckpointOnSummationThread(int index, KeyStore& store);
+  void SummationWorkOnSummationThread(KeyStore& store, Work& w, std::vector<Outgoing>* replies);
+  uint64_t MaxMessageBytes() const;
   void PostReplies(std::vector<Outgoing>* replies);
   void OnMessageOnIoThread(std::vector<zmq::message_t>& frames);
   // A batch of pushes [identity][batch head][head][payload]...: checked whole, then each
@@ -77,7 +81,9 @@ class ShardServer {
   void AcceptPushesOnIoThread(const std::string& identity, std::vector<Work> works);
   void OnWorkerGoneOnIoThread(int rank, const std::string& why);
   void SendOutboxOnIoThread();
-  void RejectOnIoThread(const std::string& identity, const Status& status);
+  // Logs "dropped <what> from <peer>: <status>" and sends the peer an error reply, both
+  // rate-limited per peer.
+  void RejectOnIoThread(const std::string& identity, const char* what, const Status& status);
 
   const int num_workers_;
   const int num_servers_;
@@ -86,6 +92,7 @@ class ShardServer {
   zmq::context_t context_;
   zmq::socket_t router_;
   zmq::socket_t scheduler_;
+  std::unique_ptr<ZapHandler> zap_;  // with a job key: admits only its holders
   std::vector<std::unique_ptr<Inbox>> inboxes_;
   std::vector<ShardParams> restored_;  // per thread, read in Start(); empty: nothing restored
   std::vector<std::thread> threads_;
@@ -96,6 +103,7 @@ class ShardServer {
 
   // I/O-thread state.
   std::map<int, int> fd_of_rank_;
+  PeerRateLimiter limiter_;  // what misbehaving peers make us log and answer
   std::vector<int> worker_state_;  // 0 unseen, 1 connected, 2 said goodbye, 3 gone
 };
 

@@ -62,7 +62,9 @@ Status RegisterWithScheduler(zmq::socket_t& socket, const std::string& scheduler
   if (progress.empty()) {
     return DeadlineExceeded("no answer from the scheduler at " + scheduler + " within " +
                             std::to_string(timeout_s) +
-                            " s (TFPS_TIMEOUT): is it running and reachable from this host?");
+                            " s (TFPS_TIMEOUT): is it running and reachable from this host, and "
+                            "does this process have the job's TFPS_AUTH_KEY_FILE (the same key, "
+                            "or none if the job has none)?");
   }
   return DeadlineExceeded("the scheduler at " + scheduler + " was still waiting for " + progress +
                           " after " + std::to_string(timeout_s) +

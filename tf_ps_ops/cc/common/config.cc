@@ -1,7 +1,13 @@
 #include "tf_ps_ops/cc/common/config.h"
 
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <iomanip>
 
 #include "tf_ps_ops/cc/common/logging.h"
 
@@ -11,10 +17,12 @@ const std::vector<ConfigEntry>& ConfigTable() {
   static const std::vector<ConfigEntry> table = {
       {"TFPS_TIMEOUT", "float", "120",
        "Seconds any wait may last (rendezvous, a push_pull's answer, a server waiting for a "
-       "worker's push) before it fails with an error naming the peer and the tensor."},
+       "worker's push) before it fails with an error naming the peer and the tensor. At "
+       "least 0.1; values above 2592000 (30 days) are used as 2592000, with a warning."},
       {"TFPS_HEARTBEAT_TIMEOUT", "float", "30",
        "Seconds without traffic or heartbeat after which a connection counts as dead (a host "
-       "that vanished without closing its sockets)."},
+       "that vanished without closing its sockets). At least 1; values above 6553.5 (the "
+       "largest ZeroMQ can carry) are used as 6553.5, with a warning."},
       {"TFPS_PARTITION_BYTES", "int", "524288",
        "Tensors are split into partitions of at most this many bytes; partitions are spread "
        "over the servers so one large tensor uses every server's link."},
@@ -39,6 +47,22 @@ const std::vector<ConfigEntry>& ConfigTable() {
        "Small partitions ready at the same time for the same server travel as one message "
        "(a batch) of up to this many payload bytes, and a server answers a worker's ready "
        "replies the same way; partitions larger than this travel alone. 0: no batches."},
+      {"TFPS_MAX_MESSAGE_BYTES", "int", "268435456",
+       "Largest message part (frame) any role accepts or announces, in bytes: a peer that "
+       "sends a larger frame is disconnected before it is buffered, and a header whose "
+       "element count stands for more (also a push that carries no data) is refused before "
+       "anything is allocated. TFPS_PARTITION_BYTES and TFPS_FUSION_BYTES may not exceed it; "
+       "an allgather's tensor (per worker) must fit in it."},
+      {"TFPS_AUTH_KEY_FILE", "string", "",
+       "A file holding the job's CURVE secret key (40 Z85 characters; `ps_server --gen-key "
+       "FILE` writes one). With it every connection of every role is encrypted and "
+       "authenticated (ZeroMQ CURVE + ZAP): a peer without the same key gets nothing and "
+       "changes nothing (docs/security.md). Empty: no authentication, plain TCP."},
+      {"TFPS_BIND", "string", "*",
+       "The address every role binds its listening socket to: * (every interface), an IPv4 "
+       "address such as 127.0.0.1 (loopback only), or an interface name. A role that binds "
+       "anything but loopback without TFPS_AUTH_KEY_FILE warns that anyone who reaches the "
+       "port can join."},
       {"TFPS_TIMELINE", "string", "",
        "Path of a Chrome-trace JSON timeline each worker writes at shutdown (%r becomes the "
        "rank): every tensor's queued / scheduled / push / server / pull / written stages "
@@ -81,6 +105,19 @@ Status ParseDouble(const char* name, double min, double* out) {
   return Status::Ok();
 }
 
+// A number >= min; one above max (also inf) is used as max, and the warning says so: a
+// "wait forever" meant by a huge value stays as close to that as the machinery allows.
+Status ParseClampedDouble(const char* name, double min, double max, const char* why_max,
+                          double* out) {
+  TFPS_RETURN_IF_ERROR(ParseDouble(name, min, out));
+  if (*out > max) {
+    TFPS_LOG(Warning) << name << "=" << Lookup(name) << " is above the largest " << why_max
+                      << std::setprecision(12) << " (" << max << " s); using " << max << " s";
+    *out = max;
+  }
+  return Status::Ok();
+}
+
 Status ParseInt(const char* name, int64_t min, int64_t max, int64_t* out) {
   std::string text = Lookup(name);
   char* end = nullptr;
@@ -94,11 +131,48 @@ Status ParseInt(const char* name, int64_t min, int64_t max, int64_t* out) {
   return Status::Ok();
 }
 
+// The job key: 40 Z85 characters (a 32-byte CURVE secret key), surrounding white space
+// ignored. The file should be readable by its owner only; a key others can read is no
+// secret, so that is refused.
+Status ReadAuthKey(const std::string& path, std::string* key) {
+  key->clear();
+  if (path.empty()) return Status::Ok();
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) {
+    return InvalidArgument("TFPS_AUTH_KEY_FILE='" + path + "' cannot be read: " +
+                           std::strerror(errno));
+  }
+  if ((st.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
+    return InvalidArgument("TFPS_AUTH_KEY_FILE='" + path + "' may be read by others than its "
+                           "owner: chmod 600 it (the key is the job's only secret)");
+  }
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t begin = text.find_first_not_of(" \t\r\n");
+  const size_t end = text.find_last_not_of(" \t\r\n");
+  text = begin == std::string::npos ? "" : text.substr(begin, end - begin + 1);
+  static const char kZ85[] =
+      "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#";
+  if (!in.good() && !in.eof()) {
+    return InvalidArgument("TFPS_AUTH_KEY_FILE='" + path + "' cannot be read");
+  }
+  if (text.size() != 40 || text.find_first_not_of(kZ85) != std::string::npos) {
+    return InvalidArgument("TFPS_AUTH_KEY_FILE='" + path + "' does not hold a CURVE secret key "
+                           "(40 Z85 characters); make one with `ps_server --gen-key FILE`");
+  }
+  *key = text;
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status LoadConfig(Config* config) {
-  TFPS_RETURN_IF_ERROR(ParseDouble("TFPS_TIMEOUT", 0.1, &config->timeout_s));
-  TFPS_RETURN_IF_ERROR(ParseDouble("TFPS_HEARTBEAT_TIMEOUT", 1.0, &config->heartbeat_timeout_s));
+  // Deadlines are steady_clock time points (64-bit nanoseconds: 292 years) and messages
+  // print whole seconds as int: 30 days keeps far from both.
+  TFPS_RETURN_IF_ERROR(ParseClampedDouble("TFPS_TIMEOUT", 0.1, kMaxTimeoutS,
+                                          "supported", &config->timeout_s));
+  TFPS_RETURN_IF_ERROR(ParseClampedDouble("TFPS_HEARTBEAT_TIMEOUT", 1.0, kMaxHeartbeatTimeoutS,
+                                          "ZeroMQ can carry", &config->heartbeat_timeout_s));
   TFPS_RETURN_IF_ERROR(
       ParseInt("TFPS_PARTITION_BYTES", 8, int64_t{1} << 31, &config->partition_bytes));
   int64_t threads = 0;
@@ -108,6 +182,21 @@ Status LoadConfig(Config* config) {
       ParseInt("TFPS_SCHEDULING_CREDIT", 0, int64_t{1} << 40, &config->scheduling_credit));
   TFPS_RETURN_IF_ERROR(
       ParseInt("TFPS_FUSION_BYTES", 0, int64_t{1} << 31, &config->fusion_bytes));
+  TFPS_RETURN_IF_ERROR(ParseInt("TFPS_MAX_MESSAGE_BYTES", 4096, int64_t{1} << 40,
+                                &config->max_message_bytes));
+  if (config->partition_bytes > config->max_message_bytes ||
+      config->fusion_bytes > config->max_message_bytes) {
+    return InvalidArgument("TFPS_PARTITION_BYTES=" + std::to_string(config->partition_bytes) +
+                           " and TFPS_FUSION_BYTES=" + std::to_string(config->fusion_bytes) +
+                           " may not exceed TFPS_MAX_MESSAGE_BYTES=" +
+                           std::to_string(config->max_message_bytes));
+  }
+  config->bind = Lookup("TFPS_BIND");
+  if (config->bind.empty() || config->bind.find_first_of(":/[] \t\n") != std::string::npos) {
+    return InvalidArgument("TFPS_BIND='" + config->bind + "' is not *, an IPv4 address or an "
+                           "interface name");
+  }
+  TFPS_RETURN_IF_ERROR(ReadAuthKey(Lookup("TFPS_AUTH_KEY_FILE"), &config->auth_secret_key));
   config->timeline = Lookup("TFPS_TIMELINE");
   // Parsed by the engine (cc/codec is above this layer); the server does not read it.
   config->compression = Lookup("TFPS_COMPRESSION");

@@ -18,6 +18,11 @@ struct ConfigEntry {
   const char* doc;
 };
 
+// Upper bounds of the timeouts (LoadConfig uses larger values as these, with a warning).
+constexpr double kMaxTimeoutS = 30 * 24 * 3600.0;  // TFPS_TIMEOUT
+constexpr double kMaxHeartbeatTimeoutS = 6553.5;     // TFPS_HEARTBEAT_TIMEOUT: ZeroMQ carries
+                                                     // the TTL in deciseconds in 16 bits
+
 // Every TFPS_* variable the C++ core reads.
 const std::vector<ConfigEntry>& ConfigTable();
 
@@ -31,9 +36,12 @@ struct Config {
   int64_t checkpoint_every = 0;    // TFPS_CHECKPOINT_EVERY
   int64_t scheduling_credit = 0;   // TFPS_SCHEDULING_CREDIT (0: unlimited)
   int64_t fusion_bytes = 0;        // TFPS_FUSION_BYTES (0: no batches)
+  int64_t max_message_bytes = 0;   // TFPS_MAX_MESSAGE_BYTES
   std::string timeline;            // TFPS_TIMELINE
   std::string compression;         // TFPS_COMPRESSION (engine: cc/codec's ParseCodec)
   bool error_feedback = true;      // TFPS_ERROR_FEEDBACK
+  std::string bind;                // TFPS_BIND
+  std::string auth_secret_key;     // read from TFPS_AUTH_KEY_FILE (Z85); empty: no CURVE
 };
 
 // Reads every entry of ConfigTable() from the environment (defaults where unset) and

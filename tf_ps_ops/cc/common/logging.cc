@@ -1,5 +1,6 @@
 #include "tf_ps_ops/cc/common/logging.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <mutex>
@@ -40,14 +41,39 @@ void SetLogRole(const std::string& role) {
   g_role = "tfps " + role;
 }
 
+std::string EscapeForLog(const std::string& text, size_t max_bytes) {
+  std::string out;
+  const size_t n = std::min(text.size(), max_bytes);
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out += static_cast<char>(c);
+    } else {
+      char hex[8];
+      std::snprintf(hex, sizeof(hex), "\\x%02x", c);
+      out += hex;
+    }
+  }
+  if (text.size() > max_bytes) out += "...";
+  return out;
+}
+
 LogMessage::~LogMessage() {
   std::string role;
   {
     std::lock_guard<std::mutex> lock(g_role_mu);
     role = g_role;
   }
+  // A line break inside a message (quoted peer text that escaped EscapeForLog, say) is
+  // indented, so no later line of it can pass for a line of its own.
+  std::string text = stream_.str();
+  for (size_t at = text.find('\n'); at != std::string::npos; at = text.find('\n', at + 1)) {
+    text.insert(at + 1, "    ");
+  }
   // One fprintf per line so lines from several threads do not interleave.
-  std::fprintf(stderr, "[%s] %s: %s\n", role.c_str(), LevelName(level_), stream_.str().c_str());
+  std::fprintf(stderr, "[%s] %s: %s\n", role.c_str(), LevelName(level_), text.c_str());
   std::fflush(stderr);
 }
 

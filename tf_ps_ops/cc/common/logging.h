@@ -16,6 +16,12 @@ LogLevel GetLogLevel();
 bool ParseLogLevel(const std::string& text, LogLevel* level);
 void SetLogRole(const std::string& role);  // e.g. "server 0"
 
+// Text from the network (a peer's routing id, say) as it may appear inside a log line:
+// printable ASCII stays, a backslash and anything else (a newline that would start a
+// forged line, terminal escapes, invalid UTF-8) become \xNN or \n; at most `max_bytes`
+// of the input are shown, then "...".
+std::string EscapeForLog(const std::string& text, size_t max_bytes = 64);
+
 class LogMessage {
  public:
   explicit LogMessage(LogLevel level) : level_(level) {}

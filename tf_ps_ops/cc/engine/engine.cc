@@ -21,6 +21,7 @@
 #include "tf_ps_ops/cc/engine/partition.h"
 #include "tf_ps_ops/cc/engine/push_codec.h"
 #include "tf_ps_ops/cc/engine/timeline.h"
+#include "tf_ps_ops/cc/transport/auth.h"
 #include "tf_ps_ops/cc/transport/zmq_util.h"
 
 namespace tfps {
@@ -33,6 +34,7 @@ class Engine::Loop {
       : config_(config), rank_(rank), context_(1),
         mesh_(context_, config, rank, size, loop_thread_) {
     wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    zap_ = ZapHandler::StartIfKeyed(context_, config_);  // before the peer port binds
   }
   ~Loop() { close(wake_fd_); }
 
@@ -109,6 +111,7 @@ class Engine::Loop {
   const Config config_;
   const int rank_;
   zmq::context_t context_;
+  std::unique_ptr<ZapHandler> zap_;  // with a job key: admits only its holders (peer port)
   std::unique_ptr<zmq::socket_t> scheduler_;
   std::vector<Server> servers_;
   // The engine thread once RunOnLoop starts; until then the thread in Engine::Init, which
@@ -144,7 +147,7 @@ Status Engine::Loop::Connect(const EngineOptions& options, ClusterView* view) {
   TFPS_RETURN_IF_ERROR(codec_.Init(config_));  // a bad TFPS_COMPRESSION fails before rendezvous
   const std::string scheduler = TcpAddress(options.scheduler_host, options.scheduler_port);
   scheduler_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
-  SetCommonOptions(*scheduler_, config_.heartbeat_timeout_s);
+  SetCommonOptions(*scheduler_, config_);
   scheduler_->connect(scheduler);
   int peer_port = 0;
   TFPS_RETURN_IF_ERROR(mesh_.Bind(&peer_port));
@@ -210,7 +213,7 @@ Status Engine::Loop::OpenServerOnLoop(size_t i) {
   TFPS_CHECK_ON_LOOP(loop_thread_);
   Server& s = servers_[i];
   s.socket = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
-  SetCommonOptions(*s.socket, config_.heartbeat_timeout_s);
+  SetCommonOptions(*s.socket, config_);
   s.socket->set(zmq::sockopt::routing_id, "w" + std::to_string(rank_));
   s.monitor = std::make_unique<Monitor>(context_, *s.socket, "server-" + std::to_string(i),
                                         ZMQ_EVENT_DISCONNECTED);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "tf_ps_ops/cc/common/logging.h"
+#include "tf_ps_ops/cc/transport/auth.h"
 
 namespace tfps {
 
@@ -26,12 +27,12 @@ PeerMesh::PeerMesh(zmq::context_t& context, const Config& config, int rank, int 
       dead_(size),
       shut_down_(size, false),
       report_at_(size) {
-  SetCommonOptions(incoming_, config_.heartbeat_timeout_s);
+  SetCommonOptions(incoming_, config_);
 }
 
 Status PeerMesh::Bind(int* port) {
   try {
-    incoming_.bind("tcp://*:0");
+    incoming_.bind(BindEndpoint(config_, 0, "this worker's peer port"));
   } catch (const zmq::error_t& e) {
     return Unavailable(std::string("cannot bind a port for peer traffic: ") + e.what());
   }
@@ -50,7 +51,7 @@ Status PeerMesh::Connect(const std::vector<std::string>& peers) {
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
     auto socket = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
-    SetCommonOptions(*socket, config_.heartbeat_timeout_s);
+    SetCommonOptions(*socket, config_);
     socket->set(zmq::sockopt::routing_id, "w" + std::to_string(rank_));
     monitors_[r] = std::make_unique<Monitor>(context_, *socket, "peer-" + std::to_string(r),
                                              ZMQ_EVENT_DISCONNECTED);
@@ -161,8 +162,18 @@ void PeerMesh::OnPeerDataOnLoop(std::vector<zmq::message_t>& frames) {
                  frames[0].to_string() != "w" + std::to_string(h.sender))) {
     s = InvalidArgument("not peer data from a worker of this job");
   }
+  // Peer data is always whole: a part standing for elements it does not carry would be
+  // handed to the allgather's output as if it did.
+  if (s.ok() && !bye && ((h.flags & kFlagNoData) != 0 || h.count != h.total_count)) {
+    s = InvalidArgument("peer data that carries no data, or only part of its tensor");
+  }
+  if (s.ok()) s = CheckMessageSize(h, static_cast<uint64_t>(config_.max_message_bytes));
   if (!s.ok()) {
-    TFPS_LOG(Warning) << "dropped a malformed peer message: " << s.message();
+    const std::string identity = frames.empty() ? std::string() : frames[0].to_string();
+    uint64_t suppressed = 0;
+    if (!limiter_.Allow(identity, &suppressed)) return;  // a flood: counted, not answered
+    TFPS_LOG(Warning) << "dropped a malformed peer message from '" << EscapeForLog(identity)
+                      << "': " << s.message() << SuppressedNote(suppressed);
     if (!frames.empty()) {
       Header reject;
       reject.type = static_cast<uint16_t>(MsgType::kError);

@@ -23,6 +23,7 @@
 
 #include "tf_ps_ops/cc/common/config.h"
 #include "tf_ps_ops/cc/common/loop_thread.h"
+#include "tf_ps_ops/cc/common/rate_limit.h"
 #include "tf_ps_ops/cc/common/status.h"
 #include "tf_ps_ops/cc/transport/zmq_util.h"
 #include "tf_ps_ops/cc/wire/message.h"
@@ -93,6 +94,7 @@ class PeerMesh {
   const int rank_;
   const int size_;
   zmq::socket_t incoming_;
+  PeerRateLimiter limiter_;  // what misbehaving peers make us log and answer
   std::vector<std::unique_ptr<zmq::socket_t>> outgoing_;  // by rank; null for self
   std::vector<std::unique_ptr<Monitor>> monitors_;
   std::vector<std::string> addresses_;

@@ -12,7 +12,9 @@
 
 #include "tf_ps_ops/cc/cluster/messages.h"
 #include "tf_ps_ops/cc/common/config.h"
+#include "tf_ps_ops/cc/common/logging.h"
 #include "tf_ps_ops/cc/common/loop_thread.h"
+#include "tf_ps_ops/cc/common/rate_limit.h"
 #include "tf_ps_ops/cc/engine/engine.h"
 #include "tf_ps_ops/cc/engine/partition.h"
 #include "tf_ps_ops/cc/pybind/codec_bindings.h"
@@ -304,6 +306,25 @@ PYBIND11_MODULE(_core, m) {
      "Exercises the ...OnLoop thread check (common/loop_thread.h); from another thread it "
      "aborts the process, as a misplaced engine call would.");
 
+  m.def("rate_limit_trace", [](double interval_s, int burst, size_t max_peers,
+                               const std::vector<std::pair<std::string, double>>& events) {
+    PeerRateLimiter limiter(interval_s, burst, max_peers);
+    const auto t0 = PeerRateLimiter::Clock::now();
+    std::vector<py::tuple> out;
+    for (const auto& e : events) {
+      uint64_t suppressed = 0;
+      const auto at = t0 + std::chrono::duration_cast<PeerRateLimiter::Clock::duration>(
+                               std::chrono::duration<double>(e.second));
+      const bool allowed = limiter.Allow(e.first, &suppressed, at);
+      out.push_back(py::make_tuple(allowed, allowed ? suppressed : 0));
+    }
+    return out;
+  }, py::arg("interval_s"), py::arg("burst"), py::arg("max_peers"), py::arg("events"),
+     "Runs common/rate_limit.h's PeerRateLimiter over (peer, seconds) events: "
+     "[(allowed, suppressed before it)].");
+  m.def("escape_for_log", [](const py::bytes& text, size_t max_bytes) {
+    return EscapeForLog(std::string(text), max_bytes);
+  }, py::arg("text"), py::arg("max_bytes") = 64);
   m.def("config_table", [] {
     std::vector<py::tuple> out;
     for (const ConfigEntry& e : ConfigTable()) {

@@ -1,14 +1,31 @@
 #include "tf_ps_ops/cc/transport/zmq_util.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+
+#include "tf_ps_ops/cc/common/logging.h"
+#include "tf_ps_ops/cc/transport/auth.h"
 
 namespace tfps {
 
 namespace {
 
 void ReleaseHolder(void* /*data*/, void* hint) { delete static_cast<std::shared_ptr<void>*>(hint); }
+
+// The routing frame of a ROUTER send, without blocking: false when the peer's queue is
+// full (with ZMQ_ROUTER_MANDATORY; without it ZeroMQ drops the message itself). Only this
+// first frame can be refused: once it is queued the rest of the message always is.
+bool SendIdentity(zmq::socket_t& socket, const std::string& identity) {
+  return socket.send(zmq::buffer(identity), zmq::send_flags::sndmore | zmq::send_flags::dontwait)
+      .has_value();
+}
+
+Status QueueFull(const std::string& identity) {
+  return Unavailable("dropped a message to '" + EscapeForLog(identity) + "': " +
+                     std::to_string(kSocketHwm) + " messages to it are queued unread");
+}
 
 }  // namespace
 
@@ -22,9 +39,7 @@ zmq::message_t ZeroCopyMessage(const void* data, size_t size, std::shared_ptr<vo
 Status SendMessage(zmq::socket_t& socket, const std::string& identity, const Head& head,
                    zmq::message_t payload) {
   try {
-    if (!identity.empty()) {
-      socket.send(zmq::buffer(identity), zmq::send_flags::sndmore);
-    }
+    if (!identity.empty() && !SendIdentity(socket, identity)) return QueueFull(identity);
     const std::string encoded = EncodeHead(head);
     socket.send(zmq::buffer(encoded), zmq::send_flags::sndmore);
     socket.send(payload, zmq::send_flags::none);
@@ -39,7 +54,10 @@ Status SendBatch(zmq::socket_t& socket, const std::string& identity, int sender,
   batch->bytes = 0;
   if (messages->empty()) return Status::Ok();
   try {
-    if (!identity.empty()) socket.send(zmq::buffer(identity), zmq::send_flags::sndmore);
+    if (!identity.empty() && !SendIdentity(socket, identity)) {
+      messages->clear();
+      return QueueFull(identity);
+    }
     if (messages->size() > 1) {
       Head batch;
       batch.header.type = static_cast<uint16_t>(MsgType::kBatch);
@@ -94,15 +112,22 @@ bool RecvFrames(zmq::socket_t& socket, std::vector<zmq::message_t>* frames) {
   return true;
 }
 
-void SetCommonOptions(zmq::socket_t& socket, double heartbeat_timeout_s) {
-  const int hb_timeout_ms = static_cast<int>(heartbeat_timeout_s * 1000);
+void SetCommonOptions(zmq::socket_t& socket, const Config& config) {
+  // LoadConfig refuses larger values; the clamp keeps a hand-made Config from aborting
+  // inside ZeroMQ (EINVAL from setsockopt is an exception here).
+  const double hb_s = std::min(config.heartbeat_timeout_s, kMaxHeartbeatTimeoutS);
+  const int hb_timeout_ms = static_cast<int>(hb_s * 1000);
   socket.set(zmq::sockopt::linger, 2000);
   socket.set(zmq::sockopt::heartbeat_ivl, 1000);
   socket.set(zmq::sockopt::heartbeat_timeout, hb_timeout_ms);
   socket.set(zmq::sockopt::heartbeat_ttl, hb_timeout_ms);
-  socket.set(zmq::sockopt::sndhwm, 0);  // never drop or block on a full queue
-  socket.set(zmq::sockopt::rcvhwm, 0);
+  socket.set(zmq::sockopt::sndhwm, kSocketHwm);
+  socket.set(zmq::sockopt::rcvhwm, kSocketHwm);
+  if (config.max_message_bytes > 0) {
+    socket.set(zmq::sockopt::maxmsgsize, config.max_message_bytes);
+  }
   socket.set(zmq::sockopt::tcp_keepalive, 1);
+  ApplyCurveOptions(socket, config);
 }
 
 Monitor::Monitor(zmq::context_t& context, zmq::socket_t& socket, const std::string& name,

@@ -10,6 +10,7 @@
 
 #include <zmq.hpp>
 
+#include "tf_ps_ops/cc/common/config.h"
 #include "tf_ps_ops/cc/common/status.h"
 #include "tf_ps_ops/cc/wire/message.h"
 
@@ -19,7 +20,9 @@ namespace tfps {
 // `holder` (which keeps the buffer alive) once the bytes are on the wire.
 zmq::message_t ZeroCopyMessage(const void* data, size_t size, std::shared_ptr<void> holder);
 
-// Sends [identity?][head][payload]. An empty identity means a DEALER-side send.
+// Sends [identity?][head][payload]. An empty identity means a DEALER-side send. A ROUTER
+// send (an identity) never blocks: when the peer's queue is full (kSocketHwm messages it
+// has not read) the message is dropped and the result is Unavailable.
 Status SendMessage(zmq::socket_t& socket, const std::string& identity, const Head& head,
                    zmq::message_t payload);
 // One message, encoded and ready to go (possibly inside a batch).
@@ -55,9 +58,19 @@ int Poll(zmq::pollitem_t* items, size_t count, int timeout_ms);
 // Receives every frame of one multipart message without blocking; false if none is waiting.
 bool RecvFrames(zmq::socket_t& socket, std::vector<zmq::message_t>* frames);
 
-// Options every TCP socket gets: heartbeats so a vanished host is noticed, linger so a
-// goodbye is delivered on close but never blocks exit for long.
-void SetCommonOptions(zmq::socket_t& socket, double heartbeat_timeout_s);
+// Messages queued per peer and direction before a socket pushes back (a DEALER's send
+// waits, a ROUTER's send fails and the message is dropped, a receiver stops reading the
+// connection): far above what a worker keeps in flight (a 50 GB model in 512 KiB
+// partitions), but a bound on what a peer that never reads can pile up.
+constexpr int kSocketHwm = 100000;
+
+// Options every TCP socket of every role gets, the one place they are set: heartbeats
+// (TFPS_HEARTBEAT_TIMEOUT) so a vanished host is noticed, linger so a goodbye is delivered
+// on close but never blocks exit for long, high-water marks (kSocketHwm), and
+// ZMQ_MAXMSGSIZE (TFPS_MAX_MESSAGE_BYTES): a peer that announces a larger frame is
+// disconnected before the frame is buffered; and, with a job key (TFPS_AUTH_KEY_FILE),
+// CURVE (transport/auth.h): server side on a ROUTER, client side on a DEALER.
+void SetCommonOptions(zmq::socket_t& socket, const Config& config);
 
 // Connection events of `socket`, read from an inproc PAIR socket.
 class Monitor {

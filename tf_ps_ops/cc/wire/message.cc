@@ -265,6 +265,24 @@ Status DecodeHead(const void* data, size_t size, size_t payload_size, Head* head
   return Status::Ok();
 }
 
+Status CheckMessageSize(const Header& h, uint64_t max_bytes) {
+  // A sparse message counts rows, and its payload (checked exactly by DecodeHead) is all
+  // it stands for: the transport's own limit bounds it.
+  if (!CarriesTensor(static_cast<MsgType>(h.type)) || (h.flags & kFlagSparse) != 0) {
+    return Status::Ok();
+  }
+  const DType dtype = static_cast<DType>(h.dtype);
+  // count <= kMaxElements (2^40) and elements are <= 8 bytes: no overflow.
+  const uint64_t bytes = h.count * DTypeSize(dtype);
+  if (bytes > max_bytes) {
+    return InvalidArgument(std::to_string(h.count) + " x " + DTypeName(dtype) + " = " +
+                           std::to_string(bytes) + " bytes" +
+                           ((h.flags & kFlagNoData) != 0 ? " (announced without data)" : "") +
+                           " exceeds TFPS_MAX_MESSAGE_BYTES=" + std::to_string(max_bytes));
+  }
+  return Status::Ok();
+}
+
 bool IsBatchHead(const void* data, size_t size) {
   if (size < sizeof(Header)) return false;
   Header h;

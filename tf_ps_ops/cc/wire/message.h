@@ -168,6 +168,13 @@ std::string EncodeHead(const Head& head);
 // partition bounds; on failure nothing in *head is to be trusted.
 Status DecodeHead(const void* data, size_t size, size_t payload_size, Head* head);
 
+// Checks that the bytes a decoded head stands for fit in `max_bytes`
+// (TFPS_MAX_MESSAGE_BYTES): count x element size of a tensor message, whether or not it
+// carries the payload (a kFlagNoData push makes the receiver allocate them). Call it after
+// DecodeHead and before anything is allocated from the head. (Sparse messages: their
+// payload, checked exactly by DecodeHead, is all they stand for.)
+Status CheckMessageSize(const Header& header, uint64_t max_bytes);
+
 // Whether a head frame says kBatch (read before the frame is decoded, to pick the path).
 bool IsBatchHead(const void* data, size_t size);
 // Checks a batch head (decoded by DecodeHead) against the number of frames that followed it.
