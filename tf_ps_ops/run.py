@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 
@@ -190,18 +191,38 @@ def placement(args):
     return hosts, servers, workers
 
 
+def local_job_env(args, tmpdir):
+    """What a job on this host alone adds to every role's environment: its sockets bind
+    loopback only, and its roles admit only holders of a key made for this job (ZeroMQ
+    CURVE; docs/security.md), so no other process, here or elsewhere, can join or read it.
+    A variable the user set wins."""
+    env = {"TFPS_BIND": "127.0.0.1"}
+    if "TFPS_AUTH_KEY_FILE" not in os.environ:
+        key_file = os.path.join(tmpdir, "job.key")
+        made = subprocess.run([args.ps_server, "--gen-key", key_file], capture_output=True,
+                              text=True, timeout=30)
+        if made.returncode != 0:
+            raise LaunchError(f"cannot make the job key with {args.ps_server} --gen-key: "
+                              f"{made.stderr.strip() or made.stdout.strip()}")
+        env["TFPS_AUTH_KEY_FILE"] = key_file
+    return {k: v for k, v in env.items() if k not in os.environ}
+
+
 def run_job(job, args, port_file):
     if not os.access(args.ps_server, os.X_OK):
         raise LaunchError(f"ps_server not built: run `make build` "
                           f"(no executable at {args.ps_server})")
     hosts, servers, workers = placement(args)
-    env = dict(os.environ)
+    base = dict(os.environ)
+    if args.host_slots is None:  # over ssh: the key file would have to reach every host
+        base.update(local_job_env(args, os.path.dirname(port_file)))
+    env = dict(base)
     port = job.start_scheduler(env, port_file, host=hosts[0], port=args.port,
                                wait_s=_PORT_WAIT_S)
     for index, host in enumerate(servers):
         job.start_server(index, env, host=host, threads=args.server_threads)
     processes = [job.start_worker(rank, args.command, worker_env(
-                     os.environ, rank, args.num_workers, args.num_servers, port,
+                     base, rank, args.num_workers, args.num_servers, port,
                      job.scheduler_host, local_rank, local_size), host=host)
                  for rank, (host, local_rank, local_size) in enumerate(workers)]
     job.supervise(processes, linger_s=_SERVER_EXIT_WAIT_S)

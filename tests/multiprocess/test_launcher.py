@@ -211,6 +211,15 @@ def test_workers_get_their_place_and_output_is_prefixed(real_ps_server):
     assert elapsed < 20
 
 
+def test_a_local_job_listens_on_loopback_with_a_key_of_its_own(real_ps_server):
+    code, out, err, _ = launch("-np", "2", *WORKER, "--print-security", "--connect")
+    assert code == 0, err
+    for rank in range(2):
+        assert f"[worker {rank}] bind=127.0.0.1 key_mode=0o600\n" in out, out
+        assert f"[worker {rank}] scheduler listens on 127.0.0.1\n" in out, out
+    assert "without authentication" not in err, err
+
+
 @pytest.mark.parametrize("fail, code, how", [
     ("1:3", 3, "exited with code 3"),
     ("1:-9", 137, "was killed by signal 9 (SIGKILL)"),

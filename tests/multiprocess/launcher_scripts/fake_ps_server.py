@@ -14,14 +14,22 @@ import time
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--role", required=True, choices=["scheduler", "server"])
+    parser.add_argument("--role", choices=["scheduler", "server"])
+    parser.add_argument("--gen-key", help="as ps_server: write a job key (mode 600) and exit")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--port-file")
     parser.add_argument("--scheduler")
-    parser.add_argument("--num-workers", type=int, required=True)
-    parser.add_argument("--num-servers", type=int, required=True)
+    parser.add_argument("--num-workers", type=int)
+    parser.add_argument("--num-servers", type=int)
     parser.add_argument("--threads", type=int)
     args = parser.parse_args()
+    if args.gen_key:  # tfps-run asks for the job's key first; a fake key does here
+        fd = os.open(args.gen_key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, b"0" * 40 + b"\n")
+        os.close(fd)
+        return
+    if args.role is None or args.num_workers is None or args.num_servers is None:
+        parser.error("--role, --num-workers and --num-servers are required")
 
     role, _, code = os.environ.get("FAKE_PS_SERVER_EXIT", "").partition(":")
     if role == args.role:

@@ -20,6 +20,17 @@ ENV_NAMES = [
 ]
 
 
+def listening_address(port):
+    """The local address of the TCP socket listening on `port` (/proc/net/tcp, IPv4)."""
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, hex_port = local.split(":")
+            if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+                return socket.inet_ntoa(bytes.fromhex(address)[::-1])
+    return None
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--print-env", action="store_true")
@@ -29,6 +40,8 @@ def main():
                         help="a line to stderr, and a last line with no newline")
     parser.add_argument("--fail", metavar="RANK:CODE",
                         help="exit with CODE (-SIG: die by SIG) on RANK, after the others are up")
+    parser.add_argument("--print-security", action="store_true",
+                        help="the job key's file mode, and the address the scheduler listens on")
     parser.add_argument("--sleep", action="store_true", help="then sleep until killed")
     parser.add_argument("--ignore-sigterm", action="store_true")
     parser.add_argument("--spawn-grandchild", action="store_true",
@@ -45,6 +58,11 @@ def main():
         host, port = os.environ["TFPS_SCHEDULER"].rsplit(":", 1)
         socket.create_connection((host, int(port)), timeout=10).close()
         print("connected to the scheduler")
+    if args.print_security:
+        key_file = os.environ.get("TFPS_AUTH_KEY_FILE")
+        print("bind=%s key_mode=%s" % (os.environ.get("TFPS_BIND", "<unset>"),
+                                      oct(os.stat(key_file).st_mode & 0o777) if key_file else None))
+        print("scheduler listens on %s" % listening_address(int(os.environ["DMLC_PS_ROOT_PORT"])))
     if args.odd_output:
         print(f"to stderr from {rank}", file=sys.stderr)
     if args.fail:
