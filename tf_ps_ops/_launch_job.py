@@ -206,3 +206,42 @@ class Job:
         self._reap(processes)
         for p in processes:
             self.output.finish(p)
+
+
+class _Terminated(BaseException):
+    """Raised in the main thread by run_to_teardown's SIGTERM handler, like
+    KeyboardInterrupt for SIGINT."""
+
+
+def _raise_terminated(signum, frame):
+    raise _Terminated()
+
+
+def run_to_teardown(job, body, grace_s, cleanup=None):
+    """Runs `body()` (returns an exit code) and then tears `job` down whatever happened:
+    a LaunchError, Ctrl-C or SIGTERM ends it with that code and a message. Returns
+    (code, message or None); a launcher prints the message after this returns, so that it
+    is the last line and "stopped" is true. The launchers' (tfps-run's, tfps-role's) one
+    copy of this dance."""
+    previous_sigint = signal.getsignal(signal.SIGINT)
+    previous_sigterm = signal.signal(signal.SIGTERM, _raise_terminated)
+    message = None
+    try:
+        code = body()
+    except LaunchError as e:
+        message, code = str(e), e.code
+    except KeyboardInterrupt:
+        message, code = "interrupted; stopped all processes", 128 + signal.SIGINT
+    except _Terminated:
+        message, code = "terminated; stopped all processes", 128 + signal.SIGTERM
+    finally:
+        # A second Ctrl-C must not cut the teardown short and leave processes behind;
+        # the teardown itself is bounded by the grace period.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        job.teardown(grace_s)
+        if cleanup is not None:
+            cleanup()
+        signal.signal(signal.SIGINT, previous_sigint)
+        signal.signal(signal.SIGTERM, previous_sigterm)
+    return code, message

@@ -16,19 +16,14 @@ resolve: start `ps_server` with its flags (or DMLC_ROLE) yourself.
 import argparse
 import json
 import os
-import signal
 import sys
 
 from tf_ps_ops import _config
-from tf_ps_ops._launch_job import Job, LaunchError
+from tf_ps_ops._launch_job import Job, run_to_teardown
 from tf_ps_ops._launch_process import Prefixed
 from tf_ps_ops.server_main import BINARY
 
 _KILL_GRACE_S = 3.0
-
-
-class _Terminated(BaseException):
-    pass
 
 
 def server_commands(layout, ps_server):
@@ -71,30 +66,16 @@ def _supervise(commands, index):
     """Runs scheduler and server side by side until both exit; the first failure (or a
     SIGTERM, as Kubernetes sends) stops the other."""
     job = Job(None, 0, 0, Prefixed())
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
-    message, code = None, 0
-    try:
+
+    def run():
         processes = [job.spawn(role, index if role == "server" else 0, argv,
                                dict(os.environ)) for role, argv in commands]
         job.supervise(processes, linger_s=0)
-    except LaunchError as e:
-        message, code = str(e), e.code
-    except KeyboardInterrupt:
-        message, code = "interrupted; stopped all processes", 128 + signal.SIGINT
-    except _Terminated:
-        message, code = "terminated; stopped all processes", 128 + signal.SIGTERM
-    finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        job.teardown(_KILL_GRACE_S)
-        signal.signal(signal.SIGTERM, previous)
+        return 0
+    code, message = run_to_teardown(job, run, _KILL_GRACE_S)
     if message:
         print(f"tfps-role: {message}", file=sys.stderr, flush=True)
     return code
-
-
-def _raise_terminated(signum, frame):
-    raise _Terminated()
 
 
 def main(argv=None):

@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -30,7 +29,7 @@ if not __package__:
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tf_ps_ops._launch_env import LOCAL_ADDRESS, Place  # noqa: E402
 from tf_ps_ops._launch_env import worker_env as _place_env  # noqa: E402
-from tf_ps_ops._launch_job import Job, LaunchError  # noqa: E402
+from tf_ps_ops._launch_job import Job, LaunchError, run_to_teardown  # noqa: E402
 from tf_ps_ops._launch_process import LOCAL, Prefixed  # noqa: E402
 from tf_ps_ops import _launch_ssh  # noqa: E402
 
@@ -44,10 +43,6 @@ _PORT_WAIT_S = 30.0
 _SERVER_EXIT_WAIT_S = 2.0
 # How long a child has between SIGTERM and SIGKILL.
 _KILL_GRACE_S = 3.0
-
-
-class _Terminated(BaseException):
-    """Raised in the main thread by our SIGTERM handler, like KeyboardInterrupt for SIGINT."""
 
 
 def _int_at_least(low):
@@ -255,10 +250,6 @@ def check_build(ps_server):
     return 1 if missing or not tf_version else 0
 
 
-def _raise_terminated(signum, frame):
-    raise _Terminated()
-
-
 def main(argv=None):
     args = parse_args(argv)
     if args.check_build:
@@ -266,26 +257,9 @@ def main(argv=None):
     job = Job(args.ps_server, args.num_workers, args.num_servers, Prefixed(),
               timeout=args.timeout)
     tmpdir = tempfile.mkdtemp(prefix="tfps-run-")
-    previous_sigint = signal.getsignal(signal.SIGINT)
-    previous_sigterm = signal.signal(signal.SIGTERM, _raise_terminated)
-    message = None
-    try:
-        code = run_job(job, args, os.path.join(tmpdir, "port"))
-    except LaunchError as e:
-        message, code = str(e), e.code
-    except KeyboardInterrupt:
-        message, code = "interrupted; stopped all processes", 128 + signal.SIGINT
-    except _Terminated:
-        message, code = "terminated; stopped all processes", 128 + signal.SIGTERM
-    finally:
-        # A second Ctrl-C must not cut the teardown short and leave processes behind;
-        # the teardown itself is bounded by the kill grace period.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        job.teardown(_KILL_GRACE_S)
-        shutil.rmtree(tmpdir, ignore_errors=True)
-        signal.signal(signal.SIGINT, previous_sigint)
-        signal.signal(signal.SIGTERM, previous_sigterm)
+    code, message = run_to_teardown(
+        job, lambda: run_job(job, args, os.path.join(tmpdir, "port")), _KILL_GRACE_S,
+        cleanup=lambda: shutil.rmtree(tmpdir, ignore_errors=True))
     # Printed after the teardown, so that it is the last line and "stopped" is true.
     if message:
         print(f"tfps-run: {message}", file=sys.stderr, flush=True)

@@ -134,10 +134,17 @@ Status CheckEncoded(CodecId id, uint64_t n, uint64_t bytes, uint64_t* k) {
   return Status::Ok();
 }
 
-Status Encode(CodecId id, const float* in, uint64_t n, uint64_t k, uint64_t seed, uint8_t* out) {
+// A sparse codec keeps 1..n of n elements, n at most 2^32; the others ignore k.
+static Status CheckKept(CodecId id, uint64_t n, uint64_t k) {
   if (IsSparse(id) && (k > n || (n > 0 && k == 0) || n > (uint64_t{1} << 32))) {
     return InvalidArgument("cannot keep " + std::to_string(k) + " of " + std::to_string(n));
   }
+  return Status::Ok();
+}
+
+Status Encode(CodecId id, const float* in, uint64_t n, uint64_t k, uint64_t seed, uint8_t* out) {
+  Status kept = CheckKept(id, n, k);
+  if (!kept.ok()) return kept;
   switch (id) {
     case CodecId::kNone:
       if (n > 0) std::memcpy(out, in, 4 * n);
@@ -153,9 +160,8 @@ Status Encode(CodecId id, const float* in, uint64_t n, uint64_t k, uint64_t seed
 }
 
 Status Decode(CodecId id, const uint8_t* in, uint64_t n, uint64_t k, uint64_t seed, float* out) {
-  if (IsSparse(id) && (k > n || (n > 0 && k == 0) || n > (uint64_t{1} << 32))) {
-    return InvalidArgument("cannot keep " + std::to_string(k) + " of " + std::to_string(n));
-  }
+  Status kept = CheckKept(id, n, k);
+  if (!kept.ok()) return kept;
   switch (id) {
     case CodecId::kNone:
       if (n > 0) std::memcpy(out, in, 4 * n);
