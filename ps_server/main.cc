@@ -8,6 +8,7 @@
 #include <map>
 #include <string>
 
+#include "ps_server/exit_codes.h"
 #include "ps_server/scheduler.h"
 #include "ps_server/shard_server.h"
 #include "tf_ps_ops/cc/common/config.h"
@@ -18,7 +19,22 @@ namespace {
 
 std::atomic<bool> g_stop{false};
 
-void OnSignal(int) { g_stop = true; }
+std::atomic<int> g_signal{0};
+
+void OnSignal(int sig) {
+  g_signal = sig;
+  g_stop = true;
+}
+
+// Run()'s result as the process's exit code: a stop by signal before every worker finished
+// is not a success (tfps-run and cluster managers read the code), and the log says so.
+int ExitCode(int run_result) {
+  if (run_result != tfps::kStoppedMidJob) return run_result;
+  const int sig = g_signal.load();
+  TFPS_LOG(Warning) << "stopped by " << (sig == SIGINT ? "SIGINT" : "SIGTERM")
+                    << " before every worker finished; exiting with " << 128 + sig;
+  return 128 + sig;
+}
 
 const char kUsage[] =
     "usage:\n"
@@ -146,7 +162,7 @@ int Main(int argc, char** argv) {
     }
     TFPS_LOG(Info) << "listening on port " << bound << " for " << num_servers << " server(s) and "
                    << num_workers << " worker(s)";
-    return scheduler.Run(g_stop);
+    return ExitCode(scheduler.Run(g_stop));
   }
   if (role != "server") return Fail("--role must be 'scheduler' or 'server', got '" + role + "'");
 
@@ -175,7 +191,7 @@ int Main(int argc, char** argv) {
     TFPS_LOG(Error) << s.message();
     return 1;
   }
-  return server.Run(g_stop);
+  return ExitCode(server.Run(g_stop));
 }
 
 }  // namespace

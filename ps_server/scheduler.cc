@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "ps_server/exit_codes.h"
 #include "tf_ps_ops/cc/cluster/messages.h"
 #include "tf_ps_ops/cc/common/logging.h"
 #include "tf_ps_ops/cc/transport/auth.h"
@@ -60,7 +61,11 @@ int Scheduler::Run(const std::atomic<bool>& stop) {
       last_progress = Clock::now();
     }
   }
-  if (stop) return 0;
+  if (stop) {
+    int finished = lost_workers_;
+    for (const auto& w : workers_) finished += w.second.done ? 1 : 0;
+    return ready_ && finished >= num_workers_ ? 0 : kStoppedMidJob;
+  }
   if (lost_workers_ > 0) {
     TFPS_LOG(Error) << lost_workers_ << " worker(s) died before shutting down; exiting with 1";
     return 1;

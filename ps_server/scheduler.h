@@ -25,7 +25,8 @@ class Scheduler {
 
   // Binds tcp://*:port (0: any free port) and reports the port bound.
   Status Bind(int port, int* bound_port);
-  // Serves until every worker has said goodbye or died, or `stop` is set. Exit code.
+  // Serves until every worker has said goodbye or died, or `stop` is set. An exit
+  // code, or kStoppedMidJob (exit_codes.h) when `stop` ended it before the workers finished.
   int Run(const std::atomic<bool>& stop);
 
  private:

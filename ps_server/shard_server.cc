@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 
+#include "ps_server/exit_codes.h"
 #include "ps_server/thread_shard.h"
 #include "tf_ps_ops/cc/cluster/rendezvous.h"
 #include "tf_ps_ops/cc/common/logging.h"
@@ -257,7 +258,11 @@ int ShardServer::Run(const std::atomic<bool>& stop) {
   for (auto& t : threads_) t.join();
   threads_.clear();
   SendOutboxOnIoThread();
-  if (stop) return 0;
+  if (stop) {
+    int finished = 0;
+    for (int s : worker_state_) finished += (s == kDone || s == kGone) ? 1 : 0;
+    return finished == num_workers_ ? 0 : kStoppedMidJob;
+  }
   int gone = 0;
   for (int s : worker_state_) gone += s == kGone ? 1 : 0;
   if (gone > 0) {

@@ -43,7 +43,8 @@ class ShardServer {
   // Binds tcp://*:port, registers with the scheduler and waits for the cluster.
   Status Start(const std::string& scheduler_host, int scheduler_port, int port,
                const std::string& host);
-  // Serves until every worker said goodbye or is gone, or `stop` is set. Exit code.
+  // Serves until every worker said goodbye or is gone, or `stop` is set. An exit
+  // code, or kStoppedMidJob (exit_codes.h) when `stop` ended it before the workers finished.
   int Run(const std::atomic<bool>& stop);
 
  private:

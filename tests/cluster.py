@@ -47,7 +47,9 @@ class Cluster(LoggedCluster):
         every process. `env_style` "byteps" gives workers DMLC_* instead of TFPS_*."""
         super().__init__(PS_SERVER, workdir, num_workers, num_servers, timeout, env=env,
                          server_grace=server_grace, dialects=_DIALECTS[env_style],
-                         defaults={"TF_CPP_MIN_LOG_LEVEL": "2"}, cwd=REPO)
+                         # One host: nothing needs to listen beyond loopback.
+                         defaults={"TF_CPP_MIN_LOG_LEVEL": "2", "TFPS_BIND": "127.0.0.1"},
+                         cwd=REPO)
 
     def assert_ok(self):
         """Every process exited 0 in time; otherwise fails quoting each failed one."""

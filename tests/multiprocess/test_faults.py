@@ -7,6 +7,7 @@ Workers here use the C++ core without TensorFlow so they start in well under a s
 
 import re
 import socket
+import signal
 import sys
 import time
 from pathlib import Path
@@ -133,3 +134,17 @@ def test_garbage_on_a_server_port_is_dropped_and_serving_goes_on(make_cluster, t
         assert "step 19 ok" in cluster.result("worker", rank).stdout
     log = cluster.result("server", 0).stderr
     assert "dropped a malformed message" in log and "dropped a message of 5 frames" in log
+
+
+@pytest.mark.parametrize("role", ["server", "scheduler"])
+def test_sigterm_mid_job_is_not_a_success(make_cluster, role):
+    """A server or scheduler stopped by SIGTERM while workers still run exits 143 and says
+    so: exit 0 would tell a cluster manager the job finished (it exited 0 before)."""
+    cluster = make_cluster(2, 1, timeout=60, env={"TFPS_TIMEOUT": "60"})
+    cluster.start([sys.executable, WORKER, "100000"])
+    for rank in range(2):
+        wait_for_output(cluster, "worker", rank, "step 3 ok")
+    cluster.kill(role, 0, signal.SIGTERM)
+    result = cluster.wait_for(role, 0, timeout=20)
+    assert result.returncode == 128 + signal.SIGTERM, result.describe()
+    assert "stopped by SIGTERM before every worker finished; exiting with 143" in result.stderr
