@@ -15,6 +15,7 @@ quotes the stderr of every process that failed. Fault tests use `kill(role, inde
 """
 
 import os
+import time
 from pathlib import Path
 
 from tf_ps_ops._launch_cluster import LoggedCluster
@@ -50,6 +51,21 @@ class Cluster(LoggedCluster):
                          # One host: nothing needs to listen beyond loopback.
                          defaults={"TF_CPP_MIN_LOG_LEVEL": "2", "TFPS_BIND": "127.0.0.1"},
                          cwd=REPO)
+
+    def wait_for_output(self, role, index, text, timeout=30):
+        """Waits until process (role, index) has printed `text` (stdout or stderr) and
+        returns its result so far; fails if it exits first or `timeout` passes."""
+        import pytest
+
+        limit = time.monotonic() + timeout
+        while time.monotonic() < limit:
+            result = self.result(role, index)
+            if text in result.stdout or text in result.stderr:
+                return result
+            assert result.returncode is None, result.describe()
+            time.sleep(0.05)
+        pytest.fail(f"{role} {index} never printed {text!r}:\n"
+                    + self.result(role, index).describe())
 
     def assert_ok(self):
         """Every process exited 0 in time; otherwise fails quoting each failed one."""

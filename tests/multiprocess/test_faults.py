@@ -21,23 +21,11 @@ WORKER = Path(__file__).parent / "core_workers" / "loop_worker.py"
 core = load_core()
 
 
-def wait_for_output(cluster, role, index, text, timeout=30):
-    limit = time.monotonic() + timeout
-    while time.monotonic() < limit:
-        result = cluster.result(role, index)
-        if text in result.stdout or text in result.stderr:
-            return result
-        assert result.returncode is None, result.describe()
-        time.sleep(0.05)
-    pytest.fail(f"{role} {index} never printed {text!r}:\n"
-                + cluster.result(role, index).describe())
-
-
 def test_sigkill_worker_fails_the_others_quickly_and_names_it(make_cluster):
     cluster = make_cluster(3, 2, timeout=60, env={"TFPS_TIMEOUT": "60"})
     cluster.start([sys.executable, WORKER, "100000"])
     for rank in range(3):
-        wait_for_output(cluster, "worker", rank, "step 3 ok")
+        cluster.wait_for_output("worker", rank, "step 3 ok")
     killed_at = time.monotonic()
     cluster.kill("worker", 2)
     for rank in (0, 1):
@@ -58,7 +46,7 @@ def test_sigkill_server_fails_the_workers_quickly_and_names_it(make_cluster):
                            env={"TFPS_TIMEOUT": "60", "TFPS_PARTITION_BYTES": "4096"})
     cluster.start([sys.executable, WORKER, "100000"])
     for rank in range(2):
-        wait_for_output(cluster, "worker", rank, "step 3 ok")
+        cluster.wait_for_output("worker", rank, "step 3 ok")
     port = server_port(cluster, 1)  # server ids follow registration order, not our index
     cluster.kill("server", 1)
     for rank in range(2):
@@ -80,7 +68,7 @@ def test_stuck_worker_times_out_naming_it(make_cluster):
 
 
 def server_port(cluster, index):
-    result = wait_for_output(cluster, "server", index, "serving on port")
+    result = cluster.wait_for_output("server", index, "serving on port")
     return int(re.search(r"serving on port (\d+)", result.stderr).group(1))
 
 
@@ -89,7 +77,7 @@ def test_garbage_on_a_server_port_is_dropped_and_serving_goes_on(make_cluster, t
     cluster = make_cluster(2, 1, timeout=60, env={"TFPS_TIMEOUT": "30"})
     cluster.start([sys.executable, WORKER, "20", "--wait-for", go])
     for rank in range(2):
-        wait_for_output(cluster, "worker", rank, "step 0 ok")
+        cluster.wait_for_output("worker", rank, "step 0 ok")
     port = server_port(cluster, 0)
 
     # Raw bytes that are not ZeroMQ at all.
@@ -143,7 +131,7 @@ def test_sigterm_mid_job_is_not_a_success(make_cluster, role):
     cluster = make_cluster(2, 1, timeout=60, env={"TFPS_TIMEOUT": "60"})
     cluster.start([sys.executable, WORKER, "100000"])
     for rank in range(2):
-        wait_for_output(cluster, "worker", rank, "step 3 ok")
+        cluster.wait_for_output("worker", rank, "step 3 ok")
     cluster.kill(role, 0, signal.SIGTERM)
     result = cluster.wait_for(role, 0, timeout=20)
     assert result.returncode == 128 + signal.SIGTERM, result.describe()

@@ -21,23 +21,12 @@ from hostile import T, core, rss_kib
 WORKER = Path(__file__).parent / "core_workers" / "loop_worker.py"
 
 
-def wait_for_output(cluster, role, index, text, timeout=30):
-    limit = time.monotonic() + timeout
-    while time.monotonic() < limit:
-        result = cluster.result(role, index)
-        if text in result.stdout or text in result.stderr:
-            return result
-        assert result.returncode is None, result.describe()
-        time.sleep(0.05)
-    raise AssertionError(f"{role} {index} never printed {text!r}")
-
-
 def started_cluster(make_cluster, go, steps=20):
     cluster = make_cluster(2, 1, timeout=90, env={"TFPS_TIMEOUT": "60"})
     cluster.start([sys.executable, WORKER, str(steps), "--wait-for", go])
     for rank in range(2):
-        wait_for_output(cluster, "worker", rank, "step 0 ok")
-    result = wait_for_output(cluster, "server", 0, "serving on port")
+        cluster.wait_for_output("worker", rank, "step 0 ok")
+    result = cluster.wait_for_output("server", 0, "serving on port")
     port = int(re.search(r"serving on port (\d+)", result.stderr).group(1))
     return cluster, port
 

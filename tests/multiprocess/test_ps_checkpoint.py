@@ -4,7 +4,6 @@ restart, and a Keras save/load_weights whose values push_variables sends back.""
 import re
 import shutil
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -20,18 +19,6 @@ SHAPES = {"sequential/dense/kernel": (6, 5), "sequential/dense/bias": (5,),
 pytestmark = pytest.mark.timeout(300)
 core = load_core()
 ps_testing = load_server_testing()
-
-
-def wait_for_output(cluster, role, index, text, timeout):
-    limit = time.monotonic() + timeout
-    while time.monotonic() < limit:
-        result = cluster.result(role, index)
-        if text in result.stdout:
-            return
-        assert result.returncode is None, result.describe()
-        time.sleep(0.1)
-    pytest.fail(f"{role} {index} never printed {text!r}:\n"
-                + cluster.result(role, index).describe())
 
 
 def load(out, what, rank):
@@ -77,7 +64,7 @@ def test_server_checkpoint_survives_sigkill_and_restores_bit_for_bit(make_cluste
     first = make_cluster(2, 2, timeout=150, env=env)
     first.start(lambda rank: [sys.executable, WORKER, "train", run1, go])
     for rank in range(2):
-        wait_for_output(first, "worker", rank, "trained", timeout=120)
+        first.wait_for_output("worker", rank, "trained", timeout=120)
     # Steps 1-5 ran; the files hold step 3 (TFPS_CHECKPOINT_EVERY=3), one per server thread.
     files = read_files(ckpt)
     assert sorted(files) == [f"shard-{s}-{t}.ckpt" for s in range(2) for t in range(2)]
