@@ -2,6 +2,8 @@
 
 import atexit
 import ctypes
+import os
+import re
 
 import tensorflow as tf
 
@@ -14,7 +16,24 @@ _cluster = None
 _atexit_registered = False
 
 
-def init(comm=None):
+_MAX_STALENESS = 1000000  # kMaxStaleness in cc/common/consistency.h
+
+
+def check_consistency(text):
+    """Returns `text` if it names a consistency model, else raises ValueError.
+
+    bsp, asp or ssp:S with S a whole number from 0 to 1000000 (ssp:0 is bsp); the same
+    rule as the C++ core's (cc/common/consistency.h), which a unit test holds them to.
+    """
+    match = re.fullmatch(r"ssp:([0-9]{1,7})", text) if isinstance(text, str) else None
+    if text in ("bsp", "asp") or (match and int(match.group(1)) <= _MAX_STALENESS):
+        return text
+    raise ValueError(
+        f"consistency {text!r} is not bsp, asp or ssp:S with S a whole number from 0 to "
+        f"{_MAX_STALENESS} (the staleness bound, in steps); see docs/consistency.md")
+
+
+def init(comm=None, consistency=None):
     """Joins the cluster described by the environment (see docs/env.md).
 
     Blocks until the scheduler has seen every worker and server, or TFPS_TIMEOUT passes.
@@ -23,6 +42,9 @@ def init(comm=None):
     Args:
       comm: accepted for Horovod signature compatibility; must be None, since the
         cluster comes from the environment, not from an MPI communicator.
+      consistency: the job's consistency model, "bsp", "ssp:S" or "asp"
+        (docs/consistency.md); None: TFPS_CONSISTENCY, or bsp. Every worker must pass the
+        same (the rendezvous refuses a worker that differs).
     """
     global _cluster, _atexit_registered
     if comm is not None:
@@ -32,6 +54,9 @@ def init(comm=None):
     lib = _library.c_api()
     if lib.tfps_is_initialized():
         return
+    if consistency is not None:
+        # The core reads its knobs from the environment at init, so the argument goes there.
+        os.environ["TFPS_CONSISTENCY"] = check_consistency(consistency)
     cluster = _config.read_cluster()
     error = ctypes.create_string_buffer(4096)
     status = lib.tfps_init(cluster.scheduler_host.encode(), cluster.scheduler_port,
