@@ -142,8 +142,8 @@ def test_ps_mode_applies_each_push_when_it_arrives(tmp_path):
         np.testing.assert_allclose(counts, np.round(counts), atol=1e-3)
         counts = np.round(counts).astype(int)
         for t, applied in enumerate(counts, start=1):
-            assert applied >= NUM_WORKERS * max(t - s, 0) + min(t, s) or applied >= t, (rank, t)
-            assert applied >= NUM_WORKERS * max(t - s, 0), f"rank {rank} read {t}: {applied}"
+            assert applied >= max(NUM_WORKERS * max(t - s, 0), t), \
+                f"rank {rank} read {t} counts {applied} updates"
             assert applied <= NUM_WORKERS * steps
         finals.append(counts[-1])
     assert max(finals) == NUM_WORKERS * steps, finals
@@ -163,3 +163,62 @@ def test_dead_worker_under_ssp_bounded_then_clear_error(tmp_path):
         error = str(saved[rank]["error"])
         assert done == 5 + 2, (rank, done, error)
         assert "worker 2" in error and "onehot" in error, error
+
+
+DIGITS = Path(__file__).resolve().parent / "workers" / "digits_worker.py"
+
+
+def digits_accuracy(tmp_path, consistency, slow_seconds):
+    require_build()
+    workdir = tmp_path / consistency.replace(":", "")
+    cluster = Cluster(workdir, NUM_WORKERS, 1, timeout=300, env={
+        "TFPS_CONSISTENCY": consistency, "TEST_SLOW_RANK": str(SLOW),
+        "TEST_SLOW_SECONDS": str(slow_seconds), "TEST_EPOCHS": "10"})
+    try:
+        cluster.start([sys.executable, str(DIGITS)])
+        cluster.wait()
+        cluster.assert_ok()
+        out = [r.stdout for r in cluster.worker_results()]
+    finally:
+        cluster.close()
+    accuracy = {}
+    for text in out:
+        for line in text.splitlines():
+            if line.startswith("accuracy "):
+                _, rank, value = line.split()
+                accuracy[int(rank)] = float(value)
+    assert sorted(accuracy) == list(range(NUM_WORKERS)), out
+    return accuracy
+
+
+def test_ssp_and_asp_train_digits_within_2_percent_of_bsp(tmp_path):
+    """examples/train_digits.py's MLP, 3 workers, 10 epochs: the replicas' mean held-out
+    accuracy under ssp:3 (one worker slowed ~3x) and asp is within 0.02 of bsp's, and no
+    replica is more than 0.04 below (bsp's replicas are identical, whatever the timing;
+    ssp/asp replicas differ, and one replica's accuracy on 360 samples moves by ~0.01 from
+    run to run). asp runs unslowed: with a worker slowed
+    for the whole run, the fast replicas finish having received only the slow worker's
+    early gradients (docs/consistency.md), which is asp's nature, not a bound to test."""
+    bsp = digits_accuracy(tmp_path, "bsp", 0.0)
+    assert len(set(bsp.values())) == 1, bsp
+    assert bsp[0] > 0.9, f"bsp did not learn: {bsp}"
+    for consistency, slow in (("ssp:3", 0.01), ("asp", 0.0)):
+        got = digits_accuracy(tmp_path, consistency, slow)
+        print(consistency, got, "bsp", bsp[0])
+        assert np.mean(list(got.values())) >= bsp[0] - 0.02, (consistency, got, bsp[0])
+        for rank, value in got.items():
+            assert value >= bsp[0] - 0.04, (consistency, rank, value, bsp[0])
+
+
+def test_ssp0_is_bsp_exactly_single_process_training(tmp_path_factory):
+    """ssp:0 takes bsp's path: distributed training equals single-process training (the
+    oracle of test_training.py, run here under TFPS_CONSISTENCY=ssp:0)."""
+    from oracles import train_on_cluster
+    import test_training
+
+    worker = test_training._train_worker()
+    trained, _ = train_on_cluster(tmp_path_factory, test_training.TRAIN_WORKER,
+                                  worker.NUM_WORKERS, 2, timeout=200,
+                                  env={"TFPS_CONSISTENCY": "ssp:0"})
+    test_training.test_gradient_tape_matches_single_process(trained)
+    test_training.test_keras_fit_matches_single_process(trained)
