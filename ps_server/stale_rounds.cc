@@ -137,7 +137,8 @@ void StaleRounds::Add(const Head& head, Buffer payload, std::vector<Outgoing>* o
     return;
   }
   if ((h.flags & kFlagPsApply) == 0) {
-    state.log.push_back(Entry{state.next_seq++, h.sender, h.step, std::move(payload)});
+    state.log.push_back(Entry{state.next_seq++, h.sender, h.step, std::move(payload),
+                              std::vector<bool>(num_workers_, false)});
   }
   clocks_.Advance(slot, h.sender, h.step);
   const ClockTable::Read read{h, Clock::now()};
@@ -160,17 +161,22 @@ Status StaleRounds::SumFor(SlotState& state, const Header& push, Buffer* reply, 
   const DType dtype = coded ? DType::kFloat32 : static_cast<DType>(push.dtype);
   const size_t bytes = push.count * DTypeSize(dtype);
   Buffer sum;
-  uint64_t next = state.delivered[rank];
-  for (const Entry& e : state.log) {
-    if (e.seq < next) continue;
-    if (e.sender == rank && e.step > push.step) break;  // the worker's later push: later read
+  uint64_t next = state.delivered[rank];  // entries below were all sent to this worker
+  bool contiguous = true;
+  for (Entry& e : state.log) {
+    if (e.seq < next || e.sent[rank]) continue;
+    if (e.sender == rank && e.step > push.step) {  // the worker's later push: its own read
+      contiguous = false;
+      continue;
+    }
     if (*summed == 0) {
       sum = Buffer::CopyOf(e.data.data(), bytes);  // the log keeps its own: others need it
     } else {
       SumInto(dtype, sum.data(), e.data.data(), push.count);
     }
     ++*summed;
-    next = e.seq + 1;
+    e.sent[rank] = true;
+    if (contiguous) next = e.seq + 1;
   }
   state.delivered[rank] = next;
   if (*summed == 0) sum = Buffer::Zeros(bytes);  // its push went out with an earlier read

@@ -1,7 +1,8 @@
 // The data side of ssp:S and asp (docs/consistency.md); bsp goes through sum_rounds.h.
 // Summation mode: each push of a (key, partition) joins a log, and each worker's read sums
-// the pushes it has not yet been sent (its own included), so every push reaches every
-// worker exactly once, in the first read of that worker that leaves after it arrived. The
+// the pushes it has not yet been sent (its own included, its own later ones not), so every
+// push reaches every worker exactly once, in the first read of that worker that leaves
+// after it arrived. The
 // divisor a worker applies stays size(): over a run each worker adds every gradient once.
 // PS mode: each push updates the parameter when it arrives (the optimizer sees one
 // worker's gradient over size(), as in bsp's average), and a read answers the parameter as
@@ -57,13 +58,14 @@ class StaleRounds {
     int sender;
     uint64_t step;
     Buffer data;  // float32 when the pushes are compressed (decoded on arrival)
+    std::vector<bool> sent;  // per worker
   };
   struct SlotState {
     Head first;  // the first push: what every later one must match
     uint64_t codec_k = 0;
     std::deque<Entry> log;
     uint64_t next_seq = 0;
-    std::vector<uint64_t> delivered;  // per worker: the first seq not yet sent to it
+    std::vector<uint64_t> delivered;  // per worker: every seq below was sent to it
   };
 
   static Slot SlotOf(const Header& h) { return Slot(h.key, h.partition); }
