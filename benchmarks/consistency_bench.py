@@ -1,8 +1,8 @@
 """Steps each worker completes in a fixed time with one worker slowed 3x, under bsp,
 ssp:1, ssp:3 and asp (docs/consistency.md).
 
-    python3 benchmarks/consistency_bench.py            # ~4 min; writes results/consistency.{json,md}
-    python3 benchmarks/consistency_bench.py --quick    # ~1.5 min, one repeat, shorter window
+    python3 benchmarks/consistency_bench.py            # ~6 min; writes results/consistency.{json,md}
+    python3 benchmarks/consistency_bench.py --quick    # ~2 min, one repeat, shorter window
 
 Each configuration is a fresh cluster on this host (3 workers, 1 server, loopback: the
 slowdown is compute, not network) running tests/multiprocess/workers/consistency_worker.py:

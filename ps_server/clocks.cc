@@ -33,6 +33,11 @@ uint64_t ClockTable::MinClock(const Slot& slot) const {
   return *std::min_element(it->second.begin(), it->second.end());
 }
 
+uint64_t ClockTable::ClockOf(const Slot& slot, int rank) const {
+  auto it = clocks_.find(slot);
+  return it == clocks_.end() ? 0 : it->second[rank];
+}
+
 bool ClockTable::MayRead(const Slot& slot, uint64_t step) const {
   if (consistency_.kind == Consistency::kAsp) return true;
   return MinClock(slot) >= Needed(step);

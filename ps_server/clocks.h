@@ -55,6 +55,7 @@ class ClockTable {
 
   // The slowest worker's clock at `slot` (0 before every worker pushed it).
   uint64_t MinClock(const Slot& slot) const;
+  uint64_t ClockOf(const Slot& slot, int rank) const;
   size_t waiting() const;
   const Consistency& consistency() const { return consistency_; }
 

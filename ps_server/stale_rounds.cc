@@ -130,6 +130,12 @@ void StaleRounds::Add(const Head& head, Buffer payload, std::vector<Outgoing>* o
     state.delivered.assign(num_workers_, 0);
   }
   Status s = Mismatch(state, head);
+  const uint64_t clock = clocks_.ClockOf(slot, h.sender);
+  if (s.ok() && h.step <= clock) {  // one engine thread, one connection: steps only grow
+    s = InvalidArgument("worker " + std::to_string(h.sender) + " pushed step " +
+                        std::to_string(h.step) + " after step " + std::to_string(clock) +
+                        " (pushed twice, or out of order; " + WherePush(server_id_, h) + ")");
+  }
   if (s.ok() && h.codec != 0) s = Decode(state, h, &payload);
   if (s.ok() && (h.flags & kFlagPsApply) != 0) s = ApplyNow(head, std::move(payload));
   if (!s.ok()) {  // this push counts for nothing; its sender learns why

@@ -27,9 +27,9 @@ SLOW = 2
 
 
 def run(tmp_path, name, consistency, steps=20, pace=0.02, slow_factor=3.0, env=None,
-        die_after=0, ps=False, num_servers=2, expect_ok=True):
+        die_after=0, ps=False, num_servers=2, expect_ok=True, everyone=False):
     """Runs the worker on a fresh cluster; returns (saved arrays by rank, trace lines,
-    the cluster's results)."""
+    the workers' results, or with `everyone` every process's)."""
     require_build()
     workdir = tmp_path / name
     out, trace = workdir / "out", workdir / "trace"
@@ -46,7 +46,7 @@ def run(tmp_path, name, consistency, steps=20, pace=0.02, slow_factor=3.0, env=N
         cluster.wait()
         if expect_ok:
             cluster.assert_ok()
-        results = cluster.worker_results()
+        results = cluster.results() if everyone else cluster.worker_results()
     finally:
         cluster.close()
     saved = {}
@@ -163,6 +163,19 @@ def test_dead_worker_under_ssp_bounded_then_clear_error(tmp_path):
         error = str(saved[rank]["error"])
         assert done == 5 + 2, (rank, done, error)
         assert "worker 2" in error and "onehot" in error, error
+
+
+def test_workers_that_disagree_fail_at_the_rendezvous(tmp_path):
+    """Worker 1 asks for asp, the others for ssp:3: init() fails on every worker naming
+    both models, the servers and the scheduler exit 1, nothing waits for a timeout."""
+    _, _, results = run(tmp_path, "disagree", "ssp:3", env={"TEST_CONSISTENCY_1": "asp",
+                                                              "TFPS_TIMEOUT": "60"},
+                        expect_ok=False, everyone=True)
+    assert len(results) == 1 + 2 + NUM_WORKERS
+    for result in results:
+        assert result.returncode not in (0, None), result.describe()
+        assert "workers disagree on the consistency model" in result.stderr, result.describe()
+        assert "ssp:3" in result.stderr and "asp" in result.stderr
 
 
 DIGITS = Path(__file__).resolve().parent / "workers" / "digits_worker.py"

@@ -130,6 +130,18 @@ def test_a_push_that_disagrees_is_refused_alone():
     assert rank == 1 and "disagrees with worker 0's first push" in error
 
 
+def test_a_repeated_or_older_step_is_refused_and_changes_nothing():
+    store = testing.StaleKeyStore(2, "asp")
+    store.push(0, KEY, 0, 1, np.ones(4, np.float32))
+    store.push(0, KEY, 0, 2, np.ones(4, np.float32))
+    for step in (2, 1):
+        (rank, _, error), = store.push(0, KEY, 0, step, np.ones(4, np.float32))
+        assert rank == 0 and f"pushed step {step} after step 2" in error
+    # Worker 1's first read carries worker 0's two pushes and its own: nothing more.
+    (_, _, value), = store.push(1, KEY, 0, 1, np.ones(4, np.float32))
+    np.testing.assert_array_equal(value, np.full(4, 3.0))
+
+
 def test_bad_consistency_is_refused():
     with pytest.raises(ValueError, match="is not bsp, asp or ssp:S"):
         testing.StaleKeyStore(2, "ssp:-1")

@@ -36,7 +36,9 @@ def main():
     import tf_ps_ops as hvd
     from tf_ps_ops._library import ops
 
-    hvd.init(consistency=os.environ.get("TEST_CONSISTENCY") or None)
+    # TEST_CONSISTENCY_<rank> overrides TEST_CONSISTENCY for one worker (a disagreement).
+    mine = os.environ.get(f"TEST_CONSISTENCY_{harness.env_rank()}")
+    hvd.init(consistency=mine or os.environ.get("TEST_CONSISTENCY") or None)
     rank, size = hvd.rank(), hvd.size()
     width = size * STEPS
     # A barrier (broadcasts stay bsp): every worker starts its clock together.
