@@ -40,7 +40,7 @@ def run(tmp_path, name, consistency, steps=20, pace=0.02, slow_factor=3.0, env=N
         "TEST_CONSISTENCY": consistency, "TEST_STEPS": str(steps), "TEST_PACE": str(pace),
         "TEST_SLOW_RANK": str(SLOW), "TEST_SLOW_FACTOR": str(slow_factor),
         "TEST_DIE_AFTER": str(die_after), "TEST_PS": "1" if ps else "0",
-        "TFPS_TIMEOUT": "20", **(env or {})})
+        "TFPS_TIMEOUT": "90", **(env or {})})  # workers import TF on a busy machine
     try:
         cluster.start([sys.executable, str(WORKER)])
         cluster.wait()
