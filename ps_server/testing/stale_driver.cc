@@ -53,6 +53,35 @@ class StaleDriver {
     return Replies(out);
   }
 
+  // A sparse PS-mode SGD update of `ids` (strictly increasing) of a [total_rows, row]
+  // parameter with `rows` ([len(ids), row]). The answers' payloads are [int64 ids][rows].
+  py::list PushSparse(int rank, uint64_t key, uint64_t step, int64_t total_rows,
+                      py::array_t<int64_t, py::array::c_style | py::array::forcecast> ids,
+                      py::array_t<float, py::array::c_style | py::array::forcecast> rows,
+                      double lr) {
+    Head head;
+    Header& h = head.header;
+    h.type = static_cast<uint16_t>(MsgType::kPushPull);
+    h.key = key;
+    h.num_partitions = 1;
+    h.step = step;
+    h.dtype = static_cast<uint8_t>(DType::kFloat32);
+    h.sender = rank;
+    h.flags = kFlagPsApply | kFlagSparse;
+    h.optimizer = static_cast<uint8_t>(Optimizer::kGradientDescent);
+    h.count = static_cast<uint64_t>(ids.size());
+    const int64_t row = ids.size() == 0 ? 1 : rows.size() / ids.size();
+    h.total_count = static_cast<uint64_t>(total_rows * row);
+    head.dims = {total_rows, row};
+    head.params = {lr};
+    Buffer payload = Buffer::Allocate(ids.nbytes() + rows.nbytes());
+    std::memcpy(payload.data(), ids.data(), ids.nbytes());
+    std::memcpy(payload.data() + ids.nbytes(), rows.data(), rows.nbytes());
+    std::vector<Outgoing> out;
+    store_->OnPush(head, std::move(payload), &out);
+    return Replies(out);
+  }
+
   // A PS-mode parameter, as an init push by every worker (bsp) would set it.
   py::list Init(uint64_t key, uint32_t partition,
                 py::array_t<float, py::array::c_style | py::array::forcecast> values) {
@@ -127,6 +156,9 @@ void BindStaleDriver(py::module_& m) {
       .def("push", &StaleDriver::Push, py::arg("rank"), py::arg("key"), py::arg("partition"),
            py::arg("step"), py::arg("values"), py::arg("ps") = false, py::arg("lr") = 0.0,
            py::arg("broadcast") = false)
+      .def("push_sparse", &StaleDriver::PushSparse, py::arg("rank"), py::arg("key"),
+           py::arg("step"), py::arg("total_rows"), py::arg("ids"), py::arg("rows"),
+           py::arg("lr"))
       .def("init", &StaleDriver::Init, py::arg("key"), py::arg("partition"), py::arg("values"))
       .def("lose", &StaleDriver::Lose, py::arg("rank"))
       .def("tick", &StaleDriver::Tick, py::arg("seconds_later"));

@@ -89,6 +89,25 @@ def test_ssp_ps_read_answers_the_parameter_as_it_is_when_it_leaves():
         np.testing.assert_allclose(value, [-3.0])
 
 
+def test_ssp_sparse_ps_read_answers_its_rows_as_they_are_when_it_leaves():
+    store = testing.StaleKeyStore(2, "ssp:1")
+    store.init(6, 0, np.zeros(4 * 2, np.float32))  # a [4, 2] table
+    one = np.ones((1, 2), np.float32)
+    assert len(store.push_sparse(0, 6, 2, 4, [1], one, lr=1.0)) == 1
+    assert store.push_sparse(0, 6, 3, 4, [1], one, lr=1.0) == []   # waits for worker 1
+    got = store.push_sparse(1, 6, 2, 4, [1, 3], np.ones((2, 2), np.float32), lr=1.0)
+    by_rank = {rank: value.tobytes() for rank, _, value in got}
+    # Worker 0's waiting read: row 1 after all three updates of it (-1/2 each).
+    ids = np.frombuffer(by_rank[0][:8], np.int64)
+    np.testing.assert_array_equal(ids, [1])
+    np.testing.assert_allclose(np.frombuffer(by_rank[0][8:], np.float32), [-1.5, -1.5])
+    # Worker 1's: its rows 1 and 3.
+    ids = np.frombuffer(by_rank[1][:16], np.int64)
+    np.testing.assert_array_equal(ids, [1, 3])
+    np.testing.assert_allclose(np.frombuffer(by_rank[1][16:], np.float32),
+                               [-1.5, -1.5, -0.5, -0.5])
+
+
 def test_a_read_blocked_by_a_lost_worker_fails_at_once_naming_it():
     store = testing.StaleKeyStore(W, "ssp:1")
     for rank in range(W):
