@@ -3,34 +3,17 @@
 import atexit
 import ctypes
 import os
-import re
 
 import tensorflow as tf
 
 from tf_ps_ops import _config
 from tf_ps_ops import _library
+from tf_ps_ops._config import check_consistency  # noqa: F401 (part of this module's surface)
 
 # The validated environment of the last successful init(): local_rank/local_size may be
 # overridden there. The engine's own state lives in C++; this is only the Python view.
 _cluster = None
 _atexit_registered = False
-
-
-_MAX_STALENESS = 1000000  # kMaxStaleness in cc/common/consistency.h
-
-
-def check_consistency(text):
-    """Returns `text` if it names a consistency model, else raises ValueError.
-
-    bsp, asp or ssp:S with S a whole number from 0 to 1000000 (ssp:0 is bsp); the same
-    rule as the C++ core's (cc/common/consistency.h), which a unit test holds them to.
-    """
-    match = re.fullmatch(r"ssp:([0-9]{1,7})", text) if isinstance(text, str) else None
-    if text in ("bsp", "asp") or (match and int(match.group(1)) <= _MAX_STALENESS):
-        return text
-    raise ValueError(
-        f"consistency {text!r} is not bsp, asp or ssp:S with S a whole number from 0 to "
-        f"{_MAX_STALENESS} (the staleness bound, in steps); see docs/consistency.md")
 
 
 def init(comm=None, consistency=None):
@@ -56,7 +39,7 @@ def init(comm=None, consistency=None):
         return
     if consistency is not None:
         # The core reads its knobs from the environment at init, so the argument goes there.
-        os.environ["TFPS_CONSISTENCY"] = check_consistency(consistency)
+        os.environ["TFPS_CONSISTENCY"] = _config.check_consistency(consistency)
     cluster = _config.read_cluster()
     error = ctypes.create_string_buffer(4096)
     status = lib.tfps_init(cluster.scheduler_host.encode(), cluster.scheduler_port,
