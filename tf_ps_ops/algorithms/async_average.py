@@ -8,8 +8,11 @@ the weights (snapshot s), averages them (a), and adds a - s to each weight with
 assign_add: steps the worker took meanwhile are kept, and the update is atomic per
 variable, so no lock is held across the network wait and training never blocks on it.
 
-Stopping is agreed: stop() raises this worker's flag; the round that carries it ends the
-thread on every worker, so no thread is left waiting for a partner that has gone.
+Stopping is collective, like any collective op: stop() raises this worker's flag and
+waits; rounds go on until every worker's flag is up, and that last round (its average
+applied like any other) ends the thread on every worker at once. So no thread is left
+waiting for a partner that has gone, and replicas that all stopped training end equal.
+A worker that never calls stop() makes the others' stop() fail after TFPS_TIMEOUT.
 pause() (around evaluation and checkpoints) keeps the thread in the rounds but stops it
 writing this worker's weights; resume() lets it write again.
 """
@@ -108,8 +111,9 @@ class AsyncModelAverage(Algorithm):
         return self._thread is not None and self._thread.is_alive()
 
     def stop(self, timeout=None):
-        """Ends the thread on every worker after the next round; returns once this
-        worker's thread has exited. Raises the error that ended the thread, if any."""
+        """Ends the thread once every worker has called stop() (after one last average);
+        returns once this worker's thread has exited. Raises the error that ended the
+        thread, if any."""
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
@@ -128,18 +132,18 @@ class AsyncModelAverage(Algorithm):
                 self._wake.wait(0.01)
             while self._round():
                 self._wake.wait(self.sync_interval_ms / 1000.0)
+                self._wake.clear()
         except Exception as e:  # kept for stop(): exceptions never cross threads
             _log.error("async model averaging stopped: %s", e)
             self._error = e
 
     def _round(self):
-        """One averaging round; False once some worker asked to stop."""
+        """One averaging round; False after the round in which every worker asked to stop."""
         values = [tf.reshape(tf.cast(v, tf.float32), [-1]) for v in self._variables]
         flag = tf.constant([1.0 if self._stop.is_set() else 0.0])
         summed = _library.ops().ps_push_pull(tf.concat(values + [flag], 0), [],
                                             tensor_name="AsyncModelAverage.weights")
-        if float(summed[-1]) > 0:
-            return False
+        last = float(summed[-1]) > size() - 0.5  # every worker asked to stop
         mean = summed[:-1] / float(size())
         offset = 0
         with self._write:
@@ -151,7 +155,7 @@ class AsyncModelAverage(Algorithm):
                     offset += n
                 self.applied += 1
         self.rounds += 1
-        return True
+        return not last
 
 
 class _PauseDuringEvaluation(keras.callbacks.Callback):
