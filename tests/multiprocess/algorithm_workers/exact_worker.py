@@ -109,6 +109,23 @@ def check_exchange_refuses_bad_ranks(hvd):
             raise AssertionError(f"send_to={bad} was accepted")
 
 
+def check_exchange_shape_mismatch_names_the_tensor(hvd):
+    from tf_ps_ops._library import ops
+
+    r, n = hvd.rank(), hvd.size()
+    mine = np.zeros((2, 3 + r % 2), np.float32)  # every ring neighbour has the other shape
+    for compression in ("none", "int8"):
+        try:
+            ops().ps_neighbour_exchange(mine, ring(r, n), ring(r, n), [],
+                                        tensor_name=f"exchange.mismatch.{compression}",
+                                        compression=compression)
+        except tf.errors.InvalidArgumentError as e:
+            assert f"exchange.mismatch.{compression}" in str(e), e
+            assert "the same shape" in str(e), e
+        else:
+            raise AssertionError(f"shapes that differ were accepted ({compression})")
+
+
 def _one_tape_step(hvd, algorithm, multiple):
     r = hvd.rank()
     w = tf.Variable(weights_of(r, multiple), name="w")
@@ -273,7 +290,8 @@ def check_async_average_pause_resume_stop(hvd):
 
 
 CHECKS = [check_exchange_sends_only_to_neighbours, check_exchange_int8_matches_codec_model,
-          check_exchange_refuses_bad_ranks, check_ring_mixes_a_third_of_each_neighbour,
+          check_exchange_refuses_bad_ranks, check_exchange_shape_mismatch_names_the_tensor,
+          check_ring_mixes_a_third_of_each_neighbour,
           check_ring_in_keras_fit_function, check_shift_one_follows_bagua_schedule,
           check_interval_skips_steps, check_low_precision_matches_numpy_model,
           check_async_average_pause_resume_stop]

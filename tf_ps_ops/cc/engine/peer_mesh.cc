@@ -247,7 +247,9 @@ void PeerMesh::MaybeFinishOnLoop(std::map<GatherId, Gather>::iterator it) {
                            DescribeTensor(static_cast<DType>(g.dtypes[peer]), g.dims[peer]) +
                            ", worker " + std::to_string(rank_) + " has " +
                            DescribeTensor(r.dtype, r.dims) +
-                           ": the dtype and every dimension but the first must agree"));
+                           (r.neighbours ? ": every worker must pass the same shape and dtype"
+                                         : ": the dtype and every dimension but the first "
+                                           "must agree")));
       return;
     }
   }
