@@ -80,7 +80,9 @@ class QAdam(Algorithm):
         step = self._step_var.read_value()
         t = tf.cast(step + 1, tf.float32)
         b1, b2 = float(opt.beta_1), float(opt.beta_2)
-        local = [tf.cast(tf.convert_to_tensor(g), tf.float32) for g in grads]
+        # A variable without a gradient this step (unused) decays its momentum, as in Adam.
+        local = [tf.zeros(v.shape, tf.float32) if g is None else
+                 tf.cast(tf.convert_to_tensor(g), tf.float32) for g, v in zip(grads, variables)]
 
         def warmup():
             averaged = reduce_gradients(local, [k + ".grad" for k in self._keys],
