@@ -31,9 +31,9 @@ def shift_one_peer(rank_, size_, step):
 
 
 def _exchange(value, variable, peers, key, compression="none"):
-    handle = _handle_owner(variable)
+    owner = _handle_owner(variable)  # orders the op only against this variable
     return _library.ops().ps_neighbour_exchange(
-        value, peers, peers, [handle.handle] if handle is not None else [],
+        value, peers, peers, [owner.handle] if owner is not None else [],
         tensor_name=key, compression=compression)
 
 

@@ -317,7 +317,8 @@ void PeerMesh::CheckDeadlinesOnLoop(Clock::time_point now) {
     if (g.started && g.deadline < now) {
       std::string missing;
       for (int peer = 0; peer < size_; ++peer) {
-        if (!g.arrived[peer] && Expects(g, peer)) missing += (missing.empty() ? "" : ", ") + std::to_string(peer);
+        if (g.arrived[peer] || !Expects(g, peer)) continue;
+        missing += (missing.empty() ? "" : ", ") + std::to_string(peer);
       }
       FinishOnLoop(it, DeadlineExceeded("timed out after " + std::to_string(int(config_.timeout_s)) +
                                         " s (TFPS_TIMEOUT) waiting for worker(s) " + missing +
