@@ -169,6 +169,46 @@ def check_ring_in_keras_fit_function(hvd):
     np.testing.assert_allclose(w.numpy(), expected[r], rtol=1e-6, atol=1e-5)
 
 
+def check_exchange_does_not_wait_for_backward(hvd):
+    """In a traced step (as `fit` runs it) no exchange depends, through data or control
+    edges, on an op of the backward pass: TensorFlow may run it while backward computes."""
+    from tf_ps_ops.algorithms import Decentralized
+
+    r = hvd.rank()
+    layers = [keras.layers.Dense(8, activation="relu"), keras.layers.Dense(1)]
+    model = keras.Sequential([keras.Input(shape=(4,))] + layers)
+    opt = hvd.DistributedOptimizer(keras.optimizers.SGD(LR), algorithm=Decentralized("ring"))
+    x = np.ones((2, 4), np.float32)
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(model(x))
+        opt.apply(tape.gradient(loss, model.trainable_variables), model.trainable_variables)
+
+    def backward_ancestors(start):
+        seen, todo = set(), [start]
+        while todo:
+            op = todo.pop()
+            for parent in [t.op for t in op.inputs] + list(op.control_inputs):
+                if parent.name not in seen:
+                    seen.add(parent.name)
+                    todo.append(parent)
+        return sorted(name for name in seen if name.startswith("gradient_tape/"))
+
+    graph = step.get_concrete_function().graph
+    operations = graph.get_operations()
+    exchanges = [op for op in operations if op.type == "PsNeighbourExchange"]
+    assert len(exchanges) == len(model.trainable_variables), exchanges
+    for exchange in exchanges:
+        backward = backward_ancestors(exchange)
+        assert not backward, f"{exchange.name} waits for {backward[:5]}"
+    # The walk does find the backward pass where it is needed: the SGD updates.
+    updates = [op for op in operations if op.type == "AssignSubVariableOp"]
+    assert updates and all(backward_ancestors(op) for op in updates), updates
+    step()  # and it runs
+
+
 def check_shift_one_follows_bagua_schedule(hvd):
     from tf_ps_ops.algorithms import Decentralized, shift_one_peer
 
@@ -292,7 +332,8 @@ def check_async_average_pause_resume_stop(hvd):
 CHECKS = [check_exchange_sends_only_to_neighbours, check_exchange_int8_matches_codec_model,
           check_exchange_refuses_bad_ranks, check_exchange_shape_mismatch_names_the_tensor,
           check_ring_mixes_a_third_of_each_neighbour,
-          check_ring_in_keras_fit_function, check_shift_one_follows_bagua_schedule,
+          check_ring_in_keras_fit_function, check_exchange_does_not_wait_for_backward,
+          check_shift_one_follows_bagua_schedule,
           check_interval_skips_steps, check_low_precision_matches_numpy_model,
           check_async_average_pause_resume_stop]
 
