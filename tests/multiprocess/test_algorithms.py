@@ -20,6 +20,8 @@ pytestmark = pytest.mark.timeout(400)
 def test_decentralized_algorithms_match_numpy(make_cluster):
     cluster = make_cluster(4, 1, timeout=300, env={"TFPS_TIMEOUT": "60"})
     harness.run_and_check(cluster, WORKER)
+    log = cluster.result("worker", 2).stderr
+    assert "worker 0 sent call 1 of a tensor after this worker had finished that call" in log
 
 
 def test_sigkill_neighbour_fails_the_exchange_quickly_and_names_it(make_cluster):

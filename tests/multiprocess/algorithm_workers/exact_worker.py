@@ -126,6 +126,28 @@ def check_exchange_shape_mismatch_names_the_tensor(hvd):
             raise AssertionError(f"shapes that differ were accepted ({compression})")
 
 
+def check_late_unexpected_part_is_dropped(hvd):
+    """Rank 0 sends call 1 of 'exchange.late' to rank 2 after rank 2 finished that call
+    expecting nobody: rank 2 drops it with a warning (the test reads its log) instead of
+    keeping it forever, and the next call works."""
+    from tf_ps_ops._library import ops
+
+    r, n = hvd.rank(), hvd.size()
+    mine = np.full(3, r, np.float32)
+    if r != 0:
+        ops().ps_neighbour_exchange(mine, [], [], [], tensor_name="exchange.late")
+    _barrier(hvd, "late.before")
+    if r == 0:
+        ops().ps_neighbour_exchange(mine, [2], [], [], tensor_name="exchange.late")
+    _barrier(hvd, "late.after")
+    if r in (0, 2):
+        received, _ = ops().ps_neighbour_exchange(mine, [2 - r], [2 - r], [],
+                                                  tensor_name="exchange.late")
+        np.testing.assert_array_equal(received[0], np.full(3, 2 - r, np.float32))
+    else:
+        ops().ps_neighbour_exchange(mine, [], [], [], tensor_name="exchange.late")
+
+
 def _one_tape_step(hvd, algorithm, multiple):
     r = hvd.rank()
     w = tf.Variable(weights_of(r, multiple), name="w")
@@ -331,6 +353,7 @@ def check_async_average_pause_resume_stop(hvd):
 
 CHECKS = [check_exchange_sends_only_to_neighbours, check_exchange_int8_matches_codec_model,
           check_exchange_refuses_bad_ranks, check_exchange_shape_mismatch_names_the_tensor,
+          check_late_unexpected_part_is_dropped,
           check_ring_mixes_a_third_of_each_neighbour,
           check_ring_in_keras_fit_function, check_exchange_does_not_wait_for_backward,
           check_shift_one_follows_bagua_schedule,

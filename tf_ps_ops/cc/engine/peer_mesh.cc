@@ -119,6 +119,7 @@ void PeerMesh::StartOnLoop(GatherRequest request) {
   TFPS_CHECK_ON_LOOP(loop_thread_);
   const uint64_t key = KeyOfName(request.name);
   const GatherId id(key, ++calls_[request.name]);
+  last_started_[key] = id.second;
   Gather& g = EntryOnLoop(id);
   g.started = true;
   g.deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
@@ -206,6 +207,13 @@ void PeerMesh::OnPeerDataOnLoop(std::vector<zmq::message_t>& frames) {
     return;
   }
   const GatherId id(h.key, h.step);
+  const auto last = last_started_.find(h.key);
+  if (last != last_started_.end() && h.step <= last->second && gathers_.count(id) == 0) {
+    TFPS_LOG(Warning) << "worker " << h.sender << " sent call " << h.step
+                      << " of a tensor after this worker had finished that call (a neighbour "
+                         "exchange that did not expect it?); dropped";
+    return;
+  }
   Gather& g = EntryOnLoop(id);
   if (g.arrived[h.sender]) {
     TFPS_LOG(Warning) << "worker " << h.sender << " sent call " << h.step << " twice; dropped";

@@ -112,6 +112,9 @@ class PeerMesh {
   // (which travels on another connection and can come later) is not here by then.
   std::vector<Clock::time_point> report_at_;
   std::unordered_map<std::string, uint64_t> calls_;
+  // The last call of each key this worker started: a part for an earlier call whose entry
+  // is gone (finished) came late or was never expected, and would otherwise wait forever.
+  std::unordered_map<uint64_t, uint64_t> last_started_;
   std::map<GatherId, Gather> gathers_;
   std::atomic<uint64_t> bytes_sent_{0};  // read by stats() on other threads
 };
