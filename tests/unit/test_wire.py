@@ -144,3 +144,16 @@ def test_only_pushes_ask_for_acknowledgements():
     ack = dict(type=T["ACK"], key=5, partition=1, num_partitions=3, step=2, sender=0)
     err, decoded = core.decode_head(core.encode_head(ack), 0)
     assert err is None and decoded["partition"] == 1
+
+
+def test_hierarchical_push_lists_ranks_and_is_only_a_dense_summation_push():
+    ok = core.encode_head(push_fields(flags=core.FLAG_HIERARCHICAL), [18], [2.0, 3.0])
+    err, decoded = core.decode_head(ok, 24)
+    assert err is None and decoded["flags"] == core.FLAG_HIERARCHICAL
+    for fields, params in [(push_fields(flags=core.FLAG_HIERARCHICAL), []),
+                           (push_fields(flags=core.FLAG_HIERARCHICAL | core.FLAG_NO_DATA), [2.0]),
+                           (push_fields(flags=core.FLAG_HIERARCHICAL, type=T["PUSH_PULL_REPLY"]),
+                            [2.0])]:
+        payload = 0 if fields["flags"] & core.FLAG_NO_DATA else 24
+        err, decoded = core.decode_head(core.encode_head(fields, [18], params), payload)
+        assert decoded is None and "hierarchical" in err, err

@@ -77,6 +77,11 @@ const std::vector<ConfigEntry>& ConfigTable() {
        "1: onebit, topk and randomk keep what each push_pull did not send (per tensor and "
        "partition, on the worker; per partition on the server for the sum) and add it to the "
        "next call. 0: no memory (the plain, biased codec)."},
+      {"TFPS_HIERARCHICAL", "int", "0",
+       "1: workers on the same host (local_size > 1) sum dense float32/float64/int32/int64 "
+       "push_pulls locally through shared memory first; only local rank 0 talks to the "
+       "servers and hands the sum back (docs/hierarchical.md). Must agree on every worker. "
+       "0: every worker pushes its own gradient."},
   };
   return table;
 }
@@ -203,6 +208,9 @@ Status LoadConfig(Config* config) {
   int64_t feedback = 1;
   TFPS_RETURN_IF_ERROR(ParseInt("TFPS_ERROR_FEEDBACK", 0, 1, &feedback));
   config->error_feedback = feedback != 0;
+  int64_t hierarchical = 0;
+  TFPS_RETURN_IF_ERROR(ParseInt("TFPS_HIERARCHICAL", 0, 1, &hierarchical));
+  config->hierarchical = hierarchical != 0;
   config->checkpoint_dir = Lookup("TFPS_CHECKPOINT_DIR");
   TFPS_RETURN_IF_ERROR(
       ParseInt("TFPS_CHECKPOINT_EVERY", 0, int64_t{1} << 50, &config->checkpoint_every));

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <future>
 #include <map>
 #include <set>
 #include <tuple>
@@ -18,8 +19,10 @@
 #include "tf_ps_ops/cc/cluster/rendezvous.h"
 #include "tf_ps_ops/cc/common/logging.h"
 #include "tf_ps_ops/cc/common/loop_thread.h"
+#include "tf_ps_ops/cc/engine/hierarchical.h"
 #include "tf_ps_ops/cc/engine/partition.h"
 #include "tf_ps_ops/cc/engine/push_codec.h"
+#include "tf_ps_ops/cc/engine/shm_local_reduce.h"
 #include "tf_ps_ops/cc/engine/timeline.h"
 #include "tf_ps_ops/cc/transport/auth.h"
 #include "tf_ps_ops/cc/transport/zmq_util.h"
@@ -752,6 +755,14 @@ Status Engine::Init(const EngineOptions& options) {
     std::lock_guard<std::mutex> loop_lock(loop_mu_);
     loop_ = running;
   }
+  s = StartHierarchical(config, view);
+  if (!s.ok()) {
+    running->RequestStop();
+    thread_.join();
+    std::lock_guard<std::mutex> loop_lock(loop_mu_);
+    loop_.reset();
+    return s;
+  }
   initialized_ = true;
   TFPS_LOG(Debug) << "initialised: rank " << rank_ << " of " << size_ << ", local rank "
                   << local_rank_ << " of " << local_size_ << ", " << num_servers_ << " server(s)";
@@ -769,6 +780,88 @@ void Engine::Shutdown() {
   }
   loop->RequestStop();
   thread_.join();
+  std::shared_ptr<Hierarchical> hierarchical;
+  {
+    std::lock_guard<std::mutex> loop_lock(loop_mu_);
+    hierarchical.swap(hierarchical_);
+  }
+  if (hierarchical) hierarchical->Shutdown();  // after the loop: its answers are all in
+}
+
+Status Engine::StartHierarchical(const Config& config, const ClusterView& view) {
+  job_compresses_ = !config.compression.empty() && config.compression != "none";
+  if (!config.hierarchical) return Status::Ok();
+  std::map<std::string, std::vector<int>> hosts;  // every worker sees the same
+  for (size_t r = 0; r < view.worker_hosts.size(); ++r) {
+    hosts[view.worker_hosts[r]].push_back(static_cast<int>(r));
+  }
+  bool shared = false;
+  for (const auto& kv : hosts) shared = shared || kv.second.size() > 1;
+  if (!shared) return Status::Ok();  // one worker per host: nothing to sum locally
+  // The leader's random token names the host's segments; one allgather (every worker
+  // takes part, so all agree) carries it to its local workers.
+  const std::vector<int> local = hosts[view.worker_hosts[rank_]];
+  constexpr size_t kTokenChars = 32;
+  auto token = std::make_shared<std::string>(kTokenChars, '0');
+  if (local_rank_ == 0) TFPS_RETURN_IF_ERROR(ShmLocalReduce::NewToken(token.get()));
+  auto got = std::make_shared<std::promise<std::pair<Status, std::string>>>();
+  GatherRequest gather;
+  gather.name = "tfps.hierarchical.token";
+  gather.dtype = DType::kUInt8;
+  gather.dims = {static_cast<int64_t>(kTokenChars)};
+  gather.count = kTokenChars;
+  gather.input = token->data();
+  gather.input_holder = token;
+  gather.done = [got, leader = local[0]](const Status& s, const std::vector<PeerTensor>& parts) {
+    got->set_value({s, s.ok() ? std::string(static_cast<const char*>(parts[leader].data),
+                                             kTokenChars)
+                              : ""});
+  };
+  auto future = got->get_future();
+  EnqueueGather(std::move(gather));
+  if (future.wait_for(std::chrono::duration<double>(config.timeout_s * 1.2 + 1)) !=
+      std::future_status::ready) {
+    return DeadlineExceeded("the workers did not exchange the hierarchical aggregation's "
+                            "token in time: does every worker set TFPS_HIERARCHICAL=1?");
+  }
+  auto [status, leader_token] = future.get();
+  if (!status.ok()) {
+    return status.WithPrefix("sharing the hierarchical aggregation's token (every worker "
+                             "must set the same TFPS_HIERARCHICAL): ");
+  }
+  if (local.size() < 2) return Status::Ok();
+  if (local.size() > static_cast<size_t>(kMaxParams)) {  // a push lists at most that many
+    TFPS_LOG(Warning) << local.size() << " workers on this host: hierarchical aggregation "
+                      << "takes at most " << kMaxParams << "; this host's workers push alone";
+    return Status::Ok();
+  }
+  if (leader_token.find_first_not_of("0123456789abcdef") != std::string::npos) {
+    return Internal("the local leader sent a malformed shared-memory token");
+  }
+  std::weak_ptr<Loop> weak;
+  {
+    std::lock_guard<std::mutex> loop_lock(loop_mu_);
+    weak = loop_;
+  }
+  auto submit = [weak](PushPullRequest push) {
+    std::shared_ptr<Loop> loop = weak.lock();
+    if (!loop) {
+      push.done(Aborted("tf_ps_ops was shut down before the local sum was pushed"));
+      return;
+    }
+    push.enqueued = Clock::now();
+    std::vector<Loop::Request> one;
+    one.emplace_back(std::move(push));
+    loop->Enqueue(std::move(one));
+  };
+  auto reduce = std::make_unique<ShmLocalReduce>(leader_token, local, local_rank_,
+                                                 config.timeout_s);
+  auto hierarchical = std::make_shared<Hierarchical>(std::move(reduce), local, submit);
+  std::lock_guard<std::mutex> loop_lock(loop_mu_);
+  hierarchical_ = std::move(hierarchical);
+  TFPS_LOG(Debug) << "hierarchical aggregation: local rank " << local_rank_ << " of "
+                  << local.size();
+  return Status::Ok();
 }
 
 EngineStats Engine::stats() {
@@ -793,9 +886,11 @@ void Engine::Enqueue(PushPullRequest request) {
 
 void Engine::EnqueueAll(std::vector<PushPullRequest> requests) {
   std::shared_ptr<Loop> loop;
+  std::shared_ptr<Hierarchical> hierarchical;
   {
     std::lock_guard<std::mutex> lock(loop_mu_);
     loop = loop_;
+    hierarchical = hierarchical_;
   }
   std::vector<Loop::Request> queued;
   const auto now = Clock::now();
@@ -803,6 +898,8 @@ void Engine::EnqueueAll(std::vector<PushPullRequest> requests) {
     request.enqueued = now;
     if (!loop) {
       request.done(NotInitialised("push_pull", request.name));
+    } else if (hierarchical && Hierarchical::Eligible(request, job_compresses_)) {
+      hierarchical->Enqueue(std::move(request));
     } else {
       queued.emplace_back(std::move(request));
     }

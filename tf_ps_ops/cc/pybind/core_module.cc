@@ -236,6 +236,7 @@ PYBIND11_MODULE(_core, m) {
   m.attr("FLAG_TIMED") = kFlagTimed;
   m.attr("FLAG_ACK") = kFlagAck;
   m.attr("FLAG_NO_FEEDBACK") = kFlagNoFeedback;
+  m.attr("FLAG_HIERARCHICAL") = kFlagHierarchical;
   m.attr("MAX_BATCH") = kMaxBatch;
   BindCodecs(m);
 

@@ -241,6 +241,15 @@ Status DecodeHead(const void* data, size_t size, size_t payload_size, Head* head
     return InvalidArgument("a PS init push carries neither optimizer nor parameters");
   }
   if (h.reserved != 0) return InvalidArgument("reserved header byte is not 0");
+  if ((h.flags & kFlagHierarchical) != 0) {
+    // Which ranks it stands for is checked where the number of workers is known (server).
+    if (static_cast<MsgType>(h.type) != MsgType::kPushPull || h.nparams == 0 ||
+        (h.flags & (kFlagSparse | kFlagNoData | kFlagPsInit | kFlagPsApply)) != 0) {
+      return InvalidArgument("the hierarchical flag is only valid on a dense summation push "
+                             "that lists the ranks it sums (flags " + Hex(h.flags) + ", " +
+                             std::to_string(h.nparams) + " ranks)");
+    }
+  }
   if ((h.flags & kFlagNoFeedback) != 0 &&
       (h.codec == 0 || static_cast<MsgType>(h.type) != MsgType::kPushPull)) {
     return InvalidArgument("the no-feedback flag is only valid on a compressed push");

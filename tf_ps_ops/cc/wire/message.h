@@ -30,8 +30,9 @@
 namespace tfps {
 
 constexpr uint32_t kMagic = 0x53504654;  // "TFPS" read as little-endian bytes
-// 2: batches, timed replies, acknowledgements; 3: compressed payloads (Header::codec)
-constexpr uint16_t kProtocolVersion = 3;
+// 2: batches, timed replies, acknowledgements; 3: compressed payloads (Header::codec);
+// 4: hierarchical pushes (kFlagHierarchical)
+constexpr uint16_t kProtocolVersion = 4;
 constexpr int kMaxDims = 32;
 constexpr uint32_t kMaxPartitions = 1u << 24;
 constexpr uint64_t kMaxElements = uint64_t{1} << 40;
@@ -121,8 +122,14 @@ constexpr uint32_t kFlagAck = 1u << 6;     // push: acknowledge it (kAck) as soo
 constexpr uint32_t kFlagNoFeedback = 1u << 7;  // compressed push (codec != 0): the worker
                                               // keeps no error feedback, so the server keeps
                                               // none when it re-encodes the sum either
+constexpr uint32_t kFlagHierarchical = 1u << 15;  // summation push of a local leader
+                                                  // (TFPS_HIERARCHICAL): the payload is
+                                                  // the sum of its host's workers; params =
+                                                  // their ranks (the sender's included),
+                                                  // who count as arrived and get no reply
 constexpr uint32_t kKnownFlags = kFlagNoData | kFlagPsInit | kFlagPsApply | kFlagPsOverwrite |
-                                 kFlagSparse | kFlagTimed | kFlagAck | kFlagNoFeedback;
+                                 kFlagSparse | kFlagTimed | kFlagAck | kFlagNoFeedback |
+                                 kFlagHierarchical;
 
 // PS-mode hyperparameters (Head::params) of a kFlagPsApply push: the values that
 // optimizer_spec.h's table lists for Header::optimizer, in its order, then the initial
