@@ -16,8 +16,8 @@
 // nothing; whatever is still linked at shutdown (or at a crash's next shutdown of another
 // local worker) is unlinked by every local worker that knows its name.
 //
-// One thread owns every segment and polls the pending calls (a spin then sleeps of up to
-// 200 us): no futex on memory that a hostile or dead peer shares. Every wait has the
+// One thread owns every segment and polls the pending calls (a spin, then sleeps of up to
+// 500 us): no futex on memory that a hostile or dead peer shares. Every wait has the
 // deadline TFPS_TIMEOUT, and a peer whose process is gone (its pid in the header) fails
 // the call at once, naming the local rank.
 #ifndef TFPS_CC_ENGINE_SHM_LOCAL_REDUCE_H_
