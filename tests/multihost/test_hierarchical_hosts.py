@@ -23,21 +23,24 @@ import mlp_train_worker  # noqa: E402
 from tf_ps_ops._launch_cluster import LoggedCluster  # noqa: E402
 
 WORKER = Path(__file__).parent / "mlp_train_worker.py"
+SUM_WORKER = REPO / "tests" / "multiprocess" / "core_workers" / "hier_worker.py"
 pytestmark = [pytest.mark.skipif(not AVAILABLE, reason=WHY_NOT), pytest.mark.timeout(300)]
 
 
 class TwoHostJob(LoggedCluster):
-    """Scheduler on host 0; server i and workers 2i, 2i+1 on host 1+i."""
+    """Scheduler on host 0; server i on host 1+i; worker r on host 1 + worker_hosts[r]."""
 
-    def __init__(self, hosts, workdir, env):
-        super().__init__(PS_SERVER, workdir, 4, 2, timeout=120, env=env, cwd=REPO,
+    def __init__(self, hosts, workdir, env, worker_hosts=(0, 0, 1, 1)):
+        super().__init__(PS_SERVER, workdir, len(worker_hosts), 2, timeout=120, env=env,
+                         cwd=REPO,
                          defaults={"OPENBLAS_NUM_THREADS": "1", "TFPS_TIMEOUT": "60"})
         self._on = [netns_host(hosts, i) for i in range(3)]
+        self.worker_hosts = worker_hosts
 
     def host(self, role, index):
         if role == "scheduler":
             return self._on[0]
-        return self._on[1 + (index if role == "server" else index // 2)]
+        return self._on[1 + (index if role == "server" else self.worker_hosts[index])]
 
 
 def train(hosts, tmp_path, hierarchical):
@@ -86,3 +89,26 @@ def test_training_matches_single_process_flat_and_hierarchical(tmp_path):
     assert [s["bytes_sent"] for s in flat_stats] == [gradient_bytes] * 4
     assert [s["bytes_sent"] for s in hier_stats] == [gradient_bytes, 0, gradient_bytes, 0]
     assert hier_link < 0.75 * flat_link, (hier_link, flat_link)
+
+
+def test_two_workers_and_one_alone_sum_exactly_with_chunked_tensors(tmp_path):
+    # Host 1 sums workers 0 and 1, host 2's worker 2 pushes alone (cutting the 10 MB tensor
+    # into the same chunks); the servers add two summands, so every answer equals NumPy's
+    # ((x0 + x1) + x2) bit for bit.
+    require_build("_core*.so")
+    with Hosts(3, rate="10gbit") as hosts:
+        names = set(hosts.names + [hosts.bridge_ns])
+        job = TwoHostJob(hosts, tmp_path / "logs", {"TFPS_HIERARCHICAL": "1",
+                                                    "TFPS_PARTITION_BYTES": "65536"},
+                         worker_hosts=(0, 0, 1))
+        try:
+            job.start([sys.executable, SUM_WORKER, "3", "--exact"])
+            job.wait()
+            failed = job.failures()
+            assert not failed, "\n".join(r.describe() for r in failed)
+        finally:
+            job.close()
+    assert not names & namespaces()
+    results = job.worker_results()
+    assert "local rank 1 of 2" in results[1].stdout
+    assert "local rank 0 of 1" in results[2].stdout

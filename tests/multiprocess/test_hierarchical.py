@@ -39,7 +39,7 @@ def test_three_local_workers_sum_exactly_in_rank_order(make_cluster):
     # Only the leader pushes the summed tensors; the others send just their f16 and
     # broadcast pushes (flat): 6 steps x (64 x 2 bytes + no data for the broadcast).
     assert stats[1]["bytes_sent"] == stats[2]["bytes_sent"] == 6 * 64 * 2
-    summed = 50_003 * 4 + 777 * 8 + 999 * 4
+    summed = 50_003 * 4 + 777 * 8 + 999 * 4 + 2_500_003 * 4  # 'big' goes as 3 chunks
     assert stats[0]["bytes_sent"] == 6 * (summed + 64 * 2 + 5 * 8)
     assert shm_segments() == before  # nothing left in /dev/shm
 

@@ -11,11 +11,11 @@ from hostile import Job, T, core
 F32 = core.wire_dtype(np.dtype(np.float32))
 
 
-def push(sender, data, ranks=None, step=1):
+def push(sender, data, ranks=None, step=1, flags=0):
     fields = dict(type=T["PUSH_PULL"], key=core.key_of_name("g"), partition=0,
                   num_partitions=1, step=step, dtype=F32, sender=sender, count=data.size,
                   total_count=data.size,
-                  flags=core.FLAG_HIERARCHICAL if ranks is not None else 0)
+                  flags=flags | (core.FLAG_HIERARCHICAL if ranks is not None else 0))
     return [core.encode_head(fields, [data.size], [float(r) for r in (ranks or [])]),
             data.tobytes()]
 
@@ -88,7 +88,8 @@ def test_a_push_standing_for_ranks_it_cannot_is_refused(job, ranks, why):
 def test_a_rank_already_pushed_cannot_be_covered_again(job):
     address = job.register_workers(4)
     socks = [job.connect_worker(address, rank) for rank in range(4)]
-    socks[1].send_multipart(push(1, np.ones(2, np.float32)))
+    socks[1].send_multipart(push(1, np.ones(2, np.float32), flags=core.FLAG_ACK))
+    assert reply(socks[1])[0]["type"] == T["ACK"]  # it is in before the leader's push
     socks[0].send_multipart(push(0, np.ones(2, np.float32), ranks=[0, 1]))
     fields, payload = reply(socks[0])
     assert fields["type"] == T["ERROR"] and "rank 1" in payload.decode(), payload

@@ -27,6 +27,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from native import init_from_env, load_core  # noqa: E402
 
 COUNT = 50_003  # odd: partitions of uneven size over both servers
+BIG = 2_500_003  # 10 MB: 3 chunks of hierarchical aggregation (4 MB each at most)
 
 
 def inputs(rank, step, count_f32=COUNT):
@@ -36,13 +37,14 @@ def inputs(rank, step, count_f32=COUNT):
         "f64": rng.standard_normal(777),
         "i32": rng.integers(-2**31, 2**31 - 1, 999, dtype=np.int32),  # sums wrap around
         "f16": rng.standard_normal(64).astype(np.float16),
+        "big": rng.standard_normal(BIG).astype(np.float32),
     }
 
 
 def expected(size, step):
     per_rank = [inputs(r, step) for r in range(size)]
     out = {}
-    for name in ("f32", "f64"):
+    for name in ("f32", "f64", "big"):
         acc = per_rank[0][name].copy()
         for r in range(1, size):
             acc = acc + per_rank[r][name]  # same dtype: one rounding per addition
@@ -80,7 +82,7 @@ def main():
             got = dict(zip(names, core.push_pull_group(names, list(x.values()))))
             root = core.push_pull("bcast", np.full(5, rank, np.int64), root_rank=0)
             want = expected(size, step)
-            for name in ("f32", "f64", "i32"):
+            for name in ("f32", "f64", "i32", "big"):
                 if args.exact or name == "i32":
                     ok = got[name].tobytes() == want[name].tobytes()
                 else:

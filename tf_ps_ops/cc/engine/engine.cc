@@ -829,13 +829,14 @@ Status Engine::StartHierarchical(const Config& config, const ClusterView& view) 
     return status.WithPrefix("sharing the hierarchical aggregation's token (every worker "
                              "must set the same TFPS_HIERARCHICAL): ");
   }
-  if (local.size() < 2) return Status::Ok();
-  if (local.size() > static_cast<size_t>(kMaxParams)) {  // a push lists at most that many
+  // Alone on its host (or on one with more workers than a push can list), a worker still
+  // goes through Hierarchical, which cuts tensors into the same chunks everywhere.
+  const bool alone = local.size() < 2 || local.size() > static_cast<size_t>(kMaxParams);
+  if (local.size() > static_cast<size_t>(kMaxParams)) {
     TFPS_LOG(Warning) << local.size() << " workers on this host: hierarchical aggregation "
                       << "takes at most " << kMaxParams << "; this host's workers push alone";
-    return Status::Ok();
   }
-  if (leader_token.find_first_not_of("0123456789abcdef") != std::string::npos) {
+  if (!alone && leader_token.find_first_not_of("0123456789abcdef") != std::string::npos) {
     return Internal("the local leader sent a malformed shared-memory token");
   }
   std::weak_ptr<Loop> weak;
@@ -854,9 +855,13 @@ Status Engine::StartHierarchical(const Config& config, const ClusterView& view) 
     one.emplace_back(std::move(push));
     loop->Enqueue(std::move(one));
   };
-  auto reduce = std::make_unique<ShmLocalReduce>(leader_token, local, local_rank_,
-                                                 config.timeout_s);
-  auto hierarchical = std::make_shared<Hierarchical>(std::move(reduce), local, submit);
+  std::unique_ptr<LocalReduce> reduce;
+  if (!alone) {
+    reduce = std::make_unique<ShmLocalReduce>(leader_token, local, local_rank_,
+                                              config.timeout_s);
+  }
+  auto hierarchical = std::make_shared<Hierarchical>(
+      std::move(reduce), alone ? std::vector<int>{rank_} : local, submit);
   std::lock_guard<std::mutex> loop_lock(loop_mu_);
   hierarchical_ = std::move(hierarchical);
   TFPS_LOG(Debug) << "hierarchical aggregation: local rank " << local_rank_ << " of "
