@@ -38,13 +38,14 @@ def inputs(rank, step, count_f32=COUNT):
         "i32": rng.integers(-2**31, 2**31 - 1, 999, dtype=np.int32),  # sums wrap around
         "f16": rng.standard_normal(64).astype(np.float16),
         "big": rng.standard_normal(BIG).astype(np.float32),
+        "empty": np.zeros(0, np.float32),
     }
 
 
 def expected(size, step):
     per_rank = [inputs(r, step) for r in range(size)]
     out = {}
-    for name in ("f32", "f64", "big"):
+    for name in ("f32", "f64", "big", "empty"):
         acc = per_rank[0][name].copy()
         for r in range(1, size):
             acc = acc + per_rank[r][name]  # same dtype: one rounding per addition
@@ -82,7 +83,7 @@ def main():
             got = dict(zip(names, core.push_pull_group(names, list(x.values()))))
             root = core.push_pull("bcast", np.full(5, rank, np.int64), root_rank=0)
             want = expected(size, step)
-            for name in ("f32", "f64", "i32", "big"):
+            for name in ("f32", "f64", "i32", "big", "empty"):
                 if args.exact or name == "i32":
                     ok = got[name].tobytes() == want[name].tobytes()
                 else:

@@ -77,11 +77,12 @@ const std::vector<ConfigEntry>& ConfigTable() {
        "1: onebit, topk and randomk keep what each push_pull did not send (per tensor and "
        "partition, on the worker; per partition on the server for the sum) and add it to the "
        "next call. 0: no memory (the plain, biased codec)."},
-      {"TFPS_HIERARCHICAL", "int", "0",
+      {"TFPS_HIERARCHICAL", "int", "1",
        "1: workers on the same host (local_size > 1) sum dense float32/float64/int32/int64 "
        "push_pulls locally through shared memory first; only local rank 0 talks to the "
-       "servers and hands the sum back (docs/hierarchical.md). Must agree on every worker. "
-       "0: every worker pushes its own gradient."},
+       "servers and hands the sum back (docs/hierarchical.md; measured faster in every "
+       "configuration, benchmarks/RESULTS.md). Must agree on every worker. 0: every worker "
+       "pushes its own gradient (the flat path)."},
   };
   return table;
 }

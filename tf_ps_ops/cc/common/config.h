@@ -40,7 +40,7 @@ struct Config {
   std::string timeline;            // TFPS_TIMELINE
   std::string compression;         // TFPS_COMPRESSION (engine: cc/codec's ParseCodec)
   bool error_feedback = true;      // TFPS_ERROR_FEEDBACK
-  bool hierarchical = false;       // TFPS_HIERARCHICAL
+  bool hierarchical = true;        // TFPS_HIERARCHICAL
   std::string bind;                // TFPS_BIND
   std::string auth_secret_key;     // read from TFPS_AUTH_KEY_FILE (Z85); empty: no CURVE
 };

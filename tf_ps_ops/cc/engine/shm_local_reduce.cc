@@ -250,7 +250,15 @@ std::optional<Status> ShmLocalReduce::MemberReceiveOnPoll(const LocalTensor& t, 
     TFPS_RETURN_IF_ERROR(PeerAlive(*leader, 0, t));
     return std::nullopt;
   }
-  const auto code = static_cast<Code>(h->result_code.load(std::memory_order_relaxed));
+  auto code = static_cast<Code>(h->result_code.load(std::memory_order_relaxed));
+  switch (code) {  // shared memory is input too: only codes that exist
+    case Code::kOk: case Code::kInvalidArgument: case Code::kDeadlineExceeded:
+    case Code::kAlreadyExists: case Code::kFailedPrecondition: case Code::kAborted:
+    case Code::kInternal: case Code::kUnavailable:
+      break;
+    default:
+      code = Code::kInternal;
+  }
   if (code != Code::kOk) {
     char text[sizeof(h->error)];
     std::memcpy(text, h->error, sizeof(text));
