@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 WORKER = Path(__file__).parent / "core_workers" / "hier_worker.py"
 HIER = {"TFPS_HIERARCHICAL": "1", "TFPS_PARTITION_BYTES": "65536", "TFPS_TIMEOUT": "60"}
 
@@ -83,3 +85,19 @@ def test_local_workers_that_disagree_on_a_shape_fail_naming_the_tensor(make_clus
     leader = cluster.result("worker", 0)
     assert "local rank 1 (rank 1)" in leader.stderr, leader.describe()
     assert "shape" in leader.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small /dev/shm needs root")
+def test_a_dev_shm_too_small_is_a_clear_error_not_a_crash(make_cluster):
+    # Each worker gets its own 1 MB /dev/shm (a private mount namespace): the 10 MB
+    # tensor's 4 MB chunks cannot be reserved. Without the reservation a write into the
+    # mapping would die of SIGBUS once the tmpfs is full.
+    cluster = make_cluster(2, 1, timeout=120, env={**HIER, "TFPS_TIMEOUT": "20"})
+    shell = ("mount -t tmpfs -o size=1m,mode=1777 tmpfs /dev/shm && exec \"$@\"")
+    cluster.start(["unshare", "--mount", "--propagation", "private", "sh", "-c", shell, "sh",
+                   sys.executable, WORKER, "1", "--only", "big"])
+    for rank in (0, 1):
+        result = cluster.wait_for("worker", rank, timeout=60)
+        assert result.returncode == 3, result.describe()
+        assert "cannot reserve" in result.stderr and "TFPS_HIERARCHICAL=0" in result.stderr, \
+            result.describe()

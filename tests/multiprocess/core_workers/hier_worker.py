@@ -10,6 +10,7 @@ at once, and checks every answer against NumPy.
 --digest FILE: writes the SHA-256 of every answer's bytes (rank 0), to compare runs.
 --die-at N: rank size-1 kills itself (SIGKILL) instead of calling step N.
 --count-of-rank R:N: rank R uses N elements for 'f32' (a shape mismatch).
+--only NAME: push_pull only that tensor (no checks).
 Prints "step N ok" after each step and "stats {json}" at the end; on an error prints it
 to stderr and exits 3.
 """
@@ -65,6 +66,7 @@ def main():
     parser.add_argument("--digest")
     parser.add_argument("--die-at", type=int, default=-1)
     parser.add_argument("--count-of-rank", default="")
+    parser.add_argument("--only")
     args = parser.parse_args()
     core = load_core()
     digest = hashlib.sha256()
@@ -79,6 +81,9 @@ def main():
             if step == args.die_at and rank == size - 1:
                 os.kill(os.getpid(), signal.SIGKILL)
             x = inputs(rank, step, count_f32)
+            if args.only:
+                core.push_pull(args.only, x[args.only])
+                continue
             names = [f"{name}" for name in x]
             got = dict(zip(names, core.push_pull_group(names, list(x.values()))))
             root = core.push_pull("bcast", np.full(5, rank, np.int64), root_rank=0)

@@ -28,12 +28,21 @@ Status ShmSegment::Create(const std::string& name, uint64_t bytes, uint32_t dtyp
   *out = nullptr;
   const size_t size = kShmDataOffset + bytes;
   const int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) return Errno("cannot create", name);
-  if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
-    Status s = Errno("cannot size (" + std::to_string(size) + " bytes; is /dev/shm full?)", name);
+  if (fd < 0) {
+    return Errno("cannot create", name).WithPrefix(
+        "hierarchical aggregation (TFPS_HIERARCHICAL=0 turns it off): ");
+  }
+  // Reserve the pages now: a tmpfs that runs out later kills the process with SIGBUS on a
+  // write (Docker gives containers 64 MB of /dev/shm unless --shm-size says more).
+  int err = ftruncate(fd, static_cast<off_t>(size)) != 0 ? errno : 0;
+  if (err == 0) err = posix_fallocate(fd, 0, static_cast<off_t>(size));
+  if (err != 0) {
     close(fd);
     shm_unlink(name.c_str());
-    return s;
+    return FailedPrecondition("cannot reserve " + std::to_string(size) + " bytes of shared "
+                             "memory for hierarchical aggregation (" + name + "): " +
+                             std::strerror(err) + ". Is /dev/shm too small (df /dev/shm; "
+                             "Docker: --shm-size)? TFPS_HIERARCHICAL=0 turns it off");
   }
   void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
