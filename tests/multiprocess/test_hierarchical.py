@@ -101,3 +101,16 @@ def test_a_dev_shm_too_small_is_a_clear_error_not_a_crash(make_cluster):
         assert result.returncode == 3, result.describe()
         assert "cannot reserve" in result.stderr and "TFPS_HIERARCHICAL=0" in result.stderr, \
             result.describe()
+
+
+@pytest.mark.parametrize("hierarchical", ["0", "1"])
+def test_colocated_servers_through_shared_memory(make_cluster, hierarchical):
+    # TFPS_SHM_SERVER=1: every server is on this host, so every partition too large to be
+    # fused goes through a segment shared with its server; the sums must not change.
+    before = shm_segments()
+    cluster = make_cluster(3, 2, timeout=120, env={**HIER, "TFPS_SHM_SERVER": "1",
+                                                   "TFPS_HIERARCHICAL": hierarchical})
+    cluster.start([sys.executable, WORKER, "4"] + (["--exact"] if hierarchical == "1" else []))
+    cluster.wait()
+    cluster.assert_ok()
+    assert shm_segments() == before

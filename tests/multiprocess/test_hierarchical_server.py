@@ -93,3 +93,32 @@ def test_a_rank_already_pushed_cannot_be_covered_again(job):
     socks[0].send_multipart(push(0, np.ones(2, np.float32), ranks=[0, 1]))
     fields, payload = reply(socks[0])
     assert fields["type"] == T["ERROR"] and "rank 1" in payload.decode(), payload
+
+
+def shm_push(sender, count):
+    fields = dict(type=T["PUSH_PULL_SHM"], key=core.key_of_name("g"), partition=0,
+                  num_partitions=1, step=1, dtype=F32, sender=sender, count=count,
+                  total_count=count)
+    return [core.encode_head(fields, [count]), b""]
+
+
+def test_a_shared_memory_push_needs_the_offer_and_the_segment(tmp_path):
+    job = Job(tmp_path, num_workers=2, env={"TFPS_TIMEOUT": "20", "TFPS_SHM_SERVER": "1"})
+    try:
+        address = job.register_workers(2)
+        plain = job.connect_worker(address, 0)  # a hello that did not ask for shared memory
+        plain.send_multipart(shm_push(0, 4))
+        fields, payload = reply(plain)
+        assert fields["type"] == T["ERROR"] and b"shared-memory hello" in payload, payload
+        assert fields["key"] == core.key_of_name("g")  # about that push: it fails at once
+        asked = job.socket(__import__("zmq").DEALER, b"w1")
+        asked.connect("tcp://" + address)
+        asked.send_multipart([core.encode_head(dict(type=T["HELLO"], sender=1)), b"shm"])
+        fields, offer = reply(asked)
+        assert fields["type"] == T["HELLO_REPLY"] and offer.startswith(b"shm=")
+        assert len(offer) == 4 + 32  # 128 random bits: the names are the server's to pick
+        asked.send_multipart(shm_push(1, 4))  # no segment by that name exists
+        fields, payload = reply(asked)
+        assert fields["type"] == T["ERROR"] and b"no shared memory /tfps-p" in payload, payload
+    finally:
+        job.close()

@@ -83,6 +83,11 @@ const std::vector<ConfigEntry>& ConfigTable() {
        "servers and hands the sum back (docs/hierarchical.md; measured faster in every "
        "configuration, benchmarks/RESULTS.md). Must agree on every worker. 0: every worker "
        "pushes its own gradient (the flat path)."},
+      {"TFPS_SHM_SERVER", "int", "0",
+       "1: a worker and the ps_server on its own host exchange dense uncompressed partitions "
+       "through shared memory (a segment per partition, 0600, named after a random token the "
+       "server hands out) instead of loopback TCP; only the 64-byte heads cross the socket "
+       "(docs/hierarchical.md). Read by workers and servers. 0: loopback TCP."},
   };
   return table;
 }
@@ -212,6 +217,9 @@ Status LoadConfig(Config* config) {
   int64_t hierarchical = 0;
   TFPS_RETURN_IF_ERROR(ParseInt("TFPS_HIERARCHICAL", 0, 1, &hierarchical));
   config->hierarchical = hierarchical != 0;
+  int64_t shm_server = 0;
+  TFPS_RETURN_IF_ERROR(ParseInt("TFPS_SHM_SERVER", 0, 1, &shm_server));
+  config->shm_server = shm_server != 0;
   config->checkpoint_dir = Lookup("TFPS_CHECKPOINT_DIR");
   TFPS_RETURN_IF_ERROR(
       ParseInt("TFPS_CHECKPOINT_EVERY", 0, int64_t{1} << 50, &config->checkpoint_every));

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <chrono>
 #include <cstring>
 #include <deque>
@@ -25,6 +26,7 @@
 #include "tf_ps_ops/cc/engine/shm_local_reduce.h"
 #include "tf_ps_ops/cc/engine/timeline.h"
 #include "tf_ps_ops/cc/transport/auth.h"
+#include "tf_ps_ops/cc/transport/shm_segment.h"
 #include "tf_ps_ops/cc/transport/zmq_util.h"
 
 namespace tfps {
@@ -60,6 +62,10 @@ class Engine::Loop {
     std::unique_ptr<zmq::socket_t> socket;
     std::unique_ptr<Monitor> monitor;
     std::string dead;  // why it is unusable; empty while alive
+    // TFPS_SHM_SERVER, a server on this host: the token it handed out, and per (key,
+    // partition) the segment its dense partitions travel through (ps_server/shm_peers.h).
+    std::string shm_token;
+    std::map<std::pair<uint64_t, uint32_t>, std::unique_ptr<ShmSegment>> shm;
   };
   // kAcked: the server has it (credit returned), its answer is still due.
   enum PartState : uint8_t { kQueued = 0, kSent = 1, kAcked = 2, kDone = 3 };
@@ -96,6 +102,9 @@ class Engine::Loop {
     return (op.row_begin[index + 1] - op.row_begin[index]) *
            (sizeof(int64_t) + op.row_elems * elem);
   }
+  // The partition's segment with the server (created on first use), nullptr with *status
+  // on failure (TFPS_SHM_SERVER).
+  ShmSegment* ShmOfOnLoop(int server, const Op& op, uint32_t index, Status* status);
   Status PrepareSparseOnLoop(Op& op) const;
   zmq::message_t SparsePayload(const Op& op, uint32_t index) const;
   Status OnSparseReplyOnLoop(Op& op, const Header& h, const zmq::message_t& payload);
@@ -117,6 +126,7 @@ class Engine::Loop {
   std::unique_ptr<ZapHandler> zap_;  // with a job key: admits only its holders (peer port)
   std::unique_ptr<zmq::socket_t> scheduler_;
   std::vector<Server> servers_;
+  std::string own_host_;  // as the scheduler sees this worker (colocated servers share it)
   // The engine thread once RunOnLoop starts; until then the thread in Engine::Init, which
   // connects. Declared before mesh_, which checks against it too.
   LoopThread loop_thread_;
@@ -168,6 +178,7 @@ Status Engine::Loop::Connect(const EngineOptions& options, ClusterView* view) {
                            " servers (TFPS_NUM_SERVERS/DMLC_NUM_SERVER) but the scheduler knows " +
                            std::to_string(view->servers.size()));
   }
+  own_host_ = view->worker_hosts[rank_];
   servers_.resize(view->servers.size());
   for (size_t i = 0; i < view->servers.size(); ++i) {
     servers_[i].address = view->servers[i];
@@ -206,6 +217,10 @@ Status Engine::Loop::Connect(const EngineOptions& options, ClusterView* view) {
       if (head.header.type == static_cast<uint16_t>(MsgType::kHelloReply) && !answered[i]) {
         answered[i] = true;
         ++num_answered;
+        const std::string offer = frames.size() > 1 ? frames[1].to_string() : "";
+        if (offer.rfind("shm=", 0) == 0 && IsShmToken(offer.substr(4))) {
+          servers_[i].shm_token = offer.substr(4);
+        }
       }
     }
   }
@@ -224,7 +239,9 @@ Status Engine::Loop::OpenServerOnLoop(size_t i) {
   Head hello;
   hello.header.type = static_cast<uint16_t>(MsgType::kHello);
   hello.header.sender = rank_;
-  return SendMessage(*s.socket, "", hello, zmq::message_t());
+  const bool colocated = s.address.substr(0, s.address.rfind(':')) == own_host_;
+  const std::string ask = config_.shm_server && colocated ? "shm" : "";
+  return SendMessage(*s.socket, "", hello, zmq::message_t(ask.data(), ask.size()));
 }
 
 void Engine::Loop::Enqueue(std::vector<Request> requests) {
@@ -430,6 +447,12 @@ Status Engine::Loop::SendPartOnLoop(uint64_t op_id, Op& o, uint32_t index) {
     if (!codec_.FeedbackFor(r)) h.flags |= kFlagNoFeedback;
     wire_bytes = encoded->size();
     payload = ZeroCopyMessage(encoded->data(), encoded->size(), encoded);
+  } else if (!sparse && !fuse && !no_data && !servers_[p.server].shm_token.empty()) {
+    Status st;
+    ShmSegment* shm = ShmOfOnLoop(p.server, o, index, &st);
+    TFPS_RETURN_IF_ERROR(st);
+    std::memcpy(shm->data(), static_cast<const char*>(r.input) + p.offset * elem, bytes);
+    h.type = static_cast<uint16_t>(MsgType::kPushPullShm);  // the head alone travels
   } else {
     payload = sparse ? SparsePayload(o, index)
                      : ZeroCopyMessage(static_cast<const char*>(r.input) + p.offset * elem,
@@ -450,6 +473,30 @@ Status Engine::Loop::SendPartOnLoop(uint64_t op_id, Op& o, uint32_t index) {
   bytes_sent_ += wire_bytes;
   ++parts_sent_;
   return Status::Ok();
+}
+
+ShmSegment* Engine::Loop::ShmOfOnLoop(int server, const Op& op, uint32_t index,
+                                      Status* status) {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
+  Server& s = servers_[server];
+  const uint64_t bytes = op.parts[index].count * DTypeSize(op.request.dtype);
+  std::unique_ptr<ShmSegment>& segment = s.shm[{op.key, index}];
+  if (segment && segment->header()->bytes != bytes) segment.reset();  // cannot happen
+  if (!segment) {
+    char key_hex[17];
+    std::snprintf(key_hex, sizeof(key_hex), "%016llx", static_cast<unsigned long long>(op.key));
+    ShmSegment* created = nullptr;
+    *status = ShmSegment::Create("/tfps-p" + s.shm_token + "-" + key_hex + "-" +
+                                     std::to_string(index),
+                                 bytes, static_cast<uint32_t>(op.request.dtype), -1, &created);
+    if (!status->ok()) {
+      s.shm.erase({op.key, index});
+      *status = status->WithPrefix("TFPS_SHM_SERVER (0 turns it off): ");
+      return nullptr;
+    }
+    segment.reset(created);
+  }
+  return segment.get();
 }
 
 void Engine::Loop::OnMessageOnLoop(int server, std::vector<zmq::message_t>& frames) {
@@ -532,7 +579,14 @@ void Engine::Loop::OnReplyOnLoop(int server, zmq::message_t& head_frame,
   }
   const Partition& p = op.parts[h.partition];
   const size_t elem = DTypeSize(op.request.dtype);
-  if (h.type != static_cast<uint16_t>(MsgType::kPushPullReply) || h.count != p.count ||
+  const bool in_shm = h.type == static_cast<uint16_t>(MsgType::kPushPullReplyShm);
+  const ShmSegment* shm = nullptr;
+  if (in_shm) {
+    auto found = servers_[server].shm.find({h.key, h.partition});
+    if (found != servers_[server].shm.end()) shm = found->second.get();
+  }
+  if ((h.type != static_cast<uint16_t>(MsgType::kPushPullReply) && shm == nullptr) ||
+      h.count != p.count ||
       h.dtype != static_cast<uint8_t>(op.request.dtype) ||
       h.codec != static_cast<uint8_t>(op.codec.id)) {
     FinishOnLoop(id, Internal(Describe(server) + " answered partition " +
@@ -548,7 +602,7 @@ void Engine::Loop::OnReplyOnLoop(int server, zmq::message_t& head_frame,
       return;
     }
   } else if (p.count > 0) {
-    std::memcpy(out, payload_frame->data(), p.count * elem);
+    std::memcpy(out, in_shm ? shm->data() : payload_frame->data(), p.count * elem);
   }
   bytes_received_ += payload_frame != nullptr ? payload_frame->size() : 0;
   if (--op.remaining == 0) FinishOnLoop(id, Status::Ok());
@@ -712,6 +766,8 @@ void Engine::Loop::SayGoodbyeOnLoop() {
   for (Server& s : servers_) {
     s.monitor.reset();
     s.socket->close();
+    for (auto& kv : s.shm) kv.second->Unlink();  // a server that never mapped it
+    s.shm.clear();
   }
   scheduler_->close();
   mesh_.CloseOnLoop();

@@ -1,7 +1,6 @@
 #include "tf_ps_ops/cc/engine/shm_local_reduce.h"
 
 #include <signal.h>
-#include <sys/random.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -51,17 +50,7 @@ ShmLocalReduce::ShmLocalReduce(std::string token, std::vector<int> ranks, int lo
 
 ShmLocalReduce::~ShmLocalReduce() { Shutdown(); }
 
-Status ShmLocalReduce::NewToken(std::string* token) {
-  unsigned char bytes[16];
-  if (getrandom(bytes, sizeof(bytes), 0) != static_cast<ssize_t>(sizeof(bytes))) {
-    return Internal(std::string("cannot draw a random shared-memory token: ") +
-                    std::strerror(errno));
-  }
-  char hex[33];
-  for (int i = 0; i < 16; ++i) std::snprintf(hex + 2 * i, 3, "%02x", bytes[i]);
-  *token = hex;
-  return Status::Ok();
-}
+Status ShmLocalReduce::NewToken(std::string* token) { return NewShmToken(token); }
 
 std::string ShmLocalReduce::Describe(int local_rank) const {
   return "local rank " + std::to_string(local_rank) + " (rank " +
@@ -171,8 +160,9 @@ Status ShmLocalReduce::PeerOnPoll(const LocalTensor& t, int local_rank, ShmSegme
     }
     if (local_rank_ == 0) {
       slot->Unlink();  // the leader is a member segment's only reader
-    } else {
-      slot->header()->attached.fetch_add(1, std::memory_order_acq_rel);
+    } else if (slot->header()->attached.fetch_add(1, std::memory_order_acq_rel) + 2 >=
+               ranks_.size()) {
+      slot->Unlink();  // the last member to map the leader's segment: no one else needs it
     }
   }
   *peer = slot.get();

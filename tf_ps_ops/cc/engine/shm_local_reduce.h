@@ -36,7 +36,7 @@
 #include <vector>
 
 #include "tf_ps_ops/cc/engine/local_reduce.h"
-#include "tf_ps_ops/cc/engine/shm_segment.h"
+#include "tf_ps_ops/cc/transport/shm_segment.h"
 
 namespace tfps {
 

@@ -69,7 +69,11 @@ DType DTypeOfElement(char kind, size_t size);
   X(kBye, 8, "BYE", "worker -> server/scheduler: clean shutdown")                             \
   X(kPeerData, 9, "PEER_DATA", "worker -> worker: its part of an allgather (SFB factors)")    \
   X(kBatch, 10, "BATCH", "several kPushPull (worker -> server) or replies (server -> worker)") \
-  X(kAck, 11, "ACK", "server -> worker: a kFlagAck push (key, partition, step) arrived")
+  X(kAck, 11, "ACK", "server -> worker: a kFlagAck push (key, partition, step) arrived")        \
+  X(kPushPullShm, 12, "PUSH_PULL_SHM",                                                          \
+    "worker -> colocated server: a kPushPull whose payload is in shared memory (no frame)")   \
+  X(kPushPullReplyShm, 13, "PUSH_PULL_REPLY_SHM",                                               \
+    "server -> colocated worker: the answer to a kPushPullShm is in its shared memory")
 
 enum class MsgType : uint16_t {
 #define TFPS_MSG_TYPE_ENUMERATOR(enumerator, value, name, doc) enumerator = value,
@@ -166,6 +170,12 @@ struct Head {
   std::vector<int64_t> dims;  // shape of the whole tensor (push only)
   std::vector<double> params;  // optimizer hyperparameters (PS-mode push only)
 };
+
+// A push or reply whose payload travels through shared memory (colocated worker and
+// server, TFPS_SHM_SERVER) is the kPushPull / kPushPullReply it stands for in every field
+// but the type, and has no payload frame: DecodeHead checks it as that message with the
+// payload it stands for (dense, uncompressed only), CheckMessageSize likewise.
+MsgType BaseType(MsgType type);  // kPushPullShm -> kPushPull, ...; others unchanged
 
 // Serialises a head frame.
 std::string EncodeHead(const Head& head);

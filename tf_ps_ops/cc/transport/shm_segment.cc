@@ -1,11 +1,13 @@
-#include "tf_ps_ops/cc/engine/shm_segment.h"
+#include "tf_ps_ops/cc/transport/shm_segment.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <new>
 
@@ -114,5 +116,21 @@ void ShmSegment::Unlink() {
 }
 
 void UnlinkShm(const std::string& name) { shm_unlink(name.c_str()); }
+
+Status NewShmToken(std::string* token) {
+  unsigned char bytes[16];
+  if (getrandom(bytes, sizeof(bytes), 0) != static_cast<ssize_t>(sizeof(bytes))) {
+    return Internal(std::string("cannot draw a random shared-memory token: ") +
+                    std::strerror(errno));
+  }
+  char hex[33];
+  for (int i = 0; i < 16; ++i) std::snprintf(hex + 2 * i, 3, "%02x", bytes[i]);
+  *token = hex;
+  return Status::Ok();
+}
+
+bool IsShmToken(const std::string& text) {
+  return text.size() == 32 && text.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
 
 }  // namespace tfps

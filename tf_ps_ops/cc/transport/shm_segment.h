@@ -3,8 +3,8 @@
 // who writes what). Created O_EXCL with mode 0600; opened only when it belongs to this
 // user, is readable by no one else and has exactly the expected size, so a segment planted
 // by another user, or one still being set up, is never read.
-#ifndef TFPS_CC_ENGINE_SHM_SEGMENT_H_
-#define TFPS_CC_ENGINE_SHM_SEGMENT_H_
+#ifndef TFPS_CC_TRANSPORT_SHM_SEGMENT_H_
+#define TFPS_CC_TRANSPORT_SHM_SEGMENT_H_
 
 #include <atomic>
 #include <cstdint>
@@ -64,6 +64,10 @@ class ShmSegment {
 // Unlinks `name` if it exists; for cleanup of segments this process did not map.
 void UnlinkShm(const std::string& name);
 
+// 128 bits from the kernel's random source, as 32 hex digits: what makes names unguessable.
+Status NewShmToken(std::string* token);
+bool IsShmToken(const std::string& text);
+
 }  // namespace tfps
 
-#endif  // TFPS_CC_ENGINE_SHM_SEGMENT_H_
+#endif  // TFPS_CC_TRANSPORT_SHM_SEGMENT_H_
