@@ -76,6 +76,7 @@ def test_a_local_worker_killed_fails_the_others_naming_it(make_cluster):
 
 
 def test_local_workers_that_disagree_on_a_shape_fail_naming_the_tensor(make_cluster):
+    before = shm_segments()
     cluster = make_cluster(2, 1, timeout=120, env={**HIER, "TFPS_TIMEOUT": "10"})
     cluster.start([sys.executable, WORKER, "2", "--count-of-rank", "1:100"])
     for rank in (0, 1):
@@ -85,6 +86,8 @@ def test_local_workers_that_disagree_on_a_shape_fail_naming_the_tensor(make_clus
     leader = cluster.result("worker", 0)
     assert "local rank 1 (rank 1)" in leader.stderr, leader.describe()
     assert "shape" in leader.stderr
+    # The workers exited without shutdown(): their segments went at exit all the same.
+    assert shm_segments() == before
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small /dev/shm needs root")

@@ -7,13 +7,43 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <new>
+#include <set>
 
 namespace tfps {
 
 namespace {
+
+// Names this process created and has not unlinked: unlinked at exit too, so that a
+// process that exits without shutting tf_ps_ops down (sys.exit after an error) leaves
+// nothing in /dev/shm. (A SIGKILL runs nothing: the peers' unlinking covers that.)
+std::mutex& ExitMutex() {
+  static auto* mu = new std::mutex;
+  return *mu;
+}
+std::set<std::string>& ExitNames() {
+  static auto* names = new std::set<std::string>;
+  return *names;
+}
+void UnlinkAtExit() {
+  std::lock_guard<std::mutex> lock(ExitMutex());
+  for (const std::string& name : ExitNames()) shm_unlink(name.c_str());
+  ExitNames().clear();
+}
+void RememberForExit(const std::string& name) {
+  static std::once_flag registered;
+  std::call_once(registered, [] { std::atexit(UnlinkAtExit); });
+  std::lock_guard<std::mutex> lock(ExitMutex());
+  ExitNames().insert(name);
+}
+void ForgetForExit(const std::string& name) {
+  std::lock_guard<std::mutex> lock(ExitMutex());
+  ExitNames().erase(name);
+}
 
 Status Errno(const std::string& what, const std::string& name) {
   return Internal(what + " shared memory " + name + ": " + std::strerror(errno));
@@ -53,6 +83,7 @@ Status ShmSegment::Create(const std::string& name, uint64_t bytes, uint32_t dtyp
     shm_unlink(name.c_str());
     return s;
   }
+  RememberForExit(name);
   auto* h = new (base) ShmHeader();
   h->bytes = bytes;
   h->dtype = dtype;
@@ -113,6 +144,7 @@ void ShmSegment::Unlink() {
   if (!linked_) return;
   linked_ = false;
   shm_unlink(name_.c_str());
+  ForgetForExit(name_);
 }
 
 void UnlinkShm(const std::string& name) { shm_unlink(name.c_str()); }
