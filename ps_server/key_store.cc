@@ -89,6 +89,7 @@ void KeyStore::Answer(Round& round, std::vector<Outgoing>* out) {
   const std::string encoded = EncodeHead(head);
   const double ready_us = round.received_us.empty() ? 0 : WallMicros();
   for (int rank = 0; rank < num_workers_; ++rank) {
+    if (round.answered[rank]) continue;  // its local leader hands it the sum (hierarchical)
     const bool timed = !round.received_us.empty() && round.received_us[rank] > 0;
     if (!timed) {
       out->push_back(Outgoing{WorkerIdentity(rank), encoded, reply});  // shared, not copied

@@ -33,7 +33,8 @@ struct Round {
   std::vector<double> params;  // the first push's hyperparameters and slot values (PS mode)
   int first_sender = -1;
   std::vector<bool> arrived;
-  std::vector<bool> answered;       // failed already (an error reply went out)
+  std::vector<bool> answered;       // failed already (an error reply went out), or summed
+                                    // by a local leader, which answers it (hierarchical)
   std::vector<double> received_us;  // per worker, when its push has kFlagTimed
   int num_arrived = 0;
   Buffer sum;                // float32 when the pushes are compressed (decoded on arrival)
@@ -71,6 +72,8 @@ class SumRounds {
   Round& Open(const Head& head, const RoundId& id);
   // Why this push cannot join the round (a disagreement with its first push); Ok if it can.
   Status Mismatch(const Round& round, const Head& head) const;
+  // Marks the ranks a local leader's push stands for (kFlagHierarchical) as arrived.
+  Status AddCovered(Round& round, const Head& head);
   // A compressed push's payload, decoded to float32 in place of the encoded one.
   Status DecodeInto(Round& round, const Header& h, Buffer* payload) const;
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstddef>
 #include <cstring>
 
 #include "tf_ps_ops/cc/codec/codec.h"
@@ -159,7 +160,46 @@ Status CheckTensorFields(const Head& head, size_t payload_size) {
 
 }  // namespace
 
+namespace {
+Status DecodeHeadAsSent(const void* data, size_t size, size_t payload_size, Head* head);
+}  // namespace
+
+MsgType BaseType(MsgType type) {
+  if (type == MsgType::kPushPullShm) return MsgType::kPushPull;
+  if (type == MsgType::kPushPullReplyShm) return MsgType::kPushPullReply;
+  return type;
+}
+
 Status DecodeHead(const void* data, size_t size, size_t payload_size, Head* head) {
+  if (size >= sizeof(Header)) {
+    Header h;
+    std::memcpy(&h, data, sizeof(Header));
+    const auto type = static_cast<MsgType>(h.type);
+    if (h.magic == kMagic && h.version == kProtocolVersion && BaseType(type) != type) {
+      if (payload_size != 0 || h.codec != 0 || (h.flags & kFlagSparse) != 0) {
+        return InvalidArgument("a shared-memory push or reply carries no payload frame and "
+                               "is dense and uncompressed");
+      }
+      const uint64_t elem = DTypeSize(static_cast<DType>(h.dtype));
+      const bool no_data = (h.flags & kFlagNoData) != 0;
+      // An impossible size for a count out of range: the check below rejects it.
+      const uint64_t stands_for = no_data ? 0 : h.count <= kMaxElements ? h.count * elem : 1;
+      std::string as_base(static_cast<const char*>(data), size);
+      const uint16_t base = static_cast<uint16_t>(BaseType(type));
+      std::memcpy(&as_base[offsetof(Header, type)], &base, sizeof(base));
+      Status s = DecodeHeadAsSent(as_base.data(), size, stands_for, head);
+      head->header.type = h.type;
+      if (s.ok() && no_data) s = InvalidArgument("a shared-memory push carries data");
+      return s;
+    }
+  }
+  return DecodeHeadAsSent(data, size, payload_size, head);
+}
+
+namespace {
+
+// DecodeHead for every message but the shared-memory ones, which it checks as their base.
+Status DecodeHeadAsSent(const void* data, size_t size, size_t payload_size, Head* head) {
   if (size < sizeof(Header)) {
     return InvalidArgument("head frame of " + std::to_string(size) + " bytes is shorter than " +
                            std::to_string(sizeof(Header)));
@@ -241,6 +281,15 @@ Status DecodeHead(const void* data, size_t size, size_t payload_size, Head* head
     return InvalidArgument("a PS init push carries neither optimizer nor parameters");
   }
   if (h.reserved != 0) return InvalidArgument("reserved header byte is not 0");
+  if ((h.flags & kFlagHierarchical) != 0) {
+    // Which ranks it stands for is checked where the number of workers is known (server).
+    if (static_cast<MsgType>(h.type) != MsgType::kPushPull || h.nparams == 0 ||
+        (h.flags & (kFlagSparse | kFlagNoData | kFlagPsInit | kFlagPsApply)) != 0) {
+      return InvalidArgument("the hierarchical flag is only valid on a dense summation push "
+                             "that lists the ranks it sums (flags " + Hex(h.flags) + ", " +
+                             std::to_string(h.nparams) + " ranks)");
+    }
+  }
   if ((h.flags & kFlagNoFeedback) != 0 &&
       (h.codec == 0 || static_cast<MsgType>(h.type) != MsgType::kPushPull)) {
     return InvalidArgument("the no-feedback flag is only valid on a compressed push");
@@ -265,10 +314,12 @@ Status DecodeHead(const void* data, size_t size, size_t payload_size, Head* head
   return Status::Ok();
 }
 
+}  // namespace
+
 Status CheckMessageSize(const Header& h, uint64_t max_bytes) {
   // A sparse message counts rows, and its payload (checked exactly by DecodeHead) is all
   // it stands for: the transport's own limit bounds it.
-  if (!CarriesTensor(static_cast<MsgType>(h.type)) || (h.flags & kFlagSparse) != 0) {
+  if (!CarriesTensor(BaseType(static_cast<MsgType>(h.type))) || (h.flags & kFlagSparse) != 0) {
     return Status::Ok();
   }
   const DType dtype = static_cast<DType>(h.dtype);
