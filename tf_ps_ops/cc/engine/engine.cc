@@ -531,7 +531,7 @@ void Engine::Loop::OnReplyOnLoop(int server, zmq::message_t& head_frame,
   const size_t elem = DTypeSize(op.request.dtype);
   if (h.type != static_cast<uint16_t>(MsgType::kPushPullReply) || h.count != p.count ||
       h.dtype != static_cast<uint8_t>(op.request.dtype) ||
-      h.codec != static_cast<uint8_t>(op.codec.id)) {
+      h.codec != static_cast<uint8_t>(PushCodec::ReplyCodec(op.request, op.codec))) {
     FinishOnLoop(id, Internal(Describe(server) + " answered partition " +
                               std::to_string(h.partition) + " with the wrong type or size"));
     return;

@@ -24,10 +24,15 @@ Status PushCodec::Init(const Config& config) {
 }
 
 CodecSpec PushCodec::Choose(const PushPullRequest& r) const {
-  const bool plain_sum = r.root_rank < 0 &&
-                         (r.flags & (kFlagPsInit | kFlagPsApply | kFlagSparse)) == 0;
-  if (!plain_sum || r.dtype != DType::kFloat32) return CodecSpec{};
+  // A summation push or a dense PS-mode gradient (kFlagPsApply); never an init (the
+  // parameter itself), a broadcast or sparse rows.
+  const bool dense_gradient = r.root_rank < 0 && (r.flags & (kFlagPsInit | kFlagSparse)) == 0;
+  if (!dense_gradient || r.dtype != DType::kFloat32) return CodecSpec{};
   return r.codec.has_value() ? *r.codec : default_;
+}
+
+CodecId PushCodec::ReplyCodec(const PushPullRequest& r, const CodecSpec& spec) {
+  return (r.flags & kFlagPsApply) != 0 ? CodecId::kNone : spec.id;
 }
 
 bool PushCodec::FeedbackFor(const PushPullRequest& r) const {

@@ -25,8 +25,12 @@ class PushCodec {
   Status Init(const Config& config);
 
   // The codec `r` travels with: its own, else the job default; kNone where compression does
-  // not apply (not float32, a broadcast, PS mode, sparse rows): those travel as they are.
+  // not apply (not float32, a broadcast, a PS init, sparse rows): those travel as they are.
   CodecSpec Choose(const PushPullRequest& r) const;
+
+  // The codec of the server's answer to `r` pushed with `spec`: the same for a sum; none
+  // for a PS-mode gradient, answered with the parameter's float32 value.
+  static CodecId ReplyCodec(const PushPullRequest& r, const CodecSpec& spec);
 
   // Whether `r` keeps error feedback (its own choice, else TFPS_ERROR_FEEDBACK).
   bool FeedbackFor(const PushPullRequest& r) const;
