@@ -93,6 +93,13 @@ class Engine::Loop {
     return (op.row_begin[index + 1] - op.row_begin[index]) *
            (sizeof(int64_t) + op.row_elems * elem);
   }
+  // What the partition weighs on the wire: its encoded size when compressed, so that the
+  // scheduling credit and fusion count what is sent (docs/compression.md).
+  uint64_t WireBytes(const Op& op, uint32_t index) const {
+    if (op.codec.id == CodecId::kNone) return PartBytes(op, index);
+    const uint64_t n = op.parts[index].count;
+    return EncodedBytes(op.codec.id, n, SparseK(op.codec.ratio, n));
+  }
   Status PrepareSparseOnLoop(Op& op) const;
   zmq::message_t SparsePayload(const Op& op, uint32_t index) const;
   Status OnSparseReplyOnLoop(Op& op, const Header& h, const zmq::message_t& payload);
@@ -353,7 +360,7 @@ void Engine::Loop::PumpOnLoop() {
       ready_.erase(ready_.begin());
       continue;
     }
-    const uint64_t bytes = PartBytes(it->second, index);
+    const uint64_t bytes = WireBytes(it->second, index);
     // Always let one partition fly, however large: credit bounds queuing, not progress.
     if (credit > 0 && in_flight_bytes_ > 0 && in_flight_bytes_ + bytes > credit) break;
     ready_.erase(ready_.begin());
@@ -391,9 +398,10 @@ Status Engine::Loop::SendPartOnLoop(uint64_t op_id, Op& o, uint32_t index) {
   const size_t elem = DTypeSize(r.dtype);
   const bool no_data = r.root_rank >= 0 && r.root_rank != rank_;
   const uint64_t bytes = no_data ? 0 : PartBytes(o, index);
+  const uint64_t wire = no_data ? 0 : WireBytes(o, index);
   const uint64_t fusion = static_cast<uint64_t>(config_.fusion_bytes);
-  const bool fuse = bytes < fusion;  // TFPS_FUSION_BYTES=0: never
-  if (fuse && !batches_[p.server].batch.Fits(bytes, fusion)) {
+  const bool fuse = wire < fusion;  // TFPS_FUSION_BYTES=0: never
+  if (fuse && !batches_[p.server].batch.Fits(wire, fusion)) {
     FlushOnLoop(p.server);
     // A failed send fails every op in that batch, possibly this one (`o` is then gone).
     if (ops_.count(op_id) == 0) return Status::Ok();
@@ -443,7 +451,7 @@ Status Engine::Loop::SendPartOnLoop(uint64_t op_id, Op& o, uint32_t index) {
   if (o.first_sent == Clock::time_point()) o.first_sent = Clock::now();  // the first partition
   o.part_state[index] = kSent;
   pending_[PartId(o.key, o.step, p.index)] = op_id;
-  in_flight_bytes_ += PartBytes(o, index);
+  in_flight_bytes_ += WireBytes(o, index);
   bytes_sent_ += wire_bytes;
   ++parts_sent_;
   return Status::Ok();
@@ -501,7 +509,7 @@ void Engine::Loop::OnReplyOnLoop(int server, zmq::message_t& head_frame,
   }
   const uint64_t id = it->second;
   Op& op = ops_.at(id);
-  if (op.part_state[h.partition] == kSent) in_flight_bytes_ -= PartBytes(op, h.partition);
+  if (op.part_state[h.partition] == kSent) in_flight_bytes_ -= WireBytes(op, h.partition);
   if (h.type == static_cast<uint16_t>(MsgType::kAck)) {  // credit back; the answer is due
     if (op.part_state[h.partition] == kSent) op.part_state[h.partition] = kAcked;
     return;
@@ -629,7 +637,7 @@ void Engine::Loop::FinishOnLoop(uint64_t op_id, const Status& status) {
     // Queued ones are skipped by PumpOnLoop; only unacknowledged ones hold credit.
     if (op.part_state[p.index] != kSent && op.part_state[p.index] != kAcked) continue;
     pending_.erase(PartId(op.key, op.step, p.index));
-    if (op.part_state[p.index] == kSent) in_flight_bytes_ -= PartBytes(op, p.index);
+    if (op.part_state[p.index] == kSent) in_flight_bytes_ -= WireBytes(op, p.index);
   }
   auto done = std::move(op.request.done);
   const std::string name = op.request.name;
