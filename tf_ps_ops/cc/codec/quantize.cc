@@ -129,6 +129,41 @@ void EncodeOneBit(const float* in, uint64_t n, uint8_t* out) {
   }
 }
 
+// onebit with error feedback in one go (error_feedback.cc): per chunk, p = g + e written
+// into e, the scale and signs of p, then e <- p - (+-scale), with non-finite residuals
+// dropped to 0. The same bytes and residuals as adding, EncodeOneBit, DecodeOneBit and
+// subtracting, in two passes over a chunk that stays in L1 instead of five over the
+// partition and no decoded copy.
+void EncodeOneBitFeedback(const float* g, float* e, uint64_t n, uint8_t* out) {
+  const uint64_t chunks = (n + kChunk - 1) / kChunk;
+  uint8_t* __restrict bits = out + 4 * chunks;
+  for (uint64_t c = 0; c < chunks; ++c) {
+    const uint64_t start = c * kChunk;
+    const uint64_t len = std::min<uint64_t>(kChunk, n - start);
+    float* __restrict p = e + start;
+    const float* __restrict x = g + start;
+    for (uint64_t i = 0; i < len; ++i) p[i] += x[i];
+    const bool finite = AllFinite(p, len);
+    const float scale = finite ? MeanAbs(p, len) : std::numeric_limits<float>::quiet_NaN();
+    StoreFloat(out + 4 * c, scale);
+    uint8_t* __restrict b = bits + start / 8;
+    for (uint64_t i = 0; i < len; i += 8) {
+      uint32_t byte = 0;
+      const uint64_t m = std::min<uint64_t>(8, len - i);
+      for (uint64_t t = 0; t < m; ++t) byte |= static_cast<uint32_t>(p[i + t] < 0.0f) << t;
+      b[i / 8] = static_cast<uint8_t>(byte);
+    }
+    if (!finite) {  // the chunk decodes to NaN: nothing of it is kept
+      std::memset(p, 0, len * sizeof(float));
+      continue;
+    }
+    for (uint64_t i = 0; i < len; ++i) {
+      const float r = p[i] - (p[i] < 0.0f ? -scale : scale);
+      p[i] = r - r == 0.0f ? r : 0.0f;
+    }
+  }
+}
+
 void DecodeOneBit(const uint8_t* in, uint64_t n, float* out) {
   const uint64_t chunks = (n + kChunk - 1) / kChunk;
   const uint8_t* bits = in + 4 * chunks;
