@@ -427,7 +427,7 @@ Status Engine::Loop::SendPartOnLoop(uint64_t op_id, Op& o, uint32_t index) {
   zmq::message_t payload;
   uint64_t wire_bytes = bytes;
   if (o.codec.id != CodecId::kNone) {
-    std::shared_ptr<std::vector<uint8_t>> encoded;
+    std::shared_ptr<EncodedPart> encoded;
     TFPS_RETURN_IF_ERROR(codec_.EncodePart(r, o.codec, o.key, p.index, o.step,
                                            static_cast<const float*>(r.input) + p.offset,
                                            p.count, &encoded));
