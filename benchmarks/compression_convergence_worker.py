@@ -12,6 +12,7 @@ and applied by a plain Keras SGD with momentum on every worker.
 
 import argparse
 import json
+import os
 import time
 
 import keras
@@ -36,6 +37,9 @@ def settings():
         "onebit-noef": C.onebit.with_error_feedback(False),
         "topk:0.01": C.topk(0.01).with_error_feedback(True),
         "topk:0.01-noef": C.topk(0.01).with_error_feedback(False),
+        # PS mode (tf_ps_ops.optimizers.SGD: the servers average and apply); its gradient
+        # pushes take the job default, so run the job with TFPS_COMPRESSION=int8.
+        "ps:job-default": None,
     }
 
 
@@ -74,7 +78,13 @@ def build_model(seed):
 def train(name, compressor, args, shard, held_out):
     (x, y), (x_test, y_test) = shard, held_out
     model = build_model(args.seed)
-    opt = keras.optimizers.SGD(args.lr, momentum=args.momentum)
+    ps = compressor is None
+    if ps:
+        from tf_ps_ops import optimizers as ps_optimizers
+        opt = ps_optimizers.SGD(args.lr, momentum=args.momentum)
+        opt.build(model.trainable_variables)
+    else:
+        opt = keras.optimizers.SGD(args.lr, momentum=args.momentum)
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     keys = [f"conv.{name}.{i}" for i in range(len(model.trainable_variables))]
 
@@ -83,8 +93,9 @@ def train(name, compressor, args, shard, held_out):
         with tf.GradientTape() as tape:
             loss = loss_fn(yb, model(xb, training=True))
         grads = tape.gradient(loss, model.trainable_variables)
-        grads = [hvd.push_pull(g, average=True, name=k, compression=compressor)
-                 for g, k in zip(grads, keys)]
+        if not ps:  # PS mode: the optimizer pushes the gradients itself
+            grads = [hvd.push_pull(g, average=True, name=k, compression=compressor)
+                     for g, k in zip(grads, keys)]
         opt.apply(grads, model.trainable_variables)
         return loss
 
@@ -104,7 +115,9 @@ def train(name, compressor, args, shard, held_out):
         accuracy.append(float(np.mean(predicted == y_test)))
     sent = _library.c_api().tfps_bytes_sent() - sent_before
     return dict(setting=name, accuracy=accuracy, loss=losses, steps=steps * args.epochs,
-                seconds=round(time.perf_counter() - start, 2), bytes_sent=sent)
+                seconds=round(time.perf_counter() - start, 2), bytes_sent=sent,
+                received=_library.c_api().tfps_bytes_received(),
+                compression=os.environ.get("TFPS_COMPRESSION", "none") if ps else None)
 
 
 def main():
