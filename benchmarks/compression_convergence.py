@@ -1,7 +1,8 @@
 """Convergence on scikit-learn's digits with each gradient codec (issue 14), 3 workers and 2
 servers on this host: held-out accuracy per epoch for uncompressed, fp16, bf16, int8,
-onebit and topk:0.01 with and without error feedback, all in one job, from the same start
-and data order (benchmarks/compression_convergence_worker.py).
+onebit and topk:0.01 with and without error feedback, and PS mode (tf_ps_ops.optimizers.SGD)
+with int8 gradient pushes, all in one job, from the same start and data order
+(benchmarks/compression_convergence_worker.py).
 
     python benchmarks/compression_convergence.py                 # 40 epochs
     python benchmarks/compression_convergence.py --epochs 10     # what the test runs
@@ -33,6 +34,9 @@ def parse_args():
     parser.add_argument("--servers", type=int, default=2)
     parser.add_argument("--results-dir", default=str(HERE / "results" / "compression"))
     parser.add_argument("--timeout", type=float, default=1800)
+    parser.add_argument("--ps-compression", default="int8",
+                        help="TFPS_COMPRESSION of the job: only the PS-mode run "
+                             "(ps:job-default) takes it, the others name their codec")
     return parser.parse_args()
 
 
@@ -41,7 +45,8 @@ def run(args):
                "-ns", str(args.servers), sys.executable, str(WORKER),
                "--epochs", str(args.epochs), "--lr", str(args.lr),
                "--momentum", str(args.momentum)]
-    env = dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2")
+    env = dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2",
+               TFPS_COMPRESSION=args.ps_compression)
     done = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True,
                           timeout=args.timeout)
     if done.returncode != 0:
@@ -51,7 +56,7 @@ def run(args):
     for line in done.stdout.splitlines():
         if "RESULT " in line:
             results.append(json.loads(line.split("RESULT ", 1)[1]))
-    return " ".join(command[2:]), results
+    return f"TFPS_COMPRESSION={args.ps_compression} " + " ".join(command[2:]), results
 
 
 def plot(results, path):
@@ -64,10 +69,11 @@ def plot(results, path):
     styles = {"none": ("black", "-"), "fp16": ("tab:blue", ":"), "bf16": ("tab:cyan", ":"),
               "int8": ("tab:green", "--"), "onebit": ("tab:red", "-"),
               "onebit-noef": ("tab:red", "--"), "topk:0.01": ("tab:purple", "-"),
-              "topk:0.01-noef": ("tab:purple", "--")}
+              "topk:0.01-noef": ("tab:purple", "--"), "ps:job-default": ("tab:orange", "-.")}
     for r in results:
         color, style = styles.get(r["setting"], ("grey", "-"))
-        label = r["setting"].replace("-noef", " without error feedback")
+        label = r["setting"].replace("-noef", " without error feedback").replace(
+            "ps:job-default", f"PS mode, {r.get('compression')} pushes")
         epochs = range(1, len(r["accuracy"]) + 1)
         ax.plot(epochs, r["accuracy"], color=color, linestyle=style, label=label)
     ax.set_xlabel("epoch")
