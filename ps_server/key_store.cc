@@ -69,7 +69,9 @@ Head KeyStore::ReplyHead(const Round& round, uint64_t count) const {
   Head head;
   head.header = round.first;
   head.header.type = static_cast<uint16_t>(MsgType::kPushPullReply);
-  head.header.flags = sparse ? kFlagSparse : 0;  // the codec stays: the reply is encoded too
+  head.header.flags = sparse ? kFlagSparse : 0;
+  // A sum's reply is encoded with the push's codec; a parameter travels as float32.
+  if ((round.first.flags & (kFlagPsInit | kFlagPsApply)) != 0) head.header.codec = 0;
   head.header.count = count;
   head.header.optimizer = 0;
   head.header.sender = server_id_;

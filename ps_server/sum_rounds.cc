@@ -153,7 +153,7 @@ Status SumRounds::AddCovered(Round& r, const Head& head) {
 // Replaces a compressed payload by its float32 decoding, which joins the sum as an
 // uncompressed push would. Every push of a topk/randomk round must keep as many elements
 // as the first (the same ratio on every worker).
-Status SumRounds::DecodeInto(Round& r, const Header& h, Buffer* payload) const {
+Status SumRounds::DecodeInto(Round& r, const Header& h, Buffer* payload) {
   const auto id = static_cast<CodecId>(h.codec);
   uint64_t k = 0;
   TFPS_RETURN_IF_ERROR(CheckEncoded(id, h.count, payload->size(), &k));
@@ -166,7 +166,13 @@ Status SumRounds::DecodeInto(Round& r, const Header& h, Buffer* payload) const {
                            std::to_string(h.sender) + " " + std::to_string(k) + " (" +
                            Where(server_id_, r.id) + ")");
   }
-  Buffer decoded = Buffer::Allocate(h.count * sizeof(float));
+  Buffer decoded;
+  if (r.has_data) {  // summed into r.sum and dropped before the next push is decoded
+    scratch_.resize(h.count);
+    decoded = Buffer::Adopt(scratch_.data(), h.count * sizeof(float), nullptr);
+  } else {
+    decoded = Buffer::Allocate(h.count * sizeof(float));
+  }
   TFPS_RETURN_IF_ERROR(Decode(id, reinterpret_cast<const uint8_t*>(payload->data()), h.count, k,
                               RandomKSeed(h.key, h.partition, h.step),
                               reinterpret_cast<float*>(decoded.data())));

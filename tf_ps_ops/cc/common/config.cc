@@ -72,7 +72,9 @@ const std::vector<ConfigEntry>& ConfigTable() {
        "Job default codec of push_pull for float32 tensors that ask for none themselves "
        "(Compression.none): none, fp16, bf16, int8, onebit, topk:R or randomk:R (R: the "
        "fraction kept, in [1/65536, 1]). Workers encode each partition, servers sum in float32 and "
-       "re-encode the sum (docs/compression.md). Read by the workers; must agree between them."},
+       "re-encode the sum (docs/compression.md). Also the codec of PS-mode gradient pushes "
+       "(PsApplyXXX, tf_ps_ops.optimizers), whose parameters come back uncompressed. Read by the "
+       "workers; must agree between them."},
       {"TFPS_ERROR_FEEDBACK", "int", "1",
        "1: onebit, topk and randomk keep what each push_pull did not send (per tensor and "
        "partition, on the worker; per partition on the server for the sum) and add it to the "

@@ -105,6 +105,13 @@ class Engine::Loop {
   // The partition's segment with the server (created on first use), nullptr with *status
   // on failure (TFPS_SHM_SERVER).
   ShmSegment* ShmOfOnLoop(int server, const Op& op, uint32_t index, Status* status);
+  // What the partition weighs on the wire: its encoded size when compressed, so that the
+  // scheduling credit and fusion count what is sent (docs/compression.md).
+  uint64_t WireBytes(const Op& op, uint32_t index) const {
+    if (op.codec.id == CodecId::kNone) return PartBytes(op, index);
+    const uint64_t n = op.parts[index].count;
+    return EncodedBytes(op.codec.id, n, SparseK(op.codec.ratio, n));
+  }
   Status PrepareSparseOnLoop(Op& op) const;
   zmq::message_t SparsePayload(const Op& op, uint32_t index) const;
   Status OnSparseReplyOnLoop(Op& op, const Header& h, const zmq::message_t& payload);
@@ -374,7 +381,7 @@ void Engine::Loop::PumpOnLoop() {
       ready_.erase(ready_.begin());
       continue;
     }
-    const uint64_t bytes = PartBytes(it->second, index);
+    const uint64_t bytes = WireBytes(it->second, index);
     // Always let one partition fly, however large: credit bounds queuing, not progress.
     if (credit > 0 && in_flight_bytes_ > 0 && in_flight_bytes_ + bytes > credit) break;
     ready_.erase(ready_.begin());
@@ -412,9 +419,10 @@ Status Engine::Loop::SendPartOnLoop(uint64_t op_id, Op& o, uint32_t index) {
   const size_t elem = DTypeSize(r.dtype);
   const bool no_data = r.root_rank >= 0 && r.root_rank != rank_;
   const uint64_t bytes = no_data ? 0 : PartBytes(o, index);
+  const uint64_t wire = no_data ? 0 : WireBytes(o, index);
   const uint64_t fusion = static_cast<uint64_t>(config_.fusion_bytes);
-  const bool fuse = bytes < fusion;  // TFPS_FUSION_BYTES=0: never
-  if (fuse && !batches_[p.server].batch.Fits(bytes, fusion)) {
+  const bool fuse = wire < fusion;  // TFPS_FUSION_BYTES=0: never
+  if (fuse && !batches_[p.server].batch.Fits(wire, fusion)) {
     FlushOnLoop(p.server);
     // A failed send fails every op in that batch, possibly this one (`o` is then gone).
     if (ops_.count(op_id) == 0) return Status::Ok();
@@ -441,7 +449,7 @@ Status Engine::Loop::SendPartOnLoop(uint64_t op_id, Op& o, uint32_t index) {
   zmq::message_t payload;
   uint64_t wire_bytes = bytes;
   if (o.codec.id != CodecId::kNone) {
-    std::shared_ptr<std::vector<uint8_t>> encoded;
+    std::shared_ptr<EncodedPart> encoded;
     TFPS_RETURN_IF_ERROR(codec_.EncodePart(r, o.codec, o.key, p.index, o.step,
                                            static_cast<const float*>(r.input) + p.offset,
                                            p.count, &encoded));
@@ -471,7 +479,7 @@ Status Engine::Loop::SendPartOnLoop(uint64_t op_id, Op& o, uint32_t index) {
   if (o.first_sent == Clock::time_point()) o.first_sent = Clock::now();  // the first partition
   o.part_state[index] = kSent;
   pending_[PartId(o.key, o.step, p.index)] = op_id;
-  in_flight_bytes_ += PartBytes(o, index);
+  in_flight_bytes_ += WireBytes(o, index);
   bytes_sent_ += wire_bytes;
   ++parts_sent_;
   return Status::Ok();
@@ -553,7 +561,7 @@ void Engine::Loop::OnReplyOnLoop(int server, zmq::message_t& head_frame,
   }
   const uint64_t id = it->second;
   Op& op = ops_.at(id);
-  if (op.part_state[h.partition] == kSent) in_flight_bytes_ -= PartBytes(op, h.partition);
+  if (op.part_state[h.partition] == kSent) in_flight_bytes_ -= WireBytes(op, h.partition);
   if (h.type == static_cast<uint16_t>(MsgType::kAck)) {  // credit back; the answer is due
     if (op.part_state[h.partition] == kSent) op.part_state[h.partition] = kAcked;
     return;
@@ -590,7 +598,7 @@ void Engine::Loop::OnReplyOnLoop(int server, zmq::message_t& head_frame,
   if ((h.type != static_cast<uint16_t>(MsgType::kPushPullReply) && shm == nullptr) ||
       h.count != p.count ||
       h.dtype != static_cast<uint8_t>(op.request.dtype) ||
-      h.codec != static_cast<uint8_t>(op.codec.id)) {
+      h.codec != static_cast<uint8_t>(PushCodec::ReplyCodec(op.request, op.codec))) {
     FinishOnLoop(id, Internal(Describe(server) + " answered partition " +
                               std::to_string(h.partition) + " with the wrong type or size"));
     return;
@@ -688,7 +696,7 @@ void Engine::Loop::FinishOnLoop(uint64_t op_id, const Status& status) {
     // Queued ones are skipped by PumpOnLoop; only unacknowledged ones hold credit.
     if (op.part_state[p.index] != kSent && op.part_state[p.index] != kAcked) continue;
     pending_.erase(PartId(op.key, op.step, p.index));
-    if (op.part_state[p.index] == kSent) in_flight_bytes_ -= PartBytes(op, p.index);
+    if (op.part_state[p.index] == kSent) in_flight_bytes_ -= WireBytes(op, p.index);
   }
   auto done = std::move(op.request.done);
   const std::string name = op.request.name;

@@ -77,7 +77,7 @@ struct EngineStats {
   uint64_t batches_sent = 0;     // messages that carried more than one partition
   uint64_t batches_received = 0;  // replies that came as batches
   // Compressed pushes (included in bytes_sent as encoded): the float32 bytes they stood
-  // for, their encoded bytes, and the microseconds spent encoding and decoding.
+  // for, their encoded bytes, and the engine thread's CPU microseconds encoding and decoding.
   uint64_t codec_raw_bytes = 0;
   uint64_t codec_encoded_bytes = 0;
   uint64_t codec_micros = 0;

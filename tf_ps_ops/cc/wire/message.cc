@@ -295,17 +295,18 @@ Status DecodeHeadAsSent(const void* data, size_t size, size_t payload_size, Head
     return InvalidArgument("the no-feedback flag is only valid on a compressed push");
   }
   if (h.codec != 0) {
-    // Compression is a summation-mode feature of dense float32 pushes and their replies.
+    // Compression applies to dense float32 pushes (summation or a PS-mode gradient) and
+    // to summation replies (a PS reply, the parameter, is float32: the engine checks it).
     const auto type = static_cast<MsgType>(h.type);
     if (h.codec > kMaxCodecId) {
       return InvalidArgument("unknown codec " + std::to_string(h.codec));
     }
     if ((type != MsgType::kPushPull && type != MsgType::kPushPullReply) ||
         h.dtype != static_cast<uint8_t>(DType::kFloat32) ||
-        (h.flags & (kFlagSparse | kFlagNoData | kFlagPsInit | kFlagPsApply)) != 0) {
+        (h.flags & (kFlagSparse | kFlagNoData | kFlagPsInit)) != 0) {
       return InvalidArgument(std::string("codec ") + CodecIdName(static_cast<CodecId>(h.codec)) +
-                             " on a message that is not a dense float32 summation push or "
-                             "reply (type " + std::to_string(h.type) + ", dtype " +
+                             " on a message that is not a dense float32 push or its reply "
+                             "(type " + std::to_string(h.type) + ", dtype " +
                              DTypeName(static_cast<DType>(h.dtype)) + ", flags " +
                              Hex(h.flags) + ")");
     }

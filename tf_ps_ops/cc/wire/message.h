@@ -31,7 +31,8 @@ namespace tfps {
 
 constexpr uint32_t kMagic = 0x53504654;  // "TFPS" read as little-endian bytes
 // 2: batches, timed replies, acknowledgements; 3: compressed payloads (Header::codec);
-// 4: kFlagBroadcast (consistency models), hierarchical pushes (kFlagHierarchical)
+// 4: kFlagBroadcast (consistency models), hierarchical pushes (kFlagHierarchical),
+//    compressed PS-mode pushes (kFlagPsApply with a codec; the reply is float32)
 constexpr uint16_t kProtocolVersion = 4;
 constexpr int kMaxDims = 32;
 constexpr uint32_t kMaxPartitions = 1u << 24;
