@@ -15,6 +15,7 @@
 
 #include <zmq.hpp>
 
+#include "tf_ps_ops/cc/cluster/notice.h"
 #include "tf_ps_ops/cc/cluster/rendezvous.h"
 #include "tf_ps_ops/cc/common/logging.h"
 #include "tf_ps_ops/cc/common/loop_thread.h"
@@ -107,12 +108,18 @@ class Engine::Loop {
   }
   // Opens server i's socket, with its monitor, and says hello.
   Status OpenServerOnLoop(size_t i);
+  // Connect() after the rendezvous: servers' hellos. A failure here is told to the others.
+  Status JoinClusterOnLoop(const EngineOptions& options, ClusterView* view);
+  // Reads the scheduler's notices (cluster/notice.h): warnings are logged; a failure of
+  // another member sets job_failed_ and fails everything in flight. Returns job_failed_.
+  Status ReadNoticesOnLoop();
 
   const Config config_;
   const int rank_;
   zmq::context_t context_;
   std::unique_ptr<ZapHandler> zap_;  // with a job key: admits only its holders (peer port)
   std::unique_ptr<zmq::socket_t> scheduler_;
+  Status job_failed_;  // from a member's failure the scheduler told us: every request fails
   std::vector<Server> servers_;
   // The engine thread once RunOnLoop starts; until then the thread in Engine::Init, which
   // connects. Declared before mesh_, which checks against it too.
@@ -158,6 +165,34 @@ Status Engine::Loop::Connect(const EngineOptions& options, ClusterView* view) {
   request.port = peer_port;
   TFPS_RETURN_IF_ERROR(
       RegisterWithScheduler(*scheduler_, scheduler, request, config_.timeout_s, view));
+  Status joined = JoinClusterOnLoop(options, view);
+  // The others learn why now, not after TFPS_TIMEOUT (unless the failure came from them).
+  if (!joined.ok() && job_failed_.ok()) (void)SendNotice(*scheduler_, joined);
+  return joined;
+}
+
+Status Engine::Loop::ReadNoticesOnLoop() {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
+  std::vector<zmq::message_t> frames;
+  while (RecvFrames(*scheduler_, &frames)) {
+    Code code = Code::kOk;
+    NoticeAbout about;
+    std::string text;
+    if (!ReadNotice(frames, &code, &about, &text)) continue;
+    if (code == Code::kOk) {
+      TFPS_LOG(Warning) << text;
+      continue;
+    }
+    if (!job_failed_.ok()) continue;
+    job_failed_ = Status(code, JobFailedMessage(text));
+    TFPS_LOG(Error) << job_failed_.message();
+    while (!ops_.empty()) FinishOnLoop(ops_.begin()->first, job_failed_);
+    mesh_.FailAllOnLoop(job_failed_);
+  }
+  return job_failed_;
+}
+
+Status Engine::Loop::JoinClusterOnLoop(const EngineOptions& options, ClusterView* view) {
   TFPS_RETURN_IF_ERROR(mesh_.Connect(view->worker_peers));
   timeline_.Open(config_.timeline, rank_);
   if (options.num_servers > 0 && static_cast<int>(view->servers.size()) != options.num_servers) {
@@ -188,7 +223,9 @@ Status Engine::Loop::Connect(const EngineOptions& options, ClusterView* view) {
     }
     std::vector<zmq::pollitem_t> items;
     for (Server& s : servers_) items.push_back({s.socket->handle(), 0, ZMQ_POLLIN, 0});
+    items.push_back({scheduler_->handle(), 0, ZMQ_POLLIN, 0});
     Poll(items.data(), items.size(), 100);
+    TFPS_RETURN_IF_ERROR(ReadNoticesOnLoop());
     for (size_t i = 0; i < servers_.size(); ++i) {
       if (!RecvFrames(*servers_[i].socket, &frames)) continue;
       Head head;
@@ -265,6 +302,7 @@ void Engine::Loop::RunOnLoop() {
       items.push_back({s.monitor->socket().handle(), 0, ZMQ_POLLIN, 0});
     }
     items.push_back({nullptr, wake_fd_, ZMQ_POLLIN, 0});
+    items.push_back({scheduler_->handle(), 0, ZMQ_POLLIN, 0});
     mesh_.AppendPollItems(&items);
     Poll(items.data(), items.size(), 100);
     uint64_t n;
@@ -277,9 +315,17 @@ void Engine::Loop::RunOnLoop() {
       batch.swap(queue_);
       stop = stopping_;
     }
+    const Status failed = ReadNoticesOnLoop();
     for (Request& r : batch) {
-      if (auto* p = std::get_if<PushPullRequest>(&r)) StartOnLoop(std::move(*p));
-      if (auto* g = std::get_if<GatherRequest>(&r)) mesh_.StartOnLoop(std::move(*g));
+      auto* p = std::get_if<PushPullRequest>(&r);
+      auto* g = std::get_if<GatherRequest>(&r);
+      if (!failed.ok()) {
+        if (p != nullptr) p->done(failed);
+        if (g != nullptr) g->done(failed, {});
+        continue;
+      }
+      if (p != nullptr) StartOnLoop(std::move(*p));
+      if (g != nullptr) mesh_.StartOnLoop(std::move(*g));
     }
     PumpOnLoop();  // everything started together can leave together
     mesh_.PollOnLoop();
