@@ -54,7 +54,7 @@ int Scheduler::Run(const std::atomic<bool>& stop) {
       if (event == ZMQ_EVENT_DISCONNECTED) OnDisconnect(value);
     }
     if (ready_) {
-      int finished = lost_workers_;
+      int finished = 0;  // a lost worker is marked done too: count it once
       for (const auto& w : workers_) finished += w.second.done ? 1 : 0;
       if (finished >= num_workers_) break;
     } else if (Clock::now() - last_progress > std::chrono::seconds(10)) {
@@ -63,7 +63,7 @@ int Scheduler::Run(const std::atomic<bool>& stop) {
     }
   }
   if (stop) {
-    int finished = lost_workers_;
+    int finished = 0;  // a lost worker is marked done too: count it once
     for (const auto& w : workers_) finished += w.second.done ? 1 : 0;
     return ready_ && finished >= num_workers_ ? 0 : kStoppedMidJob;
   }
@@ -122,7 +122,9 @@ void Scheduler::OnMessage(std::vector<zmq::message_t>& frames) {
 void Scheduler::OnRegister(const std::string& identity, zmq::message_t& payload, int fd) {
   if (ready_) {
     Refuse(identity, Code::kFailedPrecondition,
-           "the cluster is already complete; a late or restarted process cannot join");
+           "the cluster is already complete; a late or restarted process cannot join" +
+               (failure_.empty() ? std::string()
+                                 : " (the job failed: " + failure_ + "; restart the whole job)"));
     return;
   }
   RegisterRequest request;
