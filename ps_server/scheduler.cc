@@ -201,8 +201,8 @@ void Scheduler::OnDisconnect(int fd) {
       it = workers_.erase(it);
       continue;
     }
-    const std::string why = name + " disconnected from the scheduler without shutting down "
-                                   "(did the process die or was it stopped?)";
+    const std::string why = name + " is gone: it disconnected from the scheduler without "
+                                   "shutting down (did the process die or was it stopped?)";
     TFPS_LOG(Error) << why;
     w.fd = -1;
     w.done = true;
@@ -223,8 +223,8 @@ void Scheduler::OnDisconnect(int fd) {
       it = servers_.erase(it);
       continue;
     }
-    const std::string why = name + " disconnected from the scheduler without shutting down "
-                                   "(did the process die or was it stopped?)";
+    const std::string why = name + " is gone: it disconnected from the scheduler without "
+                                   "shutting down (did the process die or was it stopped?)";
     TFPS_LOG(Error) << why;
     it->fd = -1;
     it->done = true;

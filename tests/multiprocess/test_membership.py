@@ -88,11 +88,11 @@ def test_a_member_restarted_after_a_death_is_refused_in_seconds_with_the_reason(
                   + (["--stall-at", "5"] if rank == 0 else []))
     cluster.wait_for_output("worker", 0, "stalling")
     cluster.kill("worker", 1)
-    cluster.wait_for_output("scheduler", 0, "worker 1 (127.0.0.1) disconnected")
+    cluster.wait_for_output("scheduler", 0, "worker 1 (127.0.0.1) is gone")
     started = time.monotonic()
     cluster._job.start_worker(10, [sys.executable, LOOP_WORKER, "5"], cluster.worker_env(1))
     restarted = cluster.wait_for("worker", 10, timeout=20)
     assert time.monotonic() - started < 20
     assert restarted.returncode == 3, restarted.describe()
     assert "cannot join" in restarted.stderr, restarted.describe()
-    assert "worker 1 (127.0.0.1) disconnected" in restarted.stderr, restarted.describe()
+    assert "worker 1 (127.0.0.1) is gone" in restarted.stderr, restarted.describe()

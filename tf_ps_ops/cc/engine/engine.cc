@@ -320,8 +320,9 @@ void Engine::Loop::RunOnLoop() {
       auto* p = std::get_if<PushPullRequest>(&r);
       auto* g = std::get_if<GatherRequest>(&r);
       if (!failed.ok()) {
-        if (p != nullptr) p->done(failed);
-        if (g != nullptr) g->done(failed, {});
+        const std::string rank = " on rank " + std::to_string(rank_) + ": ";
+        if (p != nullptr) p->done(failed.WithPrefix("push_pull of tensor '" + p->name + "'" + rank));
+        if (g != nullptr) g->done(failed.WithPrefix("allgather of '" + g->name + "'" + rank), {});
         continue;
       }
       if (p != nullptr) StartOnLoop(std::move(*p));
