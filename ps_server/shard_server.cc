@@ -314,7 +314,9 @@ int ShardServer::Run(const std::atomic<bool>& stop) {
       }
       for (const auto& rf : fd_of_rank_) {
         if (rf.second == value && worker_state_[rf.first] == kConnected) {
-          OnWorkerGoneOnIoThread(rf.first, "its connection closed without a goodbye");
+          OnWorkerGoneOnIoThread(rf.first, "its connection closed, or fell silent for "
+                                           "TFPS_HEARTBEAT_TIMEOUT, without a goodbye: it "
+                                           "died or was stopped");
         }
       }
     }

@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
+#include <thread>
 #include <chrono>
 #include <cstring>
 #include <deque>
@@ -21,6 +23,7 @@
 #include "tf_ps_ops/cc/common/loop_thread.h"
 #include "tf_ps_ops/cc/engine/partition.h"
 #include "tf_ps_ops/cc/engine/push_codec.h"
+#include "tf_ps_ops/cc/engine/stop_signal.h"
 #include "tf_ps_ops/cc/engine/timeline.h"
 #include "tf_ps_ops/cc/transport/auth.h"
 #include "tf_ps_ops/cc/transport/zmq_util.h"
@@ -113,6 +116,12 @@ class Engine::Loop {
   // Reads the scheduler's notices (cluster/notice.h): warnings are logged; a failure of
   // another member sets job_failed_ and fails everything in flight. Returns job_failed_.
   Status ReadNoticesOnLoop();
+  // SIGTERM arrived (stop_signal.h): tells the scheduler, then lets the signal end us.
+  void StoppedBySignalOnLoop();
+ public:
+  void WatchStopSignal() { stop_fd_ = InstallStopSignal(); }
+ private:
+  int stop_fd_ = -1;
 
   const Config config_;
   const int rank_;
@@ -190,6 +199,18 @@ Status Engine::Loop::ReadNoticesOnLoop() {
     mesh_.FailAllOnLoop(job_failed_);
   }
   return job_failed_;
+}
+
+void Engine::Loop::StoppedBySignalOnLoop() {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
+  const int sig = CaughtStopSignal();
+  const std::string why = "stopped by " + std::string(sig == SIGTERM ? "SIGTERM" : "a signal") +
+                          " (signal " + std::to_string(sig) + ")";
+  TFPS_LOG(Warning) << why << "; telling the others, then exiting by that signal";
+  (void)SendNotice(*scheduler_, Aborted(why));
+  // The notice leaves on ZeroMQ's I/O thread: give it a moment before the signal ends us.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ReraiseStopSignal();
 }
 
 Status Engine::Loop::JoinClusterOnLoop(const EngineOptions& options, ClusterView* view) {
@@ -303,6 +324,7 @@ void Engine::Loop::RunOnLoop() {
     }
     items.push_back({nullptr, wake_fd_, ZMQ_POLLIN, 0});
     items.push_back({scheduler_->handle(), 0, ZMQ_POLLIN, 0});
+    if (stop_fd_ >= 0) items.push_back({nullptr, stop_fd_, ZMQ_POLLIN, 0});
     mesh_.AppendPollItems(&items);
     Poll(items.data(), items.size(), 100);
     uint64_t n;
@@ -315,6 +337,7 @@ void Engine::Loop::RunOnLoop() {
       batch.swap(queue_);
       stop = stopping_;
     }
+    if (stop_fd_ >= 0 && CaughtStopSignal() != 0) StoppedBySignalOnLoop();
     const Status failed = ReadNoticesOnLoop();
     for (Request& r : batch) {
       auto* p = std::get_if<PushPullRequest>(&r);
@@ -793,6 +816,7 @@ Status Engine::Init(const EngineOptions& options) {
   size_ = options.size;
   num_servers_ = static_cast<int>(view.servers.size());
   LocalRankOf(view.worker_hosts, rank_, &local_rank_, &local_size_);
+  loop->WatchStopSignal();  // before the thread starts: it polls the descriptor
   std::shared_ptr<Loop> running(std::move(loop));
   thread_ = std::thread([running] { running->RunOnLoop(); });
   {
@@ -816,6 +840,7 @@ void Engine::Shutdown() {
   }
   loop->RequestStop();
   thread_.join();
+  UninstallStopSignal();
 }
 
 EngineStats Engine::stats() {
