@@ -186,12 +186,14 @@ def placement(args):
     return hosts, servers, workers
 
 
-def local_job_env(args, tmpdir):
-    """What a job on this host alone adds to every role's environment: its sockets bind
-    loopback only, and its roles admit only holders of a key made for this job (ZeroMQ
-    CURVE; docs/security.md), so no other process, here or elsewhere, can join or read it.
-    A variable the user set wins."""
-    env = {"TFPS_BIND": "127.0.0.1"}
+def job_env(args, tmpdir, local):
+    """What tfps-run adds to every role's environment: its roles admit only holders of a
+    key made for this job (ZeroMQ CURVE; docs/security.md), so no other process can join
+    or read it, and on one host its sockets bind loopback only. Over ssh the key file
+    reaches each remote process inside its ssh channel (_launch_ssh.py), never on a
+    command line, and is removed there when the process ends; here it lives in `tmpdir`,
+    removed at teardown. A variable the user set wins."""
+    env = {"TFPS_BIND": "127.0.0.1"} if local else {}
     if "TFPS_AUTH_KEY_FILE" not in os.environ:
         key_file = os.path.join(tmpdir, "job.key")
         made = subprocess.run([args.ps_server, "--gen-key", key_file], capture_output=True,
@@ -209,8 +211,7 @@ def run_job(job, args, port_file):
                           f"(no executable at {args.ps_server})")
     hosts, servers, workers = placement(args)
     base = dict(os.environ)
-    if args.host_slots is None:  # over ssh: the key file would have to reach every host
-        base.update(local_job_env(args, os.path.dirname(port_file)))
+    base.update(job_env(args, os.path.dirname(port_file), local=args.host_slots is None))
     env = dict(base)
     port = job.start_scheduler(env, port_file, host=hosts[0], port=args.port,
                                wait_s=_PORT_WAIT_S)
