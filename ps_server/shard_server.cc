@@ -62,6 +62,7 @@ ShardServer::~ShardServer() {
 
 Status ShardServer::Start(const std::string& scheduler_host, int scheduler_port, int port,
                           const std::string& host) {
+  TFPS_RETURN_IF_ERROR(CheckBindAllowed(config_, "this server"));
   try {
     router_.bind(BindEndpoint(config_, port, "this server"));
   } catch (const zmq::error_t& e) {

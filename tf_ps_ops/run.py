@@ -79,6 +79,9 @@ def parse_args(argv=None):
                         help="host1:slots,host2:slots: the scheduler runs on the first host, "
                              "workers fill the slots in order; localhost/127.0.0.1 run here "
                              "without ssh")
+    parser.add_argument("--insecure", action="store_true",
+                        help="no job key: plain, unauthenticated TCP (TFPS_INSECURE=1), e.g. to "
+                             "measure on a trusted network; the default is a key per job")
     parser.add_argument("--hostfile", metavar="F",
                         help="a file of `host slots=N` (or host:N) lines, instead of -H")
     parser.add_argument("--ssh-port", type=_int_at_least(1), metavar="P",
@@ -194,7 +197,9 @@ def job_env(args, tmpdir, local):
     command line, and is removed there when the process ends; here it lives in `tmpdir`,
     removed at teardown. A variable the user set wins."""
     env = {"TFPS_BIND": "127.0.0.1"} if local else {}
-    if "TFPS_AUTH_KEY_FILE" not in os.environ:
+    if args.insecure:
+        env["TFPS_INSECURE"] = "1"
+    elif "TFPS_AUTH_KEY_FILE" not in os.environ:
         key_file = os.path.join(tmpdir, "job.key")
         made = subprocess.run([args.ps_server, "--gen-key", key_file], capture_output=True,
                               text=True, timeout=30)

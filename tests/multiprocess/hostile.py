@@ -38,7 +38,7 @@ class Job:
     """A scheduler and one ps_server for `num_workers` workers; the test plays the workers."""
 
     def __init__(self, tmp_path, num_workers=1, env=None, log_name="server.log", server=True):
-        self.env = {**os.environ, "TFPS_TIMEOUT": "30", **(env or {})}
+        self.env = {**os.environ, "TFPS_TIMEOUT": "30", "TFPS_BIND": "127.0.0.1", **(env or {})}
         self.context = zmq.Context()
         self.procs = []
         port_file = tmp_path / "scheduler.port"

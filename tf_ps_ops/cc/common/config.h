@@ -42,6 +42,7 @@ struct Config {
   bool error_feedback = true;      // TFPS_ERROR_FEEDBACK
   std::string bind;                // TFPS_BIND
   std::string auth_secret_key;     // read from TFPS_AUTH_KEY_FILE (Z85); empty: no CURVE
+  bool insecure = false;           // TFPS_INSECURE: may bind beyond loopback without a key
 };
 
 // Reads every entry of ConfigTable() from the environment (defaults where unset) and
