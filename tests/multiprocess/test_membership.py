@@ -96,3 +96,32 @@ def test_a_member_restarted_after_a_death_is_refused_in_seconds_with_the_reason(
     assert restarted.returncode == 3, restarted.describe()
     assert "cannot join" in restarted.stderr, restarted.describe()
     assert "worker 1 (127.0.0.1) is gone" in restarted.stderr, restarted.describe()
+
+
+def test_a_stopped_server_is_found_by_heartbeat_and_named_to_everyone(make_cluster):
+    # SIGSTOP: the process is alive and its sockets open, but nothing answers. The
+    # scheduler's heartbeat (TFPS_HEARTBEAT_TIMEOUT) finds it and tells every member,
+    # also the other server, which has no connection to it.
+    import re
+    import signal
+    cluster = make_cluster(2, 2, timeout=120,
+                           env=dict(ENV, TFPS_HEARTBEAT_TIMEOUT="2", TFPS_PARTITION_BYTES="4096"))
+    cluster.start([sys.executable, LOOP_WORKER, "100000"])
+    for rank in range(2):
+        cluster.wait_for_output("worker", rank, "step 3 ok")
+    served = cluster.wait_for_output("server", 1, "serving on port").stderr
+    stopped_id = re.search(r"\[tfps server (\d)\]", served).group(1)
+    cluster.kill("server", 1, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        other = cluster.wait_for("server", 0, timeout=30)
+        assert time.monotonic() - started < 30
+        assert other.returncode == 1, other.describe()
+        assert f"server {stopped_id} (127.0.0.1:" in other.stderr, other.describe()
+        assert "is gone: it disconnected from the scheduler" in other.stderr, other.describe()
+        for rank in range(2):
+            result = cluster.wait_for("worker", rank, timeout=30)
+            assert result.returncode == 3, result.describe()
+            assert f"server {stopped_id} (127.0.0.1:" in result.stderr, result.describe()
+    finally:
+        cluster.kill("server", 1, signal.SIGKILL)
