@@ -1,4 +1,4 @@
-# make deps | build | test | bazel-test | demo | bench | clean
+# make deps | build | test | bazel-test | fuzz | demo | bench | clean
 #
 # Everything Python runs in a virtualenv, $(VENV) (default .venv), made on first use, so a
 # fresh machine needs nothing but Debian's python3; `make PYTHON=python3 ...` uses another
@@ -25,7 +25,7 @@ define apt
 $(APT_INSTALL) $(1) || { apt-get update -q && $(APT_INSTALL) $(1); }
 endef
 
-.PHONY: deps system-deps bazel-deps build test bazel-test demo bench clean
+.PHONY: deps system-deps bazel-deps build test bazel-test fuzz demo bench clean
 
 # Debian's python3 makes virtualenvs only with its python3-venv package installed.
 $(VENV)/bin/python:
@@ -66,6 +66,13 @@ bazel-test: build bazel-deps
 bazel-deps:
 	@command -v bazel >/dev/null || $(call apt,$(BAZEL_PACKAGES)) \
 	  || { echo "bazel is missing: install Debian's $(BAZEL_PACKAGES)" >&2; exit 1; }
+
+# Mutation fuzzing of the frame decoder, batch check, codecs' payload checks and the
+# rendezvous parsers (tools/fuzz_wire.py) for FUZZ_SECONDS; a crashing input is saved under
+# build/fuzz/. `make test` runs a short budget (tests/unit/test_fuzz_wire.py).
+FUZZ_SECONDS ?= 300
+fuzz: build
+	$(PYTHON) tools/fuzz_wire.py --seconds $(FUZZ_SECONDS)
 
 # Regenerates benchmarks/results/ (root: network namespaces; about 50 min on an idle machine).
 bench: GROUPS += bench

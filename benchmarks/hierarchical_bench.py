@@ -32,7 +32,7 @@ WORKERS_PER_HOST = 2
 class Job(LoggedCluster):
     def __init__(self, hosts, workdir, env):
         super().__init__(PS_SERVER, workdir, hosts.n * WORKERS_PER_HOST, hosts.n, timeout=600,
-                         env=env, cwd=HERE.parent, defaults={"TFPS_TIMEOUT": "120"})
+                         env=env, cwd=HERE.parent, defaults={"TFPS_TIMEOUT": "120", "TFPS_INSECURE": "1"})
         self._on = [netns_host(hosts, i) for i in range(hosts.n)]
 
     def host(self, role, index):

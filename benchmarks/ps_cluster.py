@@ -45,8 +45,12 @@ class NetnsCluster(LoggedCluster):
         and scheduler then get `server_grace` seconds to exit on their own."""
         if not PS_SERVER.exists():
             raise ClusterError("%s is not built: run `python3 setup.py build_tfps`" % PS_SERVER)
+        # The emulated hosts reach nothing but each other: a trusted network, where roles
+        # may listen without a job key (TFPS_INSECURE=1), so that the measurements are of
+        # plain TCP; `env` can set TFPS_AUTH_KEY_FILE to measure CURVE instead.
         super().__init__(PS_SERVER, workdir, hosts.n, hosts.n, timeout, env=env,
-                         server_grace=server_grace, cwd=REPO)
+                         server_grace=server_grace, cwd=REPO,
+                         defaults={"TFPS_INSECURE": "1"})
         self.hosts = hosts
         self.n = hosts.n
         self._hosts = [netns_host(hosts, i) for i in range(hosts.n)]

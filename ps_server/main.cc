@@ -42,7 +42,9 @@ const char kUsage[] =
     "  ps_server --role server --scheduler HOST:PORT [--port P] [--host H]\n"
     "            --num-workers N --num-servers M [--threads T]\n"
     "            [--checkpoint-dir D] [--checkpoint-every N]\n"
-    "  both roles: [--bind ADDRESS] [--auth-key-file F] (TFPS_BIND, TFPS_AUTH_KEY_FILE)\n"
+    "  both roles: [--bind ADDRESS] [--auth-key-file F] [--insecure]\n"
+    "              (TFPS_BIND, TFPS_AUTH_KEY_FILE, TFPS_INSECURE=1: bind beyond loopback\n"
+    "              without a key, which is refused otherwise)\n"
     "  ps_server --gen-key F    writes a new job key to F (mode 600) for TFPS_AUTH_KEY_FILE\n"
     "Unset flags come from DMLC_ROLE, DMLC_PS_ROOT_URI, DMLC_PS_ROOT_PORT, DMLC_NUM_WORKER,\n"
     "DMLC_NUM_SERVER, DMLC_NODE_HOST and TFPS_SERVER_THREADS (see docs/env.md).\n";
@@ -98,6 +100,10 @@ int Main(int argc, char** argv) {
     if (arg == "-h" || arg == "--help") {
       std::fputs(kUsage, stdout);
       return 0;
+    }
+    if (arg == "--insecure") {  // the one flag without a value
+      setenv("TFPS_INSECURE", "1", 1);
+      continue;
     }
     if (arg.rfind("--", 0) != 0 || i + 1 >= argc) return Fail("unexpected argument '" + arg + "'");
     flags[arg.substr(2)] = argv[++i];

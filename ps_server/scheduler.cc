@@ -4,6 +4,7 @@
 
 #include "ps_server/exit_codes.h"
 #include "tf_ps_ops/cc/cluster/messages.h"
+#include "tf_ps_ops/cc/cluster/notice.h"
 #include "tf_ps_ops/cc/common/logging.h"
 #include "tf_ps_ops/cc/transport/auth.h"
 #include "tf_ps_ops/cc/transport/zmq_util.h"
@@ -22,6 +23,7 @@ Scheduler::Scheduler(int num_workers, int num_servers, const Config& config)
 }
 
 Status Scheduler::Bind(int port, int* bound_port) {
+  TFPS_RETURN_IF_ERROR(CheckBindAllowed(config_, "the scheduler"));
   try {
     router_.bind(BindEndpoint(config_, port, "the scheduler"));
   } catch (const zmq::error_t& e) {
@@ -59,7 +61,7 @@ int Scheduler::Run(const std::atomic<bool>& stop) {
       continue;
     }
     if (ready_) {
-      int finished = lost_workers_;
+      int finished = 0;  // a lost worker is marked done too: count it once
       for (const auto& w : workers_) finished += w.second.done ? 1 : 0;
       if (finished >= num_workers_) break;
     } else if (Clock::now() - last_progress > std::chrono::seconds(10)) {
@@ -68,7 +70,7 @@ int Scheduler::Run(const std::atomic<bool>& stop) {
     }
   }
   if (stop) {
-    int finished = lost_workers_;
+    int finished = 0;  // a lost worker is marked done too: count it once
     for (const auto& w : workers_) finished += w.second.done ? 1 : 0;
     return ready_ && finished >= num_workers_ ? 0 : kStoppedMidJob;
   }
@@ -78,6 +80,10 @@ int Scheduler::Run(const std::atomic<bool>& stop) {
   }
   if (lost_workers_ > 0) {
     TFPS_LOG(Error) << lost_workers_ << " worker(s) died before shutting down; exiting with 1";
+    return 1;
+  }
+  if (!failure_.empty()) {
+    TFPS_LOG(Error) << "the job failed: " << failure_ << "; exiting with 1";
     return 1;
   }
   TFPS_LOG(Info) << "every worker said goodbye; exiting";
@@ -108,6 +114,16 @@ void Scheduler::OnMessage(std::vector<zmq::message_t>& frames) {
     for (auto& w : workers_) {
       if (w.second.identity == identity) w.second.done = true;
     }
+    for (Member& m : servers_) {
+      if (m.identity == identity) m.done = true;
+    }
+  } else if (type == MsgType::kMemberNotice) {
+    std::vector<zmq::message_t> notice;
+    for (size_t i = 1; i < frames.size(); ++i) notice.push_back(std::move(frames[i]));
+    Code code = Code::kOk;
+    NoticeAbout unused;  // a member speaks about itself
+    std::string text;
+    if (ReadNotice(notice, &code, &unused, &text)) OnNotice(identity, code, text);
   } else if (limiter_.Allow(identity, &suppressed)) {
     TFPS_LOG(Warning) << "dropped an unexpected message of type " << head.header.type
                       << " from '" << EscapeForLog(identity) << "'" << SuppressedNote(suppressed);
@@ -121,7 +137,9 @@ void Scheduler::OnRegister(const std::string& identity, zmq::message_t& payload,
   }
   if (ready_) {
     Refuse(identity, Code::kFailedPrecondition,
-           "the cluster is already complete; a late or restarted process cannot join");
+           "the cluster is already complete; a late or restarted process cannot join" +
+               (failure_.empty() ? std::string()
+                                 : " (the job failed: " + failure_ + "; restart the whole job)"));
     return;
   }
   RegisterRequest request;
@@ -205,14 +223,109 @@ void Scheduler::AnnounceCluster() {
 }
 
 void Scheduler::OnDisconnect(int fd) {
-  for (auto& w : workers_) {
-    if (w.second.fd != fd || w.second.done) continue;
-    TFPS_LOG(Error) << "worker " << w.first << " (" << w.second.host
-                    << ") disconnected without shutting down (did the process die?)";
-    w.second.fd = -1;
-    w.second.done = true;
+  for (auto it = workers_.begin(); it != workers_.end();) {
+    Member& w = it->second;
+    if (w.fd != fd || w.done) {
+      ++it;
+      continue;
+    }
+    const std::string name = NameOf(w.identity);
+    if (!ready_) {  // its place is free again: a restart may take it
+      TFPS_LOG(Warning) << name << " disconnected before the cluster was complete; its rank "
+                        << "is free again";
+      it = workers_.erase(it);
+      continue;
+    }
+    const std::string why = name + " is gone: it disconnected from the scheduler without "
+                                   "shutting down (did the process die or was it stopped?)";
+    TFPS_LOG(Error) << why;
+    w.fd = -1;
+    w.done = true;
     ++lost_workers_;
+    if (failure_.empty()) failure_ = why;
+    TellMembers(Code::kUnavailable, why, w.identity);
+    ++it;
   }
+  for (auto it = servers_.begin(); it != servers_.end();) {
+    if (it->fd != fd || it->done) {
+      ++it;
+      continue;
+    }
+    const std::string name = NameOf(it->identity);
+    if (!ready_) {
+      TFPS_LOG(Warning) << name << " disconnected before the cluster was complete; its place "
+                        << "is free again";
+      it = servers_.erase(it);
+      continue;
+    }
+    const std::string why = name + " is gone: it disconnected from the scheduler without "
+                                   "shutting down (did the process die or was it stopped?)";
+    TFPS_LOG(Error) << why;
+    it->fd = -1;
+    it->done = true;
+    if (failure_.empty()) failure_ = why;
+    TellMembers(Code::kUnavailable, why, it->identity);
+    ++it;
+  }
+}
+
+void Scheduler::OnNotice(const std::string& identity, Code code, const std::string& text) {
+  const std::string name = NameOf(identity);
+  if (name.empty()) {
+    Refuse(identity, Code::kFailedPrecondition, "only a registered member may send notices",
+           "a notice");
+    return;
+  }
+  const std::string told = name + (code == Code::kOk ? " warns: " : " failed: ") + text;
+  if (code == Code::kOk) {
+    uint64_t suppressed = 0;  // a member may warn often (a checkpoint failing every step)
+    if (!limiter_.Allow(identity, &suppressed)) return;
+    TFPS_LOG(Warning) << told << SuppressedNote(suppressed);
+  } else {
+    TFPS_LOG(Error) << told;
+    if (failure_.empty()) failure_ = told;
+  }
+  TellMembers(code, told, identity);
+  if (code == Code::kOk) return;
+  // It exits now: its disconnect is no second failure to tell.
+  for (auto& w : workers_) {
+    if (w.second.identity == identity) w.second.done = true;
+  }
+  for (Member& m : servers_) {
+    if (m.identity == identity) m.done = true;
+  }
+}
+
+void Scheduler::TellMembers(Code code, const std::string& text, const std::string& about) {
+  NoticeAbout who;
+  for (size_t i = 0; i < servers_.size(); ++i) {
+    if (servers_[i].identity == about) who = NoticeAbout{Role::kServer, static_cast<int>(i)};
+  }
+  for (const auto& w : workers_) {
+    if (w.second.identity == about) who = NoticeAbout{Role::kWorker, w.first};
+  }
+  auto tell = [&](const Member& m) {
+    if (m.done || m.identity == about) return;
+    Status s = RelayNotice(router_, m.identity, code, who, text);
+    if (!s.ok()) TFPS_LOG(Warning) << "could not tell " << NameOf(m.identity) << ": " << s.message();
+  };
+  for (const Member& m : servers_) tell(m);
+  for (const auto& w : workers_) tell(w.second);
+}
+
+std::string Scheduler::NameOf(const std::string& identity) const {
+  for (size_t i = 0; i < servers_.size(); ++i) {
+    if (servers_[i].identity == identity) {
+      return "server " + std::to_string(i) + " (" + servers_[i].host + ":" +
+             std::to_string(servers_[i].port) + ")";
+    }
+  }
+  for (const auto& w : workers_) {
+    if (w.second.identity == identity) {
+      return "worker " + std::to_string(w.first) + " (" + w.second.host + ")";
+    }
+  }
+  return "";
 }
 
 void Scheduler::Reply(const std::string& identity, const std::string& text) {

@@ -1,7 +1,9 @@
 // The rendezvous ("scheduler" in BytePS/ps-lite terms): one well-known address where
 // servers and workers register. Once every role has, it tells each the cluster: the server
 // list (ids in registration order) and every worker's host. It then stays up until every
-// worker has said goodbye, so it notices workers that die.
+// worker has said goodbye, so it notices members that die, and tells every member at once
+// when one dies or reports a failure (cluster/notice.h). Before the cluster is complete a
+// member whose connection dies is removed, so that its restart can take the place.
 #ifndef TFPS_PS_SERVER_SCHEDULER_H_
 #define TFPS_PS_SERVER_SCHEDULER_H_
 
@@ -36,12 +38,18 @@ class Scheduler {
     std::string host;
     int port = 0;          // servers: their port; workers: their peer port (SFB), or 0
     int fd = -1;           // the connection's file descriptor, to match disconnects
-    bool done = false;     // worker said goodbye
+    bool done = false;     // said goodbye, or is gone
   };
 
   void OnMessage(std::vector<zmq::message_t>& frames);
   void OnRegister(const std::string& identity, zmq::message_t& payload, int fd);
   void OnDisconnect(int fd);
+  // A member's kMemberNotice: logged and told to every other member, naming the sender.
+  void OnNotice(const std::string& identity, Code code, const std::string& text);
+  // Sends a notice about member `about` (a routing id) to every other member still in the job.
+  void TellMembers(Code code, const std::string& text, const std::string& about);
+  // "server 1 (host:port)" or "worker 2 (host)" for a registered routing id; empty if none.
+  std::string NameOf(const std::string& identity) const;
   // Tells every registrant the cluster, once it is complete.
   void AnnounceCluster();
   void Reply(const std::string& identity, const std::string& text);  // a kRegisterReply
@@ -68,6 +76,7 @@ class Scheduler {
   std::string conflict_;
   Consistency consistency_;  // the first registered worker's; every other must match it
   int lost_workers_ = 0;
+  std::string failure_;  // the first fatal notice or death after the cluster was complete
   PeerRateLimiter limiter_;  // what misbehaving peers make us log and answer
 };
 

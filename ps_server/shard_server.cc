@@ -9,6 +9,7 @@
 
 #include "ps_server/exit_codes.h"
 #include "ps_server/thread_shard.h"
+#include "tf_ps_ops/cc/cluster/notice.h"
 #include "tf_ps_ops/cc/cluster/rendezvous.h"
 #include "tf_ps_ops/cc/common/logging.h"
 #include "tf_ps_ops/cc/transport/zmq_util.h"
@@ -19,6 +20,10 @@ namespace tfps {
 namespace {
 
 enum WorkerState { kUnseen = 0, kConnected = 1, kDone = 2, kGone = 3 };
+
+// Checkpoint writes that fail in a row before the server gives up (the job fails naming
+// the reason); fewer reach the workers as warnings.
+constexpr int kCheckpointFailuresFatal = 3;
 
 // A push's payload kept as ZeroMQ received it: no copy, freed with its last reference.
 Buffer BufferOf(zmq::message_t message) {
@@ -58,6 +63,7 @@ ShardServer::~ShardServer() {
 
 Status ShardServer::Start(const std::string& scheduler_host, int scheduler_port, int port,
                           const std::string& host) {
+  TFPS_RETURN_IF_ERROR(CheckBindAllowed(config_, "this server"));
   try {
     router_.bind(BindEndpoint(config_, port, "this server"));
   } catch (const zmq::error_t& e) {
@@ -83,7 +89,11 @@ Status ShardServer::Start(const std::string& scheduler_host, int scheduler_port,
   server_id_ = view.server_id;
   consistency_ = view.consistency;  // the workers' agreed model
   SetLogRole("server " + std::to_string(server_id_));
-  TFPS_RETURN_IF_ERROR(RestoreCheckpoint(existing));
+  Status restored = RestoreCheckpoint(existing);
+  if (!restored.ok()) {  // the others learn why now, not after TFPS_TIMEOUT
+    (void)SendNotice(scheduler_, restored);
+    return restored;
+  }
   TFPS_LOG(Info) << "serving on port " << bound << " with " << config_.server_threads
                  << " summation thread(s) for " << num_workers_ << " worker(s), consistency "
                  << ConsistencyName(consistency_);
@@ -198,9 +208,21 @@ void ShardServer::CheckpointOnSummationThread(int index, KeyStore& store) {
   Status s = WriteCheckpoint(path, ShardInfoOf(index), store.params());
   store.MarkCheckpointed();  // a failed write is retried at the next due state, not at once
   if (!s.ok()) {
+    const int failures = ++checkpoint_failures_;
+    if (failures >= kCheckpointFailuresFatal) {
+      PostNotice(FailedPrecondition(std::to_string(failures) + " checkpoint writes failed in a "
+                                    "row, the last: " + s.message() +
+                                    " (fix TFPS_CHECKPOINT_DIR and restart from the last "
+                                    "checkpoint)"), "");
+      return;
+    }
     TFPS_LOG(Error) << s.message() << " (serving goes on; the previous checkpoint stays)";
+    PostNotice(Status::Ok(), "checkpoint write failed (" + std::to_string(failures) + " of " +
+                                 std::to_string(kCheckpointFailuresFatal) +
+                                 " in a row before the job stops): " + s.message());
     return;
   }
+  checkpoint_failures_ = 0;
   TFPS_LOG(Debug) << "wrote " << path << " (" << store.num_parameters()
                   << " parameter partitions) in "
                   << std::chrono::duration<double>(KeyStore::Clock::now() - start).count()
@@ -218,20 +240,69 @@ void ShardServer::PostReplies(std::vector<Outgoing>* replies) {
   (void)!write(wake_fd_, &one, sizeof(one));
 }
 
+void ShardServer::PostNotice(const Status& status, const std::string& warning) {
+  {
+    std::lock_guard<std::mutex> lock(outbox_mu_);
+    notices_.emplace_back(status, warning);
+  }
+  const uint64_t one = 1;
+  (void)!write(wake_fd_, &one, sizeof(one));
+}
+
+bool ShardServer::ExchangeNoticesOnIoThread(std::string* why) {
+  std::vector<std::pair<Status, std::string>> mine;
+  {
+    std::lock_guard<std::mutex> lock(outbox_mu_);
+    mine.swap(notices_);
+  }
+  for (const auto& notice : mine) {
+    (void)SendNotice(scheduler_, notice.first, notice.second);
+    if (!notice.first.ok()) {
+      *why = notice.first.message();
+      return false;
+    }
+  }
+  std::vector<zmq::message_t> frames;
+  while (RecvFrames(scheduler_, &frames)) {
+    Code code = Code::kOk;
+    NoticeAbout about;
+    std::string text;
+    if (!ReadNotice(frames, &code, &about, &text)) continue;
+    if (code == Code::kOk) {
+      TFPS_LOG(Warning) << text;
+      continue;
+    }
+    if (about.role == Role::kWorker && about.index >= 0 && about.index < num_workers_) {
+      // As a closed connection: its rounds fail naming it, serving goes on for the others
+      // (also when it never connected here).
+      if (worker_state_[about.index] != kDone && worker_state_[about.index] != kGone) {
+        OnWorkerGoneOnIoThread(about.index, text);
+      }
+      continue;
+    }
+    *why = JobFailedMessage(text);  // no job goes on without one of its servers
+    return false;
+  }
+  return true;
+}
+
 int ShardServer::Run(const std::atomic<bool>& stop) {
   Monitor monitor(context_, router_, "server",
                   ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL);
   std::vector<zmq::message_t> frames;
+  std::string failed;  // why the job cannot go on
   while (!stop) {
     zmq::pollitem_t items[] = {{router_.handle(), 0, ZMQ_POLLIN, 0},
                                {monitor.socket().handle(), 0, ZMQ_POLLIN, 0},
-                               {nullptr, wake_fd_, ZMQ_POLLIN, 0}};
-    Poll(items, 3, 200);
+                               {nullptr, wake_fd_, ZMQ_POLLIN, 0},
+                               {scheduler_.handle(), 0, ZMQ_POLLIN, 0}};
+    Poll(items, 4, 200);
     if (items[2].revents & ZMQ_POLLIN) {
       uint64_t n;
       (void)!read(wake_fd_, &n, sizeof(n));
     }
     SendOutboxOnIoThread();
+    if (!ExchangeNoticesOnIoThread(&failed)) break;
     for (int i = 0; i < 256 && RecvFrames(router_, &frames); ++i) {
       try {
         OnMessageOnIoThread(frames);
@@ -252,7 +323,9 @@ int ShardServer::Run(const std::atomic<bool>& stop) {
       }
       for (const auto& rf : fd_of_rank_) {
         if (rf.second == value && worker_state_[rf.first] == kConnected) {
-          OnWorkerGoneOnIoThread(rf.first, "its connection closed without a goodbye");
+          OnWorkerGoneOnIoThread(rf.first, "its connection closed, or fell silent for "
+                                           "TFPS_HEARTBEAT_TIMEOUT, without a goodbye: it "
+                                           "died or was stopped");
         }
       }
     }
@@ -266,10 +339,17 @@ int ShardServer::Run(const std::atomic<bool>& stop) {
   for (auto& t : threads_) t.join();
   threads_.clear();
   SendOutboxOnIoThread();
+  if (!failed.empty()) {
+    TFPS_LOG(Error) << failed << "; exiting with 1";
+    return 1;
+  }
   if (stop) {
     int finished = 0;
     for (int s : worker_state_) finished += (s == kDone || s == kGone) ? 1 : 0;
-    return finished == num_workers_ ? 0 : kStoppedMidJob;
+    if (finished == num_workers_) return 0;
+    (void)SendNotice(scheduler_, Aborted("stopped by a signal (SIGTERM or SIGINT) before every "
+                                         "worker finished"));
+    return kStoppedMidJob;
   }
   int gone = 0;
   for (int s : worker_state_) gone += s == kGone ? 1 : 0;
@@ -277,6 +357,9 @@ int ShardServer::Run(const std::atomic<bool>& stop) {
     TFPS_LOG(Error) << gone << " worker(s) vanished without shutting down; exiting with 1";
     return 1;
   }
+  Head bye;  // so that the scheduler does not take our exit for a death
+  bye.header.type = static_cast<uint16_t>(MsgType::kBye);
+  (void)SendMessage(scheduler_, "", bye, zmq::message_t());
   TFPS_LOG(Info) << "every worker said goodbye; exiting";
   return 0;
 }

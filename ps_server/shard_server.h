@@ -68,8 +68,14 @@ class ShardServer {
   Status RestoreCheckpoint(const std::vector<std::pair<int, int>>& existing);
   ShardInfo ShardInfoOf(int thread) const;
   void SummationLoop(int index);
-  // Writes thread `index`'s file (TFPS_CHECKPOINT_DIR); a failure is logged, not fatal.
+  // Writes thread `index`'s file (TFPS_CHECKPOINT_DIR). A failure is a warning the workers
+  // hear (through the scheduler); kCheckpointFailuresFatal in a row end the job.
   void CheckpointOnSummationThread(int index, KeyStore& store);
+  // Queues a notice for the scheduler (any thread); the I/O thread sends it.
+  void PostNotice(const Status& status, const std::string& warning);
+  // Sends queued notices; reads the scheduler's. False once the job cannot go on (a
+  // member failed or died): *why says so.
+  bool ExchangeNoticesOnIoThread(std::string* why);
   void SummationWorkOnSummationThread(KeyStore& store, Work& w, std::vector<Outgoing>* replies);
   uint64_t MaxMessageBytes() const;
   void PostReplies(std::vector<Outgoing>* replies);
@@ -102,6 +108,8 @@ class ShardServer {
   std::atomic<bool> stopping_{false};
   std::mutex outbox_mu_;
   std::vector<Outgoing> outbox_;  // guarded by outbox_mu_
+  std::vector<std::pair<Status, std::string>> notices_;  // guarded by outbox_mu_
+  std::atomic<int> checkpoint_failures_{0};  // in a row, over all summation threads
   int wake_fd_ = -1;              // eventfd: the outbox has replies
 
   // I/O-thread state.

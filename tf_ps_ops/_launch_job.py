@@ -27,6 +27,7 @@ import time
 from tf_ps_ops._launch_env import Place
 from tf_ps_ops._launch_process import LOCAL, Process, describe_exit, shell_code
 
+_SETTLE_S = 1.0  # after a first failure, how long exits may still arrive before blame
 _POLL_S = 0.05  # also the cost of watching: the launcher shares the CPUs with its job
 _REAP_LIMIT_S = 10.0  # a SIGKILLed process in uninterruptible sleep must not hang us
 
@@ -135,17 +136,56 @@ class Job:
         time.sleep(_POLL_S)
 
     def first_failure(self):
-        """The process that failed first (non-zero exit), or None."""
+        """The process that failed first (non-zero exit), or None.
+
+        Exits seen close together are not in the order of cause and effect: one sweep of
+        poll() sees them in start order (the scheduler first), and a worker stopped by
+        SIGTERM tells the others before the signal ends it (engine/stop_signal.h), so they
+        may exit first. Among the exits within _SETTLE_S of the first, a process killed by
+        a signal is the cause, and the scheduler, which only reacts, comes last."""
         failed = [p for p in self.processes if p.poll()]
-        return min(failed, key=lambda p: p.exited_at, default=None)
+        if not failed:
+            return None
+        first = min(p.exited_at for p in failed)
+        close = [p for p in failed if p.exited_at - first <= _SETTLE_S]
+        return min(close, key=lambda p: (p.returncode >= 0, p.role == "scheduler", p.exited_at))
+
+    def stopped_processes(self):
+        """Local processes of the job stopped (SIGSTOP, Ctrl-Z, a debugger): alive but
+        answering nothing, so the others lose them by heartbeat and fail first."""
+        stopped = []
+        for p in self.processes:
+            if p.host.remote or p.returncode is not None:
+                continue
+            try:
+                with open(f"/proc/{p.pid}/stat") as f:
+                    state = f.read().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if state in ("T", "t"):
+                stopped.append(p)
+        return stopped
 
     def _raise_first_failure(self):
+        if self.first_failure() is None:
+            return
+        # Let the exits that belong together arrive before naming the cause.
+        settle = time.monotonic() + _SETTLE_S
+        while time.monotonic() < settle and any(p.poll() is None for p in self.processes):
+            time.sleep(_POLL_S)
         process = self.first_failure()
         if process is not None:
             how = describe_exit(process.returncode)
             if process.host.remote and process.returncode == 255:
                 how += (" (ssh's own failure code: is the host reachable, its key known "
                         "and ours accepted?)")
+            stopped = [p.name for p in self.stopped_processes()]
+            if stopped:
+                raise LaunchError(
+                    f"{', '.join(stopped)} {'is' if len(stopped) == 1 else 'are'} stopped "
+                    f"(SIGSTOP, Ctrl-Z or a debugger) and stopped answering; then "
+                    f"{process.name} {how}; stopped the others",
+                    shell_code(process.returncode), process)
             raise LaunchError(f"{process.name} {how}; stopped the others",
                               shell_code(process.returncode), process)
 

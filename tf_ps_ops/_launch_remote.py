@@ -5,7 +5,9 @@ tfps-run does not install this on the remote hosts: it sends this file's source 
 The process to run arrives as one JSON line on stdin ({"argv", "env", "cwd"}), which keeps
 the environment (and any secret in it) off every command line. After that line stdin
 stays open: its end-of-file means the launcher or its ssh session is gone, and then the
-process's whole group is stopped (SIGTERM, SIGKILL after a grace period). ssh without a
+process's whole group is stopped (SIGTERM, SIGKILL after a grace period). A job key
+("auth_key") is written to a private temporary file (mode 600, in a mode-700 folder) that
+the process finds in TFPS_AUTH_KEY_FILE, and removed when the process ends. ssh without a
 terminal sends no signal when the session closes, so this is what makes a teardown or a
 lost connection reach the remote processes. Exits with the process's exit code (128+N
 when killed by signal N), which ssh hands back.
@@ -13,9 +15,11 @@ when killed by signal N), which ssh hands back.
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -44,10 +48,37 @@ def _stop(child, lock):
         lock.release()
 
 
+def _write_key(text):
+    """The job key in a fresh private folder; returns (folder, file)."""
+    folder = tempfile.mkdtemp(prefix="tfps-key-")  # mode 700
+    path = os.path.join(folder, "job.key")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    return folder, path
+
+
 def main():
     spec = json.loads(sys.stdin.buffer.readline())
     env = dict(os.environ)
     env.update(spec["env"])
+    key_folder = None
+    if "auth_key" in spec:
+        key_folder, env["TFPS_AUTH_KEY_FILE"] = _write_key(spec["auth_key"])
+    try:
+        code = _run(spec, env)
+    finally:
+        if key_folder is not None:
+            shutil.rmtree(key_folder, ignore_errors=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Not sys.exit: the stdin watcher still blocks in read(), and the interpreter's
+    # shutdown would abort on the buffer lock that thread holds.
+    os._exit(code)
+
+
+def _run(spec, env):
+    """Runs the process to its end; its exit code as a shell reports it."""
     cwd = spec.get("cwd")
     if cwd and not os.path.isdir(cwd):
         print(f"tfps-run: no directory {cwd} on this host; running in {os.getcwd()}",
@@ -58,7 +89,7 @@ def main():
                                  start_new_session=True)
     except OSError as e:
         print(f"tfps-run: cannot start {spec['argv'][0]}: {e}", file=sys.stderr, flush=True)
-        sys.exit(127)
+        return 127
     lock = threading.Lock()
 
     def watch_stdin():
@@ -73,11 +104,7 @@ def main():
         os.killpg(child.pid, signal.SIGKILL)
     except OSError:
         pass
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # Not sys.exit: the stdin watcher still blocks in read(), and the interpreter's
-    # shutdown would abort on the buffer lock that thread holds.
-    os._exit(128 - code if code < 0 else code)
+    return 128 - code if code < 0 else code
 
 
 if __name__ == "__main__":

@@ -117,7 +117,15 @@ class SshHost(Host):
         return self._wrap_argv(argv), dict(os.environ)
 
     def stdin_payload(self, argv, env):
-        spec = {"argv": [str(a) for a in argv], "env": forwarded_env(env), "cwd": os.getcwd()}
+        env = forwarded_env(env)
+        spec = {"argv": [str(a) for a in argv], "env": env, "cwd": os.getcwd()}
+        key_file = env.pop("TFPS_AUTH_KEY_FILE", None)
+        if key_file:
+            # The job key travels inside the ssh channel, never on a command line; the far
+            # end writes it to a file of its own (mode 600) and removes it when the
+            # process ends (_launch_remote.py).
+            with open(key_file) as f:
+                spec["auth_key"] = f.read()
         return (json.dumps(spec) + "\n").encode()
 
     def run(self, argv):

@@ -5,8 +5,9 @@ that key was used, so every worker must use the same keys in the same order.
   - A given `name` is the key.
   - In a graph (tf.function) the key comes from the input tensor's name, as in Horovod:
     the same program builds the same graph on every worker.
-  - Eagerly, tensors have no names: each operation kind uses one fixed key, and the
-    n-th eager call on one worker meets the n-th eager call on the others.
+  - Eagerly, tensors have no names: each operation kind uses one fixed key per thread
+    (_eager_keys.py), and the n-th eager call of a thread on one worker meets the n-th
+    eager call of the thread of the same name on the others.
 """
 
 import re
@@ -17,6 +18,7 @@ import tensorflow as tf
 from tensorflow.python.ops import control_flow_util
 
 from tf_ps_ops import _library
+from tf_ps_ops._eager_keys import eager_key
 from tf_ps_ops.basics import rank, size
 from tf_ps_ops.compression import Compression, wire_codec
 
@@ -75,7 +77,7 @@ def _key(kind, name, tensor):
     if name is not None:
         return name
     if tf.executing_eagerly():
-        return _EAGER_KEYS[kind]
+        return eager_key(_EAGER_KEYS[kind], kind)
     return _GRAPH_PREFIXES[kind] + re.sub(r"[^a-zA-Z0-9_]", "_", tensor.name)
 
 
@@ -194,7 +196,7 @@ def push_pull(tensor, scope="", average=None, device_dense="", device_sparse="",
     if scope:
         if name is None and not tf.executing_eagerly():
             name = _key("allreduce", None, _dense(tensor))
-        name = scope + (name or _EAGER_KEYS["allreduce"])
+        name = scope + (name or eager_key(_EAGER_KEYS["allreduce"], "push_pull"))
     return allreduce(tensor, average, device_dense, device_sparse, compression, op,
                      name=name)
 
@@ -207,7 +209,8 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
     eager = tf.executing_eagerly()
     results = []
     for index, tensor in enumerate(tensors):
-        key = f"{name}.{index}" if name else (f"grouped_allreduce.eager.{index}" if eager else None)
+        key = f"{name}.{index}" if name else (
+            eager_key(f"grouped_allreduce.eager.{index}", "grouped_allreduce") if eager else None)
         results.append(allreduce(tensor, average, device_dense, device_sparse, compression, op,
                                  prescale_factor, postscale_factor, name=key))
     return results

@@ -20,9 +20,15 @@ as many servers as nodes, the default); the scheduler shares server 0's bundle; 
 sit in a second placement group (PACK by default: workers of a node share its server's
 host). A server actor runs `ps_server` as a child process and stops it when the executor
 shuts down. Needs `pip install ray` (requirements-ray.txt).
+
+Every role listens on its node's interfaces, so the executor makes a key per job
+(ZeroMQ CURVE, docs/security.md) and hands its text to each actor through Ray (never on a
+command line); an actor keeps it in a private file (mode 600) that it removes at shutdown.
+`env` with TFPS_AUTH_KEY_FILE (the same path on every node) or TFPS_INSECURE=1 opts out.
 """
 
 import os
+import shutil
 import subprocess
 import tempfile
 import time
@@ -38,15 +44,43 @@ from tf_ps_ops.server_main import BINARY
 _PORT_WAIT_S = 30.0
 
 
+def _new_job_key(ps_server):
+    """A fresh job key's text, made by `ps_server --gen-key` in a private folder."""
+    folder = tempfile.mkdtemp(prefix="tfps-ray-key-")
+    try:
+        path = os.path.join(folder, "job.key")
+        made = subprocess.run([ps_server, "--gen-key", path], capture_output=True, text=True,
+                              timeout=30)
+        if made.returncode != 0:
+            raise RuntimeError(f"cannot make the job key with {ps_server} --gen-key: "
+                               f"{made.stderr.strip() or made.stdout.strip()}")
+        with open(path) as f:
+            return f.read()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _keep_key(folder, key):
+    """Writes the job key into `folder` (mode 600); the environment that points to it."""
+    if key is None:
+        return {}
+    path = os.path.join(folder, "job.key")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(key)
+    return {"TFPS_AUTH_KEY_FILE": path}
+
+
 @ray.remote(num_cpus=0)
 class _PsServerActor:
     """Runs one ps_server process (scheduler or server) on the node it is placed on."""
 
-    def __init__(self, argv, env):
+    def __init__(self, argv, env, key=None):
         self._dir = tempfile.mkdtemp(prefix="tfps-ray-")
         self._port_file = os.path.join(self._dir, "port")
         if "--port-file" in argv:
             argv[argv.index("--port-file") + 1] = self._port_file
+        env = {**env, **_keep_key(self._dir, key)}
         self._process = subprocess.Popen(argv, env={**os.environ, **env},
                                          stdin=subprocess.DEVNULL, start_new_session=True)
 
@@ -77,6 +111,7 @@ class _PsServerActor:
             except subprocess.TimeoutExpired:
                 os.killpg(self._process.pid, 9)
                 self._process.wait()
+        shutil.rmtree(self._dir, ignore_errors=True)  # the key and the port file
         return self._process.returncode
 
 
@@ -84,9 +119,13 @@ class _PsServerActor:
 class _WorkerActor:
     """One training worker: its place goes into os.environ, where tf_ps_ops.init() reads it."""
 
-    def set_env(self, env):
-        os.environ.update(env)
+    def set_env(self, env, key=None):
+        self._dir = tempfile.mkdtemp(prefix="tfps-ray-")
+        os.environ.update({**env, **_keep_key(self._dir, key)})
         return ray.util.get_node_ip_address()
+
+    def cleanup(self):
+        shutil.rmtree(getattr(self, "_dir", ""), ignore_errors=True)
 
     def execute(self, fn, args, kwargs):
         return fn(*args, **kwargs)
@@ -128,15 +167,17 @@ class RayExecutor:
                                   strategy=self.worker_strategy)
         self._groups = [servers, workers]
         ray.get([servers.ready(), workers.ready()], timeout=timeout_s)
+        key = (None if "TFPS_AUTH_KEY_FILE" in self.env or self.env.get("TFPS_INSECURE") == "1"
+               else _new_job_key(self.ps_server))
         self._scheduler = _PsServerActor.options(scheduling_strategy=self._in(servers, 0)).remote(
             [self.ps_server, "--role", "scheduler", "--port", "0", "--port-file", "-",
-             *self._counts()], self.env)
+             *self._counts()], self.env, key)
         host, port = ray.get(self._scheduler.address.remote(), timeout=timeout_s)
         self._servers = [
             _PsServerActor.options(num_cpus=self.cpus_per_server,
                                    scheduling_strategy=self._in(servers, i)).remote(
                 [self.ps_server, "--role", "server", "--scheduler", f"{host}:{port}",
-                 *self._counts()], self.env)
+                 *self._counts()], self.env, key)
             for i in range(self.num_servers)]
         self._workers = [
             _WorkerActor.options(num_cpus=self.cpus_per_worker, num_gpus=self.gpus_per_worker,
@@ -144,7 +185,7 @@ class RayExecutor:
             for rank in range(self.num_workers)]
         places = [Place(rank, self.num_workers, self.num_servers, host, port)
                   for rank in range(self.num_workers)]
-        ray.get([w.set_env.remote(worker_env(place, self.env, ("tfps", "horovod")))
+        ray.get([w.set_env.remote(worker_env(place, self.env, ("tfps", "horovod")), key)
                  for w, place in zip(self._workers, places)], timeout=timeout_s)
         return self
 
@@ -181,6 +222,8 @@ class RayExecutor:
         actors = [a for a in [*self._servers, self._scheduler] if a is not None]
         if actors:
             ray.get([a.stop.remote() for a in actors], timeout=30)
+        if self._workers:
+            ray.get([w.cleanup.remote() for w in self._workers], timeout=30)
         for actor in actors + self._workers:
             ray.kill(actor)
         for group in self._groups:

@@ -86,6 +86,9 @@ def parse_args(argv=None):
                         help="host1:slots,host2:slots: the scheduler runs on the first host, "
                              "workers fill the slots in order; localhost/127.0.0.1 run here "
                              "without ssh")
+    parser.add_argument("--insecure", action="store_true",
+                        help="no job key: plain, unauthenticated TCP (TFPS_INSECURE=1), e.g. to "
+                             "measure on a trusted network; the default is a key per job")
     parser.add_argument("--hostfile", metavar="F",
                         help="a file of `host slots=N` (or host:N) lines, instead of -H")
     parser.add_argument("--ssh-port", type=_int_at_least(1), metavar="P",
@@ -196,13 +199,17 @@ def placement(args):
     return hosts, servers, workers
 
 
-def local_job_env(args, tmpdir):
-    """What a job on this host alone adds to every role's environment: its sockets bind
-    loopback only, and its roles admit only holders of a key made for this job (ZeroMQ
-    CURVE; docs/security.md), so no other process, here or elsewhere, can join or read it.
-    A variable the user set wins."""
-    env = {"TFPS_BIND": "127.0.0.1"}
-    if "TFPS_AUTH_KEY_FILE" not in os.environ:
+def job_env(args, tmpdir, local):
+    """What tfps-run adds to every role's environment: its roles admit only holders of a
+    key made for this job (ZeroMQ CURVE; docs/security.md), so no other process can join
+    or read it, and on one host its sockets bind loopback only. Over ssh the key file
+    reaches each remote process inside its ssh channel (_launch_ssh.py), never on a
+    command line, and is removed there when the process ends; here it lives in `tmpdir`,
+    removed at teardown. A variable the user set wins."""
+    env = {"TFPS_BIND": "127.0.0.1"} if local else {}
+    if args.insecure:
+        env["TFPS_INSECURE"] = "1"
+    elif "TFPS_AUTH_KEY_FILE" not in os.environ:
         key_file = os.path.join(tmpdir, "job.key")
         made = subprocess.run([args.ps_server, "--gen-key", key_file], capture_output=True,
                               text=True, timeout=30)
@@ -221,8 +228,7 @@ def run_job(job, args, port_file):
     base = dict(os.environ)
     if args.consistency:
         base["TFPS_CONSISTENCY"] = args.consistency
-    if args.host_slots is None:  # over ssh: the key file would have to reach every host
-        base.update(local_job_env(args, os.path.dirname(port_file)))
+    base.update(job_env(args, os.path.dirname(port_file), local=args.host_slots is None))
     env = dict(base)
     port = job.start_scheduler(env, port_file, host=hosts[0], port=args.port,
                                wait_s=_PORT_WAIT_S)

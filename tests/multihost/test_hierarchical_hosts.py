@@ -33,7 +33,9 @@ class TwoHostJob(LoggedCluster):
     def __init__(self, hosts, workdir, env, worker_hosts=(0, 0, 1, 1)):
         super().__init__(PS_SERVER, workdir, len(worker_hosts), 2, timeout=120, env=env,
                          cwd=REPO,
-                         defaults={"OPENBLAS_NUM_THREADS": "1", "TFPS_TIMEOUT": "60"})
+                         defaults={"OPENBLAS_NUM_THREADS": "1", "TFPS_TIMEOUT": "60",
+                                   # namespace hosts reach only each other
+                                   "TFPS_INSECURE": "1"})
         self._on = [netns_host(hosts, i) for i in range(3)]
         self.worker_hosts = worker_hosts
 

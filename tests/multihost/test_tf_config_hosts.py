@@ -38,8 +38,9 @@ def test_tf_config_job_across_two_hosts(tmp_path):
                    "worker": [f"{a1}:7100"]}
         base = {k: v for k, v in without_cluster_variables(os.environ).items()
                 if not k.startswith(("SLURM_", "OMPI_", "PMI_", "TF_CONFIG"))}
+        # Emulated hosts that reach nothing but each other: a trusted network.
         base.update(PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2", TFPS_TIMEOUT="60",
-                    OPENBLAS_NUM_THREADS="1")
+                    OPENBLAS_NUM_THREADS="1", TFPS_INSECURE="1")
 
         def env(task_type, index):
             return {**base, "TF_CONFIG": json.dumps(
@@ -70,8 +71,8 @@ def test_sigterm_to_ps_task_0_stops_its_scheduler_and_server(tmp_path):
     cluster = {"ps": ["127.0.0.1:7200"], "worker": ["127.0.0.1:7300"]}
     env = {k: v for k, v in without_cluster_variables(os.environ).items()
            if not k.startswith(("SLURM_", "OMPI_", "PMI_", "TF_CONFIG"))}
-    env.update(PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2", TF_CONFIG=json.dumps(
-        {"cluster": cluster, "task": {"type": "ps", "index": 0}}))
+    env.update(PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2", TFPS_INSECURE="1",
+               TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "ps", "index": 0}}))
     with Hosts(1) as hosts:  # its own network stack: the fixed ports cannot collide
         job = Job(None, 0, 0, LogFiles(tmp_path), cwd=REPO)
         try:

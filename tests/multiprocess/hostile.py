@@ -40,7 +40,8 @@ class Job:
     def __init__(self, tmp_path, num_workers=1, env=None, log_name="server.log", server=True):
         # The test plays some workers by hand: they cannot take part in hierarchical
         # aggregation's token exchange at init, so real workers here stay flat.
-        self.env = {**os.environ, "TFPS_TIMEOUT": "30", "TFPS_HIERARCHICAL": "0", **(env or {})}
+        self.env = {**os.environ, "TFPS_TIMEOUT": "30", "TFPS_HIERARCHICAL": "0",
+                    "TFPS_BIND": "127.0.0.1", **(env or {})}
         self.context = zmq.Context()
         self.procs = []
         port_file = tmp_path / "scheduler.port"

@@ -40,7 +40,9 @@ def run_tasks(tmp_path, tasks, timeout=120):
     base = without_cluster_variables(os.environ)
     base = {k: v for k, v in base.items() if not k.startswith(("SLURM_", "OMPI_", "PMI_"))}
     base.pop("TF_CONFIG", None)
-    base.update(PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2", TFPS_TIMEOUT="60")
+    # One host: nothing needs to listen beyond loopback (and keyless roles may not).
+    base.update(PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2", TFPS_TIMEOUT="60",
+                TFPS_BIND="127.0.0.1")
     job = Job(None, 0, 0, LogFiles(tmp_path), cwd=REPO)
     try:
         processes = [job.spawn(role, index, argv, {**base, **env})

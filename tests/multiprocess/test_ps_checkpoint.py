@@ -82,9 +82,11 @@ def test_server_checkpoint_survives_sigkill_and_restores_bit_for_bit(make_cluste
         result = first.wait_for("worker", rank, timeout=60)
         assert result.returncode == 0 and "server loss seen" in result.stdout, result.describe()
     assert first.wait_for("server", 0, timeout=10).killed
-    for role in ("server", "scheduler"):  # the survivors: every worker said goodbye
+    for role in ("server", "scheduler"):  # the survivors: told the job failed, naming it
         result = first.wait_for(role, 1 if role == "server" else 0, timeout=30)
-        assert result.returncode == 0, result.describe()
+        assert result.returncode == 1, result.describe()
+        assert "disconnected from the scheduler without shutting down" in result.stderr, \
+            result.describe()
     # Steps 4-5 happened after the checkpoint; the survivor wrote nothing since.
     assert {name: (ckpt / name).read_bytes() for name in files} == snapshot
     saved = tmp_path / "ckpt-at-step3"

@@ -38,7 +38,8 @@ def start_scheduler(tmp_path):
     port_file = tmp_path / "port"
     proc = subprocess.Popen([PS_SERVER, "--role", "scheduler", "--port", "0", "--port-file",
                              str(port_file), "--num-workers", "1", "--num-servers", "1"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, TFPS_BIND="127.0.0.1"))
     deadline = time.monotonic() + 30
     while not port_file.exists() or not port_file.read_text().strip():
         assert proc.poll() is None, proc.communicate()
@@ -63,7 +64,7 @@ def test_error_reply_without_text_frame_fails_init_cleanly(tmp_path):
         worker = subprocess.Popen(
             [sys.executable, "-c", WORKER, str(scheduler_port), os.path.join(ROOT, "tests")],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env=dict(os.environ, TFPS_TIMEOUT="20"))
+            env=dict(os.environ, TFPS_TIMEOUT="20", TFPS_BIND="127.0.0.1"))
         assert server.poll(30000), "the worker never said hello"
         identity, head = server.recv_multipart()[:2]
         err, fields = core.decode_head(head, 0)

@@ -47,6 +47,10 @@ def test_manifest_makes_a_consistent_job():
              for key, (tf_config, _) in replicas.items() if key[0] != "ps"}
     assert ranks == {("chief", 0): 0, ("worker", 0): 1}
     for key, (_, container) in replicas.items():
+        # Roles listen beyond loopback: each holds the job key (a refusal to start otherwise).
+        env = {e["name"]: e["value"] for e in container["env"]}
+        mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+        assert env["TFPS_AUTH_KEY_FILE"].startswith(mounts["job-key"] + "/"), key
         command = container["command"]
         if key[0] == "ps":
             assert command[:3] == ["python3", "-m", "tf_ps_ops.role"]

@@ -61,8 +61,12 @@ const std::vector<ConfigEntry>& ConfigTable() {
       {"TFPS_BIND", "string", "*",
        "The address every role binds its listening socket to: * (every interface), an IPv4 "
        "address such as 127.0.0.1 (loopback only), or an interface name. A role that binds "
-       "anything but loopback without TFPS_AUTH_KEY_FILE warns that anyone who reaches the "
-       "port can join."},
+       "anything but loopback without TFPS_AUTH_KEY_FILE refuses to start (anyone who "
+       "reaches the port could join), unless TFPS_INSECURE=1."},
+      {"TFPS_INSECURE", "int", "0",
+       "1: a role may bind beyond loopback without TFPS_AUTH_KEY_FILE (plain TCP, a warning; "
+       "for a trusted network or a measurement). 0: it refuses to start "
+       "(`ps_server --insecure`, `tfps-run --insecure` set it)."},
       {"TFPS_TIMELINE", "string", "",
        "Path of a Chrome-trace JSON timeline each worker writes at shutdown (%r becomes the "
        "rank): every tensor's queued / scheduled / push / server / pull / written stages "
@@ -220,6 +224,9 @@ Status LoadConfig(Config* config) {
                            "interface name");
   }
   TFPS_RETURN_IF_ERROR(ReadAuthKey(Lookup("TFPS_AUTH_KEY_FILE"), &config->auth_secret_key));
+  int64_t insecure = 0;
+  TFPS_RETURN_IF_ERROR(ParseInt("TFPS_INSECURE", 0, 1, &insecure));
+  config->insecure = insecure != 0;
   config->timeline = Lookup("TFPS_TIMELINE");
   // Parsed by the engine (cc/codec is above this layer); the server does not read it.
   config->compression = Lookup("TFPS_COMPRESSION");

@@ -48,6 +48,7 @@ struct Config {
   Consistency consistency;         // TFPS_CONSISTENCY (workers; servers take the job's from
                                    // the scheduler)
   std::string consistency_trace;   // TFPS_CONSISTENCY_TRACE (ps_server; empty: none)
+  bool insecure = false;           // TFPS_INSECURE: may bind beyond loopback without a key
 };
 
 // Reads every entry of ConfigTable() from the environment (defaults where unset) and

@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
+#include <thread>
 #include <chrono>
 #include <cstring>
 #include <deque>
@@ -17,6 +19,7 @@
 
 #include <zmq.hpp>
 
+#include "tf_ps_ops/cc/cluster/notice.h"
 #include "tf_ps_ops/cc/cluster/rendezvous.h"
 #include "tf_ps_ops/cc/common/logging.h"
 #include "tf_ps_ops/cc/common/loop_thread.h"
@@ -24,6 +27,7 @@
 #include "tf_ps_ops/cc/engine/partition.h"
 #include "tf_ps_ops/cc/engine/push_codec.h"
 #include "tf_ps_ops/cc/engine/shm_local_reduce.h"
+#include "tf_ps_ops/cc/engine/stop_signal.h"
 #include "tf_ps_ops/cc/engine/timeline.h"
 #include "tf_ps_ops/cc/transport/auth.h"
 #include "tf_ps_ops/cc/transport/shm_segment.h"
@@ -126,12 +130,24 @@ class Engine::Loop {
   }
   // Opens server i's socket, with its monitor, and says hello.
   Status OpenServerOnLoop(size_t i);
+  // Connect() after the rendezvous: servers' hellos. A failure here is told to the others.
+  Status JoinClusterOnLoop(const EngineOptions& options, ClusterView* view);
+  // Reads the scheduler's notices (cluster/notice.h): warnings are logged; a failure of
+  // another member sets job_failed_ and fails everything in flight. Returns job_failed_.
+  Status ReadNoticesOnLoop();
+  // SIGTERM arrived (stop_signal.h): tells the scheduler, then lets the signal end us.
+  void StoppedBySignalOnLoop();
+ public:
+  void WatchStopSignal() { stop_fd_ = InstallStopSignal(); }
+ private:
+  int stop_fd_ = -1;
 
   const Config config_;
   const int rank_;
   zmq::context_t context_;
   std::unique_ptr<ZapHandler> zap_;  // with a job key: admits only its holders (peer port)
   std::unique_ptr<zmq::socket_t> scheduler_;
+  Status job_failed_;  // from a member's failure the scheduler told us: every request fails
   std::vector<Server> servers_;
   std::string own_host_;  // as the scheduler sees this worker (colocated servers share it)
   // The engine thread once RunOnLoop starts; until then the thread in Engine::Init, which
@@ -179,6 +195,46 @@ Status Engine::Loop::Connect(const EngineOptions& options, ClusterView* view) {
   request.consistency = config_.consistency;  // the scheduler checks every worker agrees
   TFPS_RETURN_IF_ERROR(
       RegisterWithScheduler(*scheduler_, scheduler, request, config_.timeout_s, view));
+  Status joined = JoinClusterOnLoop(options, view);
+  // The others learn why now, not after TFPS_TIMEOUT (unless the failure came from them).
+  if (!joined.ok() && job_failed_.ok()) (void)SendNotice(*scheduler_, joined);
+  return joined;
+}
+
+Status Engine::Loop::ReadNoticesOnLoop() {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
+  std::vector<zmq::message_t> frames;
+  while (RecvFrames(*scheduler_, &frames)) {
+    Code code = Code::kOk;
+    NoticeAbout about;
+    std::string text;
+    if (!ReadNotice(frames, &code, &about, &text)) continue;
+    if (code == Code::kOk) {
+      TFPS_LOG(Warning) << text;
+      continue;
+    }
+    if (!job_failed_.ok()) continue;
+    job_failed_ = Status(code, JobFailedMessage(text));
+    TFPS_LOG(Error) << job_failed_.message();
+    while (!ops_.empty()) FinishOnLoop(ops_.begin()->first, job_failed_);
+    mesh_.FailAllOnLoop(job_failed_);
+  }
+  return job_failed_;
+}
+
+void Engine::Loop::StoppedBySignalOnLoop() {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
+  const int sig = CaughtStopSignal();
+  const std::string why = "stopped by " + std::string(sig == SIGTERM ? "SIGTERM" : "a signal") +
+                          " (signal " + std::to_string(sig) + ")";
+  TFPS_LOG(Warning) << why << "; telling the others, then exiting by that signal";
+  (void)SendNotice(*scheduler_, Aborted(why));
+  // The notice leaves on ZeroMQ's I/O thread: give it a moment before the signal ends us.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ReraiseStopSignal();
+}
+
+Status Engine::Loop::JoinClusterOnLoop(const EngineOptions& options, ClusterView* view) {
   TFPS_RETURN_IF_ERROR(mesh_.Connect(view->worker_peers));
   timeline_.Open(config_.timeline, rank_);
   if (options.num_servers > 0 && static_cast<int>(view->servers.size()) != options.num_servers) {
@@ -210,7 +266,9 @@ Status Engine::Loop::Connect(const EngineOptions& options, ClusterView* view) {
     }
     std::vector<zmq::pollitem_t> items;
     for (Server& s : servers_) items.push_back({s.socket->handle(), 0, ZMQ_POLLIN, 0});
+    items.push_back({scheduler_->handle(), 0, ZMQ_POLLIN, 0});
     Poll(items.data(), items.size(), 100);
+    TFPS_RETURN_IF_ERROR(ReadNoticesOnLoop());
     for (size_t i = 0; i < servers_.size(); ++i) {
       if (!RecvFrames(*servers_[i].socket, &frames)) continue;
       Head head;
@@ -293,6 +351,8 @@ void Engine::Loop::RunOnLoop() {
       items.push_back({s.monitor->socket().handle(), 0, ZMQ_POLLIN, 0});
     }
     items.push_back({nullptr, wake_fd_, ZMQ_POLLIN, 0});
+    items.push_back({scheduler_->handle(), 0, ZMQ_POLLIN, 0});
+    if (stop_fd_ >= 0) items.push_back({nullptr, stop_fd_, ZMQ_POLLIN, 0});
     mesh_.AppendPollItems(&items);
     Poll(items.data(), items.size(), 100);
     uint64_t n;
@@ -305,9 +365,19 @@ void Engine::Loop::RunOnLoop() {
       batch.swap(queue_);
       stop = stopping_;
     }
+    if (stop_fd_ >= 0 && CaughtStopSignal() != 0) StoppedBySignalOnLoop();
+    const Status failed = ReadNoticesOnLoop();
     for (Request& r : batch) {
-      if (auto* p = std::get_if<PushPullRequest>(&r)) StartOnLoop(std::move(*p));
-      if (auto* g = std::get_if<GatherRequest>(&r)) mesh_.StartOnLoop(std::move(*g));
+      auto* p = std::get_if<PushPullRequest>(&r);
+      auto* g = std::get_if<GatherRequest>(&r);
+      if (!failed.ok()) {
+        const std::string rank = " on rank " + std::to_string(rank_) + ": ";
+        if (p != nullptr) p->done(failed.WithPrefix("push_pull of tensor '" + p->name + "'" + rank));
+        if (g != nullptr) g->done(failed.WithPrefix("allgather of '" + g->name + "'" + rank), {});
+        continue;
+      }
+      if (p != nullptr) StartOnLoop(std::move(*p));
+      if (g != nullptr) mesh_.StartOnLoop(std::move(*g));
     }
     PumpOnLoop();  // everything started together can leave together
     mesh_.PollOnLoop();
@@ -815,6 +885,7 @@ Status Engine::Init(const EngineOptions& options) {
   size_ = options.size;
   num_servers_ = static_cast<int>(view.servers.size());
   LocalRankOf(view.worker_hosts, rank_, &local_rank_, &local_size_);
+  loop->WatchStopSignal();  // before the thread starts: it polls the descriptor
   std::shared_ptr<Loop> running(std::move(loop));
   thread_ = std::thread([running] { running->RunOnLoop(); });
   {
@@ -846,6 +917,7 @@ void Engine::Shutdown() {
   }
   loop->RequestStop();
   thread_.join();
+  UninstallStopSignal();
   std::shared_ptr<Hierarchical> hierarchical;
   {
     std::lock_guard<std::mutex> loop_lock(loop_mu_);

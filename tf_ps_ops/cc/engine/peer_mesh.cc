@@ -37,6 +37,7 @@ PeerMesh::PeerMesh(zmq::context_t& context, const Config& config, int rank, int 
 }
 
 Status PeerMesh::Bind(int* port) {
+  TFPS_RETURN_IF_ERROR(CheckBindAllowed(config_, "this worker's peer port"));
   try {
     incoming_.bind(BindEndpoint(config_, 0, "this worker's peer port"));
   } catch (const zmq::error_t& e) {

@@ -101,6 +101,19 @@ void ZapHandler::Answer(std::vector<zmq::message_t>& request) {
   }
 }
 
+Status CheckBindAllowed(const Config& config, const char* what) {
+  if (!config.auth_secret_key.empty() || IsLoopback(config.bind) || config.insecure) {
+    return Status::Ok();
+  }
+  return FailedPrecondition(
+      std::string(what) + " would listen on " +
+      (config.bind == "*" ? std::string("every interface") : config.bind) +
+      " without authentication, where anyone who reaches it can join the job or read its "
+      "tensors: give every role the job's key (TFPS_AUTH_KEY_FILE, `ps_server --gen-key`; "
+      "tfps-run makes one), or bind loopback only (TFPS_BIND=127.0.0.1), or accept the risk "
+      "on a trusted network with TFPS_INSECURE=1 (docs/security.md)");
+}
+
 std::string BindEndpoint(const Config& config, int port, const char* what) {
   if (config.auth_secret_key.empty() && !IsLoopback(config.bind)) {
     TFPS_LOG(Warning) << what << " listens on " << (config.bind == "*" ? "every interface" : config.bind)

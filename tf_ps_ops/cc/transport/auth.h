@@ -52,6 +52,10 @@ class ZapHandler {
 // "tcp://<TFPS_BIND>:<port>"; logs a warning when that reaches beyond loopback and no key
 // protects it (`what`: "the scheduler", ...).
 std::string BindEndpoint(const Config& config, int port, const char* what);
+// A role about to bind beyond loopback without a job key may not, unless TFPS_INSECURE=1
+// (`ps_server --insecure`, `tfps-run --insecure`): anyone who reaches the port could join
+// the job or read its tensors. FailedPrecondition naming `what` and the ways out.
+Status CheckBindAllowed(const Config& config, const char* what);
 
 // Writes a fresh CURVE secret key (Z85) to `path`, readable by its owner only.
 Status WriteNewKeyFile(const std::string& path);

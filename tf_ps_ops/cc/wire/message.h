@@ -32,7 +32,8 @@ namespace tfps {
 constexpr uint32_t kMagic = 0x53504654;  // "TFPS" read as little-endian bytes
 // 2: batches, timed replies, acknowledgements; 3: compressed payloads (Header::codec);
 // 4: kFlagBroadcast (consistency models), hierarchical pushes (kFlagHierarchical),
-//    compressed PS-mode pushes (kFlagPsApply with a codec; the reply is float32)
+//    compressed PS-mode pushes (kFlagPsApply with a codec; the reply is float32),
+//    member notices (kMemberNotice), servers say goodbye to the scheduler
 constexpr uint16_t kProtocolVersion = 4;
 constexpr int kMaxDims = 32;
 constexpr uint32_t kMaxPartitions = 1u << 24;
@@ -67,13 +68,16 @@ DType DTypeOfElement(char kind, size_t size);
   X(kPushPull, 5, "PUSH_PULL", "worker -> server: one partition of a tensor for one step")    \
   X(kPushPullReply, 6, "PUSH_PULL_REPLY", "server -> worker: the sum over all workers")       \
   X(kError, 7, "ERROR", "a reply carrying `status` and, optionally, UTF-8 text as payload")   \
-  X(kBye, 8, "BYE", "worker -> server/scheduler: clean shutdown")                             \
+  X(kBye, 8, "BYE", "worker -> server/scheduler, server -> scheduler: clean shutdown")       \
   X(kPeerData, 9, "PEER_DATA", "worker -> worker: its part of an allgather (SFB factors)")    \
   X(kBatch, 10, "BATCH", "several kPushPull (worker -> server) or replies (server -> worker)") \
   X(kAck, 11, "ACK", "server -> worker: a kFlagAck push (key, partition, step) arrived")        \
-  X(kPushPullShm, 12, "PUSH_PULL_SHM",                                                          \
+  X(kMemberNotice, 12, "MEMBER_NOTICE",                                                         \
+    "member -> scheduler -> every member: why a member fails (status != 0) or a warning "       \
+    "(status 0); text payload (cluster/notice.h)")                                              \
+  X(kPushPullShm, 13, "PUSH_PULL_SHM",                                                          \
     "worker -> colocated server: a kPushPull whose payload is in shared memory (no frame)")   \
-  X(kPushPullReplyShm, 13, "PUSH_PULL_REPLY_SHM",                                               \
+  X(kPushPullReplyShm, 14, "PUSH_PULL_REPLY_SHM",                                               \
     "server -> colocated worker: the answer to a kPushPullShm is in its shared memory")
 
 enum class MsgType : uint16_t {

@@ -1,0 +1,48 @@
+// Member notices (wire kMemberNotice): how a failure found after the rendezvous reaches
+// every member in seconds instead of each waiting out TFPS_TIMEOUT. A member that fails (a
+// corrupt checkpoint, a cluster it cannot use) tells the scheduler why before it exits; the
+// scheduler names the member and tells everyone else, and tells everyone when a member's
+// connection dies without a goodbye. Status 0 is a warning (a checkpoint write that
+// failed): logged by the receivers, the job goes on.
+#ifndef TFPS_CC_CLUSTER_NOTICE_H_
+#define TFPS_CC_CLUSTER_NOTICE_H_
+
+#include <string>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "tf_ps_ops/cc/cluster/messages.h"
+#include "tf_ps_ops/cc/common/status.h"
+
+namespace tfps {
+
+constexpr size_t kMaxNoticeBytes = 4096;  // longer texts are cut (and say so)
+
+// A member's side: sends `status` (ok: a warning carrying `warning`) to the scheduler over
+// its registration socket (a DEALER). The socket's linger lets it leave before an exit.
+Status SendNotice(zmq::socket_t& scheduler, const Status& status,
+                  const std::string& warning = "");
+// Whom a relayed notice is about, so that a server can treat a worker's end as it treats
+// a closed connection. On the wire: the text's first line, "about=worker:2" (or server:0).
+struct NoticeAbout {
+  Role role = Role::kWorker;
+  int index = -1;  // rank or server id; -1: unknown
+};
+
+// The scheduler's side: sends a notice about a member to one member (a ROUTER send).
+Status RelayNotice(zmq::socket_t& router, const std::string& identity, Code code,
+                   const NoticeAbout& about, const std::string& text);
+
+// Reads a message received on a DEALER from the scheduler ([head][text]). Returns false
+// when it is no notice (or malformed); else *code (kOk: a warning), *about (when the
+// scheduler relayed it) and *text, escaped for the log.
+bool ReadNotice(const std::vector<zmq::message_t>& frames, Code* code, NoticeAbout* about,
+                std::string* text);
+
+// What a member says when a notice ends its part in the job.
+std::string JobFailedMessage(const std::string& notice);
+
+}  // namespace tfps
+
+#endif  // TFPS_CC_CLUSTER_NOTICE_H_
