@@ -18,8 +18,7 @@ inline Status CudaStatus(cudaError_t err, const std::string& what) {
     hint = " (this library's CUDA runtime needs a driver of its CUDA version or newer: "
            "nvidia-smi shows the driver's)";
   } else if (err == cudaErrorNoKernelImageForDevice) {
-    hint = " (no code for this GPU: rebuild with TFPS_CUDA_ARCHS naming its compute "
-           "capability)";
+    hint = " (no code for this GPU: rebuild for its compute capability, docs/gpu.md)";
   }
   return Internal(what + ": CUDA error " + cudaGetErrorName(err) + ": " +
                   cudaGetErrorString(err) + hint);
