@@ -307,7 +307,10 @@ def build(jobs=None, with_tf=True, verbose=True):
     for path, unit, shared in ARTIFACTS:
         if unit not in units:
             continue
-        linked = [objects[src] for u in closure(unit) for src in sum(unit_sources(u, cuda), [])]
+        # CUDA objects go into the op library only: ps_server and _core stay free of CUDA.
+        with_cuda = cuda if unit == "kernels" else None
+        linked = [objects[src] for u in closure(unit)
+                  for src in sum(unit_sources(u, with_cuda), [])]
         if not shared:  # the ps_server binary
             linked.append(objects[main])
         flags = (tf_link if unit == "kernels" else []) + ["-lzmq", "-pthread"]

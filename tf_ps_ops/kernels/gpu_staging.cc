@@ -44,6 +44,15 @@ void StageToHost(OpKernelContext* ctx, const Tensor& device, Tensor* host, Stage
                                  std::move(then));
 }
 
+absl::Status StageToHostSync(OpKernelContext* ctx, const Tensor& device, Tensor* host) {
+  TF_RETURN_IF_ERROR(AllocatePinned(ctx, device.dtype(), device.shape(), host));
+  if (device.NumElements() == 0) return absl::OkStatus();
+  tensorflow::DeviceContext* context = ctx->op_device_context();
+  if (context == nullptr) return NoContext(ctx);
+  return context->CopyDeviceTensorToCPUSync(&device, ctx->op_kernel().name(), DeviceOf(ctx),
+                                            host);
+}
+
 void CopyToDevice(OpKernelContext* ctx, const Tensor& host, Tensor* device, StagedCallback then) {
   if (host.NumElements() == 0) return then(absl::OkStatus());
   tensorflow::DeviceContext* context = ctx->op_device_context();

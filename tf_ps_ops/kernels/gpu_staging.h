@@ -39,6 +39,10 @@ absl::Status AllocatePinned(tensorflow::OpKernelContext* ctx, tensorflow::DataTy
 void StageToHost(tensorflow::OpKernelContext* ctx, const tensorflow::Tensor& device,
                  tensorflow::Tensor* host, StagedCallback then);
 
+// The same, waiting for the copy (for one element read once: a slot's initial value).
+absl::Status StageToHostSync(tensorflow::OpKernelContext* ctx, const tensorflow::Tensor& device,
+                             tensorflow::Tensor* host);
+
 // Copies pinned `host` into `device` (same size) and calls `then` when it is there.
 void CopyToDevice(tensorflow::OpKernelContext* ctx, const tensorflow::Tensor& host,
                   tensorflow::Tensor* device, StagedCallback then);

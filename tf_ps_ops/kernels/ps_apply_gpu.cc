@@ -175,10 +175,8 @@ class PsApplyGpuOp : public AsyncOpKernel {
         if (!flat.CopyFrom(value, tensorflow::TensorShape({value.NumElements()}))) {
           return absl::InternalError("slot '" + slot + "' of '" + key + "': cannot view it");
         }
-        Tensor first = flat.Slice(0, 1), host;
-        TF_RETURN_IF_ERROR(AllocatePinned(ctx, value.dtype(), first.shape(), &host));
-        TF_RETURN_IF_ERROR(ctx->op_device_context()->CopyDeviceTensorToCPUSync(
-            &first, "slot", static_cast<tensorflow::Device*>(ctx->device()), &host));
+        Tensor host;
+        TF_RETURN_IF_ERROR(StageToHostSync(ctx, flat.Slice(0, 1), &host));
         *out = value.dtype() == tensorflow::DT_FLOAT ? static_cast<double>(host.flat<float>()(0))
                                                      : host.flat<double>()(0);
       }
