@@ -107,9 +107,10 @@ __global__ void EncodeInt8Kernel(const float* in, uint64_t n, uint8_t* out) {
   }
   lo = lo_s[0];
   hi = hi_s[0];
-  // CPU: ±0 compare equal there too; fminf may return either zero, so take the CPU's rule
-  // for the stored value: the first element that is smallest. Zeros of both signs quantise
-  // alike, but their stored bits would differ: settle ties of ±0 as the CPU loop does.
+  __syncthreads();  // every thread has read them before thread 0 may rewrite them below
+  // ±0 compare equal, and fminf/fmaxf may return either: zeros of both signs quantise
+  // alike, but the stored min/max bits would differ from the CPU's. Settle a chunk whose
+  // extreme is a zero as the CPU loop does.
   if (lo == 0.0f || hi == 0.0f) {
     // The CPU keeps, per lane, the first minimum it met and then the lowest lane's among
     // equals via min_element: for zeros that is the sign of the earliest zero in a fixed
