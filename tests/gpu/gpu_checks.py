@@ -82,7 +82,7 @@ def codec_inputs(rng):
     zeros[5::7] = 1e-3
     yield "signed zeros", zeros
     tiny = (rng.standard_normal(4000) * 1e-42).astype(np.float32)  # subnormals
-    yield "subnormals", tiny
+    yield "subnormals", tiny  # int8: 255 / (hi - lo) overflows to Inf, 0 * Inf is NaN
     wide = (rng.standard_normal(4000) * 1e5).astype(np.float32)
     wide[17] = 7e4  # fp16 overflow
     yield "wide range", wide

@@ -143,7 +143,11 @@ __global__ void EncodeInt8Kernel(const float* in, uint64_t n, uint8_t* out) {
   }
   const float inv = hi > lo ? __fdiv_rn(255.0f, __fsub_rn(hi, lo)) : 0.0f;
   for (uint64_t i = threadIdx.x; i < len; i += blockDim.x) {
-    const float v = fminf(__fadd_rn(__fmul_rn(__fsub_rn(x[i], lo), inv), 0.5f), 255.0f);
+    // std::min(a, 255) as the CPU has it: a NaN (0 * Inf, when hi - lo is so small that
+    // 255 / (hi - lo) overflows) stays NaN, where fminf would give 255; NaN then converts
+    // to a code of 0 on both (x86's INT_MIN, CUDA's 0: the low byte is 0 either way).
+    const float a = __fadd_rn(__fmul_rn(__fsub_rn(x[i], lo), inv), 0.5f);
+    const float v = 255.0f < a ? 255.0f : a;
     q[i] = static_cast<uint8_t>(static_cast<int32_t>(v));
   }
   if (threadIdx.x == 0) {
