@@ -20,6 +20,9 @@ import subprocess
 import sys
 import sysconfig
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import native_cuda  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OBJ_DIR = os.path.join(ROOT, "build", "native")
 
@@ -38,7 +41,8 @@ UNITS = {  # name -> (folders, deps)
     "cluster": (["tf_ps_ops/cc/cluster"], ["common", "codec", "wire", "transport"]),
     "engine": (["tf_ps_ops/cc/engine"], BASE),                # the worker side
     "server": (["ps_server"], BASE),                          # never the engine
-    "kernels": (["tf_ps_ops/kernels", "sfb/kernels"], BASE + ["engine"]),
+    "gpu": (["tf_ps_ops/cc/gpu"], ["common", "codec"]),       # CUDA builds only (native_cuda.py)
+    "kernels": (["tf_ps_ops/kernels", "sfb/kernels"], BASE + ["engine", "gpu"]),
     "pybind": (["tf_ps_ops/cc/pybind"], BASE + ["engine"]),   # _core: the core only
     "server_testing": (["ps_server/testing"], BASE + ["server"]),
 }
@@ -66,13 +70,24 @@ BASE_FLAGS = ["-std=c++17", "-O2", "-fPIC", "-Wall", "-Wextra", "-Wno-unused-par
 
 
 def unit_files(unit, pattern="*.cc"):
-    """The unit's files matching `pattern`, absolute; SERVER_MAIN belongs to no unit's list."""
+    """The unit's files matching `pattern`, absolute; SERVER_MAIN belongs to no unit's list.
+    "*.cc" leaves out the CUDA sources (`*.cu.cc`, native_cuda.py): ask for those by name."""
     out = []
     for folder in UNITS[unit][0]:
         for path in sorted(glob.glob(os.path.join(ROOT, folder, pattern))):
+            if pattern == "*.cc" and path.endswith(native_cuda.CU_SUFFIX):
+                continue
             if os.path.relpath(path, ROOT) != SERVER_MAIN:
                 out.append(path)
     return out
+
+
+def unit_sources(unit, cuda):
+    """What the build compiles for `unit`: (g++ sources, nvcc sources). A CPU build
+    (`cuda` None) compiles no CUDA source and nothing of a CUDA-only unit."""
+    if cuda is None:
+        return ([] if unit in native_cuda.CUDA_ONLY_UNITS else unit_files(unit)), []
+    return unit_files(unit), unit_files(unit, "*" + native_cuda.CU_SUFFIX)
 
 
 def unit_of_folder(folder):
@@ -121,7 +136,8 @@ def layer_violations(files_by_unit, root=ROOT):
 
 def check_layers():
     """Fails the build when a file includes a header its unit may not depend on."""
-    files = {unit: unit_files(unit) + unit_files(unit, "*.h") for unit in UNITS}
+    files = {unit: unit_files(unit) + unit_files(unit, "*.h") +
+             unit_files(unit, "*" + native_cuda.CU_SUFFIX) for unit in UNITS}
     files["server"].append(os.path.join(ROOT, SERVER_MAIN))
     problems = layer_violations(files)
     if problems:
@@ -135,24 +151,26 @@ def closure(unit):
 
 
 def tf_flags():
+    """(compile flags, link flags, version, is_cuda_build) of the installed TensorFlow."""
     # Asked in a child process: importing TensorFlow here would spill its start-up log into
     # the build output and cost memory during the parallel compile.
     code = ("import json, tensorflow as tf; print(json.dumps([tf.sysconfig.get_compile_flags(), "
-            "tf.sysconfig.get_link_flags(), tf.__version__]))")
+            "tf.sysconfig.get_link_flags(), tf.__version__, "
+            "bool(tf.sysconfig.get_build_info().get('is_cuda_build'))]))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
     if result.returncode != 0:
         raise RuntimeError("cannot ask TensorFlow for its build flags (is tensorflow installed? "
                            "`make deps` installs it):\n" + result.stderr[-2000:])
-    compile_flags, link_flags, version = json.loads(result.stdout.strip().splitlines()[-1])
+    compile_flags, link_flags, version, is_cuda = json.loads(result.stdout.strip().splitlines()[-1])
     # -isystem silences warnings from TF's headers but not from ours.
     compile_flags = ["-isystem" + f[2:] if f.startswith("-I") else f
                      for f in compile_flags if not f.startswith("--std")]
-    return compile_flags + ["-DEIGEN_USE_THREADS"], link_flags, version
+    return compile_flags + ["-DEIGEN_USE_THREADS"], link_flags, version, is_cuda
 
 
-def compiler():
-    cxx = os.environ.get("CXX", "g++")
+def compiler(nvcc=None):
+    cxx = nvcc or os.environ.get("CXX", "g++")
     return ["ccache", cxx] if shutil.which("ccache") else [cxx]
 
 
@@ -164,7 +182,7 @@ def compiler_env():
 
 def object_path(src, tag):
     rel = os.path.relpath(src, ROOT).replace(os.sep, "__")
-    return os.path.join(OBJ_DIR, tag, rel[:-3] + ".o")
+    return os.path.join(OBJ_DIR, tag, rel[:-3] + ".o")  # x.cu.cc -> x.cu.o
 
 
 def is_current(obj, src):
@@ -178,15 +196,22 @@ def is_current(obj, src):
     return all(os.path.exists(d) and os.path.getmtime(d) <= obj_time for d in deps)
 
 
-def compile_one(src, obj, flags):
-    if is_current(obj, src):
-        return obj, False
+def compile_one(src, obj, flags, nvcc=None):
+    # The command is part of what makes an object current: a CUDA build after a CPU one
+    # (TFPS_WITH_CUDA, native_cuda.py) recompiles the kernels with their GPU code.
+    cmd = compiler(nvcc) + flags + ["-MMD", "-MF", obj[:-2] + ".d", "-c", src, "-o", obj]
+    cmd_file = obj[:-2] + ".cmd"
+    if is_current(obj, src) and os.path.exists(cmd_file):
+        with open(cmd_file) as f:
+            if f.read() == "\n".join(cmd):
+                return obj, False
     os.makedirs(os.path.dirname(obj), exist_ok=True)
-    cmd = compiler() + flags + ["-MMD", "-MF", obj[:-2] + ".d", "-c", src, "-o", obj]
     result = subprocess.run(cmd, capture_output=True, text=True, env=compiler_env())
     if result.returncode != 0:
         raise RuntimeError("compiling %s failed:\n%s%s" % (os.path.relpath(src, ROOT),
                                                          result.stdout, result.stderr))
+    with open(cmd_file, "w") as f:
+        f.write("\n".join(cmd))
     if result.stderr.strip():
         sys.stderr.write(result.stderr)
     return obj, True
@@ -232,26 +257,28 @@ def import_pybind11():
     return pybind11
 
 
-def unit_flags(unit, tf_compile, py_include):
+def unit_flags(unit, tf_compile, py_include, cuda=None):
+    cuda_flags = cuda.host_flags() if cuda is not None and unit in ("gpu", "kernels") else []
     if unit == "kernels":
-        return BASE_FLAGS + tf_compile
+        return BASE_FLAGS + tf_compile + cuda_flags
     if unit in ("pybind", "server_testing"):
         return BASE_FLAGS + py_include + ["-fvisibility=hidden"]
-    return BASE_FLAGS
+    return BASE_FLAGS + cuda_flags
 
 
-def build(jobs=None, with_tf=True, verbose=True):
-    check_zmq()
-    check_layers()
-    pybind11 = import_pybind11()
-    py_include = ["-isystem" + pybind11.get_include(), "-isystem" + sysconfig.get_paths()["include"]]
-    tf_compile, tf_link, tf_version = tf_flags() if with_tf else ([], [], None)
-    units = [u for u in UNITS if with_tf or u != "kernels"]
-    tasks = [(src, object_path(src, unit), unit_flags(unit, tf_compile, py_include))
-             for unit in units for src in unit_files(unit)]
-    main = os.path.join(ROOT, SERVER_MAIN)
-    tasks.append((main, object_path(main, "server"), BASE_FLAGS))
-    jobs = jobs or os.cpu_count() or 2
+def compile_tasks(units, tf_compile, py_include, cuda):
+    """(source, object, flags, nvcc or None) of every file the build compiles."""
+    tasks = []
+    for unit in units:
+        host, device = unit_sources(unit, cuda)
+        flags = unit_flags(unit, tf_compile, py_include, cuda)
+        tasks += [(src, object_path(src, unit), flags, None) for src in host]
+        tasks += [(src, object_path(src, unit), cuda.nvcc_flags(ROOT), cuda.nvcc) for src in device]
+    return tasks
+
+
+def compile_all(tasks, jobs, verbose):
+    """Compiles in parallel; {source: object}."""
     objects = {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
         futures = {pool.submit(compile_one, *t): t[0] for t in tasks}
@@ -260,23 +287,71 @@ def build(jobs=None, with_tf=True, verbose=True):
             objects[futures[fut]] = obj
             if rebuilt and verbose:
                 print("compiled", os.path.relpath(futures[fut], ROOT), flush=True)
+    return objects
+
+
+def build(jobs=None, with_tf=True, verbose=True):
+    check_zmq()
+    check_layers()
+    pybind11 = import_pybind11()
+    py_include = ["-isystem" + pybind11.get_include(), "-isystem" + sysconfig.get_paths()["include"]]
+    tf_compile, tf_link, tf_version, tf_cuda = tf_flags() if with_tf else ([], [], None, None)
+    cuda = native_cuda.decide(tf_cuda, verbose=verbose)
+    units = [u for u in UNITS if with_tf or u != "kernels"]
+    tasks = compile_tasks(units, tf_compile, py_include, cuda)
+    main = os.path.join(ROOT, SERVER_MAIN)
+    tasks.append((main, object_path(main, "server"), BASE_FLAGS, None))
+    objects = compile_all(tasks, jobs or os.cpu_count() or 2, verbose)
 
     outputs = []
     for path, unit, shared in ARTIFACTS:
         if unit not in units:
             continue
-        linked = [objects[src] for u in closure(unit) for src in unit_files(u)]
+        # CUDA objects go into the op library only: ps_server and _core stay free of CUDA.
+        with_cuda = cuda if unit == "kernels" else None
+        linked = [objects[src] for u in closure(unit)
+                  for src in sum(unit_sources(u, with_cuda), [])]
         if not shared:  # the ps_server binary
             linked.append(objects[main])
         flags = (tf_link if unit == "kernels" else []) + ["-lzmq", "-pthread"]
+        if unit == "kernels" and cuda is not None:
+            flags += cuda.link_flags()
         output = os.path.join(ROOT, path)
         if link(output, linked, flags, shared) and verbose:
             print("linked", path, flush=True)
         outputs.append(output)
+    if cuda is not None:
+        outputs.append(build_gpu_checks(cuda, objects, verbose))
     if with_tf:
         write_build_info(tf_version)
     return outputs
 
 
+# The CUDA code's own test library (tests/gpu/): the GPU codecs, the GPU SFB rebuild and
+# NCCL next to the CPU codecs, through a C API, with no TensorFlow, ZeroMQ or pybind11, so
+# that a GPU machine without those can still check the CUDA code. Never packaged.
+GPU_CHECKS = os.path.join(OBJ_DIR, "_tfps_gpu_checks.so")
+GPU_CHECKS_UNITS = ["common", "codec", "gpu"]
+
+
+def build_gpu_checks(cuda=None, objects=None, verbose=True, jobs=None):
+    """Links GPU_CHECKS (compiling what `objects` lacks); returns its path. Alone (no
+    `objects`) it needs only g++ and nvcc: `python3 tools/native_build.py --gpu-checks`."""
+    if cuda is None:
+        cuda = native_cuda.decide(True, verbose=verbose)
+        if cuda is None:
+            raise native_cuda.CudaUnavailable("the GPU checks need nvcc (TFPS_WITH_CUDA=1)")
+    if objects is None:
+        objects = compile_all(compile_tasks(GPU_CHECKS_UNITS, [], [], cuda),
+                              jobs or os.cpu_count() or 2, verbose)
+    linked = [objects[src] for u in GPU_CHECKS_UNITS for src in sum(unit_sources(u, cuda), [])]
+    if link(GPU_CHECKS, linked, cuda.link_flags(), True) and verbose:
+        print("linked", os.path.relpath(GPU_CHECKS, ROOT), flush=True)
+    return GPU_CHECKS
+
+
 if __name__ == "__main__":
-    build(with_tf="--no-tf" not in sys.argv)
+    if "--gpu-checks" in sys.argv:
+        build_gpu_checks()
+    else:
+        build(with_tf="--no-tf" not in sys.argv)

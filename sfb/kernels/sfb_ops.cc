@@ -145,17 +145,7 @@ REGISTER_KERNEL_BUILDER(
 REGISTER_KERNEL_BUILDER(
     Name("SfbFactorGradient").Device(tensorflow::DEVICE_CPU).TypeConstraint<double>("T"),
     SfbFactorGradientOp<double>);
-#if GOOGLE_CUDA
-// The factors are small and the rebuild runs on the CPU: GPU tensors come through host memory.
-REGISTER_KERNEL_BUILDER(Name("SfbFactorGradient")
-                            .Device(tensorflow::DEVICE_GPU)
-                            .TypeConstraint<float>("T")
-                            .HostMemory("u")
-                            .HostMemory("v")
-                            .HostMemory("handle")
-                            .HostMemory("gradient"),
-                        SfbFactorGradientOp<float>);
-#endif
+// GPU kernels (CUDA builds): sfb_ops_gpu.cc.
 
 }  // namespace
 }  // namespace tfps

@@ -80,11 +80,7 @@ The dtype and every dimension but the first must agree across workers.
 )doc");
 
 REGISTER_KERNEL_BUILDER(Name("PsAllgather").Device(tensorflow::DEVICE_CPU), PsAllgatherOp);
-#if GOOGLE_CUDA
-REGISTER_KERNEL_BUILDER(
-    Name("PsAllgather").Device(tensorflow::DEVICE_GPU).HostMemory("tensor").HostMemory("gathered"),
-    PsAllgatherOp);
-#endif
+// GPU kernel (CUDA builds): allgather_gpu.cc.
 
 }  // namespace
 }  // namespace tfps

@@ -51,6 +51,11 @@ bool ClaimInitialisation(const std::string& key) {
 
 void MarkInitialised(const std::string& key) { ClaimInitialisation(key); }
 
+void ForgetInitialisation(const std::string& key) {
+  std::lock_guard<std::mutex> lock(g_initialised_mu);
+  g_initialised.erase(key);
+}
+
 void InitVariable(OpKernelContext* ctx, Var* var, const std::string& key, const Tensor& value,
                   std::function<void(const Status&)> then, bool overwrite) {
   auto fresh = std::make_shared<Tensor>();
@@ -105,7 +110,7 @@ absl::Status PsMarshal::Init(tensorflow::OpKernelConstruction* ctx,
 }
 
 absl::Status PsMarshal::Collect(OpKernelContext* ctx, const std::string& key,
-                                std::vector<double>* params) const {
+                                std::vector<double>* params, const SlotReader& read_slot) const {
   for (const Source& p : params_) {
     if (p.input < 0) {
       params->push_back(p.value);
@@ -119,7 +124,7 @@ absl::Status PsMarshal::Collect(OpKernelContext* ctx, const std::string& key,
   }
   for (const Source& slot : slots_) {
     double value = 0.0;  // a slot the op has no input for (Adam's vhat without AMSGrad)
-    if (slot.input >= 0) TF_RETURN_IF_ERROR(SlotInitialValue(ctx, slot, key, &value));
+    if (slot.input >= 0) TF_RETURN_IF_ERROR(SlotInitialValue(ctx, slot, key, read_slot, &value));
     params->push_back(value);
   }
   return absl::OkStatus();
@@ -128,7 +133,8 @@ absl::Status PsMarshal::Collect(OpKernelContext* ctx, const std::string& key,
 // The servers create the slot from its value: the first element, since optimizers
 // initialise slots to a constant.
 absl::Status PsMarshal::SlotInitialValue(OpKernelContext* ctx, const Source& slot,
-                                         const std::string& key, double* value) const {
+                                         const std::string& key, const SlotReader& read_slot,
+                                         double* value) const {
   const std::string what = ctx->op_kernel().type_string() + " of '" + key + "': the " +
                            optimizer_->name + " slot '" + slot.name + "'";
   tensorflow::core::RefCountPtr<Var> var;
@@ -140,6 +146,7 @@ absl::Status PsMarshal::SlotInitialValue(OpKernelContext* ctx, const Source& slo
   if (!var->is_initialized) {
     return absl::FailedPreconditionError(what + " is used before it is initialised");
   }
+  if (read_slot) return read_slot(slot.name, *var->tensor(), value);
   *value = FirstElementOf(*var->tensor());
   return absl::OkStatus();
 }

@@ -28,6 +28,8 @@ std::string PsKey(tensorflow::OpKernelContext* ctx, const std::string& tensor_na
 bool ClaimInitialisation(const std::string& key);
 // Marks `key` initialised (PsInitVariable does it before its own push).
 void MarkInitialised(const std::string& key);
+// Forgets that `key` was initialised, so the next call initialises again (after a failure).
+void ForgetInitialisation(const std::string& key);
 
 // Sends rank 0's `value` of the variable to the servers (unless they hold it already, or
 // with `overwrite` always: a restore) and writes the servers' value into `var`, then calls
@@ -44,9 +46,13 @@ class PsMarshal {
   // optimizer neither as an input, an attr nor a constant of the op table.
   absl::Status Init(tensorflow::OpKernelConstruction* ctx, const tensorflow::OpKernel& kernel,
                     const PsOpSpec& spec);
+  // Reads a slot's first element. The default reads host memory; the GPU kernels pass one
+  // that copies it from the device (ps_apply_gpu.cc).
+  using SlotReader = std::function<absl::Status(const std::string& slot,
+                                                const tensorflow::Tensor& value, double* out)>;
   // The hyperparameters in wire order, then the slots' initial values.
   absl::Status Collect(tensorflow::OpKernelContext* ctx, const std::string& key,
-                       std::vector<double>* params) const;
+                       std::vector<double>* params, const SlotReader& read_slot = nullptr) const;
 
  private:
   struct Source {
@@ -56,7 +62,8 @@ class PsMarshal {
     double value = 0;   // when input < 0: the attr's or constant's value (0 for a slot)
   };
   absl::Status SlotInitialValue(tensorflow::OpKernelContext* ctx, const Source& slot,
-                                const std::string& key, double* value) const;
+                                const std::string& key, const SlotReader& read_slot,
+                                double* value) const;
 
   const OptimizerSpec* optimizer_ = nullptr;
   std::vector<Source> params_;

@@ -118,15 +118,7 @@ Returns root_rank's `tensor` on every worker; only the root's bytes travel.
 
 REGISTER_KERNEL_BUILDER(Name("PsPushPull").Device(tensorflow::DEVICE_CPU), PsCommOp);
 REGISTER_KERNEL_BUILDER(Name("PsBroadcast").Device(tensorflow::DEVICE_CPU), PsCommOp);
-#if GOOGLE_CUDA
-// On GPU hosts the tensors are staged through host memory by TensorFlow.
-REGISTER_KERNEL_BUILDER(
-    Name("PsPushPull").Device(tensorflow::DEVICE_GPU).HostMemory("tensor").HostMemory("sum"),
-    PsCommOp);
-REGISTER_KERNEL_BUILDER(
-    Name("PsBroadcast").Device(tensorflow::DEVICE_GPU).HostMemory("tensor").HostMemory("out"),
-    PsCommOp);
-#endif
+// GPU kernels (CUDA builds): push_pull_gpu.cc.
 
 }  // namespace
 }  // namespace tfps

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 namespace tfps {
 namespace codec_internal {
@@ -37,6 +38,9 @@ void EncodeTopK(const float* in, uint64_t n, uint64_t k, uint8_t* out);
 void DecodeTopK(const uint8_t* in, uint64_t n, uint64_t k, float* out);
 void EncodeRandomK(const float* in, uint64_t n, uint64_t k, uint64_t seed, uint8_t* out);
 void DecodeRandomK(const uint8_t* in, uint64_t n, uint64_t k, uint64_t seed, float* out);
+
+// The k of n indices randomk keeps for `seed`, ascending (the GPU codecs use the same list).
+std::vector<uint32_t> RandomKIndices(uint64_t n, uint64_t k, uint64_t seed);
 
 }  // namespace codec_internal
 }  // namespace tfps

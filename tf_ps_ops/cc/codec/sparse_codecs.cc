@@ -17,28 +17,6 @@ uint64_t Mix64(uint64_t z) {  // splitmix64's finaliser
   return z ^ (z >> 31);
 }
 
-// The k indices randomk keeps, ascending: Floyd's sampling (k draws, each distinct, uniform
-// over k-subsets) driven by splitmix64, marked in a bitmap and read back in order. The test
-// suite's NumPy model repeats exactly these steps.
-std::vector<uint32_t> RandomIndices(uint64_t n, uint64_t k, uint64_t seed) {
-  std::vector<uint64_t> bitmap((n + 63) / 64, 0);
-  uint64_t state = seed;
-  for (uint64_t j = n - k; j < n; ++j) {
-    state += 0x9e3779b97f4a7c15ull;
-    uint64_t t = Mix64(state) % (j + 1);
-    if ((bitmap[t / 64] >> (t % 64)) & 1u) t = j;
-    bitmap[t / 64] |= uint64_t{1} << (t % 64);
-  }
-  std::vector<uint32_t> out;
-  out.reserve(k);
-  for (uint64_t w = 0; w < bitmap.size(); ++w) {
-    for (uint64_t bits = bitmap[w]; bits != 0; bits &= bits - 1) {
-      out.push_back(static_cast<uint32_t>(64 * w + __builtin_ctzll(bits)));
-    }
-  }
-  return out;
-}
-
 // The k-th largest of keys[0, n) (1 <= k <= n), by radix selection: a histogram of the top
 // 11 bits finds the bucket holding it, then the next 11 and the last 10 bits among that
 // bucket's keys only. Two passes over all keys instead of nth_element's data-dependent
@@ -78,6 +56,28 @@ uint64_t RandomKSeed(uint64_t key, uint32_t partition, uint64_t step) {
 
 namespace codec_internal {
 
+// The k indices randomk keeps, ascending: Floyd's sampling (k draws, each distinct, uniform
+// over k-subsets) driven by splitmix64, marked in a bitmap and read back in order. The test
+// suite's NumPy model repeats exactly these steps.
+std::vector<uint32_t> RandomKIndices(uint64_t n, uint64_t k, uint64_t seed) {
+  std::vector<uint64_t> bitmap((n + 63) / 64, 0);
+  uint64_t state = seed;
+  for (uint64_t j = n - k; j < n; ++j) {
+    state += 0x9e3779b97f4a7c15ull;
+    uint64_t t = Mix64(state) % (j + 1);
+    if ((bitmap[t / 64] >> (t % 64)) & 1u) t = j;
+    bitmap[t / 64] |= uint64_t{1} << (t % 64);
+  }
+  std::vector<uint32_t> out;
+  out.reserve(k);
+  for (uint64_t w = 0; w < bitmap.size(); ++w) {
+    for (uint64_t bits = bitmap[w]; bits != 0; bits &= bits - 1) {
+      out.push_back(static_cast<uint32_t>(64 * w + __builtin_ctzll(bits)));
+    }
+  }
+  return out;
+}
+
 void EncodeTopK(const float* in, uint64_t n, uint64_t k, uint8_t* out) {
   if (k == 0) return;
   // Rank by |x| as an integer: the bits of |x| order like its value, and NaN (above Inf)
@@ -113,13 +113,13 @@ void DecodeTopK(const uint8_t* in, uint64_t n, uint64_t k, float* out) {
 }
 
 void EncodeRandomK(const float* in, uint64_t n, uint64_t k, uint64_t seed, uint8_t* out) {
-  const std::vector<uint32_t> indices = RandomIndices(n, k, seed);
+  const std::vector<uint32_t> indices = RandomKIndices(n, k, seed);
   for (uint64_t m = 0; m < k; ++m) std::memcpy(out + 4 * m, in + indices[m], 4);
 }
 
 void DecodeRandomK(const uint8_t* in, uint64_t n, uint64_t k, uint64_t seed, float* out) {
   std::fill(out, out + n, 0.0f);
-  const std::vector<uint32_t> indices = RandomIndices(n, k, seed);
+  const std::vector<uint32_t> indices = RandomKIndices(n, k, seed);
   for (uint64_t m = 0; m < k; ++m) std::memcpy(out + indices[m], in + 4 * m, 4);
 }
 

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The GPU checks of issue 16, in one command, on a machine with an NVIDIA GPU and nvcc:
+#
+#   tests/gpu/run_gpu_checks.sh [OUT_DIR]        (default: $OUT if set, else /tmp/tfps_gpu_checks)
+#
+# 1. builds the CUDA code without TensorFlow (tools/native_build.py --gpu-checks: g++ and nvcc
+#    only) and runs tests/gpu/gpu_checks.py: every codec on the GPU byte-identical to the CPU
+#    codec, the GPU SFB rebuild bit-identical to NumPy, NCCL (one rank), staging overlap timed;
+# 2. if the Python in use imports TensorFlow and sees a GPU: the CUDA build of the op library,
+#    then two workers and one server (tfps-run) running tests/gpu/tf_gpu_worker.py: push_pull,
+#    broadcast, allgather, SFB and PS apply on GPU tensors against NumPy, a 2-worker Keras fit
+#    on the GPU against single-process fit, and the staging-overlap timing with the engine's
+#    timeline (OUT_DIR/timeline_<rank>.json). Without TensorFlow this part is SKIPPED, saying
+#    why (the image of the lent H200 machines has none).
+# Installs nothing (no pip, no network). PYTHON picks the interpreter (default python3);
+# TFPS_CUDA_ARCHS the GPU code (default: the compute capability nvidia-smi reports).
+# Prints a summary; exits 1 if any check failed, 0 otherwise (skips included).
+set -u
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+OUT_DIR="${1:-${OUT:-/tmp/tfps_gpu_checks}}"
+PY="${PYTHON:-python3}"
+mkdir -p "$OUT_DIR"
+cd "$ROOT" || exit 1
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+SUMMARY=()
+FAILED=0
+START=$SECONDS
+
+step() {  # step NAME COMMAND...: runs it with its output in OUT_DIR/NAME.log and on screen
+  local name="$1"; shift
+  echo "=== $name: $*"
+  local t0=$SECONDS
+  "$@" 2>&1 | tee "$OUT_DIR/$name.log"
+  local rc=${PIPESTATUS[0]}
+  if [ "$rc" -eq 0 ]; then
+    SUMMARY+=("PASS  $name ($((SECONDS - t0)) s)")
+  else
+    SUMMARY+=("FAIL  $name (exit $rc, $((SECONDS - t0)) s; log: $OUT_DIR/$name.log)")
+    FAILED=1
+  fi
+  return "$rc"
+}
+
+echo "=== machine"
+nvidia-smi -L 2>&1 || echo "nvidia-smi not found"
+command -v nvcc >/dev/null && nvcc --version | tail -1
+"$PY" --version
+if [ -z "${TFPS_CUDA_ARCHS:-}" ]; then
+  cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
+  export TFPS_CUDA_ARCHS="${cap:-90}"
+fi
+echo "TFPS_CUDA_ARCHS=$TFPS_CUDA_ARCHS"
+
+if step build_cuda env TFPS_WITH_CUDA=1 "$PY" tools/native_build.py --gpu-checks; then
+  step gpu_checks "$PY" tests/gpu/gpu_checks.py --json "$OUT_DIR/gpu_checks.json"
+fi
+
+TF_PROBE='import tensorflow as tf, sys; sys.exit(0 if tf.config.list_physical_devices("GPU") else 3)'
+if TF_CPP_MIN_LOG_LEVEL=3 "$PY" -c "$TF_PROBE" >"$OUT_DIR/tf_probe.log" 2>&1; then
+  if step build_tf_cuda env TFPS_WITH_CUDA=1 "$PY" setup.py -q build_tfps; then
+    step tf_gpu_workers env TFPS_GPU_OUT="$OUT_DIR" TFPS_TIMELINE="$OUT_DIR/timeline_%r.json" \
+      "$PY" -m tf_ps_ops.run -np 2 -ns 1 --timeout 480 "$PY" tests/gpu/tf_gpu_worker.py
+  fi
+else
+  why=$(tail -1 "$OUT_DIR/tf_probe.log")
+  SUMMARY+=("SKIP  TensorFlow checks: $PY has no TensorFlow that sees a GPU (${why:-no GPU}). They need TF 2.21 with its CUDA 12 libraries (pip install tensorflow[and-cuda]) and libzmq3-dev")
+fi
+
+echo
+echo "=== summary ($((SECONDS - START)) s; logs and results in $OUT_DIR)"
+for line in "${SUMMARY[@]}"; do echo "$line"; done
+grep -h "TIMING\|staging overlap" "$OUT_DIR"/gpu_checks.log "$OUT_DIR"/tf_gpu_workers.log 2>/dev/null
+exit "$FAILED"
