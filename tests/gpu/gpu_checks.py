@@ -30,8 +30,8 @@ ERR = 1024
 class Lib:
     def __init__(self, path):
         self.lib = ctypes.CDLL(path)
-        self.lib.tfps_codec_encoded_bytes.restype = ctypes.c_uint64
-        self.lib.tfps_codec_encoded_bytes.argtypes = [ctypes.c_int, ctypes.c_uint64,
+        self.lib.tfps_checks_encoded_bytes.restype = ctypes.c_uint64
+        self.lib.tfps_checks_encoded_bytes.argtypes = [ctypes.c_int, ctypes.c_uint64,
                                                       ctypes.c_uint64]
         coder = [ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64,
                  ctypes.c_uint64, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
@@ -58,7 +58,7 @@ class Lib:
 
     def code(self, side, codec, x, k, seed):
         n = x.size
-        encoded = np.zeros(self.lib.tfps_codec_encoded_bytes(CODECS[codec], n, k), np.uint8)
+        encoded = np.zeros(self.lib.tfps_checks_encoded_bytes(CODECS[codec], n, k), np.uint8)
         self.call("tfps_%s_encode" % side, CODECS[codec], x.ctypes.data, n, k, seed,
                   encoded.ctypes.data)
         return encoded

@@ -98,7 +98,7 @@ def test_the_checks_library_runs_its_cpu_half_and_fails_cleanly_without_a_gpu(cu
     err = ctypes.create_string_buffer(512)
     x = np.linspace(-3, 3, 3000, dtype=np.float32)
     n = x.size
-    size = lib.tfps_codec_encoded_bytes(ctypes.c_int(3), ctypes.c_uint64(n), ctypes.c_uint64(0))
+    size = lib.tfps_checks_encoded_bytes(ctypes.c_int(3), ctypes.c_uint64(n), ctypes.c_uint64(0))
     assert size == 8 * 3 + n  # int8: a min/max pair per chunk of 1024, a byte per element
     encoded = np.zeros(size, np.uint8)
     assert lib.tfps_cpu_encode(3, x.ctypes.data_as(ctypes.c_void_p), ctypes.c_uint64(n),

@@ -70,7 +70,7 @@ int tfps_gpu_device_count() {
   return cudaGetDeviceCount(&count) == cudaSuccess ? count : 0;
 }
 
-uint64_t tfps_codec_encoded_bytes(int codec, uint64_t n, uint64_t k) {
+uint64_t tfps_checks_encoded_bytes(int codec, uint64_t n, uint64_t k) {
   return tfps::EncodedBytes(static_cast<tfps::CodecId>(codec), n, k);
 }
 
