@@ -18,8 +18,11 @@ size_t DTypeSize(DType dtype) {
     case DType::kInt32: return 4;
     case DType::kFloat64:
     case DType::kInt64: return 8;
+    case DType::kUInt16:
+    case DType::kInt16: return 2;
     case DType::kInt8:
-    case DType::kUInt8: return 1;
+    case DType::kUInt8:
+    case DType::kBool: return 1;
     default: return 0;
   }
 }
@@ -32,6 +35,9 @@ DType DTypeOfElement(char kind, size_t size) {
   if (kind == 'u' && size == 1) return DType::kUInt8;
   if (kind == 'i' && size == 4) return DType::kInt32;
   if (kind == 'i' && size == 8) return DType::kInt64;
+  if (kind == 'u' && size == 2) return DType::kUInt16;
+  if (kind == 'i' && size == 2) return DType::kInt16;
+  if (kind == 'b' && size == 1) return DType::kBool;
   return DType::kInvalid;
 }
 
@@ -45,6 +51,19 @@ const char* DTypeName(DType dtype) {
     case DType::kUInt8: return "uint8";
     case DType::kInt32: return "int32";
     case DType::kInt64: return "int64";
+    case DType::kUInt16: return "uint16";
+    case DType::kInt16: return "int16";
+    case DType::kBool: return "bool";
+    default: return "invalid";
+  }
+}
+
+const char* ReduceOpName(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kMin: return "min";
+    case ReduceOp::kMax: return "max";
+    case ReduceOp::kProduct: return "product";
     default: return "invalid";
   }
 }
@@ -157,6 +176,38 @@ Status CheckTensorFields(const Head& head, size_t payload_size) {
   return Status::Ok();
 }
 
+// The reduce op and the broadcast root: summation pushes (and, for the op, their replies)
+// only, never with a codec or PS mode; a broadcast root is a whole rank.
+Status CheckCollectiveFields(const Head& head) {
+  const Header& h = head.header;
+  const auto type = static_cast<MsgType>(h.type);
+  constexpr uint32_t kNotSummation = kFlagPsInit | kFlagPsApply | kFlagSparse;
+  if (h.reduce_op > kMaxReduceOp) {
+    return InvalidArgument("unknown reduce op " + std::to_string(h.reduce_op));
+  }
+  if (h.reduce_op != 0 &&
+      ((type != MsgType::kPushPull && type != MsgType::kPushPullReply && type != MsgType::kError) ||
+       h.codec != 0 || (h.flags & (kNotSummation | kFlagNoData | kFlagBroadcast)) != 0)) {
+    return InvalidArgument(std::string("reduce op ") +
+                           ReduceOpName(static_cast<ReduceOp>(h.reduce_op)) +
+                           " on a message that is not a plain summation push or reply (type " +
+                           std::to_string(h.type) + ", flags " + Hex(h.flags) + ", codec " +
+                           std::to_string(h.codec) + ")");
+  }
+  if ((h.flags & kFlagBroadcast) != 0) {
+    if (type != MsgType::kPushPull || (h.flags & kNotSummation) != 0 || h.codec != 0 ||
+        h.nparams != 1) {
+      return InvalidArgument("the broadcast flag is only valid on a plain push carrying its "
+                             "root rank as its one parameter");
+    }
+    const double root = head.params[0];
+    if (!(root >= 0 && root < 1e9) || root != static_cast<double>(static_cast<int64_t>(root))) {
+      return InvalidArgument("broadcast root " + std::to_string(root) + " is not a rank");
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status DecodeHead(const void* data, size_t size, size_t payload_size, Head* head) {
@@ -240,7 +291,7 @@ Status DecodeHead(const void* data, size_t size, size_t payload_size, Head* head
   if ((h.flags & kFlagPsInit) != 0 && (h.optimizer != 0 || h.nparams != 0)) {
     return InvalidArgument("a PS init push carries neither optimizer nor parameters");
   }
-  if (h.reserved != 0) return InvalidArgument("reserved header byte is not 0");
+  TFPS_RETURN_IF_ERROR(CheckCollectiveFields(*head));
   if ((h.flags & kFlagNoFeedback) != 0 &&
       (h.codec == 0 || static_cast<MsgType>(h.type) != MsgType::kPushPull)) {
     return InvalidArgument("the no-feedback flag is only valid on a compressed push");

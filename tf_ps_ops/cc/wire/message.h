@@ -30,8 +30,9 @@
 namespace tfps {
 
 constexpr uint32_t kMagic = 0x53504654;  // "TFPS" read as little-endian bytes
-// 2: batches, timed replies, acknowledgements; 3: compressed payloads (Header::codec)
-constexpr uint16_t kProtocolVersion = 3;
+// 2: batches, timed replies, acknowledgements; 3: compressed payloads (Header::codec);
+// 4: uint16/int16/bool, Header::reduce_op, broadcast roots (kFlagBroadcast)
+constexpr uint16_t kProtocolVersion = 4;
 constexpr int kMaxDims = 32;
 constexpr uint32_t kMaxPartitions = 1u << 24;
 constexpr uint64_t kMaxElements = uint64_t{1} << 40;
@@ -46,7 +47,21 @@ enum class DType : uint8_t {
   kUInt8 = 6,
   kInt32 = 7,
   kInt64 = 8,
+  kUInt16 = 9,
+  kInt16 = 10,
+  kBool = 11,  // one byte, 0 or 1; summed as logical or (Horovod's bool allreduce)
 };
+
+// How the servers combine the pushes of a summation round (Header::reduce_op). Average is
+// a sum that the worker divides; Horovod's Adasum is not a server reduction.
+enum class ReduceOp : uint8_t {
+  kSum = 0,
+  kMin = 1,
+  kMax = 2,
+  kProduct = 3,
+};
+constexpr uint8_t kMaxReduceOp = 3;
+const char* ReduceOpName(ReduceOp op);  // "sum", "min", ...; "invalid" otherwise
 
 size_t DTypeSize(DType dtype);  // 0 for kInvalid and unknown values
 const char* DTypeName(DType dtype);
@@ -121,8 +136,12 @@ constexpr uint32_t kFlagAck = 1u << 6;     // push: acknowledge it (kAck) as soo
 constexpr uint32_t kFlagNoFeedback = 1u << 7;  // compressed push (codec != 0): the worker
                                               // keeps no error feedback, so the server keeps
                                               // none when it re-encodes the sum either
+constexpr uint32_t kFlagBroadcast = 1u << 12;  // summation push of a broadcast: params =
+                                               // {root rank}; every worker must name the
+                                               // same root (a mismatch fails the round)
 constexpr uint32_t kKnownFlags = kFlagNoData | kFlagPsInit | kFlagPsApply | kFlagPsOverwrite |
-                                 kFlagSparse | kFlagTimed | kFlagAck | kFlagNoFeedback;
+                                 kFlagSparse | kFlagTimed | kFlagAck | kFlagNoFeedback |
+                                 kFlagBroadcast;
 
 // PS-mode hyperparameters (Head::params) of a kFlagPsApply push: the values that
 // optimizer_spec.h's table lists for Header::optimizer, in its order, then the initial
@@ -146,7 +165,7 @@ struct Header {
   int32_t sender = -1;          // worker rank, server id, -1 for the scheduler
   uint16_t status = 0;          // Code of a kError reply
   uint8_t codec = 0;            // CodecId of a push/reply payload (cc/codec/codec.h); 0: none
-  uint8_t reserved = 0;         // 0
+  uint8_t reduce_op = 0;        // ReduceOp of a summation push and its reply; 0: sum
   uint64_t count = 0;           // elements in this message's payload (or that it stands for);
                                 // rows with kFlagSparse
   uint64_t total_count = 0;     // elements in the whole tensor
