@@ -410,6 +410,11 @@ Status Engine::Loop::SendPartOnLoop(uint64_t op_id, Op& o, uint32_t index) {
             (config_.scheduling_credit > 0 ? kFlagAck : 0);
   h.optimizer = static_cast<uint8_t>(r.optimizer);
   head.params = r.params;
+  h.reduce_op = static_cast<uint8_t>(r.reduce_op);
+  if (r.root_rank >= 0 && (r.flags & (kFlagPsInit | kFlagPsApply | kFlagSparse)) == 0) {
+    h.flags |= kFlagBroadcast;  // the server checks every worker names the same root
+    head.params = {static_cast<double>(r.root_rank)};
+  }
   h.sender = rank_;
   h.count = p.count;
   h.total_count = r.count;

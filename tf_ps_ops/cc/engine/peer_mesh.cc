@@ -112,40 +112,57 @@ void PeerMesh::StartOnLoop(GatherRequest request) {
   g.deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                   std::chrono::duration<double>(config_.timeout_s));
   g.request = std::move(request);
-  const GatherRequest& r = g.request;
   g.arrived[rank_] = true;
-  g.dims[rank_] = r.dims;
   ++g.num_arrived;
-  Head head;
-  Header& h = head.header;
-  h.type = static_cast<uint16_t>(MsgType::kPeerData);
-  h.key = key;
-  h.num_partitions = 1;
-  h.step = id.second;
-  h.dtype = static_cast<uint8_t>(r.dtype);
-  h.sender = rank_;
-  h.count = r.count;
-  h.total_count = r.count;
-  head.dims = r.dims;
-  const size_t bytes = r.count * DTypeSize(r.dtype);
-  Status status;
-  for (int peer = 0; peer < size_ && status.ok(); ++peer) {
-    if (peer == rank_) continue;
-    if (!dead_[peer].empty()) {
-      status = Unavailable("worker " + std::to_string(peer) + " (" + addresses_[peer] + ") " +
-                           dead_[peer]);
-      break;
-    }
-    status = SendMessage(*outgoing_[peer], "", head,
-                         ZeroCopyMessage(r.input, bytes, r.input_holder));
-    bytes_sent_ += bytes;
-  }
+  Status status = SendPartsOnLoop(g, key, id.second);
   auto it = gathers_.find(id);
   if (!status.ok()) {
     FinishOnLoop(it, status);
     return;
   }
   MaybeFinishOnLoop(it);
+}
+
+Status PeerMesh::SendPartsOnLoop(Gather& g, uint64_t key, uint64_t call) {
+  const GatherRequest& r = g.request;
+  const size_t row_bytes = RowElements(r.dims) * DTypeSize(r.dtype);
+  const bool alltoall = !r.send_rows.empty();
+  std::vector<int64_t> first_row(size_ + 1, 0);  // alltoall: rank p gets rows [p, p + 1)
+  for (int p = 0; alltoall && p < size_; ++p) first_row[p + 1] = first_row[p] + r.send_rows[p];
+  auto dims_for = [&](int peer) {
+    std::vector<int64_t> dims = r.dims;
+    if (alltoall) dims[0] = r.send_rows[peer];
+    return dims;
+  };
+  auto data_for = [&](int peer) {
+    return static_cast<const char*>(r.input) + (alltoall ? first_row[peer] * row_bytes : 0);
+  };
+  g.dims[rank_] = dims_for(rank_);
+  g.own = data_for(rank_);
+  Head head;
+  Header& h = head.header;
+  h.type = static_cast<uint16_t>(MsgType::kPeerData);
+  h.key = key;
+  h.num_partitions = 1;
+  h.step = call;
+  h.dtype = static_cast<uint8_t>(r.dtype);
+  h.sender = rank_;
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    if (!dead_[peer].empty()) {
+      return Unavailable("worker " + std::to_string(peer) + " (" + addresses_[peer] + ") " +
+                         dead_[peer]);
+    }
+    head.dims = dims_for(peer);
+    const uint64_t rows = head.dims.empty() ? 1 : static_cast<uint64_t>(head.dims[0]);
+    h.count = alltoall ? rows * RowElements(r.dims) : r.count;
+    h.total_count = h.count;
+    const size_t bytes = h.count * DTypeSize(r.dtype);
+    TFPS_RETURN_IF_ERROR(
+        SendMessage(*outgoing_[peer], "", head, ZeroCopyMessage(data_for(peer), bytes, r.input_holder)));
+    bytes_sent_ += bytes;
+  }
+  return Status::Ok();
 }
 
 void PeerMesh::OnPeerDataOnLoop(std::vector<zmq::message_t>& frames) {
@@ -209,7 +226,7 @@ void PeerMesh::MaybeFinishOnLoop(std::map<GatherId, Gather>::iterator it) {
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
     if (g.dtypes[peer] != static_cast<uint8_t>(r.dtype) || !TrailingDimsAgree(g.dims[peer], r.dims)) {
-      FinishOnLoop(it, InvalidArgument(
+      FinishOnLoop(it, FailedPrecondition(  // Horovod's class for a mismatch
                            "worker " + std::to_string(peer) + " sent " +
                            DescribeTensor(static_cast<DType>(g.dtypes[peer]), g.dims[peer]) +
                            ", worker " + std::to_string(rank_) + " has " +
@@ -230,10 +247,11 @@ void PeerMesh::FinishOnLoop(std::map<GatherId, Gather>::iterator it, const Statu
   if (status.ok()) {
     for (int peer = 0; peer < size_; ++peer) {
       parts[peer].dims = g.dims[peer];
-      parts[peer].data = peer == rank_ ? g.request.input : g.parts[peer].data();
+      parts[peer].data = peer == rank_ ? g.own : g.parts[peer].data();
     }
   }
-  g.request.done(status.WithPrefix("allgather of tensor '" + g.request.name + "' (call " +
+  const char* what = g.request.send_rows.empty() ? "allgather" : "alltoall";
+  g.request.done(status.WithPrefix(std::string(what) + " of tensor '" + g.request.name + "' (call " +
                                    std::to_string(call) + " on rank " + std::to_string(rank_) +
                                    "): "),
                  parts);

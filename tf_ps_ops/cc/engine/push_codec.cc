@@ -24,7 +24,7 @@ Status PushCodec::Init(const Config& config) {
 }
 
 CodecSpec PushCodec::Choose(const PushPullRequest& r) const {
-  const bool plain_sum = r.root_rank < 0 &&
+  const bool plain_sum = r.root_rank < 0 && r.reduce_op == ReduceOp::kSum &&
                          (r.flags & (kFlagPsInit | kFlagPsApply | kFlagSparse)) == 0;
   if (!plain_sum || r.dtype != DType::kFloat32) return CodecSpec{};
   return r.codec.has_value() ? *r.codec : default_;
