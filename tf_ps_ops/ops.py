@@ -111,14 +111,9 @@ def _resolve_op(op, average):
         raise ValueError("The op parameter supersedes average. Please provide only one of them.")
     if op is None:
         op = Average if average is None or average else Sum
-    if op == Adasum:
-        raise NotImplementedError(
-            "Adasum is not supported: it combines gradients pairwise with dot products along "
-            "a reduction tree, which summing parameter servers do not compute. "
-            "Use op=Average or op=Sum.")
-    if op not in _SERVER_OPS:
-        raise ValueError(f"unknown reduction op {op!r}: use tf_ps_ops.Average, Sum, Min, Max "
-                         "or Product")
+    if op not in _SERVER_OPS and op != Adasum:
+        raise ValueError(f"unknown reduction op {op!r}: use tf_ps_ops.Average, Sum, Min, Max, "
+                         "Product or Adasum")
     return op
 
 
@@ -177,6 +172,10 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
             raise ValueError("op=Average of a bool tensor has no meaning: use op=Sum or Max "
                              "(logical or) or op=Min or Product (logical and)")
         key = _key("allreduce", name, tensor)
+        if op == Adasum:  # peer to peer: the servers cannot compute it (tf_ps_ops/adasum.py)
+            from tf_ps_ops.adasum import adasum_allreduce
+            return _scale(adasum_allreduce(_scale(tensor, prescale_factor), key),
+                          postscale_factor)
         sent, ctx = compression.compress(_scale(tensor, prescale_factor))
         handles = [] if _variable is None else [_variable.handle]
         codec, feedback = wire_codec(compression)  # the core codecs run inside the op

@@ -6,10 +6,16 @@ The test runs with TFPS_TIMEOUT far above its own wall-clock limit: a rank that 
 an error only by waiting out TFPS_TIMEOUT would fail the test.
 """
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import tensorflow as tf
 
 from harness import run_checks
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/: the NumPy models
+import adasum_reference  # noqa: E402
 
 ALL_DTYPES = [tf.uint8, tf.int8, tf.uint16, tf.int16, tf.int32, tf.int64, tf.float16,
               tf.bfloat16, tf.float32, tf.float64]
@@ -351,7 +357,25 @@ def check_grouped_allgather(hvd):
                                   .reshape(size, 2))
 
 
-CHECKS = [check_allreduce_mismatches, check_op_mismatch_names_both_ops,
+def check_adasum(hvd):
+    size, me = hvd.size(), hvd.rank()
+    for dtype in (tf.float32, tf.float64):
+        x = [np.random.default_rng(r).standard_normal([4, 5]) * (r + 1) for r in range(size)]
+        want = adasum_reference.adasum(x).reshape(4, 5)
+        fn = tf.function(lambda t: hvd.allreduce(t, op=hvd.Adasum, name="adasum.graph"))
+        for run in (lambda t: hvd.allreduce(t, op=hvd.Adasum), fn):
+            out = run(tf.constant(x[me], dtype))
+            assert out.dtype == dtype
+            np.testing.assert_allclose(out, want, rtol=1e-5 if dtype == tf.float32 else 1e-12)
+    try:
+        hvd.allreduce(tf.ones([2], tf.int32), op=hvd.Adasum)
+    except ValueError as error:
+        assert "floating-point" in str(error), error
+    else:
+        raise AssertionError("an integer Adasum did not fail")
+
+
+CHECKS = [check_adasum, check_allreduce_mismatches, check_op_mismatch_names_both_ops,
           check_allgather_mismatches, check_broadcast_mismatches, check_broadcast_root_mismatch,
           check_new_dtypes_allreduce, check_new_dtypes_allgather_and_broadcast,
           check_min_max_product, check_min_max_have_no_gradient, check_alltoall,
