@@ -121,3 +121,24 @@ def test_int16_and_uint16_sums_wrap():
     u = np.array([65535, 7], np.uint16)
     ps_testing.sum_into(u, np.array([2, 3], np.uint16))
     np.testing.assert_array_equal(u, [1, 10])
+
+
+def test_abort_travels_as_peer_text():
+    why = b"alltoall of 'x': the splits add up to 9 rows"
+    fields = dict(type=T["PEER_DATA"], key=1, partition=0, num_partitions=1, step=1,
+                  dtype=core.wire_dtype(np.dtype(np.uint8)), sender=1, count=len(why),
+                  total_count=len(why), flags=core.FLAG_ABORT)
+    err, decoded = core.decode_head(core.encode_head(fields, [len(why)], []), len(why))
+    assert err is None and decoded["flags"] == core.FLAG_ABORT
+
+
+@pytest.mark.parametrize("overrides", [dict(type=T["PUSH_PULL"]), dict(dtype=F32),
+                                       dict(flags=core.FLAG_ABORT | core.FLAG_NO_DATA)])
+def test_abort_anywhere_else_is_refused(overrides):
+    fields = dict(type=T["PEER_DATA"], key=1, partition=0, num_partitions=1, step=1,
+                  dtype=core.wire_dtype(np.dtype(np.uint8)), sender=1, count=4, total_count=4,
+                  flags=core.FLAG_ABORT)
+    fields.update(overrides)
+    payload = 16 if fields["dtype"] == F32 else 4
+    err, _ = core.decode_head(core.encode_head(fields, [4], []), payload)
+    assert err is not None, fields

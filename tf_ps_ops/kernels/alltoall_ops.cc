@@ -78,9 +78,14 @@ class PsAlltoallOp : public AsyncOpKernel {
     OP_REQUIRES_OK_ASYNC(ctx, RequireInitialised("alltoall of '" + tensor_name_ + "'"), done);
     const int size = Engine::Get().size();
     GatherRequest request;
-    OP_REQUIRES_OK_ASYNC(ctx, RowsToSend(tensor_name_, input, ctx->input(1), size,
-                                         &request.send_rows),
-                         done);
+    // Splits differ by rank: a refusal here is this worker's alone, so it still takes part
+    // and tells its peers, which would otherwise wait TFPS_TIMEOUT for its rows.
+    const absl::Status refused =
+        RowsToSend(tensor_name_, input, ctx->input(1), size, &request.send_rows);
+    if (!refused.ok()) {
+      request.abort = Status(static_cast<Code>(refused.code()), std::string(refused.message()));
+      request.send_rows.assign(size, 0);
+    }
     DescribeInput(tensor_name_, input, &request);
     const TensorShape shape = input.shape();
     request.done = [ctx, done, shape, size](const Status& status,

@@ -270,6 +270,24 @@ def check_alltoall_errors(hvd):
     np.testing.assert_array_equal(out, np.arange(size, dtype=np.float32))
 
 
+def check_alltoall_error_on_one_rank(hvd):
+    # Only rank 0's splits are wrong: it gets InvalidArgumentError, the others learn at once
+    # (FailedPreconditionError naming rank 0), not after TFPS_TIMEOUT; the next call works.
+    size, me = hvd.size(), hvd.rank()
+    splits = [3] * size if me == 0 else [1] * size
+    try:
+        hvd.alltoall(tf.ones([size]), splits, name="a2a.one")
+    except tf.errors.InvalidArgumentError as error:
+        assert me == 0 and "add up to" in str(error), error
+    except tf.errors.FailedPreconditionError as error:
+        assert me != 0 and "worker 0 could not take part" in str(error), error
+        assert "add up to" in str(error), error  # and says why
+    else:
+        raise AssertionError("no error")
+    out, received = hvd.alltoall(tf.fill([size], float(me)), [1] * size, name="a2a.one")
+    np.testing.assert_array_equal(out, np.arange(size, dtype=np.float32))
+
+
 def check_alltoall_gradient(hvd):
     # loss = sum(w * received), w known per rank: the gradient of each sent row is the
     # receiver's weight for it.
@@ -379,7 +397,8 @@ CHECKS = [check_adasum, check_allreduce_mismatches, check_op_mismatch_names_both
           check_allgather_mismatches, check_broadcast_mismatches, check_broadcast_root_mismatch,
           check_new_dtypes_allreduce, check_new_dtypes_allgather_and_broadcast,
           check_min_max_product, check_min_max_have_no_gradient, check_alltoall,
-          check_alltoall_one_rank_sends_nothing, check_alltoall_errors, check_alltoall_gradient,
+          check_alltoall_one_rank_sends_nothing, check_alltoall_errors, check_alltoall_error_on_one_rank,
+          check_alltoall_gradient,
           check_reducescatter, check_reducescatter_gradient, check_grouped_allgather]
 
 if __name__ == "__main__":

@@ -100,6 +100,7 @@ PeerMesh::Gather& PeerMesh::EntryOnLoop(const GatherId& id) {
   g.dims.resize(size_);
   g.dtypes.assign(size_, 0);
   g.arrived.assign(size_, false);
+  g.aborted.assign(size_, std::string());
   return g;
 }
 
@@ -123,8 +124,32 @@ void PeerMesh::StartOnLoop(GatherRequest request) {
   MaybeFinishOnLoop(it);
 }
 
+Status PeerMesh::SendAbortOnLoop(Gather& g, uint64_t key, uint64_t call) {
+  const std::string why = g.request.abort.message().empty() ? std::string("refused its input")
+                                                            : g.request.abort.message();
+  g.aborted[rank_] = why;
+  Head head;
+  Header& h = head.header;
+  h.type = static_cast<uint16_t>(MsgType::kPeerData);
+  h.key = key;
+  h.num_partitions = 1;
+  h.step = call;
+  h.dtype = static_cast<uint8_t>(DType::kUInt8);
+  h.flags = kFlagAbort;
+  h.sender = rank_;
+  h.count = h.total_count = why.size();
+  head.dims = {static_cast<int64_t>(why.size())};
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_ || !dead_[peer].empty()) continue;
+    TFPS_RETURN_IF_ERROR(SendMessage(*outgoing_[peer], "", head,
+                                     zmq::message_t(why.data(), why.size())));
+  }
+  return Status::Ok();
+}
+
 Status PeerMesh::SendPartsOnLoop(Gather& g, uint64_t key, uint64_t call) {
   const GatherRequest& r = g.request;
+  if (!r.abort.ok()) return SendAbortOnLoop(g, key, call);
   const size_t row_bytes = RowElements(r.dims) * DTypeSize(r.dtype);
   const bool alltoall = !r.send_rows.empty();
   std::vector<int64_t> first_row(size_ + 1, 0);  // alltoall: rank p gets rows [p, p + 1)
@@ -214,6 +239,11 @@ void PeerMesh::OnPeerDataOnLoop(std::vector<zmq::message_t>& frames) {
   ++g.num_arrived;
   g.dims[h.sender] = head.dims;
   g.dtypes[h.sender] = h.dtype;  // checked against ours once our own request is known
+  if ((h.flags & kFlagAbort) != 0) {
+    g.aborted[h.sender] = frames.size() == 3 ? frames[2].to_string() : std::string("(no reason)");
+    MaybeFinishOnLoop(gathers_.find(id));
+    return;
+  }
   if (frames.size() == 3) g.parts[h.sender] = std::move(frames[2]);
   MaybeFinishOnLoop(gathers_.find(id));
 }
@@ -223,6 +253,18 @@ void PeerMesh::MaybeFinishOnLoop(std::map<GatherId, Gather>::iterator it) {
   Gather& g = it->second;
   if (!g.started || g.num_arrived < size_) return;
   const GatherRequest& r = g.request;
+  if (!r.abort.ok()) {  // this worker's own refusal, with its own class
+    const Status own = r.abort;  // a copy: FinishOnLoop moves the request out
+    FinishOnLoop(it, own);
+    return;
+  }
+  for (int peer = 0; peer < size_; ++peer) {
+    if (g.aborted[peer].empty()) continue;
+    FinishOnLoop(it, FailedPrecondition("worker " + std::to_string(peer) +
+                                        " could not take part: " +
+                                        EscapeForLog(g.aborted[peer], 1024)));
+    return;
+  }
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
     if (g.dtypes[peer] != static_cast<uint8_t>(r.dtype) || !TrailingDimsAgree(g.dims[peer], r.dims)) {

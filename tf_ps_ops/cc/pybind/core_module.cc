@@ -239,6 +239,7 @@ PYBIND11_MODULE(_core, m) {
   m.attr("FLAG_ACK") = kFlagAck;
   m.attr("FLAG_NO_FEEDBACK") = kFlagNoFeedback;
   m.attr("FLAG_BROADCAST") = kFlagBroadcast;
+  m.attr("FLAG_ABORT") = kFlagAbort;
   m.attr("MAX_BATCH") = kMaxBatch;
   BindCodecs(m);
 

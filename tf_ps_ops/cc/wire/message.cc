@@ -194,6 +194,11 @@ Status CheckCollectiveFields(const Head& head) {
                            std::to_string(h.type) + ", flags " + Hex(h.flags) + ", codec " +
                            std::to_string(h.codec) + ")");
   }
+  if ((h.flags & kFlagAbort) != 0 &&
+      (type != MsgType::kPeerData || h.dtype != static_cast<uint8_t>(DType::kUInt8) ||
+       h.ndims != 1 || (h.flags & ~kFlagAbort) != 0)) {
+    return InvalidArgument("the abort flag is only valid on peer data carrying text");
+  }
   if ((h.flags & kFlagBroadcast) != 0) {
     if (type != MsgType::kPushPull || (h.flags & kNotSummation) != 0 || h.codec != 0 ||
         h.nparams != 1) {

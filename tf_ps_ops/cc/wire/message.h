@@ -139,9 +139,13 @@ constexpr uint32_t kFlagNoFeedback = 1u << 7;  // compressed push (codec != 0): 
 constexpr uint32_t kFlagBroadcast = 1u << 12;  // summation push of a broadcast: params =
                                                // {root rank}; every worker must name the
                                                // same root (a mismatch fails the round)
+constexpr uint32_t kFlagAbort = 1u << 13;  // peer data: the sender cannot take part in this
+                                           // call (its own input was refused); payload: why,
+                                           // UTF-8 as uint8[length]. Its peers fail the call
+                                           // at once instead of waiting for data
 constexpr uint32_t kKnownFlags = kFlagNoData | kFlagPsInit | kFlagPsApply | kFlagPsOverwrite |
                                  kFlagSparse | kFlagTimed | kFlagAck | kFlagNoFeedback |
-                                 kFlagBroadcast;
+                                 kFlagBroadcast | kFlagAbort;
 
 // PS-mode hyperparameters (Head::params) of a kFlagPsApply push: the values that
 // optimizer_spec.h's table lists for Header::optimizer, in its order, then the initial
