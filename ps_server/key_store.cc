@@ -4,14 +4,30 @@
 
 namespace tfps {
 
-KeyStore::KeyStore(int num_workers, int server_id, double timeout_s)
+KeyStore::KeyStore(int num_workers, int server_id, double timeout_s, Consistency consistency,
+                   const std::string& trace_path)
     : num_workers_(num_workers),
       server_id_(server_id),
+      timeout_s_(timeout_s),
       rounds_(num_workers, server_id, timeout_s),
-      params_(num_workers, server_id) {}
+      params_(num_workers, server_id) {
+  if (!consistency.bsp()) {
+    stale_ = std::make_unique<StaleRounds>(num_workers, server_id, consistency, &params_,
+                                           trace_path);
+  }
+}
 
 void KeyStore::OnPush(const Head& head, Buffer payload, std::vector<Outgoing>* out,
                       double received_us) {
+  if (stale_) {
+    constexpr uint32_t kStaysBsp = kFlagBroadcast | kFlagNoData | kFlagPsInit;
+    // Min/max/product rounds stay BSP too: the stale path only sums.
+    if ((head.header.flags & kStaysBsp) == 0 && head.header.reduce_op == 0) {
+      stale_->Add(head, std::move(payload), out);
+      return;
+    }
+    stale_->Observe(head.header);
+  }
   Round complete;
   if (rounds_.Add(head, std::move(payload), received_us, out, &complete)) {
     Answer(complete, out);

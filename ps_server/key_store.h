@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "ps_server/checkpoint.h"
 #include "ps_server/outgoing.h"
 #include "ps_server/parameter_store.h"
+#include "ps_server/stale_rounds.h"
 #include "ps_server/sum_rounds.h"
 #include "tf_ps_ops/cc/codec/error_feedback.h"
 #include "tf_ps_ops/cc/wire/message.h"
@@ -26,7 +28,11 @@ class KeyStore {
  public:
   using Clock = std::chrono::steady_clock;
 
-  KeyStore(int num_workers, int server_id, double timeout_s);
+  // Under ssp/asp (`consistency`), data pushes go to StaleRounds (stale_rounds.h), with
+  // `trace_path` for its trace (TFPS_CONSISTENCY_TRACE); broadcasts and PS initialisation
+  // stay bsp rounds.
+  KeyStore(int num_workers, int server_id, double timeout_s,
+           Consistency consistency = Consistency(), const std::string& trace_path = "");
 
   // `received_us`: when the push arrived (wall clock), for timed replies.
   void OnPush(const Head& head, Buffer payload, std::vector<Outgoing>* out,
@@ -34,9 +40,14 @@ class KeyStore {
   // The worker is gone: every open round that still needs it fails, and so will new ones.
   void OnWorkerLost(int rank, const std::string& why, std::vector<Outgoing>* out) {
     rounds_.OnWorkerLost(rank, why, out);
+    if (stale_) stale_->OnWorkerLost(rank, why, out);
   }
-  // Fails rounds that waited longer than the timeout, naming the workers still missing.
-  void OnTick(Clock::time_point now, std::vector<Outgoing>* out) { rounds_.OnTick(now, out); }
+  // Fails rounds (and ssp reads) that waited longer than the timeout, naming the workers
+  // still missing.
+  void OnTick(Clock::time_point now, std::vector<Outgoing>* out) {
+    rounds_.OnTick(now, out);
+    if (stale_) stale_->OnTick(now, timeout_s_, out);
+  }
 
   size_t open_rounds() const { return rounds_.open(); }
   size_t num_parameters() const { return params_.size(); }
@@ -60,8 +71,10 @@ class KeyStore {
 
   const int num_workers_;
   const int server_id_;
+  const double timeout_s_;
   SumRounds rounds_;
   ParameterStore params_;
+  std::unique_ptr<StaleRounds> stale_;  // ssp/asp only; uses params_
   ErrorFeedback feedback_;  // per (key, partition) of the compressed sums this thread answers
 };
 

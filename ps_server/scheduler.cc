@@ -35,6 +35,7 @@ int Scheduler::Run(const std::atomic<bool>& stop) {
   Monitor monitor(context_, router_, "scheduler", ZMQ_EVENT_DISCONNECTED);
   using Clock = std::chrono::steady_clock;
   auto last_progress = Clock::now();
+  Clock::time_point conflict_at;  // when workers were found to disagree (conflict_)
   std::vector<zmq::message_t> frames;
   while (!stop) {
     zmq::pollitem_t items[] = {{router_.handle(), 0, ZMQ_POLLIN, 0},
@@ -52,6 +53,11 @@ int Scheduler::Run(const std::atomic<bool>& stop) {
     while (monitor.Read(&event, &value, &address)) {
       if (event == ZMQ_EVENT_DISCONNECTED) OnDisconnect(value);
     }
+    if (!conflict_.empty()) {
+      if (conflict_at == Clock::time_point()) conflict_at = Clock::now();
+      if (Clock::now() - conflict_at > std::chrono::seconds(2)) break;  // refusals are out
+      continue;
+    }
     if (ready_) {
       int finished = lost_workers_;
       for (const auto& w : workers_) finished += w.second.done ? 1 : 0;
@@ -65,6 +71,10 @@ int Scheduler::Run(const std::atomic<bool>& stop) {
     int finished = lost_workers_;
     for (const auto& w : workers_) finished += w.second.done ? 1 : 0;
     return ready_ && finished >= num_workers_ ? 0 : kStoppedMidJob;
+  }
+  if (!conflict_.empty()) {
+    TFPS_LOG(Error) << "the job cannot start: " << conflict_ << "; exiting with 1";
+    return 1;
   }
   if (lost_workers_ > 0) {
     TFPS_LOG(Error) << lost_workers_ << " worker(s) died before shutting down; exiting with 1";
@@ -105,6 +115,10 @@ void Scheduler::OnMessage(std::vector<zmq::message_t>& frames) {
 }
 
 void Scheduler::OnRegister(const std::string& identity, zmq::message_t& payload, int fd) {
+  if (!conflict_.empty()) {
+    Refuse(identity, Code::kInvalidArgument, conflict_);
+    return;
+  }
   if (ready_) {
     Refuse(identity, Code::kFailedPrecondition,
            "the cluster is already complete; a late or restarted process cannot join");
@@ -139,6 +153,7 @@ void Scheduler::OnRegister(const std::string& identity, zmq::message_t& payload,
                  " workers, or that rank registered twice");
       return;
     }
+    if (!ConsistencyAgrees(identity, request)) return;
     workers_[rank] = m;
     TFPS_LOG(Info) << "worker " << rank << " registered from " << m.host;
   }
@@ -150,8 +165,27 @@ void Scheduler::OnRegister(const std::string& identity, zmq::message_t& payload,
   AnnounceCluster();
 }
 
+bool Scheduler::ConsistencyAgrees(const std::string& identity, const RegisterRequest& request) {
+  if (workers_.empty()) {
+    consistency_ = request.consistency;
+    return true;
+  }
+  if (request.consistency == consistency_) return true;
+  const auto& first = *workers_.begin();
+  conflict_ = "workers disagree on the consistency model: worker " +
+              std::to_string(first.first) + " asks for " + ConsistencyName(consistency_) +
+              ", worker " + std::to_string(request.rank) + " for " +
+              ConsistencyName(request.consistency) +
+              "; set the same TFPS_CONSISTENCY (or init(consistency=...)) on every worker";
+  Refuse(identity, Code::kInvalidArgument, conflict_);
+  for (const auto& w : workers_) Refuse(w.second.identity, Code::kInvalidArgument, conflict_);
+  for (const Member& s : servers_) Refuse(s.identity, Code::kInvalidArgument, conflict_);
+  return false;
+}
+
 void Scheduler::AnnounceCluster() {
   ClusterView view;
+  view.consistency = consistency_;
   for (const Member& s : servers_) view.servers.push_back(s.host + ":" + std::to_string(s.port));
   for (const auto& w : workers_) {
     view.worker_hosts.push_back(w.second.host);
@@ -167,7 +201,7 @@ void Scheduler::AnnounceCluster() {
   std::string servers;
   for (const std::string& s : view.servers) servers += (servers.empty() ? "" : ",") + s;
   TFPS_LOG(Info) << "cluster complete: " << num_servers_ << " server(s) [" << servers << "], "
-                 << num_workers_ << " worker(s)";
+                 << num_workers_ << " worker(s), consistency " << ConsistencyName(consistency_);
 }
 
 void Scheduler::OnDisconnect(int fd) {

@@ -12,6 +12,7 @@
 
 #include <zmq.hpp>
 
+#include "tf_ps_ops/cc/cluster/messages.h"
 #include "tf_ps_ops/cc/common/config.h"
 #include "tf_ps_ops/cc/common/rate_limit.h"
 #include "tf_ps_ops/cc/common/status.h"
@@ -47,6 +48,9 @@ class Scheduler {
   // Logs and answers a refusal, both rate-limited per peer (limiter_).
   void Refuse(const std::string& identity, Code code, const std::string& why,
               const char* what = "a registration");
+  // Whether `request` (a worker's) agrees with the workers registered before it on the
+  // consistency model; if not, refuses every registrant so far and the newcomer.
+  bool ConsistencyAgrees(const std::string& identity, const RegisterRequest& request);
   std::string Waiting() const;
   bool complete() const;
 
@@ -59,6 +63,10 @@ class Scheduler {
   std::vector<Member> servers_;
   std::map<int, Member> workers_;  // by rank
   bool ready_ = false;
+  // Set when workers disagreed on TFPS_CONSISTENCY: every registrant is refused with it and
+  // the scheduler exits (1) shortly after, once the refusals have left.
+  std::string conflict_;
+  Consistency consistency_;  // the first registered worker's; every other must match it
   int lost_workers_ = 0;
   PeerRateLimiter limiter_;  // what misbehaving peers make us log and answer
 };

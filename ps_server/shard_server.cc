@@ -80,10 +80,12 @@ Status ShardServer::Start(const std::string& scheduler_host, int scheduler_port,
   TFPS_RETURN_IF_ERROR(
       RegisterWithScheduler(scheduler_, scheduler, request, config_.timeout_s, &view));
   server_id_ = view.server_id;
+  consistency_ = view.consistency;  // the workers' agreed model
   SetLogRole("server " + std::to_string(server_id_));
   TFPS_RETURN_IF_ERROR(RestoreCheckpoint(existing));
   TFPS_LOG(Info) << "serving on port " << bound << " with " << config_.server_threads
-                 << " summation thread(s) for " << num_workers_ << " worker(s)";
+                 << " summation thread(s) for " << num_workers_ << " worker(s), consistency "
+                 << ConsistencyName(consistency_);
   for (int i = 0; i < config_.server_threads; ++i) {
     inboxes_.push_back(std::make_unique<Inbox>());
   }
@@ -137,7 +139,12 @@ Status ShardServer::RestoreCheckpoint(const std::vector<std::pair<int, int>>& ex
 }
 
 void ShardServer::SummationLoop(int index) {
-  KeyStore store(num_workers_, server_id_, config_.timeout_s);
+  const std::string trace =
+      config_.consistency_trace.empty()
+          ? ""
+          : config_.consistency_trace + "/reads-" + std::to_string(server_id_) + "-" +
+                std::to_string(index) + ".txt";
+  KeyStore store(num_workers_, server_id_, config_.timeout_s, consistency_, trace);
   if (!restored_.empty()) store.RestoreParams(std::move(restored_[index]));
   const bool checkpoints = !config_.checkpoint_dir.empty();
   Inbox& inbox = *inboxes_[index];

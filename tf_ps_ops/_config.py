@@ -10,6 +10,7 @@ docs tooling can use it cheaply.
 
 import dataclasses
 import os
+import re
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +69,24 @@ VARIABLES = (
 )
 
 _BY_NAME = {var.name: var for var in VARIABLES}
+
+_MAX_STALENESS = 1000000  # kMaxStaleness in cc/common/consistency.h
+
+
+def check_consistency(text):
+    """Returns `text` if it names a consistency model, else raises ValueError.
+
+    bsp, asp or ssp:S with S a whole number from 0 to 1000000 (ssp:0 is bsp); the same
+    rule as the C++ core's (cc/common/consistency.h), which a unit test holds them to.
+    TFPS_CONSISTENCY itself is read by the core (init() fails on a bad value); this checks
+    what `init(consistency=...)` and `tfps-run --consistency` are given.
+    """
+    match = re.fullmatch(r"ssp:([0-9]{1,7})", text) if isinstance(text, str) else None
+    if text in ("bsp", "asp") or (match and int(match.group(1)) <= _MAX_STALENESS):
+        return text
+    raise ValueError(
+        f"consistency {text!r} is not bsp, asp or ssp:S with S a whole number from 0 to "
+        f"{_MAX_STALENESS} (the staleness bound, in steps); see docs/consistency.md")
 
 
 @dataclasses.dataclass(frozen=True)

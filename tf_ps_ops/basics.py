@@ -2,11 +2,13 @@
 
 import atexit
 import ctypes
+import os
 
 import tensorflow as tf
 
 from tf_ps_ops import _config
 from tf_ps_ops import _library
+from tf_ps_ops._config import check_consistency  # noqa: F401 (part of this module's surface)
 
 # The validated environment of the last successful init(): local_rank/local_size may be
 # overridden there. The engine's own state lives in C++; this is only the Python view.
@@ -14,7 +16,7 @@ _cluster = None
 _atexit_registered = False
 
 
-def init(comm=None):
+def init(comm=None, consistency=None):
     """Joins the cluster described by the environment (see docs/env.md).
 
     Blocks until the scheduler has seen every worker and server, or TFPS_TIMEOUT passes.
@@ -23,6 +25,9 @@ def init(comm=None):
     Args:
       comm: accepted for Horovod signature compatibility; must be None, since the
         cluster comes from the environment, not from an MPI communicator.
+      consistency: the job's consistency model, "bsp", "ssp:S" or "asp"
+        (docs/consistency.md); None: TFPS_CONSISTENCY, or bsp. Every worker must pass the
+        same (the rendezvous refuses a worker that differs).
     """
     global _cluster, _atexit_registered
     if comm is not None:
@@ -32,6 +37,9 @@ def init(comm=None):
     lib = _library.c_api()
     if lib.tfps_is_initialized():
         return
+    if consistency is not None:
+        # The core reads its knobs from the environment at init, so the argument goes there.
+        os.environ["TFPS_CONSISTENCY"] = _config.check_consistency(consistency)
     cluster = _config.read_cluster()
     error = ctypes.create_string_buffer(4096)
     status = lib.tfps_init(cluster.scheduler_host.encode(), cluster.scheduler_port,

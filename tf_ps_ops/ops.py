@@ -196,8 +196,9 @@ def push_pull(tensor, scope="", average=None, device_dense="", device_sparse="",
     tensor's name."""
     if enable_async:
         raise NotImplementedError(
-            "push_pull(enable_async=True) is not supported: every push_pull waits for "
-            "all workers' pushes of the same step (BSP)")
+            "push_pull(enable_async=True) is not supported per call: set the job's "
+            "consistency model instead (TFPS_CONSISTENCY=asp or ssp:S, or "
+            "init(consistency=...); docs/consistency.md)")
     if scope:
         if name is None and not tf.executing_eagerly():
             name = _key("allreduce", None, _dense(tensor))

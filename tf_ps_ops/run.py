@@ -31,7 +31,7 @@ from tf_ps_ops._launch_env import LOCAL_ADDRESS, Place  # noqa: E402
 from tf_ps_ops._launch_env import worker_env as _place_env  # noqa: E402
 from tf_ps_ops._launch_job import Job, LaunchError, run_to_teardown  # noqa: E402
 from tf_ps_ops._launch_process import LOCAL, Prefixed  # noqa: E402
-from tf_ps_ops import _launch_ssh  # noqa: E402
+from tf_ps_ops import _config, _launch_ssh  # noqa: E402
 
 DEFAULT_PS_SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bin", "ps_server")
 HOST = LOCAL_ADDRESS  # every role of a tfps-run job lives on this host
@@ -61,12 +61,19 @@ def _positive_float(text):
     return value
 
 
+def _consistency(text):
+    try:
+        return _config.check_consistency(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
         prog="tfps-run",
         usage="%(prog)s [-np N] [-ns M] [-H HOSTS | --hostfile F] [--ssh-port P] "
               "[--network-interface IF] [--port P] [--timeout S] [--server-threads T] "
-              "[--ps-server PATH] COMMAND...\n       %(prog)s --check-build",
+              "[--consistency MODEL] [--ps-server PATH] COMMAND...\n       %(prog)s --check-build",
         description="Run COMMAND as N workers of a parameter-server job, on this host or "
                     "over ssh on the hosts of -H/--hostfile.")
     parser.add_argument("-np", "--num-workers", type=_int_at_least(1), metavar="N",
@@ -97,6 +104,9 @@ def parse_args(argv=None):
     parser.add_argument("--server-threads", type=_int_at_least(1), metavar="T",
                         help="threads per ps_server (default: TFPS_SERVER_THREADS, else the "
                              "server's own)")
+    parser.add_argument("--consistency", type=_consistency, metavar="MODEL",
+                        help="the job's consistency model: bsp, ssp:S or asp (sets "
+                             "TFPS_CONSISTENCY for every worker; docs/consistency.md)")
     parser.add_argument("--ps-server", default=DEFAULT_PS_SERVER, metavar="PATH",
                         help="ps_server binary (default: the one built into the package; "
                              "the same path on every host)")
@@ -209,6 +219,8 @@ def run_job(job, args, port_file):
                           f"(no executable at {args.ps_server})")
     hosts, servers, workers = placement(args)
     base = dict(os.environ)
+    if args.consistency:
+        base["TFPS_CONSISTENCY"] = args.consistency
     if args.host_slots is None:  # over ssh: the key file would have to reach every host
         base.update(local_job_env(args, os.path.dirname(port_file)))
     env = dict(base)

@@ -87,7 +87,7 @@ def test_byteps_push_pull_signature():
     parameters = list(inspect.signature(tf_ps_ops.push_pull).parameters)
     assert parameters[:8] == ["tensor", "scope", "average", "device_dense", "device_sparse",
                               "compression", "op", "enable_async"]
-    with pytest.raises(NotImplementedError, match="BSP"):
+    with pytest.raises(NotImplementedError, match="TFPS_CONSISTENCY=asp"):
         tf_ps_ops.push_pull(tf.ones(2), enable_async=True)
 
 

@@ -125,6 +125,7 @@ std::string FormatRegister(const RegisterRequest& r) {
     fields["rank"] = std::to_string(r.rank);
     fields["size"] = std::to_string(r.size);
     fields["peer_port"] = std::to_string(r.port);
+    if (!r.consistency.bsp()) fields["consistency"] = ConsistencyName(r.consistency);
   }
   return Format(fields);
 }
@@ -132,7 +133,8 @@ std::string FormatRegister(const RegisterRequest& r) {
 Status ParseRegister(const std::string& text, RegisterRequest* r) {
   Fields fields;
   TFPS_RETURN_IF_ERROR(ParseFields(kRegisterWhat, text,
-                                   {"role", "host", "port", "rank", "size", "peer_port"},
+                                   {"role", "host", "port", "rank", "size", "peer_port",
+                                    "consistency"},
                                    &fields));
   *r = RegisterRequest();
   r->host = Get(fields, "host");
@@ -145,6 +147,10 @@ Status ParseRegister(const std::string& text, RegisterRequest* r) {
   r->role = Role::kWorker;
   TFPS_RETURN_IF_ERROR(ParseField(kRegisterWhat, fields, "rank", 0, kMaxInt - 1, &r->rank));
   TFPS_RETURN_IF_ERROR(ParseField(kRegisterWhat, fields, "size", 1, kMaxInt, &r->size));
+  if (fields.count("consistency")) {
+    TFPS_RETURN_IF_ERROR(ParseConsistency(std::string(kRegisterWhat) + ": field 'consistency'",
+                                          Get(fields, "consistency"), &r->consistency));
+  }
   return ParseField(kRegisterWhat, fields, "peer_port", 0, 65535, &r->port);
 }
 
@@ -156,6 +162,7 @@ std::string FormatClusterView(const ClusterView& view) {
   Fields fields = {{"status", "ready"},
                    {"servers", JoinList(view.servers)},
                    {"workers", JoinList(view.worker_hosts)}};
+  if (!view.consistency.bsp()) fields["consistency"] = ConsistencyName(view.consistency);
   if (view.server_id >= 0) {
     fields["server_id"] = std::to_string(view.server_id);
   } else {
@@ -168,7 +175,8 @@ Status ParseRegisterReply(const std::string& text, bool* ready, std::string* wai
                           ClusterView* view) {
   Fields fields;
   TFPS_RETURN_IF_ERROR(ParseFields(
-      kReplyWhat, text, {"status", "waiting", "servers", "workers", "peers", "server_id"},
+      kReplyWhat, text, {"status", "waiting", "servers", "workers", "peers", "server_id",
+                          "consistency"},
       &fields));
   *ready = Get(fields, "status") == "ready";
   if (!*ready) {
@@ -183,6 +191,10 @@ Status ParseRegisterReply(const std::string& text, bool* ready, std::string* wai
   view->servers = SplitList(Get(fields, "servers"));
   view->worker_hosts = SplitList(Get(fields, "workers"));
   view->worker_peers = SplitList(Get(fields, "peers"));
+  if (fields.count("consistency")) {
+    TFPS_RETURN_IF_ERROR(ParseConsistency(std::string(kReplyWhat) + ": field 'consistency'",
+                                          Get(fields, "consistency"), &view->consistency));
+  }
   TFPS_RETURN_IF_ERROR(CheckEndpoints(kReplyWhat, "servers", view->servers, 1));
   TFPS_RETURN_IF_ERROR(CheckEndpoints(kReplyWhat, "peers", view->worker_peers, 0));
   if (fields.count("peers") && view->worker_peers.size() != view->worker_hosts.size()) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "tf_ps_ops/cc/common/consistency.h"
 #include "tf_ps_ops/cc/common/status.h"
 
 namespace tfps {
@@ -24,6 +25,7 @@ struct RegisterRequest {
   int port = 0;       // server: 1..65535; worker: its peer port, 0 for none
   int rank = -1;      // workers only
   int size = 0;       // workers only
+  Consistency consistency;  // workers only (TFPS_CONSISTENCY); absent on the wire: bsp
 };
 
 std::string FormatRegister(const RegisterRequest& request);
@@ -35,6 +37,7 @@ struct ClusterView {
   std::vector<std::string> worker_hosts;  // indexed by rank
   std::vector<std::string> worker_peers;  // "host:peer_port" by rank (workers only; port 0: none)
   int server_id = -1;                     // this process's id when it is a server
+  Consistency consistency;                // the job's, as the workers agreed (absent: bsp)
 };
 
 // The reply to a registrant while the cluster is incomplete ("waiting for ...").

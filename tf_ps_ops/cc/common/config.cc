@@ -77,6 +77,16 @@ const std::vector<ConfigEntry>& ConfigTable() {
        "1: onebit, topk and randomk keep what each push_pull did not send (per tensor and "
        "partition, on the worker; per partition on the server for the sum) and add it to the "
        "next call. 0: no memory (the plain, biased codec)."},
+      {"TFPS_CONSISTENCY", "string", "bsp",
+       "The job's consistency model (docs/consistency.md): bsp (a push_pull or PS update of "
+       "step t is answered once every worker pushed step t), ssp:S (once the slowest worker "
+       "pushed step t-S; S from 0 to 1000000, ssp:0 is bsp) or asp (at once). Read by the "
+       "workers, which must agree (the rendezvous refuses a worker that differs); the servers "
+       "take it from the scheduler. Also `tf_ps_ops.init(consistency=...)`."},
+      {"TFPS_CONSISTENCY_TRACE", "string", "",
+       "ps_server, for tests and debugging: a directory where every summation thread appends "
+       "one line per answer it releases under ssp/asp (reads-S-T.txt: rank, key, partition, "
+       "step, the slowest worker's clock, pushes summed). Empty: no trace."},
   };
   return table;
 }
@@ -203,6 +213,9 @@ Status LoadConfig(Config* config) {
   int64_t feedback = 1;
   TFPS_RETURN_IF_ERROR(ParseInt("TFPS_ERROR_FEEDBACK", 0, 1, &feedback));
   config->error_feedback = feedback != 0;
+  TFPS_RETURN_IF_ERROR(
+      ParseConsistency("TFPS_CONSISTENCY", Lookup("TFPS_CONSISTENCY"), &config->consistency));
+  config->consistency_trace = Lookup("TFPS_CONSISTENCY_TRACE");
   config->checkpoint_dir = Lookup("TFPS_CHECKPOINT_DIR");
   TFPS_RETURN_IF_ERROR(
       ParseInt("TFPS_CHECKPOINT_EVERY", 0, int64_t{1} << 50, &config->checkpoint_every));

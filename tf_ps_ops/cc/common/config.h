@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "tf_ps_ops/cc/common/consistency.h"
 #include "tf_ps_ops/cc/common/status.h"
 
 namespace tfps {
@@ -42,6 +43,9 @@ struct Config {
   bool error_feedback = true;      // TFPS_ERROR_FEEDBACK
   std::string bind;                // TFPS_BIND
   std::string auth_secret_key;     // read from TFPS_AUTH_KEY_FILE (Z85); empty: no CURVE
+  Consistency consistency;         // TFPS_CONSISTENCY (workers; servers take the job's from
+                                   // the scheduler)
+  std::string consistency_trace;   // TFPS_CONSISTENCY_TRACE (ps_server; empty: none)
 };
 
 // Reads every entry of ConfigTable() from the environment (defaults where unset) and

@@ -156,6 +156,7 @@ Status Engine::Loop::Connect(const EngineOptions& options, ClusterView* view) {
   request.rank = rank_;
   request.size = options.size;
   request.port = peer_port;
+  request.consistency = config_.consistency;  // the scheduler checks every worker agrees
   TFPS_RETURN_IF_ERROR(
       RegisterWithScheduler(*scheduler_, scheduler, request, config_.timeout_s, view));
   TFPS_RETURN_IF_ERROR(mesh_.Connect(view->worker_peers));
@@ -407,14 +408,14 @@ Status Engine::Loop::SendPartOnLoop(uint64_t op_id, Op& o, uint32_t index) {
   h.step = o.step;
   h.dtype = static_cast<uint8_t>(r.dtype);
   h.flags = (no_data ? kFlagNoData : 0) | r.flags | (timeline_.enabled() ? kFlagTimed : 0) |
-            (config_.scheduling_credit > 0 ? kFlagAck : 0);
+            (config_.scheduling_credit > 0 ? kFlagAck : 0) |
+            (r.root_rank >= 0 ? kFlagBroadcast : 0);
   h.optimizer = static_cast<uint8_t>(r.optimizer);
   head.params = r.params;
   h.reduce_op = static_cast<uint8_t>(r.reduce_op);
   if (r.root_rank >= 0 && (r.flags & (kFlagPsInit | kFlagPsApply | kFlagSparse)) == 0) {
-    h.flags |= kFlagBroadcast;  // the server checks every worker names the same root
-    head.params = {static_cast<double>(r.root_rank)};
-  }
+    head.params = {static_cast<double>(r.root_rank)};  // the server checks every worker
+  }                                                     // names the same root
   h.sender = rank_;
   h.count = p.count;
   h.total_count = r.count;

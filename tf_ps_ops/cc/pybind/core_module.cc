@@ -199,6 +199,7 @@ py::dict ParseRegisterPy(const std::string& text) {
   d["port"] = r.port;
   d["rank"] = r.rank;
   d["size"] = r.size;
+  d["consistency"] = ConsistencyName(r.consistency);
   return d;
 }
 
@@ -214,7 +215,22 @@ py::dict ParseRegisterReplyPy(const std::string& text) {
   d["workers"] = view.worker_hosts;
   d["peers"] = view.worker_peers;
   d["server_id"] = view.server_id;
+  d["consistency"] = ConsistencyName(view.consistency);
   return d;
+}
+
+// The consistency model as ParseConsistency reads it, for tests: (kind, staleness, name).
+py::tuple ParseConsistencyPy(const std::string& text) {
+  Consistency c;
+  ThrowIfError(ParseConsistency("TFPS_CONSISTENCY", text, &c));
+  static const char* kKinds[] = {"bsp", "ssp", "asp"};
+  return py::make_tuple(kKinds[c.kind], c.staleness, ConsistencyName(c));
+}
+
+Consistency ConsistencyOf(const std::string& text) {
+  Consistency c;
+  if (!text.empty()) ThrowIfError(ParseConsistency("consistency", text, &c));
+  return c;
 }
 
 }  // namespace
@@ -275,9 +291,12 @@ PYBIND11_MODULE(_core, m) {
         py::arg("servers"), py::arg("row_elems") = 1);
   m.def("parse_register", &ParseRegisterPy, py::arg("text"),
         "Parses a kRegister payload strictly; raises naming the bad field.");
+  m.def("parse_consistency", &ParseConsistencyPy, py::arg("text"),
+        "Parses a TFPS_CONSISTENCY value: (kind, staleness, canonical name); raises if bad.");
   m.def("format_register", [](const std::string& role, const std::string& host, int port,
-                              int rank, int size) {
+                              int rank, int size, const std::string& consistency) {
     RegisterRequest r;
+    r.consistency = ConsistencyOf(consistency);
     r.role = role == "server" ? Role::kServer : Role::kWorker;
     r.host = host;
     r.port = port;
@@ -285,15 +304,22 @@ PYBIND11_MODULE(_core, m) {
     r.size = size;
     return FormatRegister(r);
   }, py::arg("role"), py::arg("host") = "", py::arg("port") = 0, py::arg("rank") = -1,
-     py::arg("size") = 0);
+     py::arg("size") = 0, py::arg("consistency") = "");
   m.def("parse_register_reply", &ParseRegisterReplyPy, py::arg("text"),
         "Parses a kRegisterReply payload strictly; raises naming the bad field.");
   m.def("format_cluster_view", [](const std::vector<std::string>& servers,
                                   const std::vector<std::string>& workers,
-                                  const std::vector<std::string>& peers, int server_id) {
-    ClusterView view{servers, workers, peers, server_id};
+                                  const std::vector<std::string>& peers, int server_id,
+                                  const std::string& consistency) {
+    ClusterView view;
+    view.servers = servers;
+    view.worker_hosts = workers;
+    view.worker_peers = peers;
+    view.server_id = server_id;
+    view.consistency = ConsistencyOf(consistency);
     return FormatClusterView(view);
-  }, py::arg("servers"), py::arg("workers"), py::arg("peers"), py::arg("server_id") = -1);
+  }, py::arg("servers"), py::arg("workers"), py::arg("peers"), py::arg("server_id") = -1,
+     py::arg("consistency") = "");
   m.def("format_waiting", &FormatWaiting);
 
   m.def("check_on_loop", [](bool from_another_thread) {

@@ -199,7 +199,9 @@ Status CheckCollectiveFields(const Head& head) {
        h.ndims != 1 || (h.flags & ~kFlagAbort) != 0)) {
     return InvalidArgument("the abort flag is only valid on peer data carrying text");
   }
-  if ((h.flags & kFlagBroadcast) != 0) {
+  // A PS init push is a broadcast too (kFlagBroadcast keeps it a BSP round); it has rules
+  // of its own and carries no root.
+  if ((h.flags & kFlagBroadcast) != 0 && (h.flags & kFlagPsInit) == 0) {
     if (type != MsgType::kPushPull || (h.flags & kNotSummation) != 0 || h.codec != 0 ||
         h.nparams != 1) {
       return InvalidArgument("the broadcast flag is only valid on a plain push carrying its "

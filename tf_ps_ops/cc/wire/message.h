@@ -31,7 +31,8 @@ namespace tfps {
 
 constexpr uint32_t kMagic = 0x53504654;  // "TFPS" read as little-endian bytes
 // 2: batches, timed replies, acknowledgements; 3: compressed payloads (Header::codec);
-// 4: uint16/int16/bool, Header::reduce_op, broadcast roots (kFlagBroadcast)
+// 4: kFlagBroadcast (consistency models; it carries the root), uint16/int16/bool,
+// Header::reduce_op, kFlagAbort
 constexpr uint16_t kProtocolVersion = 4;
 constexpr int kMaxDims = 32;
 constexpr uint32_t kMaxPartitions = 1u << 24;
@@ -136,9 +137,12 @@ constexpr uint32_t kFlagAck = 1u << 6;     // push: acknowledge it (kAck) as soo
 constexpr uint32_t kFlagNoFeedback = 1u << 7;  // compressed push (codec != 0): the worker
                                               // keeps no error feedback, so the server keeps
                                               // none when it re-encodes the sum either
-constexpr uint32_t kFlagBroadcast = 1u << 12;  // summation push of a broadcast: params =
-                                               // {root rank}; every worker must name the
-                                               // same root (a mismatch fails the round)
+constexpr uint32_t kFlagBroadcast = 1u << 8;  // push: part of a broadcast (every worker's,
+                                             // the root's too): under ssp/asp it stays a bsp
+                                             // round (docs/consistency.md). A summation
+                                             // broadcast (no PS flag) carries params =
+                                             // {root rank}: every worker must name the same
+                                             // root (a mismatch fails the round)
 constexpr uint32_t kFlagAbort = 1u << 13;  // peer data: the sender cannot take part in this
                                            // call (its own input was refused); payload: why,
                                            // UTF-8 as uint8[length]. Its peers fail the call
