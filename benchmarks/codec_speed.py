@@ -1,5 +1,7 @@
 """Encode/decode speed of each codec in the C++ core (tf_ps_ops._core.time_codec: the
-loops alone, best of N, no Python in the timed region). MB/s of float32 input.
+loops alone, best of N, no Python in the timed region). MB/s of float32 input. The last
+column: encoding with error feedback (core.ErrorFeedback.encode, one call per timing,
+best of N; onebit, topk, randomk only), the worker's and the server's path every step.
 
     python benchmarks/codec_speed.py [--mb 16] [--repeat 5]
 """
@@ -7,6 +9,7 @@ loops alone, best of N, no Python in the timed region). MB/s of float32 input.
 import argparse
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -22,15 +25,30 @@ def main():
     core = load_core()
     n = int(args.mb * (1 << 20) / 4)
     x = np.random.default_rng(0).standard_normal(n).astype(np.float32)
-    print(f"| codec | encode MB/s | decode MB/s | bytes/elem |  ({args.mb:g} MB float32)")
-    print("|---|---|---|---|")
+    print(f"| codec | encode MB/s | decode MB/s | bytes/elem | encode with feedback MB/s |"
+          f"  ({args.mb:g} MB float32)")
+    print("|---|---|---|---|---|")
     for spec in ["fp16", "bf16", "int8", "onebit", "topk:0.01", "randomk:0.01"]:
         cid, ratio, _ = core.parse_codec(spec)
         k = core.sparse_k(ratio, n) if ":" in spec else 0
         enc, dec = core.time_codec(cid, x, k, args.repeat)
         mb = 4 * n / 1e6
         per = core.encoded_bytes(cid, n, k) / n
-        print(f"| {spec} | {mb / enc:,.0f} | {mb / dec:,.0f} | {per:.3f} |")
+        fb = feedback_seconds(core, cid, x, k, args.repeat)
+        fb_text = "—" if fb is None else f"{mb / fb:,.0f}"
+        print(f"| {spec} | {mb / enc:,.0f} | {mb / dec:,.0f} | {per:.3f} | {fb_text} |")
+
+
+def feedback_seconds(core, cid, x, k, repeat):
+    if cid not in (core.CODECS["onebit"], core.CODECS["topk"], core.CODECS["randomk"]):
+        return None
+    ef, best = core.ErrorFeedback(), float("inf")
+    for step in range(repeat + 1):  # the first call allocates the residual
+        t = time.perf_counter()
+        ef.encode(1, 0, cid, x, k, step)
+        if step > 0:
+            best = min(best, time.perf_counter() - t)
+    return best
 
 
 if __name__ == "__main__":

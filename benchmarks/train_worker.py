@@ -198,6 +198,35 @@ def time_steps(run_one, args, window, samples_per_step):
                 window=window.summary(start, end))
 
 
+class CodecCounters:
+    """Wraps a step: the engine's counters (compression: docs/compression.md) over the
+    timed steps, per step: payload bytes sent and received, the float32 bytes the
+    compressed pushes stood for, their encoded bytes, and the engine thread's CPU time
+    encoding and decoding."""
+
+    NAMES = ("bytes_sent", "bytes_received", "codec_raw_bytes", "codec_encoded_bytes",
+             "codec_micros")
+
+    def __init__(self, step, warmup):
+        from tf_ps_ops import _library
+        self.c_api, self.step, self.warmup, self.calls = _library.c_api(), step, warmup, 0
+        self.start = self.read()
+
+    def read(self):
+        return [getattr(self.c_api, "tfps_" + name)() for name in self.NAMES]
+
+    def __call__(self):
+        if self.calls == self.warmup:
+            self.start = self.read()
+        self.calls += 1
+        return self.step()
+
+    def per_step(self):
+        steps = max(1, self.calls - self.warmup)
+        return {name: (end - start) / steps
+                for name, start, end in zip(self.NAMES, self.start, self.read())}
+
+
 def run_plain(args, window):
     """single, sum, ps, sfb, hybrid, horovod: one tf.function per step."""
     import tensorflow as tf
@@ -232,8 +261,13 @@ def run_plain(args, window):
     x, y = (tf.constant(a) for a in make_batch(args.model, args.batch, seed=rank))
     step = tf.function(make_step(model, optimizer, loss_fn(), wrap_tape=wrap_tape),
                        jit_compile=False)
-    result = time_steps(lambda: float(step(x, y)), args, window, workers * args.batch)
+    run_one = lambda: float(step(x, y))  # noqa: E731
+    if args.mode in ("sum", "ps", "sfb", "hybrid"):
+        run_one = CodecCounters(run_one, args.warmup)
+    result = time_steps(run_one, args, window, workers * args.batch)
     result.update(rank=rank, workers=workers, params=int(model.count_params()))
+    if isinstance(run_one, CodecCounters):
+        result["engine"] = run_one.per_step()
     if args.mode in ("sfb", "hybrid"):
         import sfb
         result["sfb_kernels"] = [v.path for v in model.trainable_variables

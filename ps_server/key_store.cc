@@ -70,7 +70,9 @@ Head KeyStore::ReplyHead(const Round& round, uint64_t count) const {
   Head head;
   head.header = round.first;
   head.header.type = static_cast<uint16_t>(MsgType::kPushPullReply);
-  head.header.flags = sparse ? kFlagSparse : 0;  // the codec stays: the reply is encoded too
+  head.header.flags = sparse ? kFlagSparse : 0;
+  // A sum's reply is encoded with the push's codec; a parameter travels as float32.
+  if ((round.first.flags & (kFlagPsInit | kFlagPsApply)) != 0) head.header.codec = 0;
   head.header.count = count;
   head.header.optimizer = 0;
   head.header.sender = server_id_;
@@ -90,6 +92,7 @@ void KeyStore::Answer(Round& round, std::vector<Outgoing>* out) {
   const std::string encoded = EncodeHead(head);
   const double ready_us = round.received_us.empty() ? 0 : WallMicros();
   for (int rank = 0; rank < num_workers_; ++rank) {
+    if (round.answered[rank]) continue;  // its local leader hands it the sum (hierarchical)
     const bool timed = !round.received_us.empty() && round.received_us[rank] > 0;
     if (!timed) {
       out->push_back(Outgoing{WorkerIdentity(rank), encoded, reply});  // shared, not copied

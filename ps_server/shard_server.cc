@@ -40,7 +40,8 @@ ShardServer::ShardServer(int num_workers, int num_servers, const Config& config)
       context_(2),
       router_(context_, zmq::socket_type::router),
       scheduler_(context_, zmq::socket_type::dealer),
-      worker_state_(num_workers, kUnseen) {
+      worker_state_(num_workers, kUnseen),
+      shm_(config.shm_server) {
   SetCommonOptions(router_, config_);
   SetCommonOptions(scheduler_, config_);
   router_.set(zmq::sockopt::router_mandatory, 1);
@@ -313,12 +314,36 @@ void ShardServer::OnMessageOnIoThread(std::vector<zmq::message_t>& frames) {
       Head reply;
       reply.header.type = static_cast<uint16_t>(MsgType::kHelloReply);
       reply.header.sender = server_id_;
-      (void)SendMessage(router_, identity, reply, zmq::message_t());
+      const std::string offer = shm_.OnHello(identity, frames.size() == 3 ? frames[2].to_string()
+                                                                          : std::string());
+      (void)SendMessage(router_, identity, reply, zmq::message_t(offer.data(), offer.size()));
       return;
     }
     case MsgType::kBye:
       worker_state_[rank] = kDone;
+      shm_.Forget(identity);
       return;
+    case MsgType::kPushPullShm: {
+      std::vector<Work> works(1);
+      s = shm_.Receive(identity, h, &works[0].payload);
+      if (!s.ok()) {  // about the push, so that it fails at once
+        Head about = HeadAbout(h, MsgType::kError, server_id_);
+        about.header.status = static_cast<uint16_t>(s.code());
+        uint64_t suppressed = 0;
+        if (limiter_.Allow(identity, &suppressed)) {
+          TFPS_LOG(Warning) << "refused a shared-memory push from '" << EscapeForLog(identity)
+                            << "': " << s.message() << SuppressedNote(suppressed);
+        }
+        (void)SendText(router_, identity, about.header, s.message());
+        return;
+      }
+      works[0].kind = Work::kPush;
+      works[0].head = std::move(head);
+      works[0].head.header.type = static_cast<uint16_t>(MsgType::kPushPull);
+      works[0].received_us = WallMicros();
+      AcceptPushesOnIoThread(identity, std::move(works));
+      return;
+    }
     case MsgType::kPushPull: {
       std::vector<Work> works(1);
       works[0].kind = Work::kPush;
@@ -390,6 +415,7 @@ void ShardServer::OnBatchOnIoThread(const std::string& identity, const Header& b
 
 void ShardServer::OnWorkerGoneOnIoThread(int rank, const std::string& why) {
   worker_state_[rank] = kGone;
+  shm_.Forget(WorkerIdentity(rank));
   TFPS_LOG(Error) << "worker " << rank << " is gone: " << why;
   for (auto& inbox : inboxes_) {
     Work w;
@@ -422,6 +448,7 @@ void ShardServer::SendOutboxOnIoThread() {
     }
   };
   for (Outgoing& o : batch) {
+    if (shm_.Answer(o.identity, &o.head, o.payload)) o.payload = Buffer();  // head alone
     const uint64_t bytes = o.payload.size();
     Batch& b = pending[o.identity];
     const bool alone = bytes >= fusion;

@@ -27,6 +27,7 @@
 
 #include "ps_server/checkpoint.h"
 #include "ps_server/key_store.h"
+#include "ps_server/shm_peers.h"
 #include "tf_ps_ops/cc/common/config.h"
 #include "tf_ps_ops/cc/common/rate_limit.h"
 #include "tf_ps_ops/cc/common/status.h"
@@ -107,6 +108,7 @@ class ShardServer {
   std::map<int, int> fd_of_rank_;
   PeerRateLimiter limiter_;  // what misbehaving peers make us log and answer
   std::vector<int> worker_state_;  // 0 unseen, 1 connected, 2 said goodbye, 3 gone
+  ShmPeers shm_;                   // colocated workers' shared memory (TFPS_SHM_SERVER)
 };
 
 }  // namespace tfps

@@ -252,6 +252,7 @@ void StaleRounds::Release(const ClockTable::Read& read, std::vector<Outgoing>* o
   head.header.nparams = 0;
   head.header.ndims = 0;
   head.header.sender = server_id_;
+  if (ps) head.header.codec = 0;  // a compressed PS push is answered with float32 parameters
   if (sparse) head.dims = state.first.dims;
   out->push_back(Outgoing{WorkerIdentity(push.sender), EncodeHead(head), std::move(reply)});
   if (!ps) Collect(state);

@@ -1,5 +1,8 @@
 #include "ps_server/sum_rounds.h"
 
+#include <algorithm>
+#include <sstream>
+
 #include "ps_server/reduce.h"
 #include "tf_ps_ops/cc/codec/codec.h"
 #include "tf_ps_ops/cc/common/logging.h"
@@ -110,6 +113,13 @@ bool SumRounds::Add(const Head& head, Buffer payload, double received_us,
                                        Where(server_id_, id) + ")")));
     return false;
   }
+  if ((h.flags & kFlagHierarchical) != 0) {
+    Status s = AddCovered(r, head);
+    if (!s.ok()) {
+      out->push_back(ErrorReply(h, h.sender, server_id_, s));
+      return false;
+    }
+  }
   r.arrived[h.sender] = true;
   ++r.num_arrived;
   if ((h.flags & kFlagTimed) != 0) {
@@ -139,10 +149,42 @@ bool SumRounds::Add(const Head& head, Buffer payload, double received_us,
   return ok;
 }
 
+// A local leader's push (kFlagHierarchical) sums the gradients of the ranks in its params,
+// its own first: they count as arrived and are marked answered, since their leader hands
+// them the sum. Nothing is marked unless every rank listed is valid and still due.
+Status SumRounds::AddCovered(Round& r, const Head& head) {
+  const Header& h = head.header;
+  if (head.params.empty() || head.params[0] != h.sender) {
+    return InvalidArgument("a hierarchical push must list its sender first (" +
+                           Where(server_id_, r.id) + ")");
+  }
+  std::vector<int> ranks;
+  for (size_t i = 1; i < head.params.size(); ++i) {
+    const double v = head.params[i];
+    const int rank = static_cast<int>(v);
+    if (!(v >= 0 && v < num_workers_) || rank != v || r.arrived[rank] ||
+        rank == h.sender || std::find(ranks.begin(), ranks.end(), rank) != ranks.end()) {
+      std::ostringstream text;
+      text << v;
+      return InvalidArgument("worker " + std::to_string(h.sender) +
+                             " pushed a local sum for rank " + text.str() +
+                             ", which is not a worker still due (" + Where(server_id_, r.id) +
+                             ")");
+    }
+    ranks.push_back(rank);
+  }
+  for (int rank : ranks) {
+    r.arrived[rank] = true;
+    r.answered[rank] = true;
+    ++r.num_arrived;
+  }
+  return Status::Ok();
+}
+
 // Replaces a compressed payload by its float32 decoding, which joins the sum as an
 // uncompressed push would. Every push of a topk/randomk round must keep as many elements
 // as the first (the same ratio on every worker).
-Status SumRounds::DecodeInto(Round& r, const Header& h, Buffer* payload) const {
+Status SumRounds::DecodeInto(Round& r, const Header& h, Buffer* payload) {
   const auto id = static_cast<CodecId>(h.codec);
   uint64_t k = 0;
   TFPS_RETURN_IF_ERROR(CheckEncoded(id, h.count, payload->size(), &k));
@@ -155,7 +197,13 @@ Status SumRounds::DecodeInto(Round& r, const Header& h, Buffer* payload) const {
                            std::to_string(h.sender) + " " + std::to_string(k) + " (" +
                            Where(server_id_, r.id) + ")");
   }
-  Buffer decoded = Buffer::Allocate(h.count * sizeof(float));
+  Buffer decoded;
+  if (r.has_data) {  // summed into r.sum and dropped before the next push is decoded
+    scratch_.resize(h.count);
+    decoded = Buffer::Adopt(scratch_.data(), h.count * sizeof(float), nullptr);
+  } else {
+    decoded = Buffer::Allocate(h.count * sizeof(float));
+  }
   TFPS_RETURN_IF_ERROR(Decode(id, reinterpret_cast<const uint8_t*>(payload->data()), h.count, k,
                               RandomKSeed(h.key, h.partition, h.step),
                               reinterpret_cast<float*>(decoded.data())));

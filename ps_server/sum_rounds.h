@@ -33,7 +33,8 @@ struct Round {
   std::vector<double> params;  // the first push's hyperparameters and slot values (PS mode)
   int first_sender = -1;
   std::vector<bool> arrived;
-  std::vector<bool> answered;       // failed already (an error reply went out)
+  std::vector<bool> answered;       // failed already (an error reply went out), or summed
+                                    // by a local leader, which answers it (hierarchical)
   std::vector<double> received_us;  // per worker, when its push has kFlagTimed
   int num_arrived = 0;
   Buffer sum;                // float32 when the pushes are compressed (decoded on arrival)
@@ -73,14 +74,20 @@ class SumRounds {
   Status Mismatch(const Round& round, const Head& head) const;
   // The collective's own fields: reduce op, broadcast or not, and the broadcast's root.
   Status CollectiveMismatch(const Round& round, const Head& head) const;
-  // A compressed push's payload, decoded to float32 in place of the encoded one.
-  Status DecodeInto(Round& round, const Header& h, Buffer* payload) const;
+  // Marks the ranks a local leader's push stands for (kFlagHierarchical) as arrived.
+  Status AddCovered(Round& round, const Head& head);
+  // A compressed push's payload, decoded to float32 in place of the encoded one: the
+  // round's first push into fresh memory (it becomes the sum), later ones into scratch_.
+  Status DecodeInto(Round& round, const Header& h, Buffer* payload);
 
   const int num_workers_;
   const int server_id_;
   const double timeout_s_;
   std::map<RoundId, Round> rounds_;
   std::map<int, std::string> lost_;  // rank -> why
+  // Decoded pushes that are summed at once (not a round's first): reused, so that only one
+  // buffer per compressed round is fresh memory (page faults cost as much as decoding).
+  std::vector<float> scratch_;
 };
 
 }  // namespace tfps

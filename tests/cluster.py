@@ -48,8 +48,13 @@ class Cluster(LoggedCluster):
         every process. `env_style` "byteps" gives workers DMLC_* instead of TFPS_*."""
         super().__init__(PS_SERVER, workdir, num_workers, num_servers, timeout, env=env,
                          server_grace=server_grace, dialects=_DIALECTS[env_style],
-                         # One host: nothing needs to listen beyond loopback.
-                         defaults={"TF_CPP_MIN_LOG_LEVEL": "2", "TFPS_BIND": "127.0.0.1"},
+                         # One host: nothing needs to listen beyond loopback. The flat
+                         # path, which these tests are about (on one host hierarchical
+                         # aggregation would make the servers mere relays of one local
+                         # sum); test_hierarchical*.py and the "hierarchical" training run
+                         # turn it on.
+                         defaults={"TF_CPP_MIN_LOG_LEVEL": "2", "TFPS_BIND": "127.0.0.1",
+                                   "TFPS_HIERARCHICAL": "0"},
                          cwd=REPO)
 
     def wait_for_output(self, role, index, text, timeout=30):

@@ -44,6 +44,11 @@ class _DistributedOptimizerMixin:
     _tfps_op = Average
     _tfps_predivide = 1.0
     _tfps_device = ""
+    _tfps_algorithm = None  # a tf_ps_ops.algorithms.Algorithm (docs/algorithms.md)
+
+    def algorithm_callbacks(self):
+        """The Keras callbacks the algorithm needs under `fit` (none for most)."""
+        return [] if self._tfps_algorithm is None else self._tfps_algorithm.callbacks()
 
     def apply(self, grads, trainable_variables=None):
         if trainable_variables is None:
@@ -54,6 +59,11 @@ class _DistributedOptimizerMixin:
             variables = trainable_variables = list(trainable_variables)
         grads = list(grads)
         keys = keys_for(variables, self._tfps_key_prefix or f"Distributed{type(self).__name__}")
+        if self._tfps_algorithm is not None:
+            def optimizer_step(grads_, variables_):
+                return super(_DistributedOptimizerMixin, self).apply(grads_, trainable_variables)
+
+            return self._tfps_algorithm.run(optimizer_step, grads, variables, keys)
         grads = reduce_gradients(grads, keys, self._tfps_compression, self._tfps_op,
                                  self._tfps_predivide, self._tfps_device, variables)
         return super().apply(grads, trainable_variables)
@@ -73,7 +83,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
                          compression=Compression.none, sparse_as_dense=False,
                          gradient_predivide_factor=1.0, op=Average,
                          backward_passes_per_step=1, average_aggregated_gradients=False,
-                         num_groups=0, groups=None):
+                         num_groups=0, groups=None, algorithm=None):
     """Returns a copy of a Keras 3 optimizer that averages gradients over all workers.
 
     The result is an instance of a subclass of the optimizer's own class, created from
@@ -97,6 +107,9 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
         size()/factor after it.
       device_dense: device for the reduction ops ('' lets TF place them).
       backward_passes_per_step: only 1 is supported.
+      algorithm: a tf_ps_ops.algorithms.Algorithm (Decentralized, AsyncModelAverage, QAdam,
+        ...) that decides what travels instead of the gradient average; pass
+        `opt.algorithm_callbacks()` to `fit` (docs/algorithms.md).
       device_sparse, average_aggregated_gradients, num_groups, groups: accepted for
         Horovod compatibility; they do not change results here.
     """
@@ -116,6 +129,10 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     distributed._tfps_op = op
     distributed._tfps_predivide = gradient_predivide_factor
     distributed._tfps_device = device_dense
+    if algorithm is not None:
+        if getattr(algorithm, "owns_step", False):
+            algorithm.attach(distributed)
+        distributed._tfps_algorithm = algorithm
     return distributed
 
 

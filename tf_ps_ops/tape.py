@@ -63,6 +63,10 @@ class _DistributedGradientTapeMixin:
         """
         grads = super().gradient(target, sources, output_gradients, unconnected_gradients)
         keys = keys_for(tf.nest.flatten(sources), "DistributedGradientTape")
+        algorithm = getattr(self, "_tfps_algorithm", None)
+        if algorithm is not None:
+            return tf.nest.pack_sequence_as(grads, algorithm.run(
+                None, tf.nest.flatten(grads), tf.nest.flatten(sources), keys))
         reduced = reduce_gradients(tf.nest.flatten(grads), keys, self._tfps_compression,
                                    self._tfps_op, self._tfps_predivide, self._tfps_device,
                                    tf.nest.flatten(sources))
@@ -77,7 +81,8 @@ def _distributed_class(tape_class):
 
 def DistributedGradientTape(gradtape, device_dense="", device_sparse="",
                             compression=Compression.none, sparse_as_dense=False, op=Average,
-                            gradient_predivide_factor=1.0, num_groups=0, groups=None):
+                            gradient_predivide_factor=1.0, num_groups=0, groups=None,
+                            algorithm=None):
     """Wraps a tf.GradientTape so that gradient() averages gradients over all workers.
 
     Usage, as in Horovod:
@@ -99,6 +104,10 @@ def DistributedGradientTape(gradtape, device_dense="", device_sparse="",
       gradient_predivide_factor: with op=Average, divide by this before the sum and by
         size()/factor after it.
       device_dense: device for the reduction ops ('' lets TF place them).
+      algorithm: a tf_ps_ops.algorithms.Algorithm that decides what travels instead of
+        the gradient average (docs/algorithms.md): gradient() then runs its hooks (for
+        Decentralized it averages the weights with the neighbours') and returns the
+        gradients to apply. QAdam runs its own update: use DistributedOptimizer for it.
       device_sparse, num_groups, groups: accepted for Horovod compatibility. Grouping
         only fuses communication in Horovod; the engine here batches and partitions
         tensors itself, and results do not depend on it.
@@ -113,4 +122,8 @@ def DistributedGradientTape(gradtape, device_dense="", device_sparse="",
     tape._tfps_op = op
     tape._tfps_predivide = gradient_predivide_factor
     tape._tfps_device = device_dense
+    if algorithm is not None and getattr(algorithm, "owns_step", False):
+        raise ValueError(f"{type(algorithm).__name__} runs the optimizer's update itself: use "
+                         "DistributedOptimizer(opt, algorithm=...) rather than the tape")
+    tape._tfps_algorithm = algorithm
     return tape

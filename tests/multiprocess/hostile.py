@@ -38,7 +38,9 @@ class Job:
     """A scheduler and one ps_server for `num_workers` workers; the test plays the workers."""
 
     def __init__(self, tmp_path, num_workers=1, env=None, log_name="server.log", server=True):
-        self.env = {**os.environ, "TFPS_TIMEOUT": "30", **(env or {})}
+        # The test plays some workers by hand: they cannot take part in hierarchical
+        # aggregation's token exchange at init, so real workers here stay flat.
+        self.env = {**os.environ, "TFPS_TIMEOUT": "30", "TFPS_HIERARCHICAL": "0", **(env or {})}
         self.context = zmq.Context()
         self.procs = []
         port_file = tmp_path / "scheduler.port"

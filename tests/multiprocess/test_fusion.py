@@ -39,3 +39,33 @@ def test_no_fusion_sends_one_message_per_partition(make_cluster):
         assert s["batches_sent"] == 0 and s["batches_received"] == 0, s
         assert s["messages_sent"] == s["parts_sent"], s
 
+
+
+CODEC_WORKER = Path(__file__).parent / "core_workers" / "codec_fusion_worker.py"
+
+
+def run_compressed(make_cluster, env):
+    """2 workers, 1 server, 8 fp16-compressed partitions of 16 KiB (8 KiB encoded) per step."""
+    cluster = make_cluster(2, 1, timeout=90, env=dict(env, TFPS_COMPRESSION="fp16"))
+    cluster.start([sys.executable, CODEC_WORKER, str(STEPS)])
+    cluster.wait()
+    cluster.assert_ok()  # the sums were checked by the workers
+    return [json.loads(cluster.result("worker", rank).stdout.split("stats ", 1)[1]
+                       .splitlines()[0]) for rank in range(2)]
+
+
+def test_compressed_partitions_fuse_as_their_encoded_size_allows(make_cluster):
+    # 16 KiB of float32 would not fuse under a 16 KiB limit; 8 KiB encoded fuse two by two.
+    for s in run_compressed(make_cluster, {"TFPS_FUSION_BYTES": "16384",
+                                           "TFPS_SCHEDULING_CREDIT": "0"}):
+        assert s["parts_sent"] == 8 * STEPS, s
+        assert s["messages_sent"] == 4 * STEPS and s["batches_sent"] == 4 * STEPS, s
+
+
+def test_the_credit_counts_encoded_bytes(make_cluster):
+    # 20000 bytes of credit: one 16 KiB float32 partition at a time, two 8 KiB encoded ones
+    # (which then leave as one batch).
+    for s in run_compressed(make_cluster, {"TFPS_FUSION_BYTES": "65536",
+                                           "TFPS_SCHEDULING_CREDIT": "20000"}):
+        assert s["parts_sent"] == 8 * STEPS, s
+        assert s["batches_sent"] == 4 * STEPS and s["messages_sent"] == 4 * STEPS, s

@@ -40,6 +40,8 @@ SCHEDULING = {
     # 8-byte partitions (2 floats): the 8x4 kernel is 16 of them, 8 may be in flight.
     "credit_no_fusion": {"TFPS_SCHEDULING_CREDIT": "64", "TFPS_PARTITION_BYTES": "8",
                          "TFPS_FUSION_BYTES": "0"},
+    # The 3 workers share this host: one local sum through shared memory, one push.
+    "hierarchical": {"TFPS_HIERARCHICAL": "1"},
 }
 
 

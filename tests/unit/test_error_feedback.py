@@ -92,3 +92,32 @@ def test_non_finite_values_do_not_stay_in_the_memory(name):
     out = core.codec_decode(core.CODECS[name], ef.encode(5, 0, core.CODECS[name], g2, 4),
                             g.size)
     assert np.isfinite(out).all()
+
+
+@pytest.mark.parametrize("name", ["onebit", "topk"])
+@pytest.mark.parametrize("n", [0, 5, CHUNK, 3 * CHUNK + 13])
+def test_fast_feedback_equals_encode_decode_subtract_bit_for_bit(n, name):
+    # onebit's memory is updated in one pass with the encoding (quantize.cc; topk takes the
+    # general path, as a check of the check); the rule spelled out with the core's own plain
+    # encode and decode must give the same bytes and the same residual, also for -0, a
+    # chunk with NaN or Inf and one that overflows.
+    rng = np.random.default_rng(3)
+    cid, k = core.CODECS[name], (max(1, n // 20) if n else 0) if name == "topk" else 0
+    ef, e = core.ErrorFeedback(), np.zeros(n, np.float32)
+    for step in range(6):
+        g = rng.standard_normal(n).astype(np.float32) * np.float32(10.0 ** (step % 3))
+        if n > CHUNK and step == 2:
+            g[3], g[CHUNK + 1] = np.nan, -np.inf
+        if n > 2 * CHUNK and step == 3:
+            g[2 * CHUNK:3 * CHUNK] = np.float32(3e38)  # p + scale overflows: dropped
+        if n >= 5:
+            g[4] = -0.0
+        got = ef.encode(7, 1, cid, g, k)
+        with np.errstate(invalid="ignore", over="ignore"):
+            p = (e + g).astype(np.float32)
+            want = core.codec_encode(cid, p, k)
+            r = p - core.codec_decode(cid, want, n)
+        e = np.where(np.isfinite(r), r, np.float32(0)).astype(np.float32)
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want), err_msg=f"step {step}")
+        np.testing.assert_array_equal(ef.residual(7, 1).view(np.uint32) if n else [],
+                                      e.view(np.uint32) if n else [], err_msg=f"step {step}")

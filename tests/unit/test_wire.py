@@ -74,7 +74,7 @@ def test_message_types_come_from_one_list():
     # MSG_TYPES is generated from wire/message.h's TFPS_MSG_TYPES, as is the bound that
     # DecodeHead checks: every listed type decodes, the next number does not.
     assert sorted(T.values()) == list(range(1, core.MAX_MSG_TYPE + 1))
-    assert T["PUSH_PULL"] == 5 and T["ACK"] == core.MAX_MSG_TYPE
+    assert T["PUSH_PULL"] == 5 and T["PUSH_PULL_REPLY_SHM"] == core.MAX_MSG_TYPE
     for value in T.values():
         err, _ = core.decode_head(core.encode_head(dict(type=value)), 0)
         assert err is None or "unknown message type" not in err, (value, err)
@@ -144,3 +144,28 @@ def test_only_pushes_ask_for_acknowledgements():
     ack = dict(type=T["ACK"], key=5, partition=1, num_partitions=3, step=2, sender=0)
     err, decoded = core.decode_head(core.encode_head(ack), 0)
     assert err is None and decoded["partition"] == 1
+
+
+def test_hierarchical_push_lists_ranks_and_is_only_a_dense_summation_push():
+    ok = core.encode_head(push_fields(flags=core.FLAG_HIERARCHICAL), [18], [2.0, 3.0])
+    err, decoded = core.decode_head(ok, 24)
+    assert err is None and decoded["flags"] == core.FLAG_HIERARCHICAL
+    for fields, params in [(push_fields(flags=core.FLAG_HIERARCHICAL), []),
+                           (push_fields(flags=core.FLAG_HIERARCHICAL | core.FLAG_NO_DATA), [2.0]),
+                           (push_fields(flags=core.FLAG_HIERARCHICAL, type=T["PUSH_PULL_REPLY"]),
+                            [2.0])]:
+        payload = 0 if fields["flags"] & core.FLAG_NO_DATA else 24
+        err, decoded = core.decode_head(core.encode_head(fields, [18], params), payload)
+        assert decoded is None and "hierarchical" in err, err
+
+
+def test_shared_memory_push_is_checked_as_the_push_it_stands_for():
+    fields = push_fields(type=T["PUSH_PULL_SHM"])
+    err, decoded = core.decode_head(core.encode_head(fields, [18]), 0)
+    assert err is None and decoded["type"] == T["PUSH_PULL_SHM"]
+    assert "no payload frame" in core.decode_head(core.encode_head(fields, [18]), 24)[0]
+    err, _ = core.decode_head(core.encode_head(dict(fields, count=99), [18]), 0)
+    assert "out of range" in err  # 99 of 18 elements, as a kPushPull would be refused
+    err, _ = core.decode_head(core.encode_head(push_fields(type=T["PUSH_PULL_REPLY_SHM"],
+                                                           flags=core.FLAG_SPARSE), [18]), 0)
+    assert "dense" in err

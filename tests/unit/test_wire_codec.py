@@ -1,4 +1,4 @@
-"""Compressed messages on the wire (protocol 3): the codec byte travels, the payload size
+"""Compressed messages on the wire (protocol 3; 4: PS-mode gradients too): the codec byte travels, the payload size
 is checked against the codec's encoded size, and a codec where compression does not apply
 is refused before anything reads the payload."""
 
@@ -57,10 +57,20 @@ def test_codec_where_it_does_not_apply_is_refused(overrides, message):
     assert err is not None and message in err, err
 
 
-def test_ps_pushes_cannot_be_compressed():
-    fields = push(flags=core.FLAG_PS_INIT)
-    err, _ = decode(fields, core.encoded_bytes(C["int8"], 3000))
-    assert "not a dense float32" in err
+def test_ps_init_and_sparse_pushes_cannot_be_compressed():
+    size = core.encoded_bytes(C["int8"], 3000)
+    err, _ = decode(push(flags=core.FLAG_PS_INIT), size)
+    assert err is not None and "not a dense float32" in err, err
+    sparse = push(flags=core.FLAG_PS_APPLY | core.FLAG_SPARSE, optimizer=1)
+    err, _ = core.decode_head(core.encode_head(sparse, [3000], [0.1]), size)
+    assert err is not None and "not a dense float32" in err, err
+
+
+def test_a_ps_gradient_push_may_be_compressed():
+    fields = push(flags=core.FLAG_PS_APPLY, codec=C["onebit"], optimizer=1)
+    err, fields = core.decode_head(core.encode_head(fields, [3000], [0.1]),
+                                   core.encoded_bytes(C["onebit"], 3000))
+    assert err is None and fields["codec"] == C["onebit"], err
 
 
 def test_no_feedback_flag_rides_on_a_compressed_push():

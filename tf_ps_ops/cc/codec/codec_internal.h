@@ -30,6 +30,8 @@ void EncodeInt8(const float* in, uint64_t n, uint8_t* out);
 void DecodeInt8(const uint8_t* in, uint64_t n, float* out);
 void EncodeOneBit(const float* in, uint64_t n, uint8_t* out);
 void DecodeOneBit(const uint8_t* in, uint64_t n, float* out);
+// Encodes g + e into out and leaves the new residual in e (error_feedback.h's rule).
+void EncodeOneBitFeedback(const float* g, float* e, uint64_t n, uint8_t* out);
 
 void EncodeTopK(const float* in, uint64_t n, uint64_t k, uint8_t* out);
 void DecodeTopK(const uint8_t* in, uint64_t n, uint64_t k, float* out);

@@ -1,5 +1,7 @@
 #include "tf_ps_ops/cc/codec/error_feedback.h"
 
+#include "tf_ps_ops/cc/codec/codec_internal.h"
+
 namespace tfps {
 
 std::vector<float>& ErrorFeedback::Find(uint64_t key, uint32_t partition, uint64_t n) {
@@ -19,6 +21,10 @@ Status ErrorFeedback::Encode(uint64_t key, uint32_t partition, CodecId id, const
                              uint64_t n, uint64_t k, uint64_t seed, uint8_t* out) {
   if (!CodecWantsErrorFeedback(id)) return tfps::Encode(id, in, n, k, seed, out);
   std::vector<float>& e = Find(key, partition, n);
+  if (id == CodecId::kOneBit) {  // fused: the codec the 1-bit path runs every step
+    codec_internal::EncodeOneBitFeedback(in, e.data(), n, out);
+    return Status::Ok();
+  }
   float* __restrict p = e.data();
   for (uint64_t i = 0; i < n; ++i) p[i] += in[i];  // e holds p = g + e from here on
   TFPS_RETURN_IF_ERROR(tfps::Encode(id, p, n, k, seed, out));

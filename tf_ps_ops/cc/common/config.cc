@@ -72,7 +72,9 @@ const std::vector<ConfigEntry>& ConfigTable() {
        "Job default codec of push_pull for float32 tensors that ask for none themselves "
        "(Compression.none): none, fp16, bf16, int8, onebit, topk:R or randomk:R (R: the "
        "fraction kept, in [1/65536, 1]). Workers encode each partition, servers sum in float32 and "
-       "re-encode the sum (docs/compression.md). Read by the workers; must agree between them."},
+       "re-encode the sum (docs/compression.md). Also the codec of PS-mode gradient pushes "
+       "(PsApplyXXX, tf_ps_ops.optimizers), whose parameters come back uncompressed. Read by the "
+       "workers; must agree between them."},
       {"TFPS_ERROR_FEEDBACK", "int", "1",
        "1: onebit, topk and randomk keep what each push_pull did not send (per tensor and "
        "partition, on the worker; per partition on the server for the sum) and add it to the "
@@ -87,6 +89,17 @@ const std::vector<ConfigEntry>& ConfigTable() {
        "ps_server, for tests and debugging: a directory where every summation thread appends "
        "one line per answer it releases under ssp/asp (reads-S-T.txt: rank, key, partition, "
        "step, the slowest worker's clock, pushes summed). Empty: no trace."},
+      {"TFPS_HIERARCHICAL", "int", "1",
+       "1: workers on the same host (local_size > 1) sum dense float32/float64/int32/int64 "
+       "push_pulls locally through shared memory first; only local rank 0 talks to the "
+       "servers and hands the sum back (docs/hierarchical.md; measured faster in every "
+       "configuration, benchmarks/RESULTS.md). Must agree on every worker. 0: every worker "
+       "pushes its own gradient (the flat path)."},
+      {"TFPS_SHM_SERVER", "int", "0",
+       "1: a worker and the ps_server on its own host exchange dense uncompressed partitions "
+       "through shared memory (a segment per partition, 0600, named after a random token the "
+       "server hands out) instead of loopback TCP; only the 64-byte heads cross the socket "
+       "(docs/hierarchical.md). Read by workers and servers. 0: loopback TCP."},
   };
   return table;
 }
@@ -216,6 +229,12 @@ Status LoadConfig(Config* config) {
   TFPS_RETURN_IF_ERROR(
       ParseConsistency("TFPS_CONSISTENCY", Lookup("TFPS_CONSISTENCY"), &config->consistency));
   config->consistency_trace = Lookup("TFPS_CONSISTENCY_TRACE");
+  int64_t hierarchical = 0;
+  TFPS_RETURN_IF_ERROR(ParseInt("TFPS_HIERARCHICAL", 0, 1, &hierarchical));
+  config->hierarchical = hierarchical != 0;
+  int64_t shm_server = 0;
+  TFPS_RETURN_IF_ERROR(ParseInt("TFPS_SHM_SERVER", 0, 1, &shm_server));
+  config->shm_server = shm_server != 0;
   config->checkpoint_dir = Lookup("TFPS_CHECKPOINT_DIR");
   TFPS_RETURN_IF_ERROR(
       ParseInt("TFPS_CHECKPOINT_EVERY", 0, int64_t{1} << 50, &config->checkpoint_every));

@@ -41,6 +41,8 @@ struct Config {
   std::string timeline;            // TFPS_TIMELINE
   std::string compression;         // TFPS_COMPRESSION (engine: cc/codec's ParseCodec)
   bool error_feedback = true;      // TFPS_ERROR_FEEDBACK
+  bool hierarchical = true;        // TFPS_HIERARCHICAL
+  bool shm_server = false;         // TFPS_SHM_SERVER
   std::string bind;                // TFPS_BIND
   std::string auth_secret_key;     // read from TFPS_AUTH_KEY_FILE (Z85); empty: no CURVE
   Consistency consistency;         // TFPS_CONSISTENCY (workers; servers take the job's from

@@ -27,6 +27,11 @@ int tfps_num_servers(void);
 unsigned long long tfps_bytes_sent(void);
 unsigned long long tfps_bytes_received(void);
 unsigned long long tfps_peer_bytes_sent(void);
+/* Compression (docs/compression.md): float32 bytes the compressed pushes stood for, their
+ * encoded bytes, and microseconds the engine thread spent encoding and decoding. */
+unsigned long long tfps_codec_raw_bytes(void);
+unsigned long long tfps_codec_encoded_bytes(void);
+unsigned long long tfps_codec_micros(void);
 
 #ifdef __cplusplus
 }  /* extern "C" */

@@ -4,9 +4,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <future>
 #include <map>
 #include <set>
 #include <tuple>
@@ -18,10 +20,13 @@
 #include "tf_ps_ops/cc/cluster/rendezvous.h"
 #include "tf_ps_ops/cc/common/logging.h"
 #include "tf_ps_ops/cc/common/loop_thread.h"
+#include "tf_ps_ops/cc/engine/hierarchical.h"
 #include "tf_ps_ops/cc/engine/partition.h"
 #include "tf_ps_ops/cc/engine/push_codec.h"
+#include "tf_ps_ops/cc/engine/shm_local_reduce.h"
 #include "tf_ps_ops/cc/engine/timeline.h"
 #include "tf_ps_ops/cc/transport/auth.h"
+#include "tf_ps_ops/cc/transport/shm_segment.h"
 #include "tf_ps_ops/cc/transport/zmq_util.h"
 
 namespace tfps {
@@ -57,6 +62,10 @@ class Engine::Loop {
     std::unique_ptr<zmq::socket_t> socket;
     std::unique_ptr<Monitor> monitor;
     std::string dead;  // why it is unusable; empty while alive
+    // TFPS_SHM_SERVER, a server on this host: the token it handed out, and per (key,
+    // partition) the segment its dense partitions travel through (ps_server/shm_peers.h).
+    std::string shm_token;
+    std::map<std::pair<uint64_t, uint32_t>, std::unique_ptr<ShmSegment>> shm;
   };
   // kAcked: the server has it (credit returned), its answer is still due.
   enum PartState : uint8_t { kQueued = 0, kSent = 1, kAcked = 2, kDone = 3 };
@@ -93,6 +102,16 @@ class Engine::Loop {
     return (op.row_begin[index + 1] - op.row_begin[index]) *
            (sizeof(int64_t) + op.row_elems * elem);
   }
+  // The partition's segment with the server (created on first use), nullptr with *status
+  // on failure (TFPS_SHM_SERVER).
+  ShmSegment* ShmOfOnLoop(int server, const Op& op, uint32_t index, Status* status);
+  // What the partition weighs on the wire: its encoded size when compressed, so that the
+  // scheduling credit and fusion count what is sent (docs/compression.md).
+  uint64_t WireBytes(const Op& op, uint32_t index) const {
+    if (op.codec.id == CodecId::kNone) return PartBytes(op, index);
+    const uint64_t n = op.parts[index].count;
+    return EncodedBytes(op.codec.id, n, SparseK(op.codec.ratio, n));
+  }
   Status PrepareSparseOnLoop(Op& op) const;
   zmq::message_t SparsePayload(const Op& op, uint32_t index) const;
   Status OnSparseReplyOnLoop(Op& op, const Header& h, const zmq::message_t& payload);
@@ -114,6 +133,7 @@ class Engine::Loop {
   std::unique_ptr<ZapHandler> zap_;  // with a job key: admits only its holders (peer port)
   std::unique_ptr<zmq::socket_t> scheduler_;
   std::vector<Server> servers_;
+  std::string own_host_;  // as the scheduler sees this worker (colocated servers share it)
   // The engine thread once RunOnLoop starts; until then the thread in Engine::Init, which
   // connects. Declared before mesh_, which checks against it too.
   LoopThread loop_thread_;
@@ -166,6 +186,7 @@ Status Engine::Loop::Connect(const EngineOptions& options, ClusterView* view) {
                            " servers (TFPS_NUM_SERVERS/DMLC_NUM_SERVER) but the scheduler knows " +
                            std::to_string(view->servers.size()));
   }
+  own_host_ = view->worker_hosts[rank_];
   servers_.resize(view->servers.size());
   for (size_t i = 0; i < view->servers.size(); ++i) {
     servers_[i].address = view->servers[i];
@@ -204,6 +225,10 @@ Status Engine::Loop::Connect(const EngineOptions& options, ClusterView* view) {
       if (head.header.type == static_cast<uint16_t>(MsgType::kHelloReply) && !answered[i]) {
         answered[i] = true;
         ++num_answered;
+        const std::string offer = frames.size() > 1 ? frames[1].to_string() : "";
+        if (offer.rfind("shm=", 0) == 0 && IsShmToken(offer.substr(4))) {
+          servers_[i].shm_token = offer.substr(4);
+        }
       }
     }
   }
@@ -222,7 +247,9 @@ Status Engine::Loop::OpenServerOnLoop(size_t i) {
   Head hello;
   hello.header.type = static_cast<uint16_t>(MsgType::kHello);
   hello.header.sender = rank_;
-  return SendMessage(*s.socket, "", hello, zmq::message_t());
+  const bool colocated = s.address.substr(0, s.address.rfind(':')) == own_host_;
+  const std::string ask = config_.shm_server && colocated ? "shm" : "";
+  return SendMessage(*s.socket, "", hello, zmq::message_t(ask.data(), ask.size()));
 }
 
 void Engine::Loop::Enqueue(std::vector<Request> requests) {
@@ -354,7 +381,7 @@ void Engine::Loop::PumpOnLoop() {
       ready_.erase(ready_.begin());
       continue;
     }
-    const uint64_t bytes = PartBytes(it->second, index);
+    const uint64_t bytes = WireBytes(it->second, index);
     // Always let one partition fly, however large: credit bounds queuing, not progress.
     if (credit > 0 && in_flight_bytes_ > 0 && in_flight_bytes_ + bytes > credit) break;
     ready_.erase(ready_.begin());
@@ -392,9 +419,10 @@ Status Engine::Loop::SendPartOnLoop(uint64_t op_id, Op& o, uint32_t index) {
   const size_t elem = DTypeSize(r.dtype);
   const bool no_data = r.root_rank >= 0 && r.root_rank != rank_;
   const uint64_t bytes = no_data ? 0 : PartBytes(o, index);
+  const uint64_t wire = no_data ? 0 : WireBytes(o, index);
   const uint64_t fusion = static_cast<uint64_t>(config_.fusion_bytes);
-  const bool fuse = bytes < fusion;  // TFPS_FUSION_BYTES=0: never
-  if (fuse && !batches_[p.server].batch.Fits(bytes, fusion)) {
+  const bool fuse = wire < fusion;  // TFPS_FUSION_BYTES=0: never
+  if (fuse && !batches_[p.server].batch.Fits(wire, fusion)) {
     FlushOnLoop(p.server);
     // A failed send fails every op in that batch, possibly this one (`o` is then gone).
     if (ops_.count(op_id) == 0) return Status::Ok();
@@ -425,7 +453,7 @@ Status Engine::Loop::SendPartOnLoop(uint64_t op_id, Op& o, uint32_t index) {
   zmq::message_t payload;
   uint64_t wire_bytes = bytes;
   if (o.codec.id != CodecId::kNone) {
-    std::shared_ptr<std::vector<uint8_t>> encoded;
+    std::shared_ptr<EncodedPart> encoded;
     TFPS_RETURN_IF_ERROR(codec_.EncodePart(r, o.codec, o.key, p.index, o.step,
                                            static_cast<const float*>(r.input) + p.offset,
                                            p.count, &encoded));
@@ -433,6 +461,12 @@ Status Engine::Loop::SendPartOnLoop(uint64_t op_id, Op& o, uint32_t index) {
     if (!codec_.FeedbackFor(r)) h.flags |= kFlagNoFeedback;
     wire_bytes = encoded->size();
     payload = ZeroCopyMessage(encoded->data(), encoded->size(), encoded);
+  } else if (!sparse && !fuse && !no_data && !servers_[p.server].shm_token.empty()) {
+    Status st;
+    ShmSegment* shm = ShmOfOnLoop(p.server, o, index, &st);
+    TFPS_RETURN_IF_ERROR(st);
+    std::memcpy(shm->data(), static_cast<const char*>(r.input) + p.offset * elem, bytes);
+    h.type = static_cast<uint16_t>(MsgType::kPushPullShm);  // the head alone travels
   } else {
     payload = sparse ? SparsePayload(o, index)
                      : ZeroCopyMessage(static_cast<const char*>(r.input) + p.offset * elem,
@@ -449,10 +483,34 @@ Status Engine::Loop::SendPartOnLoop(uint64_t op_id, Op& o, uint32_t index) {
   if (o.first_sent == Clock::time_point()) o.first_sent = Clock::now();  // the first partition
   o.part_state[index] = kSent;
   pending_[PartId(o.key, o.step, p.index)] = op_id;
-  in_flight_bytes_ += PartBytes(o, index);
+  in_flight_bytes_ += WireBytes(o, index);
   bytes_sent_ += wire_bytes;
   ++parts_sent_;
   return Status::Ok();
+}
+
+ShmSegment* Engine::Loop::ShmOfOnLoop(int server, const Op& op, uint32_t index,
+                                      Status* status) {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
+  Server& s = servers_[server];
+  const uint64_t bytes = op.parts[index].count * DTypeSize(op.request.dtype);
+  std::unique_ptr<ShmSegment>& segment = s.shm[{op.key, index}];
+  if (segment && segment->header()->bytes != bytes) segment.reset();  // cannot happen
+  if (!segment) {
+    char key_hex[17];
+    std::snprintf(key_hex, sizeof(key_hex), "%016llx", static_cast<unsigned long long>(op.key));
+    ShmSegment* created = nullptr;
+    *status = ShmSegment::Create("/tfps-p" + s.shm_token + "-" + key_hex + "-" +
+                                     std::to_string(index),
+                                 bytes, static_cast<uint32_t>(op.request.dtype), -1, &created);
+    if (!status->ok()) {
+      s.shm.erase({op.key, index});
+      *status = status->WithPrefix("TFPS_SHM_SERVER (0 turns it off): ");
+      return nullptr;
+    }
+    segment.reset(created);
+  }
+  return segment.get();
 }
 
 void Engine::Loop::OnMessageOnLoop(int server, std::vector<zmq::message_t>& frames) {
@@ -507,7 +565,7 @@ void Engine::Loop::OnReplyOnLoop(int server, zmq::message_t& head_frame,
   }
   const uint64_t id = it->second;
   Op& op = ops_.at(id);
-  if (op.part_state[h.partition] == kSent) in_flight_bytes_ -= PartBytes(op, h.partition);
+  if (op.part_state[h.partition] == kSent) in_flight_bytes_ -= WireBytes(op, h.partition);
   if (h.type == static_cast<uint16_t>(MsgType::kAck)) {  // credit back; the answer is due
     if (op.part_state[h.partition] == kSent) op.part_state[h.partition] = kAcked;
     return;
@@ -535,9 +593,16 @@ void Engine::Loop::OnReplyOnLoop(int server, zmq::message_t& head_frame,
   }
   const Partition& p = op.parts[h.partition];
   const size_t elem = DTypeSize(op.request.dtype);
-  if (h.type != static_cast<uint16_t>(MsgType::kPushPullReply) || h.count != p.count ||
+  const bool in_shm = h.type == static_cast<uint16_t>(MsgType::kPushPullReplyShm);
+  const ShmSegment* shm = nullptr;
+  if (in_shm) {
+    auto found = servers_[server].shm.find({h.key, h.partition});
+    if (found != servers_[server].shm.end()) shm = found->second.get();
+  }
+  if ((h.type != static_cast<uint16_t>(MsgType::kPushPullReply) && shm == nullptr) ||
+      h.count != p.count ||
       h.dtype != static_cast<uint8_t>(op.request.dtype) ||
-      h.codec != static_cast<uint8_t>(op.codec.id)) {
+      h.codec != static_cast<uint8_t>(PushCodec::ReplyCodec(op.request, op.codec))) {
     FinishOnLoop(id, Internal(Describe(server) + " answered partition " +
                               std::to_string(h.partition) + " with the wrong type or size"));
     return;
@@ -551,7 +616,7 @@ void Engine::Loop::OnReplyOnLoop(int server, zmq::message_t& head_frame,
       return;
     }
   } else if (p.count > 0) {
-    std::memcpy(out, payload_frame->data(), p.count * elem);
+    std::memcpy(out, in_shm ? shm->data() : payload_frame->data(), p.count * elem);
   }
   bytes_received_ += payload_frame != nullptr ? payload_frame->size() : 0;
   if (--op.remaining == 0) FinishOnLoop(id, Status::Ok());
@@ -635,7 +700,7 @@ void Engine::Loop::FinishOnLoop(uint64_t op_id, const Status& status) {
     // Queued ones are skipped by PumpOnLoop; only unacknowledged ones hold credit.
     if (op.part_state[p.index] != kSent && op.part_state[p.index] != kAcked) continue;
     pending_.erase(PartId(op.key, op.step, p.index));
-    if (op.part_state[p.index] == kSent) in_flight_bytes_ -= PartBytes(op, p.index);
+    if (op.part_state[p.index] == kSent) in_flight_bytes_ -= WireBytes(op, p.index);
   }
   auto done = std::move(op.request.done);
   const std::string name = op.request.name;
@@ -715,6 +780,8 @@ void Engine::Loop::SayGoodbyeOnLoop() {
   for (Server& s : servers_) {
     s.monitor.reset();
     s.socket->close();
+    for (auto& kv : s.shm) kv.second->Unlink();  // a server that never mapped it
+    s.shm.clear();
   }
   scheduler_->close();
   mesh_.CloseOnLoop();
@@ -758,6 +825,14 @@ Status Engine::Init(const EngineOptions& options) {
     std::lock_guard<std::mutex> loop_lock(loop_mu_);
     loop_ = running;
   }
+  s = StartHierarchical(config, view);
+  if (!s.ok()) {
+    running->RequestStop();
+    thread_.join();
+    std::lock_guard<std::mutex> loop_lock(loop_mu_);
+    loop_.reset();
+    return s;
+  }
   initialized_ = true;
   TFPS_LOG(Debug) << "initialised: rank " << rank_ << " of " << size_ << ", local rank "
                   << local_rank_ << " of " << local_size_ << ", " << num_servers_ << " server(s)";
@@ -775,6 +850,100 @@ void Engine::Shutdown() {
   }
   loop->RequestStop();
   thread_.join();
+  std::shared_ptr<Hierarchical> hierarchical;
+  {
+    std::lock_guard<std::mutex> loop_lock(loop_mu_);
+    hierarchical.swap(hierarchical_);
+  }
+  if (hierarchical) hierarchical->Shutdown();  // after the loop: its answers are all in
+}
+
+Status Engine::StartHierarchical(const Config& config, const ClusterView& view) {
+  job_compresses_ = !config.compression.empty() && config.compression != "none";
+  if (!config.hierarchical) return Status::Ok();
+  if (!config.consistency.bsp()) {
+    // A local sum waits for every local worker: a bsp step inside an ssp/asp job. The
+    // stale rounds of the servers count each worker's own pushes, so every worker pushes.
+    TFPS_LOG(Info) << "hierarchical aggregation is off under TFPS_CONSISTENCY="
+                   << ConsistencyName(config.consistency) << " (it is a bsp step)";
+    return Status::Ok();
+  }
+  std::map<std::string, std::vector<int>> hosts;  // every worker sees the same
+  for (size_t r = 0; r < view.worker_hosts.size(); ++r) {
+    hosts[view.worker_hosts[r]].push_back(static_cast<int>(r));
+  }
+  bool shared = false;
+  for (const auto& kv : hosts) shared = shared || kv.second.size() > 1;
+  if (!shared) return Status::Ok();  // one worker per host: nothing to sum locally
+  // The leader's random token names the host's segments; one allgather (every worker
+  // takes part, so all agree) carries it to its local workers.
+  const std::vector<int> local = hosts[view.worker_hosts[rank_]];
+  constexpr size_t kTokenChars = 32;
+  auto token = std::make_shared<std::string>(kTokenChars, '0');
+  if (local_rank_ == 0) TFPS_RETURN_IF_ERROR(ShmLocalReduce::NewToken(token.get()));
+  auto got = std::make_shared<std::promise<std::pair<Status, std::string>>>();
+  GatherRequest gather;
+  gather.name = "tfps.hierarchical.token";
+  gather.dtype = DType::kUInt8;
+  gather.dims = {static_cast<int64_t>(kTokenChars)};
+  gather.count = kTokenChars;
+  gather.input = token->data();
+  gather.input_holder = token;
+  gather.done = [got, leader = local[0]](const Status& s, const std::vector<PeerTensor>& parts) {
+    got->set_value({s, s.ok() ? std::string(static_cast<const char*>(parts[leader].data),
+                                             kTokenChars)
+                              : ""});
+  };
+  auto future = got->get_future();
+  EnqueueGather(std::move(gather));
+  if (future.wait_for(std::chrono::duration<double>(config.timeout_s * 1.2 + 1)) !=
+      std::future_status::ready) {
+    return DeadlineExceeded("the workers did not exchange the hierarchical aggregation's "
+                            "token in time: does every worker set TFPS_HIERARCHICAL=1?");
+  }
+  auto [status, leader_token] = future.get();
+  if (!status.ok()) {
+    return status.WithPrefix("sharing the hierarchical aggregation's token (every worker "
+                             "must set the same TFPS_HIERARCHICAL): ");
+  }
+  // Alone on its host (or on one with more workers than a push can list), a worker still
+  // goes through Hierarchical, which cuts tensors into the same chunks everywhere.
+  const bool alone = local.size() < 2 || local.size() > static_cast<size_t>(kMaxParams);
+  if (local.size() > static_cast<size_t>(kMaxParams)) {
+    TFPS_LOG(Warning) << local.size() << " workers on this host: hierarchical aggregation "
+                      << "takes at most " << kMaxParams << "; this host's workers push alone";
+  }
+  if (!alone && leader_token.find_first_not_of("0123456789abcdef") != std::string::npos) {
+    return Internal("the local leader sent a malformed shared-memory token");
+  }
+  std::weak_ptr<Loop> weak;
+  {
+    std::lock_guard<std::mutex> loop_lock(loop_mu_);
+    weak = loop_;
+  }
+  auto submit = [weak](PushPullRequest push) {
+    std::shared_ptr<Loop> loop = weak.lock();
+    if (!loop) {
+      push.done(Aborted("tf_ps_ops was shut down before the local sum was pushed"));
+      return;
+    }
+    push.enqueued = Clock::now();
+    std::vector<Loop::Request> one;
+    one.emplace_back(std::move(push));
+    loop->Enqueue(std::move(one));
+  };
+  std::unique_ptr<LocalReduce> reduce;
+  if (!alone) {
+    reduce = std::make_unique<ShmLocalReduce>(leader_token, local, local_rank_,
+                                              config.timeout_s);
+  }
+  auto hierarchical = std::make_shared<Hierarchical>(
+      std::move(reduce), alone ? std::vector<int>{rank_} : local, submit);
+  std::lock_guard<std::mutex> loop_lock(loop_mu_);
+  hierarchical_ = std::move(hierarchical);
+  TFPS_LOG(Debug) << "hierarchical aggregation: local rank " << local_rank_ << " of "
+                  << local.size();
+  return Status::Ok();
 }
 
 EngineStats Engine::stats() {
@@ -799,9 +968,11 @@ void Engine::Enqueue(PushPullRequest request) {
 
 void Engine::EnqueueAll(std::vector<PushPullRequest> requests) {
   std::shared_ptr<Loop> loop;
+  std::shared_ptr<Hierarchical> hierarchical;
   {
     std::lock_guard<std::mutex> lock(loop_mu_);
     loop = loop_;
+    hierarchical = hierarchical_;
   }
   std::vector<Loop::Request> queued;
   const auto now = Clock::now();
@@ -809,6 +980,8 @@ void Engine::EnqueueAll(std::vector<PushPullRequest> requests) {
     request.enqueued = now;
     if (!loop) {
       request.done(NotInitialised("push_pull", request.name));
+    } else if (hierarchical && Hierarchical::Eligible(request, job_compresses_)) {
+      hierarchical->Enqueue(std::move(request));
     } else {
       queued.emplace_back(std::move(request));
     }

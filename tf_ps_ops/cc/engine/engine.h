@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "tf_ps_ops/cc/cluster/messages.h"
 #include "tf_ps_ops/cc/codec/codec.h"
 #include "tf_ps_ops/cc/common/config.h"
 #include "tf_ps_ops/cc/common/status.h"
@@ -26,6 +27,8 @@
 #include "tf_ps_ops/cc/wire/message.h"
 
 namespace tfps {
+
+class Hierarchical;  // hierarchical.h
 
 struct EngineOptions {
   std::string scheduler_host;
@@ -75,7 +78,7 @@ struct EngineStats {
   uint64_t batches_sent = 0;     // messages that carried more than one partition
   uint64_t batches_received = 0;  // replies that came as batches
   // Compressed pushes (included in bytes_sent as encoded): the float32 bytes they stood
-  // for, their encoded bytes, and the microseconds spent encoding and decoding.
+  // for, their encoded bytes, and the engine thread's CPU microseconds encoding and decoding.
   uint64_t codec_raw_bytes = 0;
   uint64_t codec_encoded_bytes = 0;
   uint64_t codec_micros = 0;
@@ -107,6 +110,9 @@ class Engine {
   ~Engine();
 
  private:
+  // TFPS_HIERARCHICAL: the local workers' shared-memory reduction, once the loop runs.
+  Status StartHierarchical(const Config& config, const ClusterView& view);
+
   class Loop;  // the engine thread's state and sockets (engine.cc)
 
   Engine() = default;
@@ -114,6 +120,8 @@ class Engine {
   std::mutex mu_;       // serialises Init/Shutdown
   std::mutex loop_mu_;  // guards loop_ (Enqueue runs on any thread)
   std::shared_ptr<Loop> loop_;
+  std::shared_ptr<Hierarchical> hierarchical_;  // guarded by loop_mu_; null: flat
+  bool job_compresses_ = false;                 // TFPS_COMPRESSION is not none
   std::thread thread_;
   std::atomic<bool> initialized_{false};
   int rank_ = -1, size_ = 0, local_rank_ = -1, local_size_ = 0, num_servers_ = 0;

@@ -9,6 +9,12 @@ namespace tfps {
 
 namespace {
 
+std::string RanksText(const std::vector<int>& ranks) {
+  std::string text;
+  for (int r : ranks) text += (text.empty() ? "" : ", ") + std::to_string(r);
+  return text.empty() ? "(none)" : text;
+}
+
 bool TrailingDimsAgree(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
   if (a.size() != b.size() || a.empty()) return a == b;
   return std::equal(a.begin() + 1, a.end(), b.begin() + 1);
@@ -104,10 +110,17 @@ PeerMesh::Gather& PeerMesh::EntryOnLoop(const GatherId& id) {
   return g;
 }
 
+bool PeerMesh::Expects(const Gather& g, int peer) {
+  if (!g.request.neighbours) return true;
+  const std::vector<int>& from = g.request.recv_from;
+  return std::find(from.begin(), from.end(), peer) != from.end();
+}
+
 void PeerMesh::StartOnLoop(GatherRequest request) {
   TFPS_CHECK_ON_LOOP(loop_thread_);
   const uint64_t key = KeyOfName(request.name);
   const GatherId id(key, ++calls_[request.name]);
+  last_started_[key] = id.second;
   Gather& g = EntryOnLoop(id);
   g.started = true;
   g.deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
@@ -172,8 +185,13 @@ Status PeerMesh::SendPartsOnLoop(Gather& g, uint64_t key, uint64_t call) {
   h.step = call;
   h.dtype = static_cast<uint8_t>(r.dtype);
   h.sender = rank_;
-  for (int peer = 0; peer < size_; ++peer) {
-    if (peer == rank_) continue;
+  std::vector<int> targets = r.send_to;  // a neighbour exchange: only those
+  if (!r.neighbours) {
+    targets.clear();
+    for (int peer = 0; peer < size_; ++peer) targets.push_back(peer);
+  }
+  for (int peer : targets) {
+    if (peer == rank_ || peer < 0 || peer >= size_) continue;
     if (!dead_[peer].empty()) {
       return Unavailable("worker " + std::to_string(peer) + " (" + addresses_[peer] + ") " +
                          dead_[peer]);
@@ -230,6 +248,13 @@ void PeerMesh::OnPeerDataOnLoop(std::vector<zmq::message_t>& frames) {
     return;
   }
   const GatherId id(h.key, h.step);
+  const auto last = last_started_.find(h.key);
+  if (last != last_started_.end() && h.step <= last->second && gathers_.count(id) == 0) {
+    TFPS_LOG(Warning) << "worker " << h.sender << " sent call " << h.step
+                      << " of a tensor after this worker had finished that call (a neighbour "
+                         "exchange that did not expect it?); dropped";
+    return;
+  }
   Gather& g = EntryOnLoop(id);
   if (g.arrived[h.sender]) {
     TFPS_LOG(Warning) << "worker " << h.sender << " sent call " << h.step << " twice; dropped";
@@ -251,8 +276,23 @@ void PeerMesh::OnPeerDataOnLoop(std::vector<zmq::message_t>& frames) {
 void PeerMesh::MaybeFinishOnLoop(std::map<GatherId, Gather>::iterator it) {
   TFPS_CHECK_ON_LOOP(loop_thread_);
   Gather& g = it->second;
-  if (!g.started || g.num_arrived < size_) return;
+  if (!g.started) return;
   const GatherRequest& r = g.request;
+  if (r.neighbours) {
+    for (int peer = 0; peer < size_; ++peer) {
+      if (g.arrived[peer] && peer != rank_ && !Expects(g, peer)) {
+        FinishOnLoop(it, InvalidArgument(
+                             "worker " + std::to_string(peer) + " sent its tensor to worker " +
+                             std::to_string(rank_) + ", which expected only workers' " +
+                             RanksText(r.recv_from) + ": do all workers use the same peer "
+                             "schedule (the same algorithm, step and size)?"));
+        return;
+      }
+    }
+    if (g.num_arrived < static_cast<int>(r.recv_from.size()) + 1) return;
+  } else if (g.num_arrived < size_) {
+    return;
+  }
   if (!r.abort.ok()) {  // this worker's own refusal, with its own class
     const Status own = r.abort;  // a copy: FinishOnLoop moves the request out
     FinishOnLoop(it, own);
@@ -266,14 +306,16 @@ void PeerMesh::MaybeFinishOnLoop(std::map<GatherId, Gather>::iterator it) {
     return;
   }
   for (int peer = 0; peer < size_; ++peer) {
-    if (peer == rank_) continue;
+    if (peer == rank_ || !g.arrived[peer]) continue;
     if (g.dtypes[peer] != static_cast<uint8_t>(r.dtype) || !TrailingDimsAgree(g.dims[peer], r.dims)) {
       FinishOnLoop(it, FailedPrecondition(  // Horovod's class for a mismatch
                            "worker " + std::to_string(peer) + " sent " +
                            DescribeTensor(static_cast<DType>(g.dtypes[peer]), g.dims[peer]) +
                            ", worker " + std::to_string(rank_) + " has " +
                            DescribeTensor(r.dtype, r.dims) +
-                           ": the dtype and every dimension but the first must agree"));
+                           (r.neighbours ? ": every worker must pass the same shape and dtype"
+                                         : ": the dtype and every dimension but the first "
+                                           "must agree")));
       return;
     }
   }
@@ -288,12 +330,16 @@ void PeerMesh::FinishOnLoop(std::map<GatherId, Gather>::iterator it, const Statu
   std::vector<PeerTensor> parts(size_);
   if (status.ok()) {
     for (int peer = 0; peer < size_; ++peer) {
+      if (!g.arrived[peer]) continue;
       parts[peer].dims = g.dims[peer];
       parts[peer].data = peer == rank_ ? g.own : g.parts[peer].data();
     }
   }
-  const char* what = g.request.send_rows.empty() ? "allgather" : "alltoall";
-  g.request.done(status.WithPrefix(std::string(what) + " of tensor '" + g.request.name + "' (call " +
+  const char* what = g.request.neighbours         ? "neighbour exchange"
+                     : g.request.send_rows.empty() ? "allgather"
+                                                   : "alltoall";
+  g.request.done(status.WithPrefix(std::string(what) +
+                                   " of tensor '" + g.request.name + "' (call " +
                                    std::to_string(call) + " on rank " + std::to_string(rank_) +
                                    "): "),
                  parts);
@@ -310,7 +356,7 @@ void PeerMesh::PeerDiedOnLoop(int peer, const std::string& reason) {
   bool needed = false;
   for (auto it = gathers_.begin(); it != gathers_.end();) {
     auto next = std::next(it);
-    if (it->second.started && !it->second.arrived[peer]) {
+    if (it->second.started && !it->second.arrived[peer] && Expects(it->second, peer)) {
       needed = true;
       FinishOnLoop(it, status);
     }
@@ -339,7 +385,8 @@ void PeerMesh::CheckDeadlinesOnLoop(Clock::time_point now) {
     if (g.started && g.deadline < now) {
       std::string missing;
       for (int peer = 0; peer < size_; ++peer) {
-        if (!g.arrived[peer]) missing += (missing.empty() ? "" : ", ") + std::to_string(peer);
+        if (g.arrived[peer] || !Expects(g, peer)) continue;
+        missing += (missing.empty() ? "" : ", ") + std::to_string(peer);
       }
       FinishOnLoop(it, DeadlineExceeded("timed out after " + std::to_string(int(config_.timeout_s)) +
                                         " s (TFPS_TIMEOUT) waiting for worker(s) " + missing +

@@ -51,7 +51,14 @@ struct GatherRequest {
   // (kFlagAbort) instead of sending data, so that they fail this call at once rather than
   // wait TFPS_TIMEOUT for it; `done` gets this status.
   Status abort;
-  // Called once on the engine thread with every worker's part in rank order (own included).
+  // A neighbour exchange (kernels/neighbour_ops.cc) instead of an allgather: send only to
+  // `send_to`, wait only for `recv_from` (ranks other than this one, no repeats; checked by
+  // the caller). Every worker's call of the same name still counts as one call.
+  bool neighbours = false;
+  std::vector<int> send_to;
+  std::vector<int> recv_from;
+  // Called once on the engine thread with every worker's part in rank order (own included;
+  // for a neighbour exchange only those of `recv_from` and our own are set).
   std::function<void(const Status&, const std::vector<PeerTensor>&)> done;
 };
 
@@ -100,6 +107,7 @@ class PeerMesh {
   void FinishOnLoop(std::map<GatherId, Gather>::iterator it, const Status& status);
   void PeerDiedOnLoop(int peer, const std::string& reason);
   Gather& EntryOnLoop(const GatherId& id);
+  static bool Expects(const Gather& g, int peer);  // a started gather waits for `peer`
 
   zmq::context_t& context_;
   const LoopThread& loop_thread_;
@@ -117,6 +125,9 @@ class PeerMesh {
   // (which travels on another connection and can come later) is not here by then.
   std::vector<Clock::time_point> report_at_;
   std::unordered_map<std::string, uint64_t> calls_;
+  // The last call of each key this worker started: a part for an earlier call whose entry
+  // is gone (finished) came late or was never expected, and would otherwise wait forever.
+  std::unordered_map<uint64_t, uint64_t> last_started_;
   std::map<GatherId, Gather> gathers_;
   std::atomic<uint64_t> bytes_sent_{0};  // read by stats() on other threads
 };

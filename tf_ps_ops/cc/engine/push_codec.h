@@ -19,14 +19,32 @@ namespace tfps {
 
 struct PushPullRequest;
 
+// One partition's encoded bytes, sent zero-copy. Left uninitialised: every encoder writes
+// all of them, and zeroing first (as a vector would) costs one more pass, a whole one for
+// int8's byte per element.
+class EncodedPart {
+ public:
+  explicit EncodedPart(size_t size) : bytes_(new uint8_t[size > 0 ? size : 1]), size_(size) {}
+  uint8_t* data() { return bytes_.get(); }
+  size_t size() const { return size_; }
+
+ private:
+  std::unique_ptr<uint8_t[]> bytes_;
+  size_t size_;
+};
+
 class PushCodec {
  public:
   // Reads the job default (TFPS_COMPRESSION; a bad name fails init) and TFPS_ERROR_FEEDBACK.
   Status Init(const Config& config);
 
   // The codec `r` travels with: its own, else the job default; kNone where compression does
-  // not apply (not float32, a broadcast, PS mode, sparse rows): those travel as they are.
+  // not apply (not float32, a broadcast, a PS init, sparse rows): those travel as they are.
   CodecSpec Choose(const PushPullRequest& r) const;
+
+  // The codec of the server's answer to `r` pushed with `spec`: the same for a sum; none
+  // for a PS-mode gradient, answered with the parameter's float32 value.
+  static CodecId ReplyCodec(const PushPullRequest& r, const CodecSpec& spec);
 
   // Whether `r` keeps error feedback (its own choice, else TFPS_ERROR_FEEDBACK).
   bool FeedbackFor(const PushPullRequest& r) const;
@@ -34,7 +52,7 @@ class PushCodec {
   // Encodes in[0, count), partition `partition` of the tensor `key` at call `step`.
   Status EncodePart(const PushPullRequest& r, const CodecSpec& spec, uint64_t key,
                     uint32_t partition, uint64_t step, const float* in, uint64_t count,
-                    std::shared_ptr<std::vector<uint8_t>>* out);
+                    std::shared_ptr<EncodedPart>* out);
 
   // Decodes an encoded reply (its header already validated by DecodeHead) into
   // out[0, h.count).

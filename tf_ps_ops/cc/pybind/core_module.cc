@@ -145,6 +145,50 @@ std::vector<py::array> PushPullArrays(const std::vector<std::string>& names,
   return outs;
 }
 
+// One blocking PS-mode push of a float array, as the PsApplyXXX / PsInitVariable kernels
+// send it: `optimizer` 0 is an init (rank 0's value; every worker gets the parameter held),
+// else a dense gradient the servers average and apply with `params` (optimizer_spec.h's
+// order, then the slots' initial values); returns the parameter the servers answered.
+// For tests of PS mode without TensorFlow (compressed gradients: docs/compression.md).
+py::array PsPushPullPy(const std::string& name, py::array input, int optimizer,
+                       const std::vector<double>& params, const std::string& compression,
+                       int error_feedback) {
+  py::array in = py::array::ensure(input, py::array::c_style);
+  py::array out(in.dtype(), std::vector<py::ssize_t>(in.shape(), in.shape() + in.ndim()));
+  PushPullRequest request;
+  request.name = name;
+  request.dtype = WireDTypeOf(in.dtype());
+  for (py::ssize_t i = 0; i < in.ndim(); ++i) request.dims.push_back(in.shape(i));
+  request.count = static_cast<uint64_t>(in.size());
+  request.input = in.data();
+  request.output = out.mutable_data();
+  request.input_holder = std::make_shared<int>(0);  // `in` outlives the wait below
+  if (optimizer == 0) {
+    request.root_rank = 0;
+    request.flags = kFlagPsInit;
+  } else {
+    request.flags = kFlagPsApply;
+    request.optimizer = static_cast<Optimizer>(optimizer);
+    request.params = params;
+  }
+  if (!compression.empty()) {
+    CodecSpec spec;
+    ThrowIfError(ParseCodec(compression, &spec));
+    request.codec = spec;
+  }
+  request.error_feedback = error_feedback;
+  std::promise<Status> promise;
+  request.done = [&promise](const Status& s) { promise.set_value(s); };
+  Status status;
+  {
+    py::gil_scoped_release release;
+    Engine::Get().Enqueue(std::move(request));
+    status = promise.get_future().get();
+  }
+  ThrowIfError(status);
+  return out;
+}
+
 py::list AllgatherPy(const std::string& name, py::array input) {
   py::array in = py::array::ensure(input, py::array::c_style);
   GatherRequest request;
@@ -256,6 +300,7 @@ PYBIND11_MODULE(_core, m) {
   m.attr("FLAG_NO_FEEDBACK") = kFlagNoFeedback;
   m.attr("FLAG_BROADCAST") = kFlagBroadcast;
   m.attr("FLAG_ABORT") = kFlagAbort;
+  m.attr("FLAG_HIERARCHICAL") = kFlagHierarchical;
   m.attr("MAX_BATCH") = kMaxBatch;
   BindCodecs(m);
 
@@ -392,6 +437,11 @@ PYBIND11_MODULE(_core, m) {
     return PushPullArrays(names, arrays, -1);
   }, py::arg("names"), py::arg("arrays"),
         "Blocking push_pull of several arrays started together; returns the sums.");
+  m.def("ps_push_pull", &PsPushPullPy, py::arg("name"), py::arg("array"),
+        py::arg("optimizer") = 0, py::arg("params") = std::vector<double>(),
+        py::arg("compression") = "", py::arg("error_feedback") = -1,
+        "Blocking PS-mode push: optimizer 0 initialises the parameter (rank 0's value), "
+        "else the gradient is averaged and applied with params; returns the parameter.");
   m.def("allgather", &AllgatherPy, py::arg("name"), py::arg("array"),
         "Blocking peer-to-peer allgather; returns every worker's array in rank order.");
   m.def("stats", [] {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstddef>
 #include <cstring>
 
 #include "tf_ps_ops/cc/codec/codec.h"
@@ -187,7 +188,8 @@ Status CheckCollectiveFields(const Head& head) {
   }
   if (h.reduce_op != 0 &&
       ((type != MsgType::kPushPull && type != MsgType::kPushPullReply && type != MsgType::kError) ||
-       h.codec != 0 || (h.flags & (kNotSummation | kFlagNoData | kFlagBroadcast)) != 0)) {
+       h.codec != 0 ||
+       (h.flags & (kNotSummation | kFlagNoData | kFlagBroadcast | kFlagHierarchical)) != 0)) {
     return InvalidArgument(std::string("reduce op ") +
                            ReduceOpName(static_cast<ReduceOp>(h.reduce_op)) +
                            " on a message that is not a plain summation push or reply (type " +
@@ -217,7 +219,46 @@ Status CheckCollectiveFields(const Head& head) {
 
 }  // namespace
 
+namespace {
+Status DecodeHeadAsSent(const void* data, size_t size, size_t payload_size, Head* head);
+}  // namespace
+
+MsgType BaseType(MsgType type) {
+  if (type == MsgType::kPushPullShm) return MsgType::kPushPull;
+  if (type == MsgType::kPushPullReplyShm) return MsgType::kPushPullReply;
+  return type;
+}
+
 Status DecodeHead(const void* data, size_t size, size_t payload_size, Head* head) {
+  if (size >= sizeof(Header)) {
+    Header h;
+    std::memcpy(&h, data, sizeof(Header));
+    const auto type = static_cast<MsgType>(h.type);
+    if (h.magic == kMagic && h.version == kProtocolVersion && BaseType(type) != type) {
+      if (payload_size != 0 || h.codec != 0 || (h.flags & kFlagSparse) != 0) {
+        return InvalidArgument("a shared-memory push or reply carries no payload frame and "
+                               "is dense and uncompressed");
+      }
+      const uint64_t elem = DTypeSize(static_cast<DType>(h.dtype));
+      const bool no_data = (h.flags & kFlagNoData) != 0;
+      // An impossible size for a count out of range: the check below rejects it.
+      const uint64_t stands_for = no_data ? 0 : h.count <= kMaxElements ? h.count * elem : 1;
+      std::string as_base(static_cast<const char*>(data), size);
+      const uint16_t base = static_cast<uint16_t>(BaseType(type));
+      std::memcpy(&as_base[offsetof(Header, type)], &base, sizeof(base));
+      Status s = DecodeHeadAsSent(as_base.data(), size, stands_for, head);
+      head->header.type = h.type;
+      if (s.ok() && no_data) s = InvalidArgument("a shared-memory push carries data");
+      return s;
+    }
+  }
+  return DecodeHeadAsSent(data, size, payload_size, head);
+}
+
+namespace {
+
+// DecodeHead for every message but the shared-memory ones, which it checks as their base.
+Status DecodeHeadAsSent(const void* data, size_t size, size_t payload_size, Head* head) {
   if (size < sizeof(Header)) {
     return InvalidArgument("head frame of " + std::to_string(size) + " bytes is shorter than " +
                            std::to_string(sizeof(Header)));
@@ -299,22 +340,32 @@ Status DecodeHead(const void* data, size_t size, size_t payload_size, Head* head
     return InvalidArgument("a PS init push carries neither optimizer nor parameters");
   }
   TFPS_RETURN_IF_ERROR(CheckCollectiveFields(*head));
+  if ((h.flags & kFlagHierarchical) != 0) {
+    // Which ranks it stands for is checked where the number of workers is known (server).
+    if (static_cast<MsgType>(h.type) != MsgType::kPushPull || h.nparams == 0 ||
+        (h.flags & (kFlagSparse | kFlagNoData | kFlagPsInit | kFlagPsApply)) != 0) {
+      return InvalidArgument("the hierarchical flag is only valid on a dense summation push "
+                             "that lists the ranks it sums (flags " + Hex(h.flags) + ", " +
+                             std::to_string(h.nparams) + " ranks)");
+    }
+  }
   if ((h.flags & kFlagNoFeedback) != 0 &&
       (h.codec == 0 || static_cast<MsgType>(h.type) != MsgType::kPushPull)) {
     return InvalidArgument("the no-feedback flag is only valid on a compressed push");
   }
   if (h.codec != 0) {
-    // Compression is a summation-mode feature of dense float32 pushes and their replies.
+    // Compression applies to dense float32 pushes (summation or a PS-mode gradient) and
+    // to summation replies (a PS reply, the parameter, is float32: the engine checks it).
     const auto type = static_cast<MsgType>(h.type);
     if (h.codec > kMaxCodecId) {
       return InvalidArgument("unknown codec " + std::to_string(h.codec));
     }
     if ((type != MsgType::kPushPull && type != MsgType::kPushPullReply) ||
         h.dtype != static_cast<uint8_t>(DType::kFloat32) ||
-        (h.flags & (kFlagSparse | kFlagNoData | kFlagPsInit | kFlagPsApply)) != 0) {
+        (h.flags & (kFlagSparse | kFlagNoData | kFlagPsInit)) != 0) {
       return InvalidArgument(std::string("codec ") + CodecIdName(static_cast<CodecId>(h.codec)) +
-                             " on a message that is not a dense float32 summation push or "
-                             "reply (type " + std::to_string(h.type) + ", dtype " +
+                             " on a message that is not a dense float32 push or its reply "
+                             "(type " + std::to_string(h.type) + ", dtype " +
                              DTypeName(static_cast<DType>(h.dtype)) + ", flags " +
                              Hex(h.flags) + ")");
     }
@@ -323,10 +374,12 @@ Status DecodeHead(const void* data, size_t size, size_t payload_size, Head* head
   return Status::Ok();
 }
 
+}  // namespace
+
 Status CheckMessageSize(const Header& h, uint64_t max_bytes) {
   // A sparse message counts rows, and its payload (checked exactly by DecodeHead) is all
   // it stands for: the transport's own limit bounds it.
-  if (!CarriesTensor(static_cast<MsgType>(h.type)) || (h.flags & kFlagSparse) != 0) {
+  if (!CarriesTensor(BaseType(static_cast<MsgType>(h.type))) || (h.flags & kFlagSparse) != 0) {
     return Status::Ok();
   }
   const DType dtype = static_cast<DType>(h.dtype);

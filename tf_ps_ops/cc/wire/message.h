@@ -31,8 +31,9 @@ namespace tfps {
 
 constexpr uint32_t kMagic = 0x53504654;  // "TFPS" read as little-endian bytes
 // 2: batches, timed replies, acknowledgements; 3: compressed payloads (Header::codec);
-// 4: kFlagBroadcast (consistency models; it carries the root), uint16/int16/bool,
-// Header::reduce_op, kFlagAbort
+// 4: kFlagBroadcast (consistency models; it carries the root of a summation broadcast),
+//    hierarchical pushes (kFlagHierarchical), compressed PS-mode pushes (kFlagPsApply with a
+//    codec; the reply is float32), uint16/int16/bool, Header::reduce_op, kFlagAbort
 constexpr uint16_t kProtocolVersion = 4;
 constexpr int kMaxDims = 32;
 constexpr uint32_t kMaxPartitions = 1u << 24;
@@ -84,7 +85,11 @@ DType DTypeOfElement(char kind, size_t size);
   X(kBye, 8, "BYE", "worker -> server/scheduler: clean shutdown")                             \
   X(kPeerData, 9, "PEER_DATA", "worker -> worker: its part of an allgather (SFB factors)")    \
   X(kBatch, 10, "BATCH", "several kPushPull (worker -> server) or replies (server -> worker)") \
-  X(kAck, 11, "ACK", "server -> worker: a kFlagAck push (key, partition, step) arrived")
+  X(kAck, 11, "ACK", "server -> worker: a kFlagAck push (key, partition, step) arrived")        \
+  X(kPushPullShm, 12, "PUSH_PULL_SHM",                                                          \
+    "worker -> colocated server: a kPushPull whose payload is in shared memory (no frame)")   \
+  X(kPushPullReplyShm, 13, "PUSH_PULL_REPLY_SHM",                                               \
+    "server -> colocated worker: the answer to a kPushPullShm is in its shared memory")
 
 enum class MsgType : uint16_t {
 #define TFPS_MSG_TYPE_ENUMERATOR(enumerator, value, name, doc) enumerator = value,
@@ -147,9 +152,14 @@ constexpr uint32_t kFlagAbort = 1u << 13;  // peer data: the sender cannot take 
                                            // call (its own input was refused); payload: why,
                                            // UTF-8 as uint8[length]. Its peers fail the call
                                            // at once instead of waiting for data
+constexpr uint32_t kFlagHierarchical = 1u << 15;  // summation push of a local leader
+                                                  // (TFPS_HIERARCHICAL): the payload is
+                                                  // the sum of its host's workers; params =
+                                                  // their ranks (the sender's included),
+                                                  // who count as arrived and get no reply
 constexpr uint32_t kKnownFlags = kFlagNoData | kFlagPsInit | kFlagPsApply | kFlagPsOverwrite |
                                  kFlagSparse | kFlagTimed | kFlagAck | kFlagNoFeedback |
-                                 kFlagBroadcast | kFlagAbort;
+                                 kFlagBroadcast | kFlagAbort | kFlagHierarchical;
 
 // PS-mode hyperparameters (Head::params) of a kFlagPsApply push: the values that
 // optimizer_spec.h's table lists for Header::optimizer, in its order, then the initial
@@ -186,6 +196,12 @@ struct Head {
   std::vector<int64_t> dims;  // shape of the whole tensor (push only)
   std::vector<double> params;  // optimizer hyperparameters (PS-mode push only)
 };
+
+// A push or reply whose payload travels through shared memory (colocated worker and
+// server, TFPS_SHM_SERVER) is the kPushPull / kPushPullReply it stands for in every field
+// but the type, and has no payload frame: DecodeHead checks it as that message with the
+// payload it stands for (dense, uncompressed only), CheckMessageSize likewise.
+MsgType BaseType(MsgType type);  // kPushPullShm -> kPushPull, ...; others unchanged
 
 // Serialises a head frame.
 std::string EncodeHead(const Head& head);

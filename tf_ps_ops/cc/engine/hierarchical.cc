@@ -1,0 +1,176 @@
+#include "tf_ps_ops/cc/engine/hierarchical.h"
+
+#include <algorithm>
+
+namespace tfps {
+
+struct Hierarchical::Call {
+  PushPullRequest request;
+  LocalTensor tensor;
+};
+
+Hierarchical::Hierarchical(std::unique_ptr<LocalReduce> reduce, std::vector<int> ranks,
+                           Submit submit)
+    : reduce_(std::move(reduce)), ranks_(std::move(ranks)), submit_(std::move(submit)) {}
+
+bool Hierarchical::Eligible(const PushPullRequest& r, bool job_compresses) {
+  const bool summable = r.dtype == DType::kFloat32 || r.dtype == DType::kFloat64 ||
+                        r.dtype == DType::kInt32 || r.dtype == DType::kInt64;
+  const bool compressed = r.codec.has_value() ? r.codec->id != CodecId::kNone
+                                              : job_compresses && r.dtype == DType::kFloat32;
+  // Min/max/product: the local leader would have to reduce with that op; they go direct.
+  return summable && !compressed && r.flags == 0 && r.root_rank < 0 && r.rows == nullptr &&
+         r.reduce_op == ReduceOp::kSum;
+}
+
+namespace {
+
+// What the chunks of one request share: the first error, and who finishes it.
+struct Chunked {
+  std::mutex mu;
+  int remaining = 0;
+  Status status;
+  std::function<void(const Status&)> done;
+};
+
+}  // namespace
+
+void Hierarchical::Enqueue(PushPullRequest request) {
+  const size_t elem = DTypeSize(request.dtype);
+  const uint64_t per_chunk = std::max<uint64_t>(1, kChunkBytes / elem);
+  if (request.count <= per_chunk) {
+    EnqueueChunk(std::move(request));
+    return;
+  }
+  const uint64_t chunks = (request.count + per_chunk - 1) / per_chunk;
+  auto shared = std::make_shared<Chunked>();
+  shared->remaining = static_cast<int>(chunks);
+  shared->done = std::move(request.done);
+  for (uint64_t i = 0; i < chunks; ++i) {
+    PushPullRequest chunk;
+    const uint64_t first = i * per_chunk;
+    chunk.name = request.name + "#chunk " + std::to_string(i + 1) + "/" + std::to_string(chunks);
+    chunk.dtype = request.dtype;
+    chunk.count = std::min(per_chunk, request.count - first);
+    chunk.dims = {static_cast<int64_t>(chunk.count)};
+    chunk.input = static_cast<const char*>(request.input) + first * elem;
+    chunk.output = static_cast<char*>(request.output) + first * elem;
+    chunk.priority = request.priority;
+    chunk.input_holder = request.input_holder;
+    chunk.enqueued = request.enqueued;
+    chunk.done = [shared](const Status& s) {
+      std::function<void(const Status&)> done;
+      Status status;
+      {
+        std::lock_guard<std::mutex> lock(shared->mu);
+        if (!s.ok() && shared->status.ok()) shared->status = s;
+        if (--shared->remaining > 0) return;
+        done = std::move(shared->done);
+        status = shared->status;
+      }
+      done(status);
+    };
+    EnqueueChunk(std::move(chunk));
+  }
+}
+
+void Hierarchical::EnqueueChunk(PushPullRequest request) {
+  std::shared_ptr<Call> next;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::string name = request.name;
+    queues_[name].waiting.push_back(std::move(request));
+    next = NextLocked(name);
+  }
+  if (next) Run(next);  // not under mu_: a callback may come at once and take it
+}
+
+std::shared_ptr<Hierarchical::Call> Hierarchical::NextLocked(const std::string& name) {
+  Queue& q = queues_[name];
+  if (q.running || q.waiting.empty()) return nullptr;
+  q.running = true;
+  auto call = std::make_shared<Call>();
+  call->request = std::move(q.waiting.front());
+  q.waiting.pop_front();
+  const PushPullRequest& r = call->request;
+  call->tensor = LocalTensor{r.name, KeyOfName(r.name), ++q.steps, r.dtype, r.count};
+  return call;
+}
+
+namespace {
+
+PushPullRequest LeaderPush(const PushPullRequest& r, const std::vector<int>& ranks) {
+  PushPullRequest push;
+  push.name = r.name;
+  push.dtype = r.dtype;
+  push.dims = r.dims;
+  push.count = r.count;
+  push.flags = kFlagHierarchical;
+  push.params.assign(ranks.begin(), ranks.end());
+  push.priority = r.priority;
+  push.codec = CodecSpec();  // none: the local sum travels as it is
+  return push;
+}
+
+}  // namespace
+
+void Hierarchical::Run(std::shared_ptr<Call> call) {
+  if (!reduce_) {  // alone: its own data, straight to the servers
+    PushPullRequest push = LeaderPush(call->request, ranks_);
+    push.input = call->request.input;
+    push.output = call->request.output;
+    push.input_holder = call->request.input_holder;
+    push.done = [this, call](const Status& got) { Finish(call, got); };
+    submit_(std::move(push));
+    return;
+  }
+  const bool leader = reduce_->local_rank() == 0;
+  reduce_->ReduceToLeader(call->tensor, call->request.input, [this, call, leader](
+                                                                 const Status& s, void* sum) {
+    if (!leader) {  // handed over: wait for the answer (or fail, the leader will too)
+      if (!s.ok()) {
+        Finish(call, s);
+        return;
+      }
+      reduce_->BroadcastFromLeader(call->tensor, Status::Ok(), call->request.output,
+                                   [this, call](const Status& got) { Finish(call, got); });
+      return;
+    }
+    auto broadcast = [this, call](const Status& result) {
+      reduce_->BroadcastFromLeader(call->tensor, result, call->request.output,
+                                   [this, call](const Status& got) { Finish(call, got); });
+    };
+    if (!s.ok()) {
+      broadcast(s);
+      return;
+    }
+    // The local sum goes to the servers as one push standing for every local rank; the
+    // answer comes back into the same shared memory, which the broadcast hands out.
+    PushPullRequest push = LeaderPush(call->request, ranks_);
+    push.input = sum;
+    push.output = sum;
+    push.done = broadcast;
+    submit_(std::move(push));
+  });
+}
+
+void Hierarchical::Finish(std::shared_ptr<Call> call, const Status& status) {
+  std::shared_ptr<Call> next;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Queue& q = queues_[call->request.name];
+    q.running = false;
+    next = NextLocked(call->request.name);
+  }
+  auto done = std::move(call->request.done);
+  done(status.ok() ? status
+                   : status.WithPrefix("push_pull of tensor '" + call->request.name + "' (call " +
+                                       std::to_string(call->tensor.step) + ", hierarchical): "));
+  if (next) Run(next);
+}
+
+void Hierarchical::Shutdown() {
+  if (reduce_) reduce_->Shutdown();
+}
+
+}  // namespace tfps

@@ -1,0 +1,69 @@
+// Hierarchical aggregation (TFPS_HIERARCHICAL, docs/hierarchical.md): the engine hands
+// every eligible push_pull here instead of to its loop. The local workers sum it through
+// a LocalReduce; the leader (local rank 0) pushes the local sum to the servers as one
+// kFlagHierarchical push that stands for all of them, and hands the answer back.
+//
+// A tensor larger than kChunkBytes goes as chunks, each its own name ("w#chunk 2/5") and
+// so its own server key, so that the network carries one chunk while the next is summed
+// locally. Steps of one name run one after another on each worker (a name's next call
+// waits in a queue here), which is what LocalReduce asks; different names (and chunks) run
+// concurrently. A worker alone on its host (or on one with more workers than a push can
+// list) has no LocalReduce: it pushes its own chunks, so every worker of the job cuts a
+// tensor the same way and uses the same keys.
+#ifndef TFPS_CC_ENGINE_HIERARCHICAL_H_
+#define TFPS_CC_ENGINE_HIERARCHICAL_H_
+
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "tf_ps_ops/cc/engine/engine.h"
+#include "tf_ps_ops/cc/engine/local_reduce.h"
+
+namespace tfps {
+
+class Hierarchical {
+ public:
+  using Submit = std::function<void(PushPullRequest)>;  // to the engine loop
+
+  static constexpr uint64_t kChunkBytes = uint64_t{4} << 20;
+
+  // `ranks`: the global rank of each local rank; `submit` sends the leader's push.
+  // `reduce` null: this worker pushes alone (ranks = {its rank}).
+  Hierarchical(std::unique_ptr<LocalReduce> reduce, std::vector<int> ranks, Submit submit);
+
+  // Whether a request goes the hierarchical way: a dense summation (no PS mode, no
+  // broadcast, no compression) of a type the local sum adds exactly as the server does.
+  // The same answer on every worker for the same name, so all of a host agree.
+  static bool Eligible(const PushPullRequest& request, bool job_compresses);
+
+  void Enqueue(PushPullRequest request);
+  void Shutdown();
+
+ private:
+  struct Call;
+  void EnqueueChunk(PushPullRequest request);
+  // The name's next call, now running, or nullptr when one runs or none waits (mu_ held).
+  std::shared_ptr<Call> NextLocked(const std::string& name);
+  void Run(std::shared_ptr<Call> call);
+  void Finish(std::shared_ptr<Call> call, const Status& status);
+
+  std::unique_ptr<LocalReduce> reduce_;
+  const std::vector<int> ranks_;
+  const Submit submit_;
+  std::mutex mu_;
+  struct Queue {
+    uint64_t steps = 0;
+    bool running = false;
+    std::deque<PushPullRequest> waiting;
+  };
+  std::unordered_map<std::string, Queue> queues_;  // guarded by mu_
+};
+
+}  // namespace tfps
+
+#endif  // TFPS_CC_ENGINE_HIERARCHICAL_H_

@@ -1,0 +1,102 @@
+// LocalReduce over POSIX shared memory, for the workers of one host (CPU).
+//
+// Each local worker has one segment per tensor name, created on its first call of that
+// name with mode 0600 and O_EXCL, named /tfps-<token>-<key>-<local rank>: the token is 128
+// random bits the leader drew and shared through the rendezvous (unguessable, one per
+// job). A segment is a header (shm_segment.h) and the tensor's bytes:
+//   member: its input of step s, then `ready_step` = s; `ack_step` = s once it has copied
+//           the answer of step s;
+//   leader: the local sum (the leader's input, then each member's added in local-rank
+//           order), which it pushes to the servers and into which the answer comes back;
+//           `result_step` = s when the answer (or the error, `result_code`/`error`) is there.
+// The leader overwrites its sum for step s only when every member acknowledged s-1; a
+// member overwrites its input only after it got the answer of s-1 (the caller orders a
+// name's steps). Segments are unlinked as soon as everyone who needs them has them mapped
+// (members' by the leader, the leader's by its last member), so a crash later leaks
+// nothing; whatever is still linked at shutdown (or at a crash's next shutdown of another
+// local worker) is unlinked by every local worker that knows its name.
+//
+// One thread owns every segment and polls the pending calls (a spin, then sleeps of up to
+// 500 us): no futex on memory that a hostile or dead peer shares. Every wait has the
+// deadline TFPS_TIMEOUT, and a peer whose process is gone (its pid in the header) fails
+// the call at once, naming the local rank.
+#ifndef TFPS_CC_ENGINE_SHM_LOCAL_REDUCE_H_
+#define TFPS_CC_ENGINE_SHM_LOCAL_REDUCE_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tf_ps_ops/cc/engine/local_reduce.h"
+#include "tf_ps_ops/cc/transport/shm_segment.h"
+
+namespace tfps {
+
+class ShmLocalReduce : public LocalReduce {
+ public:
+  // `ranks`: the global rank of each local rank (this host's workers, in rank order).
+  ShmLocalReduce(std::string token, std::vector<int> ranks, int local_rank, double timeout_s);
+  ~ShmLocalReduce() override;
+
+  int local_rank() const override { return local_rank_; }
+  int local_size() const override { return static_cast<int>(ranks_.size()); }
+  void ReduceToLeader(const LocalTensor& tensor, const void* input, ReduceDone done) override;
+  void BroadcastFromLeader(const LocalTensor& tensor, const Status& result, void* output,
+                           Done done) override;
+  void Shutdown() override;
+
+  // A fresh token: 128 bits from the kernel's random source, as 32 hex digits.
+  static Status NewToken(std::string* token);
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  // One pending call: Step() returns nullopt until it is finished (on the poll thread).
+  struct Task {
+    std::function<std::optional<Status>()> step;
+    std::function<void(const Status&)> finish;
+    Clock::time_point deadline;
+  };
+  struct Segments {  // one tensor name's: own, and by local rank the peers' this one reads
+    std::unique_ptr<ShmSegment> own;
+    std::vector<std::unique_ptr<ShmSegment>> peers;
+  };
+
+  void Add(std::function<std::optional<Status>()> step, std::function<void(const Status&)> finish);
+  void RunPolling();
+  std::string Describe(int local_rank) const;
+  std::string SegmentName(uint64_t key, int local_rank) const;
+  // ...OnPoll: the poll thread's state (segments_).
+  Status OwnOnPoll(const LocalTensor& t, ShmSegment** own);
+  // The peer's segment mapped, or nullptr while it does not exist yet.
+  Status PeerOnPoll(const LocalTensor& t, int local_rank, ShmSegment** peer);
+  std::optional<Status> LeaderReduceOnPoll(const LocalTensor& t, const void* input, void** sum);
+  std::optional<Status> MemberReceiveOnPoll(const LocalTensor& t, void* output);
+  Status PeerAlive(const ShmSegment& peer, int local_rank, const LocalTensor& t) const;
+  void UnlinkAllOnPoll();
+
+  const std::string token_;
+  const std::vector<int> ranks_;
+  const int local_rank_;
+  const double timeout_s_;
+
+  std::mutex mu_;
+  std::condition_variable wake_;
+  std::list<Task> incoming_;  // guarded by mu_
+  bool stopping_ = false;     // guarded by mu_
+  std::thread thread_;
+  std::map<uint64_t, Segments> segments_;  // poll thread only
+  bool check_liveness_ = false;             // poll thread: look at peers' pids this round
+  Clock::time_point last_liveness_check_;   // (every 50 ms: it reads /proc)
+};
+
+}  // namespace tfps
+
+#endif  // TFPS_CC_ENGINE_SHM_LOCAL_REDUCE_H_

@@ -1,0 +1,73 @@
+// One POSIX shared-memory segment of hierarchical aggregation: a header that the local
+// workers use to hand steps over, then the bytes of one tensor (shm_local_reduce.h says
+// who writes what). Created O_EXCL with mode 0600; opened only when it belongs to this
+// user, is readable by no one else and has exactly the expected size, so a segment planted
+// by another user, or one still being set up, is never read.
+#ifndef TFPS_CC_TRANSPORT_SHM_SEGMENT_H_
+#define TFPS_CC_TRANSPORT_SHM_SEGMENT_H_
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "tf_ps_ops/cc/common/status.h"
+
+namespace tfps {
+
+struct ShmHeader {
+  std::atomic<uint64_t> magic;  // kShmMagic once the creator has filled the header in
+  uint64_t bytes;               // of the tensor that follows
+  uint32_t dtype;
+  int32_t pid;                  // the creator's, to tell a dead peer from a slow one
+  int32_t local_rank;
+  std::atomic<uint32_t> attached;       // leader's segment: members that have it mapped
+  std::atomic<uint64_t> ready_step;     // member: its input of this step is in place
+  std::atomic<uint64_t> ack_step;       // member: it copied the answer of this step
+  std::atomic<uint64_t> result_step;    // leader: the answer (or error) of this step is there
+  std::atomic<uint32_t> result_code;    // leader: Code of result_step; 0 when ok
+  char error[400];                      // leader: the error's text, NUL-terminated
+};
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "atomics in shared memory");
+constexpr uint64_t kShmMagic = 0x31424d4853535046ull;  // "FPSSHMB1"
+constexpr size_t kShmDataOffset = 512;
+static_assert(sizeof(ShmHeader) <= kShmDataOffset, "the header fits before the data");
+
+class ShmSegment {
+ public:
+  ~ShmSegment();
+  ShmSegment(const ShmSegment&) = delete;
+  ShmSegment& operator=(const ShmSegment&) = delete;
+
+  // Creates and maps a segment for `bytes` of data; the header filled in, steps at 0.
+  static Status Create(const std::string& name, uint64_t bytes, uint32_t dtype, int local_rank,
+                       ShmSegment** out);
+  // Maps an existing one. *out stays nullptr (and Ok) while it does not exist or is not
+  // set up yet; an error when it exists but is not what it must be.
+  static Status Open(const std::string& name, uint64_t bytes, ShmSegment** out);
+
+  // Removes the name (mappings stay valid); once, and ENOENT is fine (someone else did).
+  void Unlink();
+
+  ShmHeader* header() const { return static_cast<ShmHeader*>(base_); }
+  char* data() const { return static_cast<char*>(base_) + kShmDataOffset; }
+  const std::string& name() const { return name_; }
+
+ private:
+  ShmSegment(std::string name, void* base, size_t size) : name_(std::move(name)), base_(base),
+                                                          size_(size) {}
+  std::string name_;
+  void* base_ = nullptr;
+  size_t size_ = 0;
+  bool linked_ = true;
+};
+
+// Unlinks `name` if it exists; for cleanup of segments this process did not map.
+void UnlinkShm(const std::string& name);
+
+// 128 bits from the kernel's random source, as 32 hex digits: what makes names unguessable.
+Status NewShmToken(std::string* token);
+bool IsShmToken(const std::string& text);
+
+}  // namespace tfps
+
+#endif  // TFPS_CC_TRANSPORT_SHM_SEGMENT_H_
