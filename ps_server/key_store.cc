@@ -21,7 +21,8 @@ void KeyStore::OnPush(const Head& head, Buffer payload, std::vector<Outgoing>* o
                       double received_us) {
   if (stale_) {
     constexpr uint32_t kStaysBsp = kFlagBroadcast | kFlagNoData | kFlagPsInit;
-    if ((head.header.flags & kStaysBsp) == 0) {
+    // Min/max/product rounds stay BSP too: the stale path only sums.
+    if ((head.header.flags & kStaysBsp) == 0 && head.header.reduce_op == 0) {
       stale_->Add(head, std::move(payload), out);
       return;
     }

@@ -1,6 +1,7 @@
 #include "ps_server/reduce.h"
 
 #include <cstring>
+#include <type_traits>
 
 namespace tfps {
 
@@ -20,6 +21,65 @@ void SumHalfTyped(void* dst, const void* src, uint64_t count) {
   uint16_t* d = static_cast<uint16_t*>(dst);
   const uint16_t* s = static_cast<const uint16_t*>(src);
   for (uint64_t i = 0; i < count; ++i) d[i] = FromFloat(ToFloat(d[i]) + ToFloat(s[i]));
+}
+
+// Elementwise combiners. Min and Max return NaN when either side is NaN; bools (0/1 bytes)
+// use Max for or, Min or Times for and.
+struct Min {
+  template <typename T>
+  static T Apply(T a, T b) {
+    if (a != a || b != b) return a != a ? a : b;  // NaN wins
+    return b < a ? b : a;
+  }
+};
+struct Max {
+  template <typename T>
+  static T Apply(T a, T b) {
+    if (a != a || b != b) return a != a ? a : b;
+    return b > a ? b : a;
+  }
+};
+struct Times {
+  template <typename T>
+  static T Apply(T a, T b) {
+    // Integer products wrap around (through unsigned arithmetic, which is defined).
+    if constexpr (std::is_integral_v<T>) {
+      using U = std::make_unsigned_t<decltype(a * b)>;
+      return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
+    } else {
+      return a * b;
+    }
+  }
+};
+struct Or {
+  template <typename T>
+  static T Apply(T a, T b) { return (a | b) != 0 ? 1 : 0; }
+};
+
+template <typename T, typename Combine>
+void CombineTyped(void* dst, const void* src, uint64_t count) {
+  T* __restrict d = static_cast<T*>(dst);
+  const T* __restrict s = static_cast<const T*>(src);
+  for (uint64_t i = 0; i < count; ++i) d[i] = Combine::Apply(d[i], s[i]);
+}
+
+template <ReduceOp op>
+struct CombinerOf;
+template <>
+struct CombinerOf<ReduceOp::kMin> { using type = Min; };
+template <>
+struct CombinerOf<ReduceOp::kMax> { using type = Max; };
+template <>
+struct CombinerOf<ReduceOp::kProduct> { using type = Times; };
+
+template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float), ReduceOp op>
+void HalfCombine(void* dst, const void* src, uint64_t count) {
+  using Combine = typename CombinerOf<op>::type;
+  uint16_t* d = static_cast<uint16_t*>(dst);
+  const uint16_t* s = static_cast<const uint16_t*>(src);
+  for (uint64_t i = 0; i < count; ++i) {
+    d[i] = FromFloat(Combine::Apply(ToFloat(d[i]), ToFloat(s[i])));
+  }
 }
 
 uint32_t Bits(float f) {
@@ -95,7 +155,54 @@ void SumInto(DType dtype, void* dst, const void* src, uint64_t count) {
     case DType::kUInt8: SumTyped<uint8_t>(dst, src, count); break;
     case DType::kFloat16: SumHalfTyped<HalfToFloat, FloatToHalf>(dst, src, count); break;
     case DType::kBFloat16: SumHalfTyped<BFloat16ToFloat, FloatToBFloat16>(dst, src, count); break;
+    case DType::kUInt16: SumTyped<uint16_t>(dst, src, count); break;
+    case DType::kInt16: SumTyped<int16_t>(dst, src, count); break;
+    case DType::kBool: CombineTyped<uint8_t, Or>(dst, src, count); break;
     default: break;  // DecodeHead rejects unknown dtypes before they get here
+  }
+}
+
+namespace {
+
+template <ReduceOp op, typename T>
+void ReduceTyped(void* dst, const void* src, uint64_t count) {
+  switch (op) {
+    case ReduceOp::kMin: CombineTyped<T, Min>(dst, src, count); break;
+    case ReduceOp::kMax: CombineTyped<T, Max>(dst, src, count); break;
+    case ReduceOp::kProduct: CombineTyped<T, Times>(dst, src, count); break;
+    default: break;
+  }
+}
+
+template <ReduceOp op>
+void ReduceAs(DType dtype, void* dst, const void* src, uint64_t count) {
+  switch (dtype) {
+    case DType::kFloat32: ReduceTyped<op, float>(dst, src, count); break;
+    case DType::kFloat64: ReduceTyped<op, double>(dst, src, count); break;
+    case DType::kInt32: ReduceTyped<op, int32_t>(dst, src, count); break;
+    case DType::kInt64: ReduceTyped<op, int64_t>(dst, src, count); break;
+    case DType::kInt8: ReduceTyped<op, int8_t>(dst, src, count); break;
+    case DType::kUInt8: ReduceTyped<op, uint8_t>(dst, src, count); break;
+    case DType::kUInt16: ReduceTyped<op, uint16_t>(dst, src, count); break;
+    case DType::kInt16: ReduceTyped<op, int16_t>(dst, src, count); break;
+    case DType::kBool: ReduceTyped<op, uint8_t>(dst, src, count); break;  // 0/1: min = and
+    case DType::kFloat16: HalfCombine<HalfToFloat, FloatToHalf, op>(dst, src, count); break;
+    case DType::kBFloat16:
+      HalfCombine<BFloat16ToFloat, FloatToBFloat16, op>(dst, src, count);
+      break;
+    default: break;
+  }
+}
+
+}  // namespace
+
+void ReduceInto(ReduceOp op, DType dtype, void* dst, const void* src, uint64_t count) {
+  switch (op) {
+    case ReduceOp::kSum: SumInto(dtype, dst, src, count); break;
+    case ReduceOp::kMin: ReduceAs<ReduceOp::kMin>(dtype, dst, src, count); break;
+    case ReduceOp::kMax: ReduceAs<ReduceOp::kMax>(dtype, dst, src, count); break;
+    case ReduceOp::kProduct: ReduceAs<ReduceOp::kProduct>(dtype, dst, src, count); break;
+    default: break;  // DecodeHead rejects unknown ops
   }
 }
 

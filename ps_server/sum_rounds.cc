@@ -62,12 +62,42 @@ Status SumRounds::Mismatch(const Round& r, const Head& head) const {
   }
   if (h.dtype != r.first.dtype || head.dims != r.dims || (!sparse && h.count != r.first.count) ||
       h.num_partitions != r.first.num_partitions) {
-    return InvalidArgument(
+    // FailedPrecondition, as Horovod reports mismatched collectives (code written for it
+    // catches that class).
+    return FailedPrecondition(
         "shape or dtype differs between workers: worker " + std::to_string(r.first_sender) +
         " sent " + DescribeTensor(static_cast<DType>(r.first.dtype), r.dims) + ", worker " +
         std::to_string(h.sender) + " sent " +
         DescribeTensor(static_cast<DType>(h.dtype), head.dims) + " (" +
         Where(server_id_, r.id) + ")");
+  }
+  return CollectiveMismatch(r, head);
+}
+
+Status SumRounds::CollectiveMismatch(const Round& r, const Head& head) const {
+  const Header& h = head.header;
+  if (h.reduce_op != r.first.reduce_op) {
+    return FailedPrecondition(
+        "workers disagree on the reduce op: worker " + std::to_string(r.first_sender) +
+        " asked for " + ReduceOpName(static_cast<ReduceOp>(r.first.reduce_op)) + ", worker " +
+        std::to_string(h.sender) + " for " + ReduceOpName(static_cast<ReduceOp>(h.reduce_op)) +
+        " (" + Where(server_id_, r.id) + ")");
+  }
+  const bool broadcast = (h.flags & kFlagBroadcast) != 0;
+  if (broadcast != ((r.first.flags & kFlagBroadcast) != 0)) {
+    return FailedPrecondition("worker " + std::to_string(h.sender) + (broadcast ? "" : " did not") +
+                              " broadcast where worker " + std::to_string(r.first_sender) +
+                              (broadcast ? " did not" : " did") +
+                              ": every worker must call the same collective under one name (" +
+                              Where(server_id_, r.id) + ")");
+  }
+  if (broadcast && head.params != r.params) {
+    return FailedPrecondition("workers disagree on the broadcast's root rank: worker " +
+                              std::to_string(r.first_sender) + " named root " +
+                              std::to_string(static_cast<int64_t>(r.params[0])) + ", worker " +
+                              std::to_string(h.sender) + " root " +
+                              std::to_string(static_cast<int64_t>(head.params[0])) + " (" +
+                              Where(server_id_, r.id) + ")");
   }
   return Status::Ok();
 }
@@ -108,7 +138,8 @@ bool SumRounds::Add(const Head& head, Buffer payload, double received_us,
       r.sum = std::move(payload);  // the first data push is the accumulator: no copy
       r.has_data = true;
     } else {
-      SumInto(static_cast<DType>(h.dtype), r.sum.data(), payload.data(), h.count);
+      ReduceInto(static_cast<ReduceOp>(h.reduce_op), static_cast<DType>(h.dtype), r.sum.data(),
+                 payload.data(), h.count);
     }
   }
   if (r.num_arrived < num_workers_) return false;

@@ -72,6 +72,8 @@ class SumRounds {
   Round& Open(const Head& head, const RoundId& id);
   // Why this push cannot join the round (a disagreement with its first push); Ok if it can.
   Status Mismatch(const Round& round, const Head& head) const;
+  // The collective's own fields: reduce op, broadcast or not, and the broadcast's root.
+  Status CollectiveMismatch(const Round& round, const Head& head) const;
   // Marks the ranks a local leader's push stands for (kFlagHierarchical) as arrived.
   Status AddCovered(Round& round, const Head& head);
   // A compressed push's payload, decoded to float32 in place of the encoded one: the

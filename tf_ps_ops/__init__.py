@@ -31,6 +31,8 @@ _EXPORTS = {
     "allgather": "ops", "broadcast": "ops", "broadcast_": "ops",
     "broadcast_variables": "ops", "broadcast_object": "ops", "broadcast_object_fn": "ops",
     "allgather_object": "ops",
+    "alltoall": "collectives", "reducescatter": "collectives",
+    "grouped_allgather": "collectives", "grouped_reducescatter": "collectives",
     "Compression": "compression",
     "broadcast_global_variables": "_compat", "BroadcastGlobalVariablesHook": "_compat",
     # training glue
@@ -44,7 +46,7 @@ _EXPORTS = {
 # Horovod names not served: stand-ins that raise NotImplementedError with the reason
 # (tf_ps_ops._compat.UNSERVED), so that `hvd.alltoall(...)` says why at the call.
 _EXPORTS.update({name: "tensorflow" for name in (
-    "alltoall", "reducescatter", "grouped_reducescatter", "grouped_allgather", "join",
+    "join",
     "barrier", "ProcessSet", "add_process_set", "remove_process_set",
     "PartialDistributedOptimizer",
     "PartialDistributedGradientTape", "start_timeline", "stop_timeline", "elastic")})

@@ -117,15 +117,8 @@ class BroadcastGlobalVariablesHook(tf.compat.v1.train.SessionRunHook):
         session.run(self.bcast_op)
 
 
-_COLLECTIVE = ("the servers sum (and average) tensors; {what} needs {needs}, which the "
-               "servers and the peer-to-peer mesh do not provide yet (issue 12)")
 # Horovod name -> why it is not served.
 UNSERVED = {
-    "alltoall": _COLLECTIVE.format(what="alltoall", needs="per-destination splits"),
-    "reducescatter": _COLLECTIVE.format(what="reducescatter", needs="a scattered result"),
-    "grouped_reducescatter": _COLLECTIVE.format(what="grouped_reducescatter",
-                                                needs="a scattered result"),
-    "grouped_allgather": "not yet: call allgather on each tensor",
     "join": "join() needs servers that let a finished worker contribute zeros; "
             "not implemented (issue 12)",
     "barrier": "barrier() is not implemented; an allreduce of a scalar synchronises",

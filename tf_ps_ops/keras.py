@@ -20,6 +20,7 @@ from tf_ps_ops._compat import (  # noqa: F401
     mpi_threads_supported, nccl_built, rocm_built)
 from tf_ps_ops.basics import (  # noqa: F401
     init, is_initialized, local_rank, local_size, rank, shutdown, size)
+from tf_ps_ops.collectives import reducescatter  # noqa: F401
 from tf_ps_ops.compression import Compression
 from tf_ps_ops.ops import (  # noqa: F401
     Adasum, Average, Max, Min, Product, Sum, allgather_object, broadcast_object,
@@ -172,7 +173,7 @@ def broadcast(value, root_rank, name=None, process_set=global_process_set):
                          process_set=process_set)
 
 
-for _name in ("reducescatter", "PartialDistributedOptimizer", "elastic", "ProcessSet", "add_process_set", "remove_process_set",
+for _name in ("PartialDistributedOptimizer", "elastic", "ProcessSet", "add_process_set", "remove_process_set",
               "start_timeline", "stop_timeline"):
     setattr(sys.modules[__name__], _name, _compat.unserved(_name))
 del _name

@@ -113,18 +113,15 @@ def _resolve_op(op, average):
         raise ValueError("The op parameter supersedes average. Please provide only one of them.")
     if op is None:
         op = Average if average is None or average else Sum
-    if op == Adasum:
-        raise NotImplementedError(
-            "Adasum is not supported: it combines gradients pairwise with dot products along "
-            "a reduction tree, which summing parameter servers do not compute. "
-            "Use op=Average or op=Sum.")
-    if op in (Min, Max, Product):
-        raise NotImplementedError(
-            "op=Min, Max and Product are not supported yet: the servers only sum. "
-            "Use op=Average or op=Sum.")
-    if op not in (Average, Sum):
-        raise ValueError(f"unknown reduction op {op!r}: use tf_ps_ops.Average or tf_ps_ops.Sum")
+    if op not in _SERVER_OPS and op != Adasum:
+        raise ValueError(f"unknown reduction op {op!r}: use tf_ps_ops.Average, Sum, Min, Max, "
+                         "Product or Adasum")
     return op
+
+
+# What the servers compute for each op (the PsPushPull attribute reduce_op); Average is a
+# sum the worker divides.
+_SERVER_OPS = {Average: "sum", Sum: "sum", Min: "min", Max: "max", Product: "product"}
 
 
 def _scale(tensor, factor):
@@ -166,17 +163,28 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
     _check_process_set(process_set)
     _check_not_xla()
     if isinstance(tensor, tf.IndexedSlices) and tensor.dense_shape is None:
+        if op not in (Average, Sum):
+            raise ValueError("an IndexedSlices without dense_shape is gathered, not reduced: "
+                             "only op=Average or op=Sum apply to it")
         with tf.device(device_sparse):
             return _allreduce_slices(tensor, op, name)
     with tf.device(device_dense):
         tensor = _dense(tensor)
+        if tensor.dtype == tf.bool and op == Average:
+            raise ValueError("op=Average of a bool tensor has no meaning: use op=Sum or Max "
+                             "(logical or) or op=Min or Product (logical and)")
         key = _key("allreduce", name, tensor)
+        if op == Adasum:  # peer to peer: the servers cannot compute it (tf_ps_ops/adasum.py)
+            from tf_ps_ops.adasum import adasum_allreduce
+            return _scale(adasum_allreduce(_scale(tensor, prescale_factor), key),
+                          postscale_factor)
         sent, ctx = compression.compress(_scale(tensor, prescale_factor))
         handles = [] if _variable is None else [_variable.handle]
         codec, feedback = wire_codec(compression)  # the core codecs run inside the op
         summed = compression.decompress(
             _library.ops().ps_push_pull(sent, handles, tensor_name=key, priority=_priority,
-                                        compression=codec, error_feedback=feedback), ctx)
+                                        compression=codec, error_feedback=feedback,
+                                        reduce_op=_SERVER_OPS[op]), ctx)
         if op == Average:
             summed = _average(summed)
         return _scale(summed, postscale_factor)
@@ -381,6 +389,12 @@ def allgather_object(obj, session=None, name=None, process_set=global_process_se
 @tf.RegisterGradient("PsPushPull")
 def _push_pull_grad(op, grad):
     # d(sum over workers of x_w)/dx_w: every worker's upstream gradient, summed.
+    reduce_op = tf.compat.as_str(op.get_attr("reduce_op"))
+    if reduce_op != "sum":
+        raise NotImplementedError(
+            f"allreduce with op={reduce_op.capitalize()} has no gradient here: it flows only "
+            "to the workers holding the extreme (or depends on every other worker's input); "
+            "use op=Sum or op=Average in differentiated code")
     key = tf.compat.as_str(op.get_attr("tensor_name")) + ".grad"
     return [_library.ops().ps_push_pull(_dense(grad), [], tensor_name=key)] + \
         [None] * (len(op.inputs) - 1)

@@ -21,6 +21,8 @@ from tf_ps_ops._compat import (  # noqa: F401
 from tf_ps_ops.basics import (  # noqa: F401
     init, is_initialized, local_rank, local_rank_op, local_size, local_size_op, rank,
     rank_op, shutdown, size, size_op)
+from tf_ps_ops.collectives import (  # noqa: F401
+    alltoall, grouped_allgather, grouped_reducescatter, reducescatter)
 from tf_ps_ops.compression import Compression  # noqa: F401
 from tf_ps_ops.keras import DistributedOptimizer  # noqa: F401
 from tf_ps_ops.ops import (  # noqa: F401

@@ -187,6 +187,16 @@ PYBIND11_MODULE(_ps_server_testing, m) {
     }
     SumInto(WireDTypeOf(dst.dtype()), dst.mutable_data(), src.data(), dst.size());
   });
+  m.def("reduce_into", [](py::array dst, py::array src, int op) {
+    if (dst.dtype().kind() != src.dtype().kind() || dst.size() != src.size() ||
+        !(dst.flags() & py::array::c_style) || !(src.flags() & py::array::c_style) ||
+        op < 0 || op > kMaxReduceOp) {
+      throw std::invalid_argument("reduce_into needs two C-contiguous arrays of one dtype and "
+                                  "size and a reduce op 0..3");
+    }
+    ReduceInto(static_cast<ReduceOp>(op), WireDTypeOf(dst.dtype()), dst.mutable_data(),
+               src.data(), dst.size());
+  }, "dst = op(dst, src) elementwise; op: 0 sum, 1 min, 2 max, 3 product (ReduceOp).");
   m.def("half_to_float", &HalfToFloat);
   m.def("float_to_half", &FloatToHalf);
   m.def("bfloat16_to_float", &BFloat16ToFloat);

@@ -31,7 +31,7 @@ HOROVOD_KERAS = """init shutdown is_initialized size local_size cross_size rank 
     Max Product DistributedOptimizer PartialDistributedOptimizer broadcast_global_variables
     allreduce allgather broadcast reducescatter load_model callbacks elastic ProcessSet
     add_process_set remove_process_set SyncBatchNormalization""".split()
-UNSERVED = """alltoall reducescatter grouped_reducescatter grouped_allgather join barrier
+UNSERVED = """join barrier
     ProcessSet add_process_set remove_process_set PartialDistributedGradientTape start_timeline stop_timeline""".split()
 
 
@@ -53,10 +53,16 @@ def test_unserved_names_raise_with_a_reason(name):
 
 
 @pytest.mark.parametrize("op", ["Min", "Max", "Product"])
-def test_unserved_reductions_raise(op):
+def test_server_reductions_keep_horovods_values(op):
     assert getattr(hvd_tf, op) == {"Min": 3, "Max": 4, "Product": 5}[op]  # Horovod's values
-    with pytest.raises(NotImplementedError, match="only sum"):
-        hvd_tf.allreduce(tf.ones(2), op=getattr(hvd_tf, op))
+
+
+def test_served_collectives_are_the_real_ones():
+    import tf_ps_ops.collectives as collectives
+    for name in ("alltoall", "reducescatter", "grouped_allgather", "grouped_reducescatter"):
+        assert getattr(hvd_tf, name) is getattr(collectives, name)
+        assert getattr(tf_ps_ops, name) is getattr(collectives, name)
+    assert hvd_keras.reducescatter is collectives.reducescatter
 
 
 def test_build_queries_say_no_mpi_gloo_nccl():

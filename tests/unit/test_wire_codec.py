@@ -49,7 +49,7 @@ def test_reply_carries_the_codec_and_no_shape():
     (dict(dtype=core.wire_dtype(np.dtype(np.float64))), "not a dense float32"),
     (dict(flags=core.FLAG_NO_DATA), "not a dense float32"),
     (dict(type=T["PEER_DATA"]), "not a dense float32"),
-    (dict(reserved=1), "reserved"),
+    (dict(reduce_op=1), "reduce op"),
     (dict(codec=0, flags=core.FLAG_NO_FEEDBACK), "no-feedback"),
 ])
 def test_codec_where_it_does_not_apply_is_refused(overrides, message):

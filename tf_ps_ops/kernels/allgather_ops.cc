@@ -65,7 +65,7 @@ class PsAllgatherOp : public AsyncOpKernel {
 REGISTER_OP("PsAllgather")
     .Input("tensor: T")
     .Output("gathered: T")
-    .Attr("T: {half, bfloat16, float, double, int8, uint8, int32, int64}")
+    .Attr("T: {half, bfloat16, float, double, int8, uint8, int16, uint16, int32, int64, bool}")
     .Attr("tensor_name: string = ''")
     .SetIsStateful()
     .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {

@@ -17,7 +17,18 @@ using tensorflow::OpKernelConstruction;
 using tensorflow::OpKernelContext;
 using tensorflow::Tensor;
 
-constexpr char kCommTypes[] = "T: {half, bfloat16, float, double, int8, uint8, int32, int64}";
+constexpr char kCommTypes[] =
+    "T: {half, bfloat16, float, double, int8, uint8, int16, uint16, int32, int64, bool}";
+
+Status ParseReduceOp(const std::string& name, ReduceOp* op) {
+  for (uint8_t v = 0; v <= kMaxReduceOp; ++v) {
+    if (name == ReduceOpName(static_cast<ReduceOp>(v))) {
+      *op = static_cast<ReduceOp>(v);
+      return Status::Ok();
+    }
+  }
+  return InvalidArgument("unknown reduce_op '" + name + "'");
+}
 
 class PsCommOp : public AsyncOpKernel {
  public:
@@ -26,6 +37,11 @@ class PsCommOp : public AsyncOpKernel {
     if (tensor_name_.empty()) tensor_name_ = name();
     if (ctx->HasAttr("root_rank")) OP_REQUIRES_OK(ctx, ctx->GetAttr("root_rank", &root_rank_));
     if (ctx->HasAttr("priority")) OP_REQUIRES_OK(ctx, ctx->GetAttr("priority", &priority_));
+    if (ctx->HasAttr("reduce_op")) {
+      std::string reduce_op;
+      OP_REQUIRES_OK(ctx, ctx->GetAttr("reduce_op", &reduce_op));
+      OP_REQUIRES_OK(ctx, ToTfStatus(ParseReduceOp(reduce_op, &reduce_op_)));
+    }
     if (ctx->HasAttr("compression")) {
       std::string compression;
       OP_REQUIRES_OK(ctx, ctx->GetAttr("compression", &compression));
@@ -62,6 +78,7 @@ class PsCommOp : public AsyncOpKernel {
     PushPullRequest request = RequestFor(tensor_name_, input, output);
     request.root_rank = root_rank_;
     request.priority = priority_;
+    request.reduce_op = reduce_op_;
     request.codec = codec_;
     request.error_feedback = error_feedback_;
     request.done = CompleteWithStatus(ctx, done);
@@ -72,6 +89,7 @@ class PsCommOp : public AsyncOpKernel {
   std::string tensor_name_;
   int root_rank_ = -1;
   int priority_ = 0;
+  ReduceOp reduce_op_ = ReduceOp::kSum;
   std::optional<CodecSpec> codec_;
   int error_feedback_ = -1;
 };
@@ -86,10 +104,12 @@ REGISTER_OP("PsPushPull")
     .Attr("priority: int = 0")
     .Attr("compression: string = ''")
     .Attr("error_feedback: int = -1")
+    .Attr("reduce_op: {'sum', 'min', 'max', 'product'} = 'sum'")
     .SetIsStateful()
     .SetShapeFn(tensorflow::shape_inference::UnchangedShape)
     .Doc(R"doc(
-Sums `tensor` over every worker through the parameter servers.
+Sums `tensor` over every worker through the parameter servers (or, with `reduce_op`, takes
+their elementwise min, max or product; bools: sum and max are or, min and product and).
 
 Every worker's n-th call under the same `tensor_name` is summed with the others' n-th call.
 Shapes and dtypes must agree across workers (InvalidArgument otherwise).

@@ -33,6 +33,9 @@ inline DType ToWireDType(tensorflow::DataType dt) {
     case tensorflow::DT_UINT8: return DType::kUInt8;
     case tensorflow::DT_INT32: return DType::kInt32;
     case tensorflow::DT_INT64: return DType::kInt64;
+    case tensorflow::DT_UINT16: return DType::kUInt16;
+    case tensorflow::DT_INT16: return DType::kInt16;
+    case tensorflow::DT_BOOL: return DType::kBool;
     default: return DType::kInvalid;
   }
 }

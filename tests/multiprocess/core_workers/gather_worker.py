@@ -28,7 +28,7 @@ def main():
         core.allgather("mismatch", np.zeros((2, 3 + rank), np.int32))
         sys.exit("no error for mismatched trailing dimensions")
     except RuntimeError as e:
-        assert "InvalidArgument" in str(e) and "'mismatch'" in str(e), e
+        assert "FailedPrecondition" in str(e) and "'mismatch'" in str(e), e
         print("mismatch error:", e)
     sent = core.stats()["peer_bytes_sent"]
     core.shutdown()

@@ -510,6 +510,10 @@ Status Engine::Loop::SendPartOnLoop(uint64_t op_id, Op& o, uint32_t index) {
             (r.root_rank >= 0 ? kFlagBroadcast : 0);
   h.optimizer = static_cast<uint8_t>(r.optimizer);
   head.params = r.params;
+  h.reduce_op = static_cast<uint8_t>(r.reduce_op);
+  if (r.root_rank >= 0 && (r.flags & (kFlagPsInit | kFlagPsApply | kFlagSparse)) == 0) {
+    head.params = {static_cast<double>(r.root_rank)};  // the server checks every worker
+  }                                                     // names the same root
   h.sender = rank_;
   h.count = p.count;
   h.total_count = r.count;

@@ -47,6 +47,7 @@ struct PushPullRequest {
   const void* input = nullptr;
   void* output = nullptr;       // count elements, written before done(OK)
   int root_rank = -1;           // >= 0: broadcast, only root_rank's data is summed
+  ReduceOp reduce_op = ReduceOp::kSum;  // how the servers combine the pushes (min, max, ...)
   uint32_t flags = 0;           // kFlagPsInit / kFlagPsApply (PS mode), see wire/message.h
   Optimizer optimizer = Optimizer::kNone;
   std::vector<double> params;   // optimizer hyperparameters, then slot initial values

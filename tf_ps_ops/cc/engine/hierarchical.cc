@@ -18,7 +18,9 @@ bool Hierarchical::Eligible(const PushPullRequest& r, bool job_compresses) {
                         r.dtype == DType::kInt32 || r.dtype == DType::kInt64;
   const bool compressed = r.codec.has_value() ? r.codec->id != CodecId::kNone
                                               : job_compresses && r.dtype == DType::kFloat32;
-  return summable && !compressed && r.flags == 0 && r.root_rank < 0 && r.rows == nullptr;
+  // Min/max/product: the local leader would have to reduce with that op; they go direct.
+  return summable && !compressed && r.flags == 0 && r.root_rank < 0 && r.rows == nullptr &&
+         r.reduce_op == ReduceOp::kSum;
 }
 
 namespace {

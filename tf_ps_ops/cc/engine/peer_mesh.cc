@@ -107,6 +107,7 @@ PeerMesh::Gather& PeerMesh::EntryOnLoop(const GatherId& id) {
   g.dims.resize(size_);
   g.dtypes.assign(size_, 0);
   g.arrived.assign(size_, false);
+  g.aborted.assign(size_, std::string());
   return g;
 }
 
@@ -126,24 +127,66 @@ void PeerMesh::StartOnLoop(GatherRequest request) {
   g.deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                   std::chrono::duration<double>(config_.timeout_s));
   g.request = std::move(request);
-  const GatherRequest& r = g.request;
   g.arrived[rank_] = true;
-  g.dims[rank_] = r.dims;
   ++g.num_arrived;
+  Status status = SendPartsOnLoop(g, key, id.second);
+  auto it = gathers_.find(id);
+  if (!status.ok()) {
+    FinishOnLoop(it, status);
+    return;
+  }
+  MaybeFinishOnLoop(it);
+}
+
+Status PeerMesh::SendAbortOnLoop(Gather& g, uint64_t key, uint64_t call) {
+  const std::string why = g.request.abort.message().empty() ? std::string("refused its input")
+                                                            : g.request.abort.message();
+  g.aborted[rank_] = why;
   Head head;
   Header& h = head.header;
   h.type = static_cast<uint16_t>(MsgType::kPeerData);
   h.key = key;
   h.num_partitions = 1;
-  h.step = id.second;
+  h.step = call;
+  h.dtype = static_cast<uint8_t>(DType::kUInt8);
+  h.flags = kFlagAbort;
+  h.sender = rank_;
+  h.count = h.total_count = why.size();
+  head.dims = {static_cast<int64_t>(why.size())};
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_ || !dead_[peer].empty()) continue;
+    TFPS_RETURN_IF_ERROR(SendMessage(*outgoing_[peer], "", head,
+                                     zmq::message_t(why.data(), why.size())));
+  }
+  return Status::Ok();
+}
+
+Status PeerMesh::SendPartsOnLoop(Gather& g, uint64_t key, uint64_t call) {
+  const GatherRequest& r = g.request;
+  if (!r.abort.ok()) return SendAbortOnLoop(g, key, call);
+  const size_t row_bytes = RowElements(r.dims) * DTypeSize(r.dtype);
+  const bool alltoall = !r.send_rows.empty();
+  std::vector<int64_t> first_row(size_ + 1, 0);  // alltoall: rank p gets rows [p, p + 1)
+  for (int p = 0; alltoall && p < size_; ++p) first_row[p + 1] = first_row[p] + r.send_rows[p];
+  auto dims_for = [&](int peer) {
+    std::vector<int64_t> dims = r.dims;
+    if (alltoall) dims[0] = r.send_rows[peer];
+    return dims;
+  };
+  auto data_for = [&](int peer) {
+    return static_cast<const char*>(r.input) + (alltoall ? first_row[peer] * row_bytes : 0);
+  };
+  g.dims[rank_] = dims_for(rank_);
+  g.own = data_for(rank_);
+  Head head;
+  Header& h = head.header;
+  h.type = static_cast<uint16_t>(MsgType::kPeerData);
+  h.key = key;
+  h.num_partitions = 1;
+  h.step = call;
   h.dtype = static_cast<uint8_t>(r.dtype);
   h.sender = rank_;
-  h.count = r.count;
-  h.total_count = r.count;
-  head.dims = r.dims;
-  const size_t bytes = r.count * DTypeSize(r.dtype);
-  Status status;
-  std::vector<int> targets = r.send_to;
+  std::vector<int> targets = r.send_to;  // a neighbour exchange: only those
   if (!r.neighbours) {
     targets.clear();
     for (int peer = 0; peer < size_; ++peer) targets.push_back(peer);
@@ -151,21 +194,19 @@ void PeerMesh::StartOnLoop(GatherRequest request) {
   for (int peer : targets) {
     if (peer == rank_ || peer < 0 || peer >= size_) continue;
     if (!dead_[peer].empty()) {
-      status = Unavailable("worker " + std::to_string(peer) + " (" + addresses_[peer] + ") " +
-                           dead_[peer]);
-      break;
+      return Unavailable("worker " + std::to_string(peer) + " (" + addresses_[peer] + ") " +
+                         dead_[peer]);
     }
-    status = SendMessage(*outgoing_[peer], "", head,
-                         ZeroCopyMessage(r.input, bytes, r.input_holder));
+    head.dims = dims_for(peer);
+    const uint64_t rows = head.dims.empty() ? 1 : static_cast<uint64_t>(head.dims[0]);
+    h.count = alltoall ? rows * RowElements(r.dims) : r.count;
+    h.total_count = h.count;
+    const size_t bytes = h.count * DTypeSize(r.dtype);
+    TFPS_RETURN_IF_ERROR(
+        SendMessage(*outgoing_[peer], "", head, ZeroCopyMessage(data_for(peer), bytes, r.input_holder)));
     bytes_sent_ += bytes;
-    if (!status.ok()) break;
   }
-  auto it = gathers_.find(id);
-  if (!status.ok()) {
-    FinishOnLoop(it, status);
-    return;
-  }
-  MaybeFinishOnLoop(it);
+  return Status::Ok();
 }
 
 void PeerMesh::OnPeerDataOnLoop(std::vector<zmq::message_t>& frames) {
@@ -224,6 +265,11 @@ void PeerMesh::OnPeerDataOnLoop(std::vector<zmq::message_t>& frames) {
   ++g.num_arrived;
   g.dims[h.sender] = head.dims;
   g.dtypes[h.sender] = h.dtype;  // checked against ours once our own request is known
+  if ((h.flags & kFlagAbort) != 0) {
+    g.aborted[h.sender] = frames.size() == 3 ? frames[2].to_string() : std::string("(no reason)");
+    MaybeFinishOnLoop(gathers_.find(id));
+    return;
+  }
   if (frames.size() == 3) g.parts[h.sender] = std::move(frames[2]);
   MaybeFinishOnLoop(gathers_.find(id));
 }
@@ -248,10 +294,22 @@ void PeerMesh::MaybeFinishOnLoop(std::map<GatherId, Gather>::iterator it) {
   } else if (g.num_arrived < size_) {
     return;
   }
+  if (!r.abort.ok()) {  // this worker's own refusal, with its own class
+    const Status own = r.abort;  // a copy: FinishOnLoop moves the request out
+    FinishOnLoop(it, own);
+    return;
+  }
+  for (int peer = 0; peer < size_; ++peer) {
+    if (g.aborted[peer].empty()) continue;
+    FinishOnLoop(it, FailedPrecondition("worker " + std::to_string(peer) +
+                                        " could not take part: " +
+                                        EscapeForLog(g.aborted[peer], 1024)));
+    return;
+  }
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_ || !g.arrived[peer]) continue;
     if (g.dtypes[peer] != static_cast<uint8_t>(r.dtype) || !TrailingDimsAgree(g.dims[peer], r.dims)) {
-      FinishOnLoop(it, InvalidArgument(
+      FinishOnLoop(it, FailedPrecondition(  // Horovod's class for a mismatch
                            "worker " + std::to_string(peer) + " sent " +
                            DescribeTensor(static_cast<DType>(g.dtypes[peer]), g.dims[peer]) +
                            ", worker " + std::to_string(rank_) + " has " +
@@ -275,11 +333,13 @@ void PeerMesh::FinishOnLoop(std::map<GatherId, Gather>::iterator it, const Statu
     for (int peer = 0; peer < size_; ++peer) {
       if (!g.arrived[peer]) continue;
       parts[peer].dims = g.dims[peer];
-      parts[peer].data = peer == rank_ ? g.request.input : g.parts[peer].data();
+      parts[peer].data = peer == rank_ ? g.own : g.parts[peer].data();
     }
   }
-  g.request.done(status.WithPrefix(std::string(g.request.neighbours ? "neighbour exchange"
-                                                                    : "allgather") +
+  const char* what = g.request.neighbours         ? "neighbour exchange"
+                     : g.request.send_rows.empty() ? "allgather"
+                                                   : "alltoall";
+  g.request.done(status.WithPrefix(std::string(what) +
                                    " of tensor '" + g.request.name + "' (call " +
                                    std::to_string(call) + " on rank " + std::to_string(rank_) +
                                    "): "),

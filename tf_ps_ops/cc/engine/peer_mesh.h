@@ -43,6 +43,14 @@ struct GatherRequest {
   uint64_t count = 0;
   const void* input = nullptr;
   std::shared_ptr<void> input_holder;  // keeps `input` alive until ZeroMQ has sent it
+  // Empty: an allgather (every peer gets all of `input`). Otherwise an alltoall: one entry
+  // per rank, the rows of `input` (in order, from row 0) that go to that rank; each peer's
+  // part is then the rows it sent to this worker. The kernel checks the sum fits dims[0].
+  std::vector<int64_t> send_rows;
+  // Not OK: this worker refused its own input. It still takes part, telling every peer why
+  // (kFlagAbort) instead of sending data, so that they fail this call at once rather than
+  // wait TFPS_TIMEOUT for it; `done` gets this status.
+  Status abort;
   // A neighbour exchange (kernels/neighbour_ops.cc) instead of an allgather: send only to
   // `send_to`, wait only for `recv_from` (ranks other than this one, no repeats; checked by
   // the caller). Every worker's call of the same name still counts as one call.
@@ -84,11 +92,16 @@ class PeerMesh {
     std::vector<std::vector<int64_t>> dims;   // by rank
     std::vector<uint8_t> dtypes;              // by rank, as each peer claimed
     std::vector<bool> arrived;
+    std::vector<std::string> aborted;         // by rank: why it could not take part
+    const void* own = nullptr;                // this worker's own part (alltoall: a slice)
     int num_arrived = 0;
     Clock::time_point deadline;
   };
   using GatherId = std::pair<uint64_t, uint64_t>;  // key, call
 
+  // Sends this worker's part to every peer (all of it, or their rows for an alltoall).
+  Status SendPartsOnLoop(Gather& g, uint64_t key, uint64_t call);
+  Status SendAbortOnLoop(Gather& g, uint64_t key, uint64_t call);
   void OnPeerDataOnLoop(std::vector<zmq::message_t>& frames);
   void MaybeFinishOnLoop(std::map<GatherId, Gather>::iterator it);
   void FinishOnLoop(std::map<GatherId, Gather>::iterator it, const Status& status);

@@ -27,7 +27,8 @@ Status PushCodec::Init(const Config& config) {
 CodecSpec PushCodec::Choose(const PushPullRequest& r) const {
   // A summation push or a dense PS-mode gradient (kFlagPsApply); never an init (the
   // parameter itself), a broadcast or sparse rows.
-  const bool dense_gradient = r.root_rank < 0 && (r.flags & (kFlagPsInit | kFlagSparse)) == 0;
+  const bool dense_gradient = r.root_rank < 0 && r.reduce_op == ReduceOp::kSum &&
+                              (r.flags & (kFlagPsInit | kFlagSparse)) == 0;
   if (!dense_gradient || r.dtype != DType::kFloat32) return CodecSpec{};
   return r.codec.has_value() ? *r.codec : default_;
 }

@@ -58,7 +58,7 @@ py::bytes EncodeHeadPy(const py::dict& fields, const std::vector<int64_t>& dims,
   h.sender = fields.contains("sender") ? fields["sender"].cast<int32_t>() : -1;
   h.status = static_cast<uint16_t>(get("status", 0));
   h.codec = static_cast<uint8_t>(get("codec", 0));
-  h.reserved = static_cast<uint8_t>(get("reserved", 0));
+  h.reduce_op = static_cast<uint8_t>(get("reduce_op", 0));
   h.count = get("count", 0);
   h.total_count = get("total_count", 0);
   h.optimizer = static_cast<uint8_t>(get("optimizer", 0));
@@ -86,6 +86,8 @@ py::tuple DecodeHeadPy(const py::bytes& frame, size_t payload_size) {
   d["sender"] = h.sender;
   d["status"] = h.status;
   d["codec"] = h.codec;
+  d["reduce_op"] = h.reduce_op;
+  d["params"] = head.params;
   d["count"] = h.count;
   d["total_count"] = h.total_count;
   d["dims"] = head.dims;
@@ -297,6 +299,7 @@ PYBIND11_MODULE(_core, m) {
   m.attr("FLAG_ACK") = kFlagAck;
   m.attr("FLAG_NO_FEEDBACK") = kFlagNoFeedback;
   m.attr("FLAG_BROADCAST") = kFlagBroadcast;
+  m.attr("FLAG_ABORT") = kFlagAbort;
   m.attr("FLAG_HIERARCHICAL") = kFlagHierarchical;
   m.attr("MAX_BATCH") = kMaxBatch;
   BindCodecs(m);

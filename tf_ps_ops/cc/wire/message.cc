@@ -19,8 +19,11 @@ size_t DTypeSize(DType dtype) {
     case DType::kInt32: return 4;
     case DType::kFloat64:
     case DType::kInt64: return 8;
+    case DType::kUInt16:
+    case DType::kInt16: return 2;
     case DType::kInt8:
-    case DType::kUInt8: return 1;
+    case DType::kUInt8:
+    case DType::kBool: return 1;
     default: return 0;
   }
 }
@@ -33,6 +36,9 @@ DType DTypeOfElement(char kind, size_t size) {
   if (kind == 'u' && size == 1) return DType::kUInt8;
   if (kind == 'i' && size == 4) return DType::kInt32;
   if (kind == 'i' && size == 8) return DType::kInt64;
+  if (kind == 'u' && size == 2) return DType::kUInt16;
+  if (kind == 'i' && size == 2) return DType::kInt16;
+  if (kind == 'b' && size == 1) return DType::kBool;
   return DType::kInvalid;
 }
 
@@ -46,6 +52,19 @@ const char* DTypeName(DType dtype) {
     case DType::kUInt8: return "uint8";
     case DType::kInt32: return "int32";
     case DType::kInt64: return "int64";
+    case DType::kUInt16: return "uint16";
+    case DType::kInt16: return "int16";
+    case DType::kBool: return "bool";
+    default: return "invalid";
+  }
+}
+
+const char* ReduceOpName(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kMin: return "min";
+    case ReduceOp::kMax: return "max";
+    case ReduceOp::kProduct: return "product";
     default: return "invalid";
   }
 }
@@ -154,6 +173,46 @@ Status CheckTensorFields(const Head& head, size_t payload_size) {
   }
   if (static_cast<MsgType>(h.type) != MsgType::kPushPullReply) {  // these carry the shape
     return CheckShape(head);
+  }
+  return Status::Ok();
+}
+
+// The reduce op and the broadcast root: summation pushes (and, for the op, their replies)
+// only, never with a codec or PS mode; a broadcast root is a whole rank.
+Status CheckCollectiveFields(const Head& head) {
+  const Header& h = head.header;
+  const auto type = static_cast<MsgType>(h.type);
+  constexpr uint32_t kNotSummation = kFlagPsInit | kFlagPsApply | kFlagSparse;
+  if (h.reduce_op > kMaxReduceOp) {
+    return InvalidArgument("unknown reduce op " + std::to_string(h.reduce_op));
+  }
+  if (h.reduce_op != 0 &&
+      ((type != MsgType::kPushPull && type != MsgType::kPushPullReply && type != MsgType::kError) ||
+       h.codec != 0 ||
+       (h.flags & (kNotSummation | kFlagNoData | kFlagBroadcast | kFlagHierarchical)) != 0)) {
+    return InvalidArgument(std::string("reduce op ") +
+                           ReduceOpName(static_cast<ReduceOp>(h.reduce_op)) +
+                           " on a message that is not a plain summation push or reply (type " +
+                           std::to_string(h.type) + ", flags " + Hex(h.flags) + ", codec " +
+                           std::to_string(h.codec) + ")");
+  }
+  if ((h.flags & kFlagAbort) != 0 &&
+      (type != MsgType::kPeerData || h.dtype != static_cast<uint8_t>(DType::kUInt8) ||
+       h.ndims != 1 || (h.flags & ~kFlagAbort) != 0)) {
+    return InvalidArgument("the abort flag is only valid on peer data carrying text");
+  }
+  // A PS init push is a broadcast too (kFlagBroadcast keeps it a BSP round); it has rules
+  // of its own and carries no root.
+  if ((h.flags & kFlagBroadcast) != 0 && (h.flags & kFlagPsInit) == 0) {
+    if (type != MsgType::kPushPull || (h.flags & kNotSummation) != 0 || h.codec != 0 ||
+        h.nparams != 1) {
+      return InvalidArgument("the broadcast flag is only valid on a plain push carrying its "
+                             "root rank as its one parameter");
+    }
+    const double root = head.params[0];
+    if (!(root >= 0 && root < 1e9) || root != static_cast<double>(static_cast<int64_t>(root))) {
+      return InvalidArgument("broadcast root " + std::to_string(root) + " is not a rank");
+    }
   }
   return Status::Ok();
 }
@@ -280,7 +339,7 @@ Status DecodeHeadAsSent(const void* data, size_t size, size_t payload_size, Head
   if ((h.flags & kFlagPsInit) != 0 && (h.optimizer != 0 || h.nparams != 0)) {
     return InvalidArgument("a PS init push carries neither optimizer nor parameters");
   }
-  if (h.reserved != 0) return InvalidArgument("reserved header byte is not 0");
+  TFPS_RETURN_IF_ERROR(CheckCollectiveFields(*head));
   if ((h.flags & kFlagHierarchical) != 0) {
     // Which ranks it stands for is checked where the number of workers is known (server).
     if (static_cast<MsgType>(h.type) != MsgType::kPushPull || h.nparams == 0 ||

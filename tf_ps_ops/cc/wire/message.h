@@ -31,8 +31,9 @@ namespace tfps {
 
 constexpr uint32_t kMagic = 0x53504654;  // "TFPS" read as little-endian bytes
 // 2: batches, timed replies, acknowledgements; 3: compressed payloads (Header::codec);
-// 4: kFlagBroadcast (consistency models), hierarchical pushes (kFlagHierarchical),
-//    compressed PS-mode pushes (kFlagPsApply with a codec; the reply is float32),
+// 4: kFlagBroadcast (consistency models; it carries the root of a summation broadcast),
+//    hierarchical pushes (kFlagHierarchical), compressed PS-mode pushes (kFlagPsApply with a
+//    codec; the reply is float32), uint16/int16/bool, Header::reduce_op, kFlagAbort,
 //    member notices (kMemberNotice), servers say goodbye to the scheduler
 constexpr uint16_t kProtocolVersion = 4;
 constexpr int kMaxDims = 32;
@@ -49,7 +50,21 @@ enum class DType : uint8_t {
   kUInt8 = 6,
   kInt32 = 7,
   kInt64 = 8,
+  kUInt16 = 9,
+  kInt16 = 10,
+  kBool = 11,  // one byte, 0 or 1; summed as logical or (Horovod's bool allreduce)
 };
+
+// How the servers combine the pushes of a summation round (Header::reduce_op). Average is
+// a sum that the worker divides; Horovod's Adasum is not a server reduction.
+enum class ReduceOp : uint8_t {
+  kSum = 0,
+  kMin = 1,
+  kMax = 2,
+  kProduct = 3,
+};
+constexpr uint8_t kMaxReduceOp = 3;
+const char* ReduceOpName(ReduceOp op);  // "sum", "min", ...; "invalid" otherwise
 
 size_t DTypeSize(DType dtype);  // 0 for kInvalid and unknown values
 const char* DTypeName(DType dtype);
@@ -133,7 +148,14 @@ constexpr uint32_t kFlagNoFeedback = 1u << 7;  // compressed push (codec != 0): 
                                               // none when it re-encodes the sum either
 constexpr uint32_t kFlagBroadcast = 1u << 8;  // push: part of a broadcast (every worker's,
                                              // the root's too): under ssp/asp it stays a bsp
-                                             // round (docs/consistency.md)
+                                             // round (docs/consistency.md). A summation
+                                             // broadcast (no PS flag) carries params =
+                                             // {root rank}: every worker must name the same
+                                             // root (a mismatch fails the round)
+constexpr uint32_t kFlagAbort = 1u << 13;  // peer data: the sender cannot take part in this
+                                           // call (its own input was refused); payload: why,
+                                           // UTF-8 as uint8[length]. Its peers fail the call
+                                           // at once instead of waiting for data
 constexpr uint32_t kFlagHierarchical = 1u << 15;  // summation push of a local leader
                                                   // (TFPS_HIERARCHICAL): the payload is
                                                   // the sum of its host's workers; params =
@@ -141,7 +163,7 @@ constexpr uint32_t kFlagHierarchical = 1u << 15;  // summation push of a local l
                                                   // who count as arrived and get no reply
 constexpr uint32_t kKnownFlags = kFlagNoData | kFlagPsInit | kFlagPsApply | kFlagPsOverwrite |
                                  kFlagSparse | kFlagTimed | kFlagAck | kFlagNoFeedback |
-                                 kFlagBroadcast | kFlagHierarchical;
+                                 kFlagBroadcast | kFlagAbort | kFlagHierarchical;
 
 // PS-mode hyperparameters (Head::params) of a kFlagPsApply push: the values that
 // optimizer_spec.h's table lists for Header::optimizer, in its order, then the initial
@@ -165,7 +187,7 @@ struct Header {
   int32_t sender = -1;          // worker rank, server id, -1 for the scheduler
   uint16_t status = 0;          // Code of a kError reply
   uint8_t codec = 0;            // CodecId of a push/reply payload (cc/codec/codec.h); 0: none
-  uint8_t reserved = 0;         // 0
+  uint8_t reduce_op = 0;        // ReduceOp of a summation push and its reply; 0: sum
   uint64_t count = 0;           // elements in this message's payload (or that it stands for);
                                 // rows with kFlagSparse
   uint64_t total_count = 0;     // elements in the whole tensor

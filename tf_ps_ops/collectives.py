@@ -1,0 +1,140 @@
+"""Horovod's alltoall, reducescatter and grouped collectives.
+
+Where the data goes:
+  - alltoall: peer to peer (the PsAlltoall op over the mesh that serves allgather,
+    engine/peer_mesh.h): each worker sends every other worker only the rows meant for it.
+  - reducescatter: through the servers. Each worker pushes its whole tensor (as allreduce
+    does), the servers sum, and each worker keeps its own rows of the sum. A worker
+    receives the whole sum, not only its rows: (size - 1) / size of what it receives is
+    thrown away. That is the price of reusing the summation rounds unchanged; a server-side
+    scatter (replying with a worker's rows only) would remove it.
+  - grouped_*: one collective per tensor, issued together (Horovod fuses them; here each
+    tensor is its own key, and small ones share messages through the engine's fusion).
+Keys follow ops.py: `name`, or the input's name in a graph, or one fixed key per kind
+eagerly (every worker's n-th eager call meets the others' n-th).
+"""
+
+import tensorflow as tf
+
+from tf_ps_ops import _library
+from tf_ps_ops.basics import rank, size
+from tf_ps_ops.compression import Compression
+from tf_ps_ops.ops import (Average, Sum, _average, _check_not_xla, _check_process_set,
+                           _resolve_op, allgather, allreduce, global_process_set)
+
+_EAGER_KEYS = {"alltoall": "alltoall.eager", "reducescatter": "reducescatter.eager"}
+_GRAPH_PREFIXES = {"alltoall": "HorovodAlltoall_", "reducescatter": "HorovodReducescatter_"}
+
+
+def _key(kind, name, tensor):
+    if name is not None:
+        return name
+    if tf.executing_eagerly():
+        return _EAGER_KEYS[kind]
+    return _GRAPH_PREFIXES[kind] + "".join(c if c.isalnum() or c == "_" else "_"
+                                           for c in tensor.name)
+
+
+def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
+             process_set=global_process_set):
+    """Sends `splits[p]` consecutive rows of `tensor` (from row 0 on) to worker p and
+    returns `(received, received_splits)` as Horovod 0.28 does: the rows every worker sent
+    to this one, concatenated in rank order, and how many rows came from each (int32).
+
+    `splits` (one entry per worker, int32 or int64) may contain zeros, and its sum may be
+    less than the first dimension (the rest is not sent); without it the first dimension
+    is split into size() equal parts and must be a multiple of size() (InvalidArgumentError
+    otherwise). Every worker's dtype and dimensions but the first must agree
+    (FailedPreconditionError on every worker otherwise).
+    """
+    _check_process_set(process_set)
+    _check_not_xla()
+    tensor = tf.convert_to_tensor(tensor)
+    if tensor.shape.rank == 0:
+        raise ValueError("alltoall needs a tensor with at least one dimension, got a scalar")
+    if splits is None:
+        splits = tf.zeros([0], tf.int32)  # the op splits equally
+    else:
+        splits = tf.convert_to_tensor(splits)
+        if splits.dtype not in (tf.int32, tf.int64):
+            splits = tf.cast(splits, tf.int64)
+    return tuple(_library.ops().ps_alltoall(tensor, splits,
+                                            tensor_name=_key("alltoall", name, tensor)))
+
+
+@tf.RegisterGradient("PsAlltoall")
+def _alltoall_grad(op, grad, _received_splits_grad):
+    # Every received row's gradient goes back to the worker that sent it: an alltoall with
+    # the received splits. Rows that were never sent (splits summing to less than the first
+    # dimension) get zeros.
+    key = tf.compat.as_str(op.get_attr("tensor_name")) + ".grad"
+    back, _ = _library.ops().ps_alltoall(tf.convert_to_tensor(grad), op.outputs[1],
+                                         tensor_name=key)
+    missing = tf.shape(op.inputs[0])[0] - tf.shape(back)[0]
+    padding = [[0, missing]] + [[0, 0]] * (len(op.inputs[0].shape) - 1)
+    splits_grad = None if op.inputs[1].shape.num_elements() == 0 else \
+        tf.zeros_like(op.inputs[1])
+    return [tf.pad(back, padding), splits_grad]
+
+
+def _rows_of(rank_, size_, rows):
+    # Horovod's split: the first (rows % size) workers get one row more.
+    rank_ = tf.constant(rank_, rows.dtype)
+    base, extra = rows // size_, rows % size_
+    start = rank_ * base + tf.minimum(rank_, extra)
+    count = base + tf.cast(rank_ < extra, rows.dtype)
+    return start, count
+
+
+def reducescatter(tensor, device_dense="", compression=Compression.none, op=Average,
+                  name=None, process_set=global_process_set, prescale_factor=1.0,
+                  postscale_factor=1.0, ignore_name_scope=False):
+    """Reduces `tensor` over every worker (op=Sum or Average) and returns this worker's
+    rows of the result: the first dimension is cut into size() parts, the first
+    (rows % size()) workers getting one row more, as Horovod does. Shapes and dtypes must
+    agree (FailedPreconditionError otherwise). Differentiable: the gradient is every
+    worker's upstream gradient, gathered (and divided by size() for Average)."""
+    op = _resolve_op(op, None)
+    if op not in (Average, Sum):
+        raise ValueError("reducescatter supports op=Average and op=Sum only (as Horovod)")
+    _check_process_set(process_set)
+    with tf.device(device_dense):
+        tensor = tf.convert_to_tensor(tensor)
+        if tensor.shape.rank == 0:
+            raise ValueError("reducescatter needs a tensor with at least one dimension")
+        key = _key("reducescatter", name, tensor)
+        summed = allreduce(tensor, op=Sum, compression=compression, name=key,
+                           prescale_factor=prescale_factor)
+        start, count = _rows_of(rank(), size(), tf.shape(summed, out_type=tf.int64)[0])
+        mine = summed[start:start + count]
+        if op == Average:
+            mine = _average(mine)
+        if postscale_factor != 1.0:
+            mine = mine * tf.cast(postscale_factor, mine.dtype)
+        return mine
+
+
+def _group_keys(tensors, name, kind):
+    if name:
+        return [f"{name}.{index}" for index in range(len(tensors))]
+    if tf.executing_eagerly():
+        return [f"{kind}.eager.{index}" for index in range(len(tensors))]
+    return [None] * len(tensors)
+
+
+def grouped_allgather(tensors, name=None, ignore_name_scope=False,
+                      process_set=global_process_set):
+    """allgather of each tensor in a list; the results in the same order."""
+    _check_process_set(process_set)
+    keys = _group_keys(tensors, name, "grouped_allgather")
+    return [allgather(tensor, name=key) for tensor, key in zip(tensors, keys)]
+
+
+def grouped_reducescatter(tensors, device_dense="", compression=Compression.none, op=Average,
+                          name=None, process_set=global_process_set, prescale_factor=1.0,
+                          postscale_factor=1.0):
+    """reducescatter of each tensor in a list; the results in the same order."""
+    keys = _group_keys(tensors, name, "grouped_reducescatter")
+    return [reducescatter(tensor, device_dense, compression, op, key, process_set,
+                          prescale_factor, postscale_factor)
+            for tensor, key in zip(tensors, keys)]
