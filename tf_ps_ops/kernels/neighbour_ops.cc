@@ -106,7 +106,7 @@ class PsNeighbourExchangeOp : public AsyncOpKernel {
       for (size_t i = 0; i < from.size(); ++i) {
         const PeerTensor& p = parts[from[i]];
         if (p.dims != expected) {
-          ctx->SetStatus(absl::InvalidArgumentError(
+          ctx->SetStatus(absl::FailedPreconditionError(  // Horovod's class for a mismatch
               "neighbour exchange of '" + tensor_name_ + "': worker " + std::to_string(from[i]) +
               " sent a part of shape " + DimsText(p.dims) + " where this worker's tensor " +
               input.shape().DebugString() + " makes " + DimsText(expected) +

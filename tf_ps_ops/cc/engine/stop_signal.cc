@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <csignal>
+#include <cstdlib>
 
 namespace tfps {
 
@@ -20,6 +21,13 @@ void OnStopSignal(int sig) {  // async-signal-safe: an atomic store and a write
   (void)!write(g_pipe[1], &byte, 1);
 }
 
+// At exit: a process that caught the stop signal ends by it, however it got to exit (its
+// program may see the failure the others were told of and exit(3) before the engine
+// thread re-raises the signal; the launcher must still see SIGTERM).
+void ReraiseAtExit() {
+  if (g_caught.load() != 0) ReraiseStopSignal();
+}
+
 }  // namespace
 
 int InstallStopSignal() {
@@ -29,7 +37,10 @@ int InstallStopSignal() {
       (current.sa_flags & SA_SIGINFO) != 0) {
     return -1;  // the program handles (or ignores) SIGTERM itself
   }
-  if (g_pipe[0] < 0 && pipe2(g_pipe, O_NONBLOCK | O_CLOEXEC) != 0) return -1;
+  if (g_pipe[0] < 0) {
+    if (pipe2(g_pipe, O_NONBLOCK | O_CLOEXEC) != 0) return -1;
+    std::atexit(ReraiseAtExit);  // once, with the pipe
+  }
   struct sigaction action {};
   action.sa_handler = OnStopSignal;
   sigemptyset(&action.sa_mask);
