@@ -115,7 +115,8 @@ def test_ps_server_binds_and_stops_on_sigterm(bazel_bin, tmp_path):
     port_file = tmp_path / "port"
     proc = subprocess.Popen(
         [os.path.join(bazel_bin, "ps_server"), "--role", "scheduler", "--port", "0",
-         "--port-file", str(port_file), "--num-workers", "1", "--num-servers", "1"],
+         "--port-file", str(port_file), "--num-workers", "1", "--num-servers", "1",
+         "--bind", "127.0.0.1"],  # a keyless bind beyond loopback is refused (docs/security.md)
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 30
