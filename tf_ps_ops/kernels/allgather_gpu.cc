@@ -5,7 +5,6 @@
 
 #if TFPS_WITH_CUDA
 
-#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -62,13 +61,7 @@ class PsAllgatherGpuOp : public AsyncOpKernel {
     auto host = std::make_shared<Tensor>();
     if (s.ok()) s = AllocatePinned(ctx, output->dtype(), shape, host.get());
     if (!s.ok()) return FinishAsync(ctx, done, s);
-    char* dst = const_cast<char*>(host->tensor_data().data());
-    const size_t row_bytes = rows == 0 ? 0 : host->TotalBytes() / rows;
-    for (const PeerTensor& p : parts) {
-      const size_t bytes = row_bytes * p.dims[0];
-      if (bytes > 0) std::memcpy(dst, p.data, bytes);
-      dst += bytes;
-    }
+    ConcatenateRows(parts, rows, host.get());
     CopyToDevice(ctx, *host, output, [ctx, done, host](const absl::Status& copied) {
       FinishAsync(ctx, done, copied);
     });

@@ -1,6 +1,5 @@
 // PsAllgather: every worker's tensor, concatenated along the first dimension in rank order,
 // exchanged peer to peer (no server in the path). First dimensions may differ.
-#include <cstring>
 #include <memory>
 
 #include "tensorflow/core/framework/common_shape_fns.h"
@@ -46,13 +45,7 @@ class PsAllgatherOp : public AsyncOpKernel {
       out_shape.set_dim(0, rows);
       Tensor* output = nullptr;
       OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(0, out_shape, &output), done);
-      char* dst = const_cast<char*>(output->tensor_data().data());
-      const size_t row_bytes = rows == 0 ? 0 : output->TotalBytes() / rows;
-      for (const PeerTensor& p : parts) {
-        const size_t bytes = row_bytes * p.dims[0];
-        if (bytes > 0) std::memcpy(dst, p.data, bytes);
-        dst += bytes;
-      }
+      ConcatenateRows(parts, rows, output);
       done();
     };
     Engine::Get().EnqueueGather(std::move(request));

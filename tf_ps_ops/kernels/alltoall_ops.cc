@@ -2,7 +2,6 @@
 // gets back, in rank order, the rows every worker sent it (Horovod's alltoall). Peer to
 // peer over the mesh that serves allgather (engine/peer_mesh.h): only the rows meant for a
 // peer travel to it.
-#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -105,13 +104,7 @@ class PsAlltoallOp : public AsyncOpKernel {
       out_shape.set_dim(0, rows);
       Tensor* output = nullptr;
       OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(0, out_shape, &output), done);
-      char* dst = const_cast<char*>(output->tensor_data().data());
-      const size_t row_bytes = rows == 0 ? 0 : output->TotalBytes() / rows;
-      for (const PeerTensor& p : parts) {
-        const size_t bytes = row_bytes * p.dims[0];
-        if (bytes > 0) std::memcpy(dst, p.data, bytes);
-        dst += bytes;
-      }
+      ConcatenateRows(parts, rows, output);
       done();
     };
     Engine::Get().EnqueueGather(std::move(request));

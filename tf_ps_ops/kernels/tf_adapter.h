@@ -3,9 +3,11 @@
 #ifndef TFPS_KERNELS_TF_ADAPTER_H_
 #define TFPS_KERNELS_TF_ADAPTER_H_
 
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
@@ -77,6 +79,19 @@ inline PushPullRequest RequestFor(const std::string& name, const tensorflow::Ten
   DescribeInput(name, input, &r);
   r.output = const_cast<char*>(output->tensor_data().data());
   return r;
+}
+
+// The parts of a peer exchange (allgather, alltoall), one after the other along the first
+// dimension, into `dst`, which holds `rows` rows of the parts' dtype and inner shape.
+inline void ConcatenateRows(const std::vector<PeerTensor>& parts, int64_t rows,
+                            tensorflow::Tensor* dst) {
+  char* out = const_cast<char*>(dst->tensor_data().data());
+  const size_t row_bytes = rows == 0 ? 0 : dst->TotalBytes() / rows;
+  for (const PeerTensor& p : parts) {
+    const size_t bytes = row_bytes * p.dims[0];
+    if (bytes > 0) std::memcpy(out, p.data, bytes);
+    out += bytes;
+  }
 }
 
 }  // namespace tfps
