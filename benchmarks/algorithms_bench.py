@@ -55,6 +55,9 @@ def parse_args():
     parser.add_argument("--algorithms", default=",".join(ALGORITHMS))
     parser.add_argument("--timeout", type=float, default=400)
     parser.add_argument("--tag", default=None)
+    parser.add_argument("--fusion-bytes", type=int, default=0,
+                        help="passed to the example: decentralized algorithms exchange flat "
+                             "messages of up to this many bytes (0: one per variable)")
     parser.add_argument("--delay-ms", default=None,
                         help="comma-separated one-way link delays in ms (TUN relay, "
                              "benchmarks/delay_link.py); default: the plain bridge")
@@ -69,7 +72,8 @@ def run_job(args, hosts, name, workdir):
     try:
         cluster.start(lambda rank: [sys.executable, str(SCRIPT), "--algorithms", name,
                                     "--width", str(args.width), "--epochs", str(args.epochs),
-                                    "--target", str(args.target)])
+                                    "--target", str(args.target),
+                                    "--fusion-bytes", str(args.fusion_bytes)])
         cluster.wait()
         cluster.check()
         outputs = [cluster.result("worker", r).stdout for r in range(hosts.n)]
@@ -165,7 +169,8 @@ def run_setting(args, names, params, delay_ms, tag):
     meta = dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 command="python3 " + " ".join(["benchmarks/algorithms_bench.py"] + sys.argv[1:]),
                 workers=args.workers, rate=args.rate, width=args.width, params=params,
-                epochs=args.epochs, target=args.target, delay_ms=delay_ms, relay=relay)
+                epochs=args.epochs, target=args.target, delay_ms=delay_ms, relay=relay,
+                fusion_bytes=args.fusion_bytes)
     (out / f"{tag}.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
     link = args.rate if delay_ms is None else (
         f"{args.rate} + {delay_ms:g} ms one-way delay (TUN relay, RTT {2 * delay_ms:g} ms)")
