@@ -103,6 +103,7 @@ class Relay:
         self.queue = collections.deque()  # (due, fd, packet), due never decreasing
         self.queued = 0
         self.stats = dict(packets=0, bytes=0, dropped_queue_full=0, dropped_unroutable=0,
+                          dropped_not_ipv4=0,
                           write_errors=0, max_queue_bytes=0, late_ms_max=0.0,
                           late_ms_sum=0.0, delay_ms=delay_s * 1e3)
         self._written_at = 0.0
@@ -120,7 +121,7 @@ class Relay:
                 raise
             now = time.monotonic()
             if len(packet) < 20 or packet[0] >> 4 != 4:
-                stats["dropped_unroutable"] += 1  # not IPv4 (e.g. IPv6 neighbour discovery)
+                stats["dropped_not_ipv4"] += 1  # e.g. IPv6 router solicitations
                 continue
             target = self.by_address.get(packet[16:20])
             if target is None:
@@ -359,6 +360,7 @@ def check_main(argv):
                           tcp_gbit_s=round(gbit, 3),
                           relay=dict((k, stats.get(k)) for k in (
                               "packets", "dropped_queue_full", "dropped_unroutable",
+                              "dropped_not_ipv4",
                               "late_ms_mean", "late_ms_max")))))
 
 
