@@ -185,6 +185,8 @@ class LowPrecisionDecentralized(_Neighbours):
                                                trainable=False, name="x_hat_self"))
             self.peer_copies.append(tf.Variable(tf.zeros([n] + shape.as_list(), variable.dtype),
                                                 trainable=False, name="x_hat_peers"))
+        self._state.own_copies = self.own_copies
+        self._state.peer_copies = self.peer_copies
 
     def average(self, variables, peers):
         for bucket in self._buckets:
