@@ -133,6 +133,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
         if getattr(algorithm, "owns_step", False):
             algorithm.attach(distributed)
         distributed._tfps_algorithm = algorithm
+        distributed._tfps_algorithm_state = algorithm.checkpoint_state  # checkpointed with it
     return distributed
 
 
