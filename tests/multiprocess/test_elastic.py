@@ -1,0 +1,89 @@
+"""Elastic membership under `tfps-run --elastic` (docs/elastic.md): a SIGKILLed worker
+does not end the job; the survivors redo the failed step among themselves and their
+parameters match a NumPy replay of the documented semantics; a restarted worker joins at
+a commit and ends with the others' parameters. Real ps_server, real TF workers.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cluster import REPO, require_build
+
+RUN_PY = REPO / "tf_ps_ops" / "run.py"
+WORKERS = Path(__file__).resolve().parent / "elastic_workers"
+pytestmark = pytest.mark.timeout(240)
+
+sys.path.insert(0, str(WORKERS))
+from loop_worker import LR, gradient  # noqa: E402
+
+
+def tfps_run(tmp_path, flags, worker, args, timeout=180):
+    require_build()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TFPS_", "DMLC_", "HOROVOD_"))}
+    env.update({"PYTHONPATH": str(REPO), "TFPS_HEARTBEAT_TIMEOUT": "5",
+                "TF_CPP_MIN_LOG_LEVEL": "2"})
+    return subprocess.run(
+        [sys.executable, str(RUN_PY), *flags, "--timeout", str(timeout - 20),
+         sys.executable, str(worker), *args],
+        capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def replay(history):
+    """NumPy: SGD on the mean gradient of the ids recorded for each step."""
+    w = np.zeros(4)
+    for step, ids in enumerate(history):
+        w -= LR * np.mean([gradient(i, step) for i in ids], axis=0)
+    return w
+
+
+def results(out_dir):
+    return {p.stem: json.loads(p.read_text()) for p in Path(out_dir).glob("*.json")}
+
+
+def test_sigkilled_worker_the_others_go_on(tmp_path):
+    kill_step = 6
+    done = tfps_run(tmp_path, ["-np", "3", "-ns", "2", "--elastic"],
+                    WORKERS / "loop_worker.py", [str(tmp_path), "12", "2", "w2", str(kill_step)])
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, log[-6000:]
+    assert "worker w2 (rank 2) killed by SIGKILL" in log, log[-6000:]
+    assert "averages now divide by 2" in log, log[-6000:]
+    found = results(tmp_path)
+    assert sorted(found) == ["w0", "w1"], log[-6000:]
+    history = found["w0"]["history"]
+    assert found["w1"]["history"] == history
+    # Steps before the kill averaged over 3; the step the kill broke is redone over 2.
+    assert [tuple(h) for h in history[:kill_step]] == [("w0", "w1", "w2")] * kill_step
+    assert all(tuple(h) == ("w0", "w1") for h in history[kill_step:])
+    assert len(history) >= 12
+    assert found["w0"]["w"] == found["w1"]["w"]  # the same sums, bit for bit
+    np.testing.assert_allclose(found["w0"]["w"], replay(history), rtol=1e-12)
+    assert [found[w]["size"] for w in ("w0", "w1")] == [2, 2]
+
+
+def test_restarted_worker_joins_with_the_others_parameters(tmp_path):
+    kill_step = 4
+    done = tfps_run(tmp_path, ["-np", "3", "--elastic", "--elastic-restarts", "1"],
+                    WORKERS / "loop_worker.py", [str(tmp_path), "8", "3", "w2", str(kill_step)])
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, log[-6000:]
+    assert "join at the members' next commit" in log, log[-6000:]
+    found = results(tmp_path)
+    assert sorted(found) == ["w0", "w1", "w3"], log[-6000:]
+    history = found["w0"]["history"]
+    assert found["w1"]["history"] == history == found["w3"]["history"]
+    sizes = [tuple(h) for h in history]
+    assert sizes[:kill_step] == [("w0", "w1", "w2")] * kill_step
+    joined = sizes.index(("w0", "w1", "w3"))  # the first step with the newcomer
+    assert joined > kill_step
+    assert sizes[kill_step:joined] == [("w0", "w1")] * (joined - kill_step)
+    assert sizes[joined:] == [("w0", "w1", "w3")] * (len(sizes) - joined)
+    assert found["w0"]["w"] == found["w1"]["w"] == found["w3"]["w"]
+    np.testing.assert_allclose(found["w0"]["w"], replay(history), rtol=1e-12)
+    assert sorted(found[w]["rank"] for w in found) == [0, 1, 2]
