@@ -87,3 +87,33 @@ def test_restarted_worker_joins_with_the_others_parameters(tmp_path):
     assert found["w0"]["w"] == found["w1"]["w"] == found["w3"]["w"]
     np.testing.assert_allclose(found["w0"]["w"], replay(history), rtol=1e-12)
     assert sorted(found[w]["rank"] for w in found) == [0, 1, 2]
+
+
+def test_keras_fit_resumes_from_the_last_commit(tmp_path):
+    from keras_worker import EPOCHS, STEPS
+    done = tfps_run(tmp_path, ["-np", "3", "--elastic"], WORKERS / "keras_worker.py",
+                    [str(tmp_path), "w2", "1", "2"])
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, log[-6000:]
+    found = results(tmp_path)
+    assert sorted(found) == ["w0", "w1"], log[-6000:]
+    every = [[e, b] for e in range(EPOCHS) for b in range(STEPS)]
+    broken = every.index([1, 2])
+    for worker in ("w0", "w1"):
+        # Each position once, but the batch the kill broke: begun, failed, and after
+        # restoring the commit of the batch before it, begun again.
+        assert found[worker]["started"] == every[:broken + 1] + every[broken:], worker
+        assert (found[worker]["epoch"], found[worker]["batch"]) == (EPOCHS, 0)
+        assert found[worker]["size"] == 2
+    assert found["w0"]["weights"] == found["w1"]["weights"]
+
+
+def test_elastic_needs_the_driver(tmp_path):
+    """TFPS_ELASTIC=1 without tfps-run --elastic: a clear error at init, no hang."""
+    code = ("import tf_ps_ops as hvd\n"
+            "try:\n    hvd.init(elastic=True)\n"
+            "except RuntimeError as e:\n    print('ERROR', e)\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TFPS_")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, env={**env, "PYTHONPATH": str(REPO)})
+    assert "ERROR" in done.stdout and "tfps-run --elastic" in done.stdout, done.stderr[-3000:]
