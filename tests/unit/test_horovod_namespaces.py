@@ -71,6 +71,16 @@ def test_elastic_is_served():
         elastic.run(lambda s: None)(state)  # not initialised under elastic membership
 
 
+def test_elastic_init_without_the_driver_says_what_to_do(monkeypatch):
+    """TFPS_ELASTIC=1 (init(elastic=True)) outside `tfps-run --elastic`: a clear error at
+    once, before anything is sent, instead of a hang."""
+    monkeypatch.setenv("TFPS_ELASTIC", "0")  # restored after the test
+    monkeypatch.delenv("TFPS_ELASTIC_DIR", raising=False)
+    with pytest.raises(RuntimeError, match="needs the elastic driver.*tfps-run --elastic"):
+        tf_ps_ops.init(elastic=True)
+    assert not tf_ps_ops.is_initialized()
+
+
 @pytest.mark.parametrize("op", ["Min", "Max", "Product"])
 def test_server_reductions_keep_horovods_values(op):
     assert getattr(hvd_tf, op) == {"Min": 3, "Max": 4, "Product": 5}[op]  # Horovod's values
