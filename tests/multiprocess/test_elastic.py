@@ -20,7 +20,7 @@ WORKERS = Path(__file__).resolve().parent / "elastic_workers"
 pytestmark = pytest.mark.timeout(240)
 
 sys.path.insert(0, str(WORKERS))
-from loop_worker import LR, gradient  # noqa: E402
+from loop_gradient import LR, gradient  # noqa: E402
 
 
 def tfps_run(tmp_path, flags, worker, args, timeout=180):
@@ -78,19 +78,34 @@ def test_sigkilled_worker_the_others_go_on_and_a_restart_joins(tmp_path):
 
 
 def test_keras_fit_resumes_from_the_last_commit(tmp_path):
-    from keras_worker import EPOCHS, STEPS
+    epochs, steps = 3, 4  # keras_worker.EPOCHS, STEPS
     done = tfps_run(tmp_path, ["-np", "3", "--elastic"], WORKERS / "keras_worker.py",
                     [str(tmp_path), "w2", "1", "2"])
     log = done.stdout + done.stderr
     assert done.returncode == 0, log[-6000:]
     found = results(tmp_path)
     assert sorted(found) == ["w0", "w1"], log[-6000:]
-    every = [[e, b] for e in range(EPOCHS) for b in range(STEPS)]
+    every = [[e, b] for e in range(epochs) for b in range(steps)]
     broken = every.index([1, 2])
     for worker in ("w0", "w1"):
         # Each position once, but the batch the kill broke: begun, failed, and after
         # restoring the commit of the batch before it, begun again.
         assert found[worker]["started"] == every[:broken + 1] + every[broken:], worker
-        assert (found[worker]["epoch"], found[worker]["batch"]) == (EPOCHS, 0)
+        assert (found[worker]["epoch"], found[worker]["batch"]) == (epochs, 0)
         assert found[worker]["size"] == 2
     assert found["w0"]["weights"] == found["w1"]["weights"]
+
+
+def test_fewer_than_min_workers_ends_the_job_naming_the_lost_one(tmp_path):
+    """No TensorFlow: worker w1 exits 5 at once, the others would wait; with
+    --elastic-min-workers 3 the driver ends the job at once, naming w1."""
+    script = ("import os, sys, time\n"
+              "if os.environ['TFPS_ELASTIC_ID'] == 'w1': sys.exit(5)\n"
+              "time.sleep(60)\n")
+    worker = tmp_path / "worker.py"
+    worker.write_text(script)
+    done = tfps_run(tmp_path, ["-np", "3", "--elastic", "--elastic-min-workers", "3"],
+                    worker, [], timeout=60)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert ("worker w1 (rank 1) exited with code 5; 2 left, fewer than --elastic-min-workers 3"
+            in done.stderr), done.stdout + done.stderr

@@ -24,14 +24,9 @@ tf.config.threading.set_intra_op_parallelism_threads(1)
 tf.config.threading.set_inter_op_parallelism_threads(1)
 
 import tf_ps_ops as hvd  # noqa: E402
+from loop_gradient import LR, gradient  # noqa: E402
 
-LR = 0.05
 MAX_STEPS = 3000  # a bound, so that a broken join cannot loop for ever
-
-
-def gradient(worker_id, step):
-    k = int(worker_id[1:]) + 1
-    return np.arange(1.0, 5.0) * k + np.sin(step * 0.7 + k)
 
 
 def main():
