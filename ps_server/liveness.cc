@@ -6,6 +6,7 @@ namespace tfps {
 
 Liveness::Liveness(double timeout_s)
     : timeout_s_(timeout_s),
+      limit_s_(2 * timeout_s + 1),
       interval_(std::chrono::duration_cast<Clock::duration>(
           std::chrono::duration<double>(std::max(0.05, timeout_s / 4)))) {}
 
@@ -33,7 +34,7 @@ std::vector<std::pair<std::string, double>> Liveness::TakeSilent(Clock::time_poi
   std::vector<std::pair<std::string, double>> silent;
   for (auto it = watched_.begin(); it != watched_.end();) {
     const double quiet = std::chrono::duration<double>(now - it->second.last_answer).count();
-    if (it->second.answered && quiet > timeout_s_) {
+    if (it->second.answered && quiet > limit_s_) {
       silent.emplace_back(it->first, quiet);
       it = watched_.erase(it);
     } else {

@@ -357,6 +357,16 @@ void Scheduler::Refuse(const std::string& identity, Code code, const std::string
   (void)SendText(router_, identity, h, why);
 }
 
+namespace {
+
+std::string FormatSeconds(double seconds) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g", seconds);
+  return text;
+}
+
+}  // namespace
+
 void Scheduler::CheckLiveness() {
   if (config_.heartbeat_timeout_s <= 0) return;
   const auto now = Liveness::Clock::now();
@@ -381,8 +391,8 @@ void Scheduler::OnSilent(const std::string& identity, double seconds) {
   std::snprintf(quiet, sizeof(quiet), "%.1f", seconds);
   const std::string why =
       NameOf(identity) + " is hung: it has not answered the scheduler for " + quiet +
-      " s (TFPS_HEARTBEAT_TIMEOUT=" + std::to_string(static_cast<int>(liveness_.timeout_s())) +
-      " s) although its connection is open: its " +
+      " s (2 x TFPS_HEARTBEAT_TIMEOUT=" + FormatSeconds(liveness_.timeout_s()) +
+      " s, + 1 s) although its connection is open: its " +
       (worker ? "engine thread" : "I/O thread") + " is stuck (a debugger, a deadlock?)";
   TFPS_LOG(Error) << why;
   member->done = true;

@@ -23,8 +23,8 @@ const std::vector<ConfigEntry>& ConfigTable() {
        "Seconds without traffic or heartbeat after which a connection counts as dead (a host "
        "that vanished without closing its sockets). Also how long a member's serving thread "
        "(a worker's engine thread, a server's I/O thread) may leave the scheduler's pings "
-       "unanswered before it is named hung to everyone (application heartbeats, pinged every "
-       "quarter of it). At least 1; values above 6553.5 (the largest ZeroMQ can carry) are "
+       "unanswered, twice this plus 1 s, before it is named hung to everyone (application "
+       "heartbeats, pinged every quarter of it). At least 1; values above 6553.5 (the largest ZeroMQ can carry) are "
        "used as 6553.5, with a warning."},
       {"TFPS_PARTITION_BYTES", "int", "524288",
        "Tensors are split into partitions of at most this many bytes; partitions are spread "
