@@ -10,7 +10,6 @@ thread would), keeping its connection open.
 import time
 
 import pytest
-import zmq
 
 from hostile import Job, T, core
 
