@@ -157,6 +157,7 @@ class TensorFlowKerasState(ObjectState):
     attributes (epoch=0, batch=0, ...)."""
 
     def __init__(self, model, optimizer=None, backend=None, **kwargs):
+        # backend: Horovod's signature (its Keras backend module); not needed here.
         self.model = model
         self.optimizer = optimizer if optimizer is not None else model.optimizer
         self._values = self._read()
@@ -168,17 +169,23 @@ class TensorFlowKerasState(ObjectState):
             variables += list(self.optimizer.variables)
         return variables
 
+    @staticmethod
+    def _key(variable):
+        # Keras 3 variables have a unique path; an optimizer built after the last commit
+        # adds variables that have no saved value (they keep theirs).
+        return getattr(variable, "path", None) or variable.name
+
     def _read(self):
-        return [np.array(v.numpy()) for v in self._variables()]
+        return {self._key(v): np.array(v.numpy()) for v in self._variables()}
 
     def save(self):
         self._values = self._read()
         super().save()
 
     def restore(self):
-        variables = self._variables()
-        if len(variables) == len(self._values):
-            for variable, value in zip(variables, self._values):
+        for variable in self._variables():
+            value = self._values.get(self._key(variable))
+            if value is not None:
                 variable.assign(value)
         super().restore()
 
