@@ -130,8 +130,6 @@ UNSERVED = {
     "PartialDistributedGradientTape": "not implemented yet (issue 12)",
     "start_timeline": "no timeline: the engine logs its stages instead (docs/env.md)",
     "stop_timeline": "no timeline: the engine logs its stages instead (docs/env.md)",
-    "elastic": "elastic training needs membership changes the servers do not support yet "
-               "(issue 12)",
 }
 
 

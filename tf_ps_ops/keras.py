@@ -13,7 +13,7 @@ import sys
 import keras
 import tensorflow as tf
 
-from tf_ps_ops import _compat, callbacks, ops  # noqa: F401  (hvd.callbacks)
+from tf_ps_ops import _compat, callbacks, elastic, ops  # noqa: F401  (hvd.callbacks, .elastic)
 from tf_ps_ops._compat import (  # noqa: F401
     broadcast_global_variables, ccl_built, cross_rank, cross_size, cuda_built, ddl_built,
     gloo_built, gloo_enabled, is_homogeneous, mpi_built, mpi_enabled,
@@ -174,7 +174,7 @@ def broadcast(value, root_rank, name=None, process_set=global_process_set):
                          process_set=process_set)
 
 
-for _name in ("PartialDistributedOptimizer", "elastic", "ProcessSet", "add_process_set", "remove_process_set",
+for _name in ("PartialDistributedOptimizer", "ProcessSet", "add_process_set", "remove_process_set",
               "start_timeline", "stop_timeline"):
     setattr(sys.modules[__name__], _name, _compat.unserved(_name))
 del _name

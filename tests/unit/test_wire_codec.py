@@ -25,7 +25,7 @@ def decode(fields, payload, dims=(3000,)):
 
 
 def test_protocol_version_is_4():
-    assert core.PROTOCOL_VERSION == 4
+    assert core.PROTOCOL_VERSION == 5
     assert core.HEADER_BYTES == 64
 
 

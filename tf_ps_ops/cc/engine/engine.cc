@@ -218,6 +218,7 @@ Status Engine::Loop::ReadNoticesOnLoop() {
   TFPS_CHECK_ON_LOOP(loop_thread_);
   std::vector<zmq::message_t> frames;
   while (RecvFrames(*scheduler_, &frames)) {
+    if (AnswerPing(*scheduler_, frames)) continue;  // this thread lives (notice.h)
     Code code = Code::kOk;
     NoticeAbout about;
     std::string text;
