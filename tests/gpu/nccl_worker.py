@@ -24,6 +24,7 @@ if os.environ.get("GPU_CHECKS_ONE_GPU_EACH") == "1":
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from tensorflow.python.framework import kernels  # noqa: E402
 
 tf.config.threading.set_intra_op_parallelism_threads(1)
 tf.config.threading.set_inter_op_parallelism_threads(2)
@@ -50,6 +51,11 @@ def rank_input(dtype, shape, rank, step):
 def main():
     hvd.init()
     size, rank = hvd.size(), hvd.rank()
+    # Whether this op library is a CUDA build (it registered GPU kernels): only such a build
+    # offers NCCL, and says why it does not use it (test_nccl_fallback.py reads this).
+    gpu_kernels = [k for k in kernels.get_registered_kernels_for_op("PsPushPull").kernel
+                   if k.device_type == "GPU"]
+    print("cuda_build %d" % bool(gpu_kernels), flush=True)
     for step in range(3):
         for dtype, shape in CASES:
             name = "nccl.%s.%s" % (np.dtype(dtype).name, "x".join(map(str, shape)))
