@@ -93,6 +93,12 @@ void NcclLocalReduce::BroadcastFromLeader(const LocalTensor& t, const Status& re
   Add(std::move(op));
 }
 
+void NcclLocalReduce::Fail(const Status& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (failed_.ok()) failed_ = why.ok() ? Aborted("the job cannot go on") : why;
+  wake_.notify_all();
+}
+
 void NcclLocalReduce::Shutdown() {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -110,6 +116,10 @@ void NcclLocalReduce::RunThread() {
       if (stopping_) break;
     }
     Op op;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (broken_.ok() && !failed_.ok()) broken_ = failed_;
+    }
     Status s = broken_;
     if (s.ok()) s = NextOnThread(&op);
     if (!s.ok()) {
@@ -230,6 +240,7 @@ Status NcclLocalReduce::NextOnThread(Op* op) {
       return Status::Ok();
     }
     if (stopping_) return Aborted("tf_ps_ops was shut down");
+    if (!failed_.ok()) return failed_;
     if (wake_.wait_until(lock, deadline) == std::cv_status::timeout) {
       return DeadlineExceeded(
           "the local leader (rank " + std::to_string(ranks_[0]) + ") started the NCCL " +

@@ -44,6 +44,9 @@ class NcclLocalReduce : public LocalReduce {
   void ReduceToLeader(const LocalTensor& tensor, const void* input, ReduceDone done) override;
   void BroadcastFromLeader(const LocalTensor& tensor, const Status& result, void* output,
                            Done done) override;
+  // Pending calls and every later one fail with `why` at once; a collective in flight ends
+  // within the timeout (NCCL cannot be interrupted from another thread safely).
+  void Fail(const Status& why) override;
   // Fails what is pending (Aborted) and joins the thread (a collective in flight ends within
   // the timeout), then frees the GPU and pinned buffers.
   void Shutdown() override;
@@ -85,6 +88,7 @@ class NcclLocalReduce : public LocalReduce {
   std::condition_variable wake_;
   std::deque<Op> pending_;  // guarded by mu_
   bool stopping_ = false;   // guarded by mu_
+  Status failed_;           // guarded by mu_: Fail's reason
   std::thread thread_;
 
   std::unique_ptr<gpu::NcclLocalGroup> group_;

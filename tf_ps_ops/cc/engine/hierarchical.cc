@@ -174,6 +174,11 @@ void Hierarchical::Finish(std::shared_ptr<Call> call, const Status& status) {
   if (next) Run(next);
 }
 
+void Hierarchical::Fail(const Status& why) {
+  if (reduce_) reduce_->Fail(why);
+  if (device_reduce_) device_reduce_->Fail(why);
+}
+
 void Hierarchical::Shutdown() {
   if (reduce_) reduce_->Shutdown();
   if (device_reduce_) device_reduce_->Shutdown();
