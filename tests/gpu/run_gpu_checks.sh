@@ -11,7 +11,11 @@
 #    broadcast, allgather, SFB and PS apply on GPU tensors against NumPy, a 2-worker Keras fit
 #    on the GPU against single-process fit, and the staging-overlap timing with the engine's
 #    timeline (OUT_DIR/timeline_<rank>.json). Without TensorFlow this part is SKIPPED, saying
-#    why (the image of the lent H200 machines has none).
+#    why (the image of the lent H200 machines has none);
+# 3. with TensorFlow, NCCL and at least 2 GPUs: hierarchical aggregation through NCCL, two
+#    workers with a GPU each (tests/gpu/nccl_worker.py: exact sums against NumPy, chunked
+#    tensors included, and the local leader's line saying NCCL sums). NCCL refuses two ranks
+#    on one GPU ("Duplicate GPU detected"), so with 1 GPU this part is SKIPPED, saying so.
 # Installs nothing (no pip, no network). PYTHON picks the interpreter (default python3);
 # TFPS_CUDA_ARCHS the GPU code (default: the compute capability nvidia-smi reports).
 # Prints a summary; exits 1 if any check failed, 0 otherwise (skips included).
@@ -60,6 +64,20 @@ if TF_CPP_MIN_LOG_LEVEL=3 "$PY" -c "$TF_PROBE" >"$OUT_DIR/tf_probe.log" 2>&1; th
   if step build_tf_cuda env TFPS_WITH_CUDA=1 "$PY" setup.py -q build_tfps; then
     step tf_gpu_workers env TFPS_GPU_OUT="$OUT_DIR" TFPS_TIMELINE="$OUT_DIR/timeline_%r.json" \
       "$PY" -m tf_ps_ops.run -np 2 -ns 1 --timeout 480 "$PY" tests/gpu/tf_gpu_worker.py
+  fi
+  gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+  nccl=$("$PY" -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null \
+         || ldconfig -p 2>/dev/null | grep -o '/.*libnccl.so.2' | head -1)
+  if [ "${gpus:-0}" -lt 2 ]; then
+    SUMMARY+=("SKIP  NCCL hierarchical: needs 2 GPUs (this machine has ${gpus:-0}); NCCL refuses two ranks on one GPU")
+  elif [ -z "$nccl" ]; then
+    SUMMARY+=("SKIP  NCCL hierarchical: no NCCL here (pip install nvidia-nccl-cu12, or TFPS_NCCL_LIBRARY)")
+  elif step nccl_hierarchical env GPU_CHECKS_ONE_GPU_EACH=1 TFPS_HIERARCHICAL=1 TFPS_LOG_LEVEL=info \
+      "$PY" -m tf_ps_ops.run -np 2 -ns 1 --timeout 300 "$PY" tests/gpu/nccl_worker.py; then
+    if ! grep -q "summed with NCCL" "$OUT_DIR/nccl_hierarchical.log"; then
+      SUMMARY+=("FAIL  NCCL hierarchical: the sums were right but went through shared memory (no 'summed with NCCL' line; see the 'cannot use NCCL' line in $OUT_DIR/nccl_hierarchical.log)")
+      FAILED=1
+    fi
   fi
 else
   why=$(tail -1 "$OUT_DIR/tf_probe.log")

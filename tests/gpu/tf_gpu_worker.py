@@ -2,6 +2,7 @@
 
 On GPU tensors, against oracles:
   push_pull, broadcast, allgather   NumPy sums / rank 0's value / concatenation
+  push_pull op=Max                  NumPy's maximum (the GPU kernel honours reduce_op)
   the ops ran on the GPU            the outputs' device is a GPU
   SFB                               NumPy's rank-order float32 loop, bit for bit
   PS apply                          a GPU variable after one PS-mode SGD step: w - lr * mean(g)
@@ -64,6 +65,10 @@ def check_collectives():
         gathered = hvd.allgather(tf.constant(rank_data(rank, (rank + 2, 5), 2)), name="gpu.ag")
         root = hvd.broadcast(tf.constant(rank_data(rank, (64,), 3)), root_rank=0,
                              name="gpu.bc")
+        # The GPU kernel reads the op's attrs as the CPU one does (kernels/comm_attrs.h);
+        # before, it ignored reduce_op and summed.
+        largest = hvd.allreduce(tf.constant(rank_data(rank, (257,), 4)), op=hvd.Max,
+                                name="gpu.max")
     want = sum(rank_data(r, (1000, 33), 1).astype(np.float64) for r in range(size))
     check("push_pull on GPU", on_gpu(summed) and np.allclose(summed.numpy(), want, atol=1e-4),
           summed.device)
@@ -73,6 +78,9 @@ def check_collectives():
     check("broadcast on GPU", on_gpu(root) and np.array_equal(root.numpy(),
                                                               rank_data(0, (64,), 3)),
           root.device)
+    want = np.max([rank_data(r, (257,), 4) for r in range(size)], axis=0)
+    check("push_pull op=Max on GPU", on_gpu(largest) and np.array_equal(largest.numpy(), want),
+          largest.device)
 
 
 def numpy_rebuild(rows, m, n, divisor):

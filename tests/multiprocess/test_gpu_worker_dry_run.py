@@ -12,7 +12,7 @@ import pytest
 WORKER = Path(__file__).resolve().parents[1] / "gpu" / "tf_gpu_worker.py"
 pytestmark = pytest.mark.timeout(400)
 
-CHECKS = {"push_pull on GPU", "allgather on GPU", "broadcast on GPU",
+CHECKS = {"push_pull on GPU", "allgather on GPU", "broadcast on GPU", "push_pull op=Max on GPU",
           "SFB rebuild on GPU, bit-identical to NumPy", "PS apply (SGD) of a GPU variable",
           "2-worker Keras fit on GPU equals single-process fit"}
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tensorflow/core/framework/op_kernel.h"
+#include "tf_ps_ops/kernels/comm_attrs.h"
 #include "tf_ps_ops/kernels/tf_adapter.h"
 
 namespace tfps {
@@ -23,17 +24,12 @@ using tensorflow::TensorShape;
 class PsAllgatherGpuOp : public AsyncOpKernel {
  public:
   explicit PsAllgatherGpuOp(OpKernelConstruction* ctx) : AsyncOpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("tensor_name", &tensor_name_));
-    if (tensor_name_.empty()) tensor_name_ = name();
+    OP_REQUIRES_OK(ctx, ReadTensorName(ctx, &tensor_name_));
   }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     const Tensor& input = ctx->input(0);
-    OP_REQUIRES_ASYNC(ctx, input.dims() >= 1,
-                      absl::InvalidArgumentError("allgather of '" + tensor_name_ +
-                                                 "' needs a tensor of rank >= 1, got a scalar"),
-                      done);
-    OP_REQUIRES_OK_ASYNC(ctx, RequireInitialised("allgather of '" + tensor_name_ + "'"), done);
+    OP_REQUIRES_OK_ASYNC(ctx, CheckGatherInput(tensor_name_, input), done);
     auto host = std::make_shared<Tensor>();
     StageToHost(ctx, input, host.get(), [this, ctx, done, host](const absl::Status& s) {
       if (!s.ok()) return FinishAsync(ctx, done, s);

@@ -5,6 +5,7 @@
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
+#include "tf_ps_ops/kernels/comm_attrs.h"
 #include "tf_ps_ops/kernels/tf_adapter.h"
 
 namespace tfps {
@@ -19,17 +20,12 @@ using tensorflow::TensorShape;
 class PsAllgatherOp : public AsyncOpKernel {
  public:
   explicit PsAllgatherOp(OpKernelConstruction* ctx) : AsyncOpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("tensor_name", &tensor_name_));
-    if (tensor_name_.empty()) tensor_name_ = name();
+    OP_REQUIRES_OK(ctx, ReadTensorName(ctx, &tensor_name_));
   }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     const Tensor& input = ctx->input(0);
-    OP_REQUIRES_ASYNC(ctx, input.dims() >= 1,
-                      absl::InvalidArgumentError("allgather of '" + tensor_name_ +
-                                                 "' needs a tensor of rank >= 1, got a scalar"),
-                      done);
-    OP_REQUIRES_OK_ASYNC(ctx, RequireInitialised("allgather of '" + tensor_name_ + "'"), done);
+    OP_REQUIRES_OK_ASYNC(ctx, CheckGatherInput(tensor_name_, input), done);
     GatherRequest request;
     DescribeInput(tensor_name_, input, &request);
     const TensorShape shape = input.shape();

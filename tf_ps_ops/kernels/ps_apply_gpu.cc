@@ -244,6 +244,39 @@ TFPS_PS_GPU_KERNEL("PsApplyRMSProp", .HostMemory("lr").HostMemory("rho")
 TFPS_PS_GPU_KERNEL("PsApplyCenteredRMSProp", .HostMemory("lr").HostMemory("rho")
                                                  .HostMemory("momentum").HostMemory("epsilon"));
 
+// The sparse ops (PsSparseApplyXXX) have no GPU kernel: embedding tables stay on the CPU,
+// where their rows are gathered and updated anyway (docs/gpu.md says why). Without any GPU
+// registration, a table created on the GPU would fail in TensorFlow's placer with a message
+// about kernels and colocation; this one, chosen for exactly that case (the resource input
+// pins the op to the table's device), fails when it is created, saying what to do.
+class PsSparseOnGpuOp : public tensorflow::OpKernel {
+ public:
+  explicit PsSparseOnGpuOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    std::string tensor_name;
+    if (!ctx->GetAttr("tensor_name", &tensor_name).ok() || tensor_name.empty()) {
+      tensor_name = name();
+    }
+    ctx->CtxFailure(absl::FailedPreconditionError(
+        type_string() + " of '" + tensor_name + "': the variable is on " +
+        ctx->device()->name() + ", and sparse PS updates run on the CPU only: keep embedding "
+        "variables on the CPU (create them under tf.device('/CPU:0'); the rest of the model "
+        "may stay on the GPU; docs/gpu.md)"));
+  }
+  void Compute(OpKernelContext* ctx) override {}
+};
+
+#define TFPS_PS_SPARSE_GPU_REFUSAL(OP) \
+  REGISTER_KERNEL_BUILDER(Name(OP).Device(tensorflow::DEVICE_GPU), PsSparseOnGpuOp)
+
+TFPS_PS_SPARSE_GPU_REFUSAL("PsSparseApplyGradientDescent");
+TFPS_PS_SPARSE_GPU_REFUSAL("PsSparseApplyMomentum");
+TFPS_PS_SPARSE_GPU_REFUSAL("PsSparseApplyKerasMomentum");
+TFPS_PS_SPARSE_GPU_REFUSAL("PsSparseApplyAdagrad");
+TFPS_PS_SPARSE_GPU_REFUSAL("PsSparseApplyAdagradV2");
+TFPS_PS_SPARSE_GPU_REFUSAL("PsSparseApplyKerasAdagrad");
+TFPS_PS_SPARSE_GPU_REFUSAL("PsSparseApplyRMSProp");
+TFPS_PS_SPARSE_GPU_REFUSAL("PsSparseApplyCenteredRMSProp");
+
 }  // namespace
 }  // namespace tfps
 

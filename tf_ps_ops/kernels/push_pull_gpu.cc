@@ -1,7 +1,9 @@
 // PsPushPull and PsBroadcast on DEVICE_GPU (CUDA builds): the tensor is staged to pinned
 // host memory as soon as the kernels producing it are done (gpu_staging.h), the engine sums
 // it like a CPU tensor, in place in the pinned buffer, and the answer is copied back into
-// the GPU output. The op's thread returns at once; backward goes on meanwhile.
+// the GPU output. The op's thread returns at once; backward goes on meanwhile. Where the
+// host's workers sum GPU tensors with NCCL (hierarchical aggregation), the engine takes the
+// GPU buffers instead and only the local leader stages (nccl_local_reduce.h).
 #include "tf_ps_ops/kernels/gpu_staging.h"
 
 #if TFPS_WITH_CUDA
@@ -11,6 +13,8 @@
 #include <string>
 
 #include "tensorflow/core/framework/op_kernel.h"
+#include "tf_ps_ops/kernels/comm_attrs.h"
+#include "tf_ps_ops/kernels/nccl_local_reduce.h"
 #include "tf_ps_ops/kernels/tf_adapter.h"
 
 namespace tfps {
@@ -24,47 +28,23 @@ using tensorflow::Tensor;
 // The attrs are PsCommOp's (push_pull_ops.cc), read the same way.
 class PsCommGpuOp : public AsyncOpKernel {
  public:
+  // The attrs and checks are PsCommOp's (push_pull_ops.cc), shared (comm_attrs.h).
   explicit PsCommGpuOp(OpKernelConstruction* ctx) : AsyncOpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("tensor_name", &tensor_name_));
-    if (tensor_name_.empty()) tensor_name_ = name();
-    if (ctx->HasAttr("root_rank")) OP_REQUIRES_OK(ctx, ctx->GetAttr("root_rank", &root_rank_));
-    if (ctx->HasAttr("priority")) OP_REQUIRES_OK(ctx, ctx->GetAttr("priority", &priority_));
-    if (ctx->HasAttr("compression")) {
-      std::string compression;
-      OP_REQUIRES_OK(ctx, ctx->GetAttr("compression", &compression));
-      if (!compression.empty()) {
-        CodecSpec spec;
-        OP_REQUIRES_OK(ctx, ToTfStatus(ParseCodec(compression, &spec)));
-        codec_ = spec;
-      }
-      OP_REQUIRES_OK(ctx, ctx->GetAttr("error_feedback", &error_feedback_));
-    }
+    OP_REQUIRES_OK(ctx, attrs_.Read(ctx));
   }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     const Tensor& input = ctx->input(0);
-    OP_REQUIRES_OK_ASYNC(ctx, RequireInitialised(type_string() + " of '" + tensor_name_ + "'"),
-                         done);
-    if (root_rank_ >= 0) {
-      OP_REQUIRES_ASYNC(ctx, root_rank_ < Engine::Get().size(),
-                        absl::InvalidArgumentError(
-                            "broadcast of '" + tensor_name_ + "': root_rank " +
-                            std::to_string(root_rank_) + " is not below size " +
-                            std::to_string(Engine::Get().size())),
-                        done);
-    }
+    OP_REQUIRES_OK_ASYNC(ctx, attrs_.Check(type_string()), done);
     Tensor* output = nullptr;
     OP_REQUIRES_OK_ASYNC(
         ctx, ctx->forward_input_or_allocate_output({0}, 0, input.shape(), &output), done);
+    if (PushPullOnDevice(ctx, input, output, done)) return;
     auto host = std::make_shared<Tensor>();
     StageToHost(ctx, input, host.get(), [this, ctx, done, host, output](const absl::Status& s) {
       if (!s.ok()) return FinishAsync(ctx, done, s);
       // The answer overwrites the staged gradient: safe as on the CPU (push_pull_ops.cc).
-      PushPullRequest request = RequestFor(tensor_name_, *host, host.get());
-      request.root_rank = root_rank_;
-      request.priority = priority_;
-      request.codec = codec_;
-      request.error_feedback = error_feedback_;
+      PushPullRequest request = attrs_.Request(*host, host.get());
       request.done = [ctx, done, host, output](const Status& status) {
         if (!status.ok()) return FinishAsync(ctx, done, ToTfStatus(status));
         CopyToDevice(ctx, *host, output, [ctx, done, host](const absl::Status& copied) {
@@ -76,11 +56,38 @@ class PsCommGpuOp : public AsyncOpKernel {
   }
 
  private:
-  std::string tensor_name_;
-  int root_rank_ = -1;
-  int priority_ = 0;
-  std::optional<CodecSpec> codec_;
-  int error_feedback_ = -1;
+  // When this host sums GPU tensors with NCCL (device_reduce.h) and the call goes the
+  // hierarchical way, the engine takes the GPU buffers themselves: no staging here, the
+  // local leader alone copies the local sum to the host. True when it took the call.
+  bool PushPullOnDevice(OpKernelContext* ctx, const Tensor& input, Tensor* output,
+                        DoneCallback done) {
+    PushPullRequest request = attrs_.Request(input, output);
+    if (input.NumElements() == 0 || !Engine::Get().TakesDeviceTensor(request)) return false;
+    void* stream = nullptr;
+    void* ready = nullptr;
+    const absl::Status got = ComputeStream(ctx, &stream);
+    if (!got.ok()) {
+      FinishAsync(ctx, done, got);
+      return true;
+    }
+    Status s = DeviceOfPointer(request.input, &request.device);
+    if (s.ok()) s = RecordReadyEvent(stream, &ready);  // after the input's producers
+    if (!s.ok()) {
+      FinishAsync(ctx, done, ToTfStatus(s.WithPrefix(type_string() + " of '" +
+                                                     attrs_.tensor_name + "' on the GPU: ")));
+      return true;
+    }
+    request.device_ready = ready;
+    request.input_holder = std::make_shared<Tensor>(input);
+    request.done = [ctx, done, ready](const Status& status) {
+      ReleaseReadyEvent(ready);
+      FinishAsync(ctx, done, ToTfStatus(status));
+    };
+    Engine::Get().Enqueue(std::move(request));
+    return true;
+  }
+
+  CommAttrs attrs_;
 };
 
 // `handles` are resources: always in host memory, nothing to say.

@@ -7,6 +7,7 @@
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
+#include "tf_ps_ops/kernels/comm_attrs.h"
 #include "tf_ps_ops/kernels/tf_adapter.h"
 
 namespace tfps {
@@ -20,53 +21,15 @@ using tensorflow::Tensor;
 constexpr char kCommTypes[] =
     "T: {half, bfloat16, float, double, int8, uint8, int16, uint16, int32, int64, bool}";
 
-Status ParseReduceOp(const std::string& name, ReduceOp* op) {
-  for (uint8_t v = 0; v <= kMaxReduceOp; ++v) {
-    if (name == ReduceOpName(static_cast<ReduceOp>(v))) {
-      *op = static_cast<ReduceOp>(v);
-      return Status::Ok();
-    }
-  }
-  return InvalidArgument("unknown reduce_op '" + name + "'");
-}
-
 class PsCommOp : public AsyncOpKernel {
  public:
   explicit PsCommOp(OpKernelConstruction* ctx) : AsyncOpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("tensor_name", &tensor_name_));
-    if (tensor_name_.empty()) tensor_name_ = name();
-    if (ctx->HasAttr("root_rank")) OP_REQUIRES_OK(ctx, ctx->GetAttr("root_rank", &root_rank_));
-    if (ctx->HasAttr("priority")) OP_REQUIRES_OK(ctx, ctx->GetAttr("priority", &priority_));
-    if (ctx->HasAttr("reduce_op")) {
-      std::string reduce_op;
-      OP_REQUIRES_OK(ctx, ctx->GetAttr("reduce_op", &reduce_op));
-      OP_REQUIRES_OK(ctx, ToTfStatus(ParseReduceOp(reduce_op, &reduce_op_)));
-    }
-    if (ctx->HasAttr("compression")) {
-      std::string compression;
-      OP_REQUIRES_OK(ctx, ctx->GetAttr("compression", &compression));
-      if (!compression.empty()) {  // empty: the job default, resolved by the engine
-        CodecSpec spec;
-        OP_REQUIRES_OK(ctx, ToTfStatus(ParseCodec(compression, &spec)));
-        codec_ = spec;
-      }
-      OP_REQUIRES_OK(ctx, ctx->GetAttr("error_feedback", &error_feedback_));
-    }
+    OP_REQUIRES_OK(ctx, attrs_.Read(ctx));
   }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     const Tensor& input = ctx->input(0);
-    Engine& engine = Engine::Get();
-    OP_REQUIRES_OK_ASYNC(ctx, RequireInitialised(type_string() + " of '" + tensor_name_ + "'"),
-                         done);
-    if (root_rank_ >= 0) {
-      OP_REQUIRES_ASYNC(ctx, root_rank_ < engine.size(),
-                        absl::InvalidArgumentError(
-                            "broadcast of '" + tensor_name_ + "': root_rank " +
-                            std::to_string(root_rank_) + " is not below size " +
-                            std::to_string(engine.size())),
-                        done);
-    }
+    OP_REQUIRES_OK_ASYNC(ctx, attrs_.Check(type_string()), done);
     // The answer may go into the input's own buffer when nothing else holds it (a gradient
     // usually): no fresh allocation to page in each step. Safe with zero-copy sends: a
     // partition's answer arrives only after the server has all of that partition, so
@@ -75,23 +38,13 @@ class PsCommOp : public AsyncOpKernel {
     OP_REQUIRES_OK_ASYNC(
         ctx, ctx->forward_input_or_allocate_output({0}, 0, input.shape(), &output), done);
 
-    PushPullRequest request = RequestFor(tensor_name_, input, output);
-    request.root_rank = root_rank_;
-    request.priority = priority_;
-    request.reduce_op = reduce_op_;
-    request.codec = codec_;
-    request.error_feedback = error_feedback_;
+    PushPullRequest request = attrs_.Request(input, output);
     request.done = CompleteWithStatus(ctx, done);
-    engine.Enqueue(std::move(request));
+    Engine::Get().Enqueue(std::move(request));
   }
 
  private:
-  std::string tensor_name_;
-  int root_rank_ = -1;
-  int priority_ = 0;
-  ReduceOp reduce_op_ = ReduceOp::kSum;
-  std::optional<CodecSpec> codec_;
-  int error_feedback_ = -1;
+  CommAttrs attrs_;  // read as the GPU twin reads them (push_pull_gpu.cc)
 };
 
 REGISTER_OP("PsPushPull")

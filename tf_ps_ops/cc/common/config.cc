@@ -107,6 +107,11 @@ const std::vector<ConfigEntry>& ConfigTable() {
        "through shared memory (a segment per partition, 0600, named after a random token the "
        "server hands out) instead of loopback TCP; only the 64-byte heads cross the socket "
        "(docs/hierarchical.md). Read by workers and servers. 0: loopback TCP."},
+      {"TFPS_NCCL_LIBRARY", "string", "",
+       "CUDA builds: the path of libnccl.so.2 that sums the GPU tensors of one host's workers "
+       "in hierarchical aggregation (docs/gpu.md). Empty: the dynamic linker's search path, "
+       "then the nvidia-nccl-cu12/-cu13 wheel next to tf_ps_ops. When any local worker cannot "
+       "open it (or sees no GPU), GPU tensors are summed through shared memory, logged once."},
   };
   return table;
 }
@@ -245,6 +250,7 @@ Status LoadConfig(Config* config) {
   int64_t shm_server = 0;
   TFPS_RETURN_IF_ERROR(ParseInt("TFPS_SHM_SERVER", 0, 1, &shm_server));
   config->shm_server = shm_server != 0;
+  config->nccl_library = Lookup("TFPS_NCCL_LIBRARY");
   config->checkpoint_dir = Lookup("TFPS_CHECKPOINT_DIR");
   TFPS_RETURN_IF_ERROR(
       ParseInt("TFPS_CHECKPOINT_EVERY", 0, int64_t{1} << 50, &config->checkpoint_every));

@@ -43,6 +43,7 @@ struct Config {
   bool error_feedback = true;      // TFPS_ERROR_FEEDBACK
   bool hierarchical = true;        // TFPS_HIERARCHICAL
   bool shm_server = false;         // TFPS_SHM_SERVER
+  std::string nccl_library;        // TFPS_NCCL_LIBRARY (empty: the usual places)
   std::string bind;                // TFPS_BIND
   std::string auth_secret_key;     // read from TFPS_AUTH_KEY_FILE (Z85); empty: no CURVE
   Consistency consistency;         // TFPS_CONSISTENCY (workers; servers take the job's from

@@ -23,6 +23,7 @@
 #include "tf_ps_ops/cc/cluster/rendezvous.h"
 #include "tf_ps_ops/cc/common/logging.h"
 #include "tf_ps_ops/cc/common/loop_thread.h"
+#include "tf_ps_ops/cc/engine/device_reduce.h"
 #include "tf_ps_ops/cc/engine/hierarchical.h"
 #include "tf_ps_ops/cc/engine/partition.h"
 #include "tf_ps_ops/cc/engine/push_codec.h"
@@ -1032,6 +1033,10 @@ Status Engine::StartHierarchical(const Config& config, const ClusterView& view) 
   }
   auto hierarchical = std::make_shared<Hierarchical>(
       std::move(reduce), alone ? std::vector<int>{rank_} : local, submit);
+  std::unique_ptr<LocalReduce> device_reduce;  // NCCL for GPU tensors (device_reduce.h)
+  TFPS_RETURN_IF_ERROR(
+      SetUpDeviceReduce(this, config, local, local_rank_, alone, &device_reduce));
+  hierarchical->SetDeviceReduce(std::move(device_reduce));
   if (std::shared_ptr<Loop> loop = weak.lock()) {
     // A stopped local worker is alive to the shared memory's liveness check: the
     // scheduler's word that the job cannot go on must end the local waits too.

@@ -67,6 +67,11 @@ struct PushPullRequest {
   std::chrono::steady_clock::time_point enqueued;  // set by Engine::Enqueue (timeline)
   std::shared_ptr<void> input_holder;  // keeps `input` alive until ZeroMQ has sent it
   std::function<void(const Status&)> done;
+  // >= 0: `input` and `output` are memory of this CUDA device, which only the NCCL local
+  // reduction takes (device_reduce.h; a GPU kernel asks TakesDeviceTensor first), and
+  // `device_ready` is a cudaEvent_t after which `input` holds the data.
+  int device = -1;
+  void* device_ready = nullptr;
 };
 
 struct EngineStats {
@@ -106,6 +111,9 @@ class Engine {
   // Enqueues all at once, so they start together (and small ones can share messages).
   void EnqueueAll(std::vector<PushPullRequest> requests);
   void EnqueueGather(GatherRequest request);
+  // Whether `request` may hand device memory (request.device >= 0): its host sums GPU
+  // tensors with NCCL and the request goes the hierarchical way (device_reduce.cc).
+  bool TakesDeviceTensor(const PushPullRequest& request);
 
   ~Engine();
 

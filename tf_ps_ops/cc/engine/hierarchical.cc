@@ -58,6 +58,8 @@ void Hierarchical::Enqueue(PushPullRequest request) {
     chunk.priority = request.priority;
     chunk.input_holder = request.input_holder;
     chunk.enqueued = request.enqueued;
+    chunk.device = request.device;
+    chunk.device_ready = request.device_ready;
     chunk.done = [shared](const Status& s) {
       std::function<void(const Status&)> done;
       Status status;
@@ -94,6 +96,8 @@ std::shared_ptr<Hierarchical::Call> Hierarchical::NextLocked(const std::string& 
   q.waiting.pop_front();
   const PushPullRequest& r = call->request;
   call->tensor = LocalTensor{r.name, KeyOfName(r.name), ++q.steps, r.dtype, r.count};
+  call->tensor.device = r.device;
+  call->tensor.device_ready = r.device_ready;
   return call;
 }
 
@@ -124,20 +128,21 @@ void Hierarchical::Run(std::shared_ptr<Call> call) {
     submit_(std::move(push));
     return;
   }
-  const bool leader = reduce_->local_rank() == 0;
-  reduce_->ReduceToLeader(call->tensor, call->request.input, [this, call, leader](
-                                                                 const Status& s, void* sum) {
+  LocalReduce* reduce = call->tensor.device >= 0 ? device_reduce_.get() : reduce_.get();
+  const bool leader = reduce->local_rank() == 0;
+  reduce->ReduceToLeader(call->tensor, call->request.input, [this, call, leader, reduce](
+                                                                const Status& s, void* sum) {
     if (!leader) {  // handed over: wait for the answer (or fail, the leader will too)
       if (!s.ok()) {
         Finish(call, s);
         return;
       }
-      reduce_->BroadcastFromLeader(call->tensor, Status::Ok(), call->request.output,
+      reduce->BroadcastFromLeader(call->tensor, Status::Ok(), call->request.output,
                                    [this, call](const Status& got) { Finish(call, got); });
       return;
     }
-    auto broadcast = [this, call](const Status& result) {
-      reduce_->BroadcastFromLeader(call->tensor, result, call->request.output,
+    auto broadcast = [this, call, reduce](const Status& result) {
+      reduce->BroadcastFromLeader(call->tensor, result, call->request.output,
                                    [this, call](const Status& got) { Finish(call, got); });
     };
     if (!s.ok()) {
@@ -171,10 +176,12 @@ void Hierarchical::Finish(std::shared_ptr<Call> call, const Status& status) {
 
 void Hierarchical::Fail(const Status& why) {
   if (reduce_) reduce_->Fail(why);
+  if (device_reduce_) device_reduce_->Fail(why);
 }
 
 void Hierarchical::Shutdown() {
   if (reduce_) reduce_->Shutdown();
+  if (device_reduce_) device_reduce_->Shutdown();
 }
 
 }  // namespace tfps

@@ -46,6 +46,10 @@ class Hierarchical {
   void Fail(const Status& why);
   void Shutdown();
 
+  // GPU tensors (request.device >= 0) go to `reduce` (NCCL, device_reduce.h) instead.
+  void SetDeviceReduce(std::unique_ptr<LocalReduce> reduce) { device_reduce_ = std::move(reduce); }
+  bool takes_device_tensors() const { return device_reduce_ != nullptr; }
+
  private:
   struct Call;
   void EnqueueChunk(PushPullRequest request);
@@ -55,6 +59,7 @@ class Hierarchical {
   void Finish(std::shared_ptr<Call> call, const Status& status);
 
   std::unique_ptr<LocalReduce> reduce_;
+  std::unique_ptr<LocalReduce> device_reduce_;  // set before the first Enqueue; may be null
   const std::vector<int> ranks_;
   const Submit submit_;
   std::mutex mu_;

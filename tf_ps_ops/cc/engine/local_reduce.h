@@ -28,6 +28,8 @@ struct LocalTensor {
   uint64_t step = 0;  // 1-based call count of this name
   DType dtype = DType::kInvalid;
   uint64_t count = 0;  // elements
+  int device = -1;     // >= 0: input/output are on this CUDA device (NCCL's LocalReduce)
+  void* device_ready = nullptr;  // a cudaEvent_t after which input holds the data
 };
 
 class LocalReduce {

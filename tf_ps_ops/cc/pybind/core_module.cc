@@ -15,6 +15,7 @@
 #include "tf_ps_ops/cc/common/logging.h"
 #include "tf_ps_ops/cc/common/loop_thread.h"
 #include "tf_ps_ops/cc/common/rate_limit.h"
+#include "tf_ps_ops/cc/engine/device_reduce.h"
 #include "tf_ps_ops/cc/engine/engine.h"
 #include "tf_ps_ops/cc/engine/partition.h"
 #include "tf_ps_ops/cc/pybind/codec_bindings.h"
@@ -366,6 +367,13 @@ PYBIND11_MODULE(_core, m) {
   }, py::arg("servers"), py::arg("workers"), py::arg("peers"), py::arg("server_id") = -1,
      py::arg("consistency") = "");
   m.def("format_waiting", &FormatWaiting);
+  // GPU tensors: NCCL or shared memory (device_reduce.h); (nccl, reason).
+  m.def("choose_device_reduce", [](bool cuda_build, bool alone, const std::vector<int>& ranks,
+                                   const std::vector<std::string>& votes,
+                                   const std::vector<std::string>& gpus) {
+    const DeviceReduceChoice c = ChooseDeviceReduce(cuda_build, alone, ranks, votes, gpus);
+    return py::make_tuple(c.nccl, c.reason);
+  });
 
   m.def("check_on_loop", [](bool from_another_thread) {
     LoopThread owner;  // owned by this (the calling) thread
