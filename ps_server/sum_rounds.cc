@@ -138,12 +138,23 @@ bool SumRounds::Add(const Head& head, Buffer payload, double received_us,
       r.sum = std::move(payload);  // the first data push is the accumulator: no copy
       r.has_data = true;
     } else {
+      // A borrowed accumulator (a colocated worker's shared memory) is never written:
+      // the first push of our own takes its place. The two summands swap, which changes
+      // no bit (IEEE addition, min, max and product commute); later ones keep their order.
+      if (r.sum.borrowed() && !payload.borrowed()) {
+        std::swap(r.sum, payload);
+      } else if (r.sum.borrowed()) {
+        r.sum = Buffer::CopyOf(r.sum.data(), r.sum.size());
+      }
       ReduceInto(static_cast<ReduceOp>(h.reduce_op), static_cast<DType>(h.dtype), r.sum.data(),
                  payload.data(), h.count);
     }
   }
   if (r.num_arrived < num_workers_) return false;
   const bool ok = r.error.ok();
+  if (ok && r.sum.borrowed()) {  // answers and parameters live in the server's own memory
+    r.sum = Buffer::CopyOf(r.sum.data(), r.sum.size());
+  }
   if (ok) *complete = std::move(r);
   rounds_.erase(id);
   return ok;
