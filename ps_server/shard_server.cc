@@ -420,23 +420,12 @@ void ShardServer::OnMessageOnIoThread(std::vector<zmq::message_t>& frames) {
       return;
     case MsgType::kPushPullShm: {
       std::vector<Work> works(1);
-      s = shm_.Receive(identity, h, &works[0].shm_payload, &works[0].shm);
-      if (!s.ok()) {  // about the push, so that it fails at once
-        Head about = HeadAbout(h, MsgType::kError, server_id_);
-        about.header.status = static_cast<uint16_t>(s.code());
-        uint64_t suppressed = 0;
-        if (limiter_.Allow(identity, &suppressed)) {
-          TFPS_LOG(Warning) << "refused a shared-memory push from '" << EscapeForLog(identity)
-                            << "': " << s.message() << SuppressedNote(suppressed);
-        }
-        (void)SendText(router_, identity, about.header, s.message());
-        return;
-      }
       works[0].kind = Work::kPush;
       works[0].head = std::move(head);
-      works[0].head.header.type = static_cast<uint16_t>(MsgType::kPushPull);
       works[0].received_us = WallMicros();
-      AcceptPushesOnIoThread(identity, std::move(works));
+      if (ReceiveShmOnIoThread(identity, &works[0])) {
+        AcceptPushesOnIoThread(identity, std::move(works));
+      }
       return;
     }
     case MsgType::kPushPull: {
@@ -456,6 +445,24 @@ void ShardServer::OnMessageOnIoThread(std::vector<zmq::message_t>& frames) {
                        InvalidArgument("a server does not accept message type " +
                                        std::to_string(h.type)));
   }
+}
+
+bool ShardServer::ReceiveShmOnIoThread(const std::string& identity, Work* w) {
+  const Header& h = w->head.header;
+  Status s = shm_.Receive(identity, h, &w->shm_payload, &w->shm);
+  if (!s.ok()) {  // about the push, so that it fails at once
+    Head about = HeadAbout(h, MsgType::kError, server_id_);
+    about.header.status = static_cast<uint16_t>(s.code());
+    uint64_t suppressed = 0;
+    if (limiter_.Allow(identity, &suppressed)) {
+      TFPS_LOG(Warning) << "refused a shared-memory push from '" << EscapeForLog(identity)
+                        << "': " << s.message() << SuppressedNote(suppressed);
+    }
+    (void)SendText(router_, identity, about.header, s.message());
+    return false;
+  }
+  w->head.header.type = static_cast<uint16_t>(MsgType::kPushPull);
+  return true;
 }
 
 void ShardServer::AcceptPushesOnIoThread(const std::string& identity, std::vector<Work> works) {
@@ -493,7 +500,9 @@ void ShardServer::OnBatchOnIoThread(const std::string& identity, const Header& b
     s = DecodeHead(head_frame.data(), head_frame.size(), payload.size(), &w.head);
     if (s.ok()) s = CheckMessageSize(w.head.header, MaxMessageBytes());
     const Header& h = w.head.header;
-    if (s.ok() && (h.type != static_cast<uint16_t>(MsgType::kPushPull) || h.sender != batch.sender)) {
+    const bool push = h.type == static_cast<uint16_t>(MsgType::kPushPull) ||
+                      h.type == static_cast<uint16_t>(MsgType::kPushPullShm);
+    if (s.ok() && (!push || h.sender != batch.sender)) {
       s = InvalidArgument("a batch to a server holds only pushes of its sender");
     }
     if (!s.ok()) s = s.WithPrefix("message " + std::to_string(i) + " of the batch: ");
@@ -505,7 +514,17 @@ void ShardServer::OnBatchOnIoThread(const std::string& identity, const Header& b
     RejectOnIoThread(identity, "a malformed batch", s);
     return;
   }
-  AcceptPushesOnIoThread(identity, std::move(works));
+  // Shared-memory heads (TFPS_SHM_SERVER): one whose segment is wrong fails alone.
+  std::vector<Work> accepted;
+  accepted.reserve(works.size());
+  for (Work& w : works) {
+    if (w.head.header.type == static_cast<uint16_t>(MsgType::kPushPullShm) &&
+        !ReceiveShmOnIoThread(identity, &w)) {
+      continue;
+    }
+    accepted.push_back(std::move(w));
+  }
+  AcceptPushesOnIoThread(identity, std::move(accepted));
 }
 
 void ShardServer::OnWorkerGoneOnIoThread(int rank, const std::string& why) {

@@ -91,6 +91,9 @@ class ShardServer {
   // Queues each push for its summation thread and acknowledges at once those with
   // kFlagAck (the worker's scheduling credit), in one message.
   void AcceptPushesOnIoThread(const std::string& identity, std::vector<Work> works);
+  // A kPushPullShm's payload out of its sender's segment into *w (then a kPushPull); on
+  // failure sends an error about that push, so that it fails at once, and returns false.
+  bool ReceiveShmOnIoThread(const std::string& identity, Work* w);
   void OnWorkerGoneOnIoThread(int rank, const std::string& why);
   void SendOutboxOnIoThread();
   // Logs "dropped <what> from <peer>: <status>" and sends the peer an error reply, both

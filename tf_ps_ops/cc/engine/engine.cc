@@ -495,7 +495,13 @@ Status Engine::Loop::SendPartOnLoop(uint64_t op_id, Op& o, uint32_t index) {
   const uint64_t wire = no_data ? 0 : WireBytes(o, index);
   const uint64_t fusion = static_cast<uint64_t>(config_.fusion_bytes);
   const bool fuse = wire < fusion;  // TFPS_FUSION_BYTES=0: never
-  if (fuse && !batches_[p.server].batch.Fits(wire, fusion)) {
+  // Through the colocated server's shared memory (TFPS_SHM_SERVER): the head alone
+  // travels, batched with the other heads and small pushes for that server.
+  const bool shm = !fuse && !no_data && o.row_begin.empty() && o.codec.id == CodecId::kNone &&
+                   !servers_[p.server].shm_token.empty() &&
+                   servers_[p.server].shm_busy.count({o.key, index}) == 0;
+  const bool batched = fuse || (shm && fusion > 0);
+  if (batched && !batches_[p.server].batch.Fits(fuse ? wire : 0, fusion)) {
     FlushOnLoop(p.server);
     // A failed send fails every op in that batch, possibly this one (`o` is then gone).
     if (ops_.count(op_id) == 0) return Status::Ok();
@@ -534,8 +540,7 @@ Status Engine::Loop::SendPartOnLoop(uint64_t op_id, Op& o, uint32_t index) {
     if (!codec_.FeedbackFor(r)) h.flags |= kFlagNoFeedback;
     wire_bytes = encoded->size();
     payload = ZeroCopyMessage(encoded->data(), encoded->size(), encoded);
-  } else if (!sparse && !fuse && !no_data && !servers_[p.server].shm_token.empty() &&
-             servers_[p.server].shm_busy.count({o.key, index}) == 0) {
+  } else if (shm) {
     Status st;
     ShmSegment* shm = ShmOfOnLoop(p.server, o, index, &st);
     TFPS_RETURN_IF_ERROR(st);
@@ -547,7 +552,7 @@ Status Engine::Loop::SendPartOnLoop(uint64_t op_id, Op& o, uint32_t index) {
                      : ZeroCopyMessage(static_cast<const char*>(r.input) + p.offset * elem,
                                        bytes, r.input_holder);
   }
-  if (fuse) {
+  if (batched) {
     batches_[p.server].batch.Add(Encoded{EncodeHead(head), std::move(payload)});
     batches_[p.server].op_ids.push_back(op_id);
   } else {
