@@ -138,10 +138,14 @@ bool SumRounds::Add(const Head& head, Buffer payload, double received_us,
       r.sum = std::move(payload);  // the first data push is the accumulator: no copy
       r.has_data = true;
     } else {
-      // A borrowed accumulator (a colocated worker's shared memory) is never written:
-      // the first push of our own takes its place. The two summands swap, which changes
-      // no bit (IEEE addition, min, max and product commute); later ones keep their order.
-      if (r.sum.borrowed() && !payload.borrowed()) {
+      // A borrowed accumulator (a colocated worker's shared memory) is never written. For
+      // a sum or product, the first push of our own takes its place: the two operands
+      // swap, which changes no bit (IEEE addition and multiplication commute; NaN payloads
+      // aside); later ones keep their order. Min and max do not commute on signed zeros
+      // (min(-0, +0) keeps its first operand), so they copy.
+      const auto op = static_cast<ReduceOp>(h.reduce_op);
+      if (r.sum.borrowed() && !payload.borrowed() &&
+          (op == ReduceOp::kSum || op == ReduceOp::kProduct)) {
         std::swap(r.sum, payload);
       } else if (r.sum.borrowed()) {
         r.sum = Buffer::CopyOf(r.sum.data(), r.sum.size());
