@@ -124,6 +124,7 @@ def main():
     samples = read_samples(data)
     roles = {r.pid: "%s %d" % (r.role, r.index) for r in cluster.processes()}
     by_owner, ours_kind, ours_sym = (collections.Counter() for _ in range(3))
+    by_role = collections.defaultdict(collections.Counter)  # worker/server -> kind -> samples
     for pid, comm, sym in samples:
         if pid in roles:
             owner = roles[pid]
@@ -137,12 +138,18 @@ def main():
         if pid in roles or comm.startswith("ksoftirqd"):
             ours_kind[categorise(sym)] += 1
             ours_sym[sym] += 1
+            if pid in roles:
+                by_role[roles[pid].split()[0]][categorise(sym)] += 1
     total, ours = len(samples), sum(ours_kind.values())
     print("\n%d samples over both CPUs for %.1f s (whole run, start-up included)" % (
         total, wall))
     print_shares("share of all samples by owner:", by_owner, total)
     print_shares("our processes (+ksoftirqd), %.1f CPU-s, by kind of work:" % (
         ours / max(1, total) * wall * os.cpu_count()), ours_kind, ours)
+    for role in sorted(by_role):
+        print_shares("%ss (all of them), %.1f%% of ours, by kind of work:" % (
+            role, 100.0 * sum(by_role[role].values()) / max(1, ours)), by_role[role],
+            sum(by_role[role].values()))
     print_shares("top symbols in our processes:", ours_sym, ours, args.top)
     print("\nperf data: %s (perf report -i %s)" % (data, data))
     print("load average after: %s" % loadavg())

@@ -33,4 +33,10 @@ Buffer Buffer::Adopt(void* data, size_t size, std::shared_ptr<void> owner) {
   return b;
 }
 
+Buffer Buffer::Borrow(const void* data, size_t size, std::shared_ptr<void> owner) {
+  Buffer b = Adopt(const_cast<void*>(data), size, std::move(owner));
+  b.borrowed_ = true;
+  return b;
+}
+
 }  // namespace tfps

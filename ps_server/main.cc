@@ -1,5 +1,7 @@
 // ps_server: the parameter server binary, and the scheduler (rendezvous) role.
 // Flags fall back to BytePS/ps-lite's DMLC_* variables so BytePS launch scripts work.
+#include <malloc.h>
+
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -83,6 +85,18 @@ int Main(int argc, char** argv);
 
 // No exception ends the process with an abort: what escapes a role is logged, exit 1.
 int main(int argc, char** argv) {
+  // Received pushes are fresh buffers of partition size (512 KB by default) every step.
+  // glibc would return them to the kernel (mmap above its threshold, or a heap trim on
+  // free) and page-fault them in again at the next step: 10-12% of a server's CPU at
+  // 10 Gbit/s (benchmarks/RESULTS.md, "Shared memory to the local server"). Keep freed
+  // memory for reuse instead: up to 256 MB of it, about one step of a large model's
+  // gradients in flight. MALLOC_* environment variables still override (glibc reads
+  // them first; mallopt only runs when they are not set).
+  if (std::getenv("MALLOC_MMAP_THRESHOLD_") == nullptr) {
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's largest: bigger ones are mmapped
+  }
+  if (std::getenv("MALLOC_TRIM_THRESHOLD_") == nullptr) mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  if (std::getenv("MALLOC_TOP_PAD_") == nullptr) mallopt(M_TOP_PAD, 16 << 20);
   try {
     return Main(argc, argv);
   } catch (const std::exception& e) {

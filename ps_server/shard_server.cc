@@ -160,6 +160,7 @@ void ShardServer::SummationLoop(int index) {
   const bool checkpoints = !config_.checkpoint_dir.empty();
   Inbox& inbox = *inboxes_[index];
   std::vector<Outgoing> replies;
+  ShmAnswers shm_answers;  // this thread's shared-memory pushes, answered here
   while (!stopping_) {
     std::deque<Work> batch;
     {
@@ -168,12 +169,13 @@ void ShardServer::SummationLoop(int index) {
                         [&] { return stopping_ || !inbox.queue.empty(); });
       batch.swap(inbox.queue);
     }
-    for (Work& w : batch) SummationWorkOnSummationThread(store, w, &replies);
+    for (Work& w : batch) SummationWorkOnSummationThread(store, w, &replies, &shm_answers);
     try {
       store.OnTick(KeyStore::Clock::now(), &replies);
     } catch (const std::exception& e) {  // e.g. bad_alloc: log, keep serving
       TFPS_LOG(Error) << "summation thread " << index << ": " << e.what();
     }
+    shm_answers.Fill(&replies);  // the sum into colocated workers' memory, on this thread
     PostReplies(&replies);
     if (checkpoints && store.CheckpointDue(config_.checkpoint_every)) {
       CheckpointOnSummationThread(index, store);
@@ -185,11 +187,21 @@ void ShardServer::SummationLoop(int index) {
 // size checks let through, say) fails with an error reply to its sender, and the thread
 // serves on. Its round may stay incomplete; the others' pushes then time out naming it.
 void ShardServer::SummationWorkOnSummationThread(KeyStore& store, Work& w,
-                                                 std::vector<Outgoing>* replies) {
+                                                 std::vector<Outgoing>* replies,
+                                                 ShmAnswers* shm_answers) {
   try {
-    if (w.kind == Work::kPush) {
+    if (w.kind == Work::kPush && w.shm) {
+      // Summed in place (sum_rounds.cc never writes a borrowed buffer); the stale
+      // consistency models keep pushes beyond the answer, so they get a copy.
+      Buffer payload = consistency_.bsp() ? std::move(w.shm_payload)
+                                          : Buffer::CopyOf(w.shm_payload.data(),
+                                                           w.shm_payload.size());
+      shm_answers->Expect(WorkerIdentity(w.head.header.sender), w.head.header, std::move(w.shm));
+      store.OnPush(w.head, std::move(payload), replies, w.received_us);
+    } else if (w.kind == Work::kPush) {
       store.OnPush(w.head, BufferOf(std::move(w.payload)), replies, w.received_us);
     } else {
+      shm_answers->Forget(WorkerIdentity(w.rank));
       store.OnWorkerLost(w.rank, w.why, replies);
     }
   } catch (const std::exception& e) {
@@ -409,23 +421,12 @@ void ShardServer::OnMessageOnIoThread(std::vector<zmq::message_t>& frames) {
       return;
     case MsgType::kPushPullShm: {
       std::vector<Work> works(1);
-      s = shm_.Receive(identity, h, &works[0].payload);
-      if (!s.ok()) {  // about the push, so that it fails at once
-        Head about = HeadAbout(h, MsgType::kError, server_id_);
-        about.header.status = static_cast<uint16_t>(s.code());
-        uint64_t suppressed = 0;
-        if (limiter_.Allow(identity, &suppressed)) {
-          TFPS_LOG(Warning) << "refused a shared-memory push from '" << EscapeForLog(identity)
-                            << "': " << s.message() << SuppressedNote(suppressed);
-        }
-        (void)SendText(router_, identity, about.header, s.message());
-        return;
-      }
       works[0].kind = Work::kPush;
       works[0].head = std::move(head);
-      works[0].head.header.type = static_cast<uint16_t>(MsgType::kPushPull);
       works[0].received_us = WallMicros();
-      AcceptPushesOnIoThread(identity, std::move(works));
+      if (ReceiveShmOnIoThread(identity, &works[0])) {
+        AcceptPushesOnIoThread(identity, std::move(works));
+      }
       return;
     }
     case MsgType::kPushPull: {
@@ -445,6 +446,24 @@ void ShardServer::OnMessageOnIoThread(std::vector<zmq::message_t>& frames) {
                        InvalidArgument("a server does not accept message type " +
                                        std::to_string(h.type)));
   }
+}
+
+bool ShardServer::ReceiveShmOnIoThread(const std::string& identity, Work* w) {
+  const Header& h = w->head.header;
+  Status s = shm_.Receive(identity, h, &w->shm_payload, &w->shm);
+  if (!s.ok()) {  // about the push, so that it fails at once
+    Head about = HeadAbout(h, MsgType::kError, server_id_);
+    about.header.status = static_cast<uint16_t>(s.code());
+    uint64_t suppressed = 0;
+    if (limiter_.Allow(identity, &suppressed)) {
+      TFPS_LOG(Warning) << "refused a shared-memory push from '" << EscapeForLog(identity)
+                        << "': " << s.message() << SuppressedNote(suppressed);
+    }
+    (void)SendText(router_, identity, about.header, s.message());
+    return false;
+  }
+  w->head.header.type = static_cast<uint16_t>(MsgType::kPushPull);
+  return true;
 }
 
 void ShardServer::AcceptPushesOnIoThread(const std::string& identity, std::vector<Work> works) {
@@ -482,7 +501,9 @@ void ShardServer::OnBatchOnIoThread(const std::string& identity, const Header& b
     s = DecodeHead(head_frame.data(), head_frame.size(), payload.size(), &w.head);
     if (s.ok()) s = CheckMessageSize(w.head.header, MaxMessageBytes());
     const Header& h = w.head.header;
-    if (s.ok() && (h.type != static_cast<uint16_t>(MsgType::kPushPull) || h.sender != batch.sender)) {
+    const bool push = h.type == static_cast<uint16_t>(MsgType::kPushPull) ||
+                      h.type == static_cast<uint16_t>(MsgType::kPushPullShm);
+    if (s.ok() && (!push || h.sender != batch.sender)) {
       s = InvalidArgument("a batch to a server holds only pushes of its sender");
     }
     if (!s.ok()) s = s.WithPrefix("message " + std::to_string(i) + " of the batch: ");
@@ -494,7 +515,17 @@ void ShardServer::OnBatchOnIoThread(const std::string& identity, const Header& b
     RejectOnIoThread(identity, "a malformed batch", s);
     return;
   }
-  AcceptPushesOnIoThread(identity, std::move(works));
+  // Shared-memory heads (TFPS_SHM_SERVER): one whose segment is wrong fails alone.
+  std::vector<Work> accepted;
+  accepted.reserve(works.size());
+  for (Work& w : works) {
+    if (w.head.header.type == static_cast<uint16_t>(MsgType::kPushPullShm) &&
+        !ReceiveShmOnIoThread(identity, &w)) {
+      continue;
+    }
+    accepted.push_back(std::move(w));
+  }
+  AcceptPushesOnIoThread(identity, std::move(accepted));
 }
 
 void ShardServer::OnWorkerGoneOnIoThread(int rank, const std::string& why) {
@@ -532,7 +563,6 @@ void ShardServer::SendOutboxOnIoThread() {
     }
   };
   for (Outgoing& o : batch) {
-    if (shm_.Answer(o.identity, &o.head, o.payload)) o.payload = Buffer();  // head alone
     const uint64_t bytes = o.payload.size();
     Batch& b = pending[o.identity];
     const bool alone = bytes >= fusion;

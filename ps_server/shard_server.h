@@ -53,6 +53,9 @@ class ShardServer {
     enum Kind { kPush, kWorkerLost } kind = kPush;
     Head head;
     zmq::message_t payload;
+    // A kPushPullShm's payload, read in place, and the segment its answer goes into.
+    Buffer shm_payload;
+    std::shared_ptr<ShmSegment> shm;
     double received_us = 0;  // wall clock, for timed replies
     int rank = -1;
     std::string why;
@@ -76,7 +79,8 @@ class ShardServer {
   // Sends queued notices; reads the scheduler's. False once the job cannot go on (a
   // member failed or died): *why says so.
   bool ExchangeNoticesOnIoThread(std::string* why);
-  void SummationWorkOnSummationThread(KeyStore& store, Work& w, std::vector<Outgoing>* replies);
+  void SummationWorkOnSummationThread(KeyStore& store, Work& w, std::vector<Outgoing>* replies,
+                                      ShmAnswers* shm_answers);
   uint64_t MaxMessageBytes() const;
   void PostReplies(std::vector<Outgoing>* replies);
   void OnMessageOnIoThread(std::vector<zmq::message_t>& frames);
@@ -87,6 +91,9 @@ class ShardServer {
   // Queues each push for its summation thread and acknowledges at once those with
   // kFlagAck (the worker's scheduling credit), in one message.
   void AcceptPushesOnIoThread(const std::string& identity, std::vector<Work> works);
+  // A kPushPullShm's payload out of its sender's segment into *w (then a kPushPull); on
+  // failure sends an error about that push, so that it fails at once, and returns false.
+  bool ReceiveShmOnIoThread(const std::string& identity, Work* w);
   void OnWorkerGoneOnIoThread(int rank, const std::string& why);
   void SendOutboxOnIoThread();
   // Logs "dropped <what> from <peer>: <status>" and sends the peer an error reply, both

@@ -1,7 +1,9 @@
 #include "ps_server/shm_peers.h"
 
 #include <cstdio>
+#include <cstddef>
 #include <cstring>
+#include <iterator>
 
 namespace tfps {
 
@@ -9,7 +11,6 @@ std::string ShmPeers::OnHello(const std::string& identity, const std::string& he
   if (!enabled_ || hello_payload != "shm") return "";
   Peer& peer = peers_[identity];
   peer.segments.clear();  // a new connection of the same rank: nothing carries over
-  peer.due.clear();
   if (!NewShmToken(&peer.token).ok()) {
     peers_.erase(identity);
     return "";
@@ -17,7 +18,8 @@ std::string ShmPeers::OnHello(const std::string& identity, const std::string& he
   return "shm=" + peer.token;
 }
 
-Status ShmPeers::Receive(const std::string& identity, const Header& h, zmq::message_t* payload) {
+Status ShmPeers::Receive(const std::string& identity, const Header& h, Buffer* payload,
+                         std::shared_ptr<ShmSegment>* segment_out) {
   auto it = peers_.find(identity);
   if (it == peers_.end()) {
     return FailedPrecondition("a shared-memory push without a shared-memory hello "
@@ -25,54 +27,71 @@ Status ShmPeers::Receive(const std::string& identity, const Header& h, zmq::mess
   }
   Peer& peer = it->second;
   const uint64_t bytes = h.count * DTypeSize(static_cast<DType>(h.dtype));
-  std::unique_ptr<ShmSegment>& segment = peer.segments[Part(h.key, h.partition)];
+  std::shared_ptr<ShmSegment>& segment = peer.segments[Part(h.key, h.partition)];
   if (!segment) {
     char key_hex[17];
     std::snprintf(key_hex, sizeof(key_hex), "%016llx", static_cast<unsigned long long>(h.key));
     const std::string name = "/tfps-p" + peer.token + "-" + key_hex + "-" +
                              std::to_string(h.partition);
     ShmSegment* opened = nullptr;
-    TFPS_RETURN_IF_ERROR(ShmSegment::Open(name, bytes, &opened));
-    if (opened == nullptr) {
+    Status s = ShmSegment::Open(name, bytes, &opened);
+    if (!s.ok() || opened == nullptr) {
       peer.segments.erase(Part(h.key, h.partition));
+      TFPS_RETURN_IF_ERROR(s);
       return InvalidArgument("no shared memory " + name + " for this push");
     }
     segment.reset(opened);
     segment->Unlink();  // the worker and this server have it: no one else may
   }
-  if (segment->header()->bytes != bytes) {
+  // What this server mapped, not the header's word for it: the worker can rewrite that.
+  if (segment->capacity() != bytes) {
     return InvalidArgument("the shared memory of partition " + std::to_string(h.partition) +
-                           " holds " + std::to_string(segment->header()->bytes) +
+                           " holds " + std::to_string(segment->capacity()) +
                            " bytes, the push says " + std::to_string(bytes));
   }
-  zmq::message_t copy(bytes);
-  if (bytes > 0) std::memcpy(copy.data(), segment->data(), bytes);
-  *payload = std::move(copy);
-  peer.due.insert(Due(h.key, h.partition, h.step));
+  *payload = Buffer::Borrow(segment->data(), bytes, segment);
+  *segment_out = segment;
   return Status::Ok();
 }
 
-bool ShmPeers::Answer(const std::string& identity, std::string* head, const Buffer& payload) {
-  if (peers_.empty() || head->size() < sizeof(Header)) return false;
-  auto it = peers_.find(identity);
-  if (it == peers_.end()) return false;
-  Header h;
-  std::memcpy(&h, head->data(), sizeof(Header));
-  Peer& peer = it->second;
-  auto due = peer.due.find(Due(h.key, h.partition, h.step));
-  if (due == peer.due.end()) return false;
-  peer.due.erase(due);
-  if (h.type != static_cast<uint16_t>(MsgType::kPushPullReply)) return false;  // an error
-  auto segment = peer.segments.find(Part(h.key, h.partition));
-  if (segment == peer.segments.end() || segment->second->header()->bytes != payload.size()) {
-    return false;  // cannot happen; the worker gets it over the socket then, and refuses
-  }
-  if (payload.size() > 0) std::memcpy(segment->second->data(), payload.data(), payload.size());
-  const auto type = static_cast<uint16_t>(MsgType::kPushPullReplyShm);
-  std::memcpy(&(*head)[offsetof(Header, type)], &type, sizeof(type));
-  return true;
+void ShmPeers::Forget(const std::string& identity) { peers_.erase(identity); }
+
+}  // namespace tfps
+
+namespace tfps {
+
+void ShmAnswers::Expect(const std::string& identity, const Header& push,
+                        std::shared_ptr<ShmSegment> segment) {
+  due_[Due(identity, push.key, push.partition, push.step)] = std::move(segment);
 }
 
-void ShmPeers::Forget(const std::string& identity) { peers_.erase(identity); }
+void ShmAnswers::Fill(std::vector<Outgoing>* replies) {
+  if (due_.empty()) return;
+  for (Outgoing& o : *replies) {
+    if (o.head.size() < sizeof(Header)) continue;
+    Header h;
+    std::memcpy(&h, o.head.data(), sizeof(Header));
+    auto it = due_.find(Due(o.identity, h.key, h.partition, h.step));
+    if (it == due_.end()) continue;
+    std::shared_ptr<ShmSegment> segment = std::move(it->second);
+    due_.erase(it);
+    if (h.type != static_cast<uint16_t>(MsgType::kPushPullReply) ||
+        segment->capacity() != o.payload.size()) {
+      continue;  // an error (or, cannot happen, a size the worker would refuse): as it is
+    }
+    if (o.payload.size() > 0 && o.payload.data() != segment->data()) {
+      std::memcpy(segment->data(), o.payload.data(), o.payload.size());
+    }
+    const auto type = static_cast<uint16_t>(MsgType::kPushPullReplyShm);
+    std::memcpy(&o.head[offsetof(Header, type)], &type, sizeof(type));
+    o.payload = Buffer();  // the head goes alone
+  }
+}
+
+void ShmAnswers::Forget(const std::string& identity) {
+  for (auto it = due_.begin(); it != due_.end();) {
+    it = std::get<0>(it->first) == identity ? due_.erase(it) : std::next(it);
+  }
+}
 
 }  // namespace tfps

@@ -7,22 +7,26 @@
 // for that connection: a name the server derives itself, so a peer can never make it open
 // a segment of its choosing. The worker creates the segment (0600, O_EXCL); the server
 // maps it on the first push, checks owner, mode and size, unlinks it, and keeps the
-// mapping: it copies each push out at once (so a round never holds a worker's memory) and
-// writes the answer into the same bytes. Owned by the I/O thread.
+// mapping. The push is summed straight out of the segment (a borrowed Buffer, buffer.h,
+// that keeps the mapping alive: a worker that dies or reconnects frees nothing the
+// summation threads still read), and the summation thread that answers writes the sum into
+// the same bytes (ShmAnswers) before the I/O thread sends the head alone. The worker
+// writes the next push there only after that head came. The table is the I/O thread's.
 #ifndef TFPS_PS_SERVER_SHM_PEERS_H_
 #define TFPS_PS_SERVER_SHM_PEERS_H_
 
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <set>
 #include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include <zmq.hpp>
 
 #include "ps_server/buffer.h"
+#include "ps_server/outgoing.h"
 #include "tf_ps_ops/cc/common/status.h"
 #include "tf_ps_ops/cc/transport/shm_segment.h"
 #include "tf_ps_ops/cc/wire/message.h"
@@ -36,25 +40,35 @@ class ShmPeers {
   // The hello reply's payload for `identity`'s hello payload: "shm=<token>" when it asked
   // and shared memory is on, else empty.
   std::string OnHello(const std::string& identity, const std::string& hello_payload);
-  // A kPushPullShm: its payload copied out of the worker's segment into *payload (the
-  // push then goes on as a kPushPull); the answer will go back the same way.
-  Status Receive(const std::string& identity, const Header& h, zmq::message_t* payload);
-  // An outgoing message for `identity`: if it answers a shared-memory push, writes the
-  // payload into the segment, makes the head a kPushPullReplyShm and returns true (send
-  // the head alone). Errors about such a push go out as they are.
-  bool Answer(const std::string& identity, std::string* head, const Buffer& payload);
+  // A kPushPullShm: its payload, borrowed from the worker's segment (no copy), and the
+  // segment the answer goes into.
+  Status Receive(const std::string& identity, const Header& h, Buffer* payload,
+                 std::shared_ptr<ShmSegment>* segment);
   void Forget(const std::string& identity);  // bye or gone: unmaps its segments
 
  private:
-  using Part = std::pair<uint64_t, uint32_t>;                 // key, partition
-  using Due = std::tuple<uint64_t, uint32_t, uint64_t>;       // key, partition, step
+  using Part = std::pair<uint64_t, uint32_t>;  // key, partition
   struct Peer {
     std::string token;
-    std::map<Part, std::unique_ptr<ShmSegment>> segments;
-    std::set<Due> due;  // pushes received through shared memory, not yet answered
+    std::map<Part, std::shared_ptr<ShmSegment>> segments;
   };
   const bool enabled_;
   std::map<std::string, Peer> peers_;
+};
+
+// A summation thread's shared-memory pushes not yet answered: each answer for one of
+// them is written into its segment, and the reply becomes a kPushPullReplyShm head alone.
+class ShmAnswers {
+ public:
+  void Expect(const std::string& identity, const Header& push,
+              std::shared_ptr<ShmSegment> segment);
+  // Rewrites the replies that answer expected pushes (errors go out as they are).
+  void Fill(std::vector<Outgoing>* replies);
+  void Forget(const std::string& identity);  // a lost worker: nothing of it is due
+
+ private:
+  using Due = std::tuple<std::string, uint64_t, uint32_t, uint64_t>;  // who, key, part, step
+  std::map<Due, std::shared_ptr<ShmSegment>> due_;
 };
 
 }  // namespace tfps

@@ -138,12 +138,27 @@ bool SumRounds::Add(const Head& head, Buffer payload, double received_us,
       r.sum = std::move(payload);  // the first data push is the accumulator: no copy
       r.has_data = true;
     } else {
+      // A borrowed accumulator (a colocated worker's shared memory) is never written. For
+      // a sum or product, the first push of our own takes its place: the two operands
+      // swap, which changes no bit (IEEE addition and multiplication commute; NaN payloads
+      // aside); later ones keep their order. Min and max do not commute on signed zeros
+      // (min(-0, +0) keeps its first operand), so they copy.
+      const auto op = static_cast<ReduceOp>(h.reduce_op);
+      if (r.sum.borrowed() && !payload.borrowed() &&
+          (op == ReduceOp::kSum || op == ReduceOp::kProduct)) {
+        std::swap(r.sum, payload);
+      } else if (r.sum.borrowed()) {
+        r.sum = Buffer::CopyOf(r.sum.data(), r.sum.size());
+      }
       ReduceInto(static_cast<ReduceOp>(h.reduce_op), static_cast<DType>(h.dtype), r.sum.data(),
                  payload.data(), h.count);
     }
   }
   if (r.num_arrived < num_workers_) return false;
   const bool ok = r.error.ok();
+  if (ok && r.sum.borrowed()) {  // answers and parameters live in the server's own memory
+    r.sum = Buffer::CopyOf(r.sum.data(), r.sum.size());
+  }
   if (ok) *complete = std::move(r);
   rounds_.erase(id);
   return ok;

@@ -15,6 +15,7 @@
 #include "ps_server/key_store.h"
 #include "ps_server/testing/stale_driver.h"
 #include "ps_server/reduce.h"
+#include "ps_server/sum_rounds.h"
 #include "ps_server/thread_shard.h"
 #include "tf_ps_ops/cc/wire/message.h"
 
@@ -197,6 +198,38 @@ PYBIND11_MODULE(_ps_server_testing, m) {
     ReduceInto(static_cast<ReduceOp>(op), WireDTypeOf(dst.dtype()), dst.mutable_data(),
                src.data(), dst.size());
   }, "dst = op(dst, src) elementwise; op: 0 sum, 1 min, 2 max, 3 product (ReduceOp).");
+  m.def("sum_round", [](const std::vector<py::array>& pushes, const std::vector<bool>& borrowed,
+                        int op) {
+    if (pushes.empty() || pushes.size() != borrowed.size() || op < 0 || op > kMaxReduceOp) {
+      throw std::invalid_argument("sum_round needs one borrowed flag per push and an op 0..3");
+    }
+    SumRounds rounds(static_cast<int>(pushes.size()), 0, 60.0);
+    Round complete;
+    bool done = false;
+    std::vector<Outgoing> out;
+    for (size_t i = 0; i < pushes.size(); ++i) {
+      const py::array& in = pushes[i];
+      if (!(in.flags() & py::array::c_style)) throw std::invalid_argument("C-contiguous only");
+      Head head;
+      Header& h = head.header;
+      h.type = static_cast<uint16_t>(MsgType::kPushPull);
+      h.step = 1;
+      h.num_partitions = 1;
+      h.dtype = static_cast<uint8_t>(WireDTypeOf(in.dtype()));
+      h.reduce_op = static_cast<uint8_t>(op);
+      h.sender = static_cast<int32_t>(i);
+      h.count = h.total_count = static_cast<uint64_t>(in.size());
+      head.dims = {static_cast<int64_t>(h.count)};
+      // Borrowed: the array's own memory, as a colocated worker's segment (TFPS_SHM_SERVER).
+      Buffer payload = borrowed[i] ? Buffer::Borrow(in.data(), in.nbytes(), nullptr)
+                                   : Buffer::CopyOf(in.data(), in.nbytes());
+      done = rounds.Add(head, std::move(payload), 0, &out, &complete);
+    }
+    if (!done || !out.empty()) throw std::runtime_error("the round did not complete");
+    return py::make_tuple(py::bytes(complete.sum.data(), complete.sum.size()),
+                          complete.sum.borrowed());
+  }, "One summation round of len(pushes) workers, pushes in list order, some borrowed "
+     "(read in place, never written); returns (the sum's bytes, whether it is still borrowed).");
   m.def("half_to_float", &HalfToFloat);
   m.def("float_to_half", &FloatToHalf);
   m.def("bfloat16_to_float", &BFloat16ToFloat);

@@ -125,3 +125,23 @@ def test_colocated_servers_through_shared_memory(make_cluster, hierarchical):
     cluster.wait()
     cluster.assert_ok()
     assert shm_segments() == before
+
+
+def test_a_worker_killed_under_shm_server_fails_the_others_and_no_server_crashes(make_cluster):
+    # TFPS_SHM_SERVER=1, flat: the servers sum the survivors' pushes straight out of their
+    # segments while rank 2 is dead; the rounds fail naming it, and no server reads
+    # unmapped memory (a SIGSEGV/SIGBUS would show as a negative exit code).
+    before = shm_segments()
+    cluster = make_cluster(3, 2, timeout=120, env={**HIER, "TFPS_SHM_SERVER": "1",
+                                                   "TFPS_HIERARCHICAL": "0"})
+    started = time.monotonic()
+    cluster.start([sys.executable, WORKER, "100", "--die-at", "3"])
+    for rank in (0, 1):
+        result = cluster.wait_for("worker", rank, timeout=40)
+        assert result.returncode == 3, result.describe()
+        assert re.search(r"worker 2 (\(127.0.0.1\) )?is gone", result.stderr), result.describe()
+    assert time.monotonic() - started < 40  # far below TFPS_TIMEOUT=60
+    for index in (0, 1):
+        result = cluster.wait_for("server", index, timeout=40)
+        assert result.returncode in (0, 1), result.describe()
+    assert shm_segments() == before

@@ -120,5 +120,21 @@ def test_a_shared_memory_push_needs_the_offer_and_the_segment(tmp_path):
         asked.send_multipart(shm_push(1, 4))  # no segment by that name exists
         fields, payload = reply(asked)
         assert fields["type"] == T["ERROR"] and b"no shared memory /tfps-p" in payload, payload
+        # In a batch (protocol 5: shared-memory heads travel with the small pushes), the
+        # bad head fails alone and the plain push beside it joins its round.
+        h = np.arange(3, dtype=np.float32)
+        plain_h = dict(type=T["PUSH_PULL"], key=core.key_of_name("h"), partition=0,
+                       num_partitions=1, step=1, dtype=F32, count=3, total_count=3)
+        asked.send_multipart([core.encode_head(dict(type=T["BATCH"], sender=1, count=2)),
+                              *shm_push(1, 4),
+                              core.encode_head(dict(plain_h, sender=1), [3]), h.tobytes()])
+        fields, payload = reply(asked)
+        assert fields["type"] == T["ERROR"] and b"no shared memory /tfps-p" in payload, payload
+        assert fields["key"] == core.key_of_name("g")
+        plain.send_multipart([core.encode_head(dict(plain_h, sender=0), [3]), h.tobytes()])
+        for sock in (plain, asked):
+            fields, payload = reply(sock)
+            assert fields["type"] == T["PUSH_PULL_REPLY"], payload
+            assert np.frombuffer(payload, np.float32).tolist() == [0, 2, 4]
     finally:
         job.close()

@@ -81,6 +81,9 @@ class Engine::Loop {
     // partition) the segment its dense partitions travel through (ps_server/shm_peers.h).
     std::string shm_token;
     std::map<std::pair<uint64_t, uint32_t>, std::unique_ptr<ShmSegment>> shm;
+    // The step whose answer a segment waits for: the server reads the push in place until
+    // it answers, so a push of another step meanwhile goes over the socket.
+    std::map<std::pair<uint64_t, uint32_t>, uint64_t> shm_busy;
   };
   // kAcked: the server has it (credit returned), its answer is still due.
   enum PartState : uint8_t { kQueued = 0, kSent = 1, kAcked = 2, kDone = 3 };
@@ -514,7 +517,13 @@ Status Engine::Loop::SendPartOnLoop(uint64_t op_id, Op& o, uint32_t index) {
   const uint64_t wire = no_data ? 0 : WireBytes(o, index);
   const uint64_t fusion = static_cast<uint64_t>(config_.fusion_bytes);
   const bool fuse = wire < fusion;  // TFPS_FUSION_BYTES=0: never
-  if (fuse && !batches_[p.server].batch.Fits(wire, fusion)) {
+  // Through the colocated server's shared memory (TFPS_SHM_SERVER): the head alone
+  // travels, batched with the other heads and small pushes for that server.
+  const bool shm = !fuse && !no_data && o.row_begin.empty() && o.codec.id == CodecId::kNone &&
+                   !servers_[p.server].shm_token.empty() &&
+                   servers_[p.server].shm_busy.count({o.key, index}) == 0;
+  const bool batched = fuse || (shm && fusion > 0);
+  if (batched && !batches_[p.server].batch.Fits(fuse ? wire : 0, fusion)) {
     FlushOnLoop(p.server);
     // A failed send fails every op in that batch, possibly this one (`o` is then gone).
     if (ops_.count(op_id) == 0) return Status::Ok();
@@ -553,18 +562,19 @@ Status Engine::Loop::SendPartOnLoop(uint64_t op_id, Op& o, uint32_t index) {
     if (!codec_.FeedbackFor(r)) h.flags |= kFlagNoFeedback;
     wire_bytes = encoded->size();
     payload = ZeroCopyMessage(encoded->data(), encoded->size(), encoded);
-  } else if (!sparse && !fuse && !no_data && !servers_[p.server].shm_token.empty()) {
+  } else if (shm) {
     Status st;
     ShmSegment* shm = ShmOfOnLoop(p.server, o, index, &st);
     TFPS_RETURN_IF_ERROR(st);
     std::memcpy(shm->data(), static_cast<const char*>(r.input) + p.offset * elem, bytes);
     h.type = static_cast<uint16_t>(MsgType::kPushPullShm);  // the head alone travels
+    servers_[p.server].shm_busy[{o.key, index}] = o.step;
   } else {
     payload = sparse ? SparsePayload(o, index)
                      : ZeroCopyMessage(static_cast<const char*>(r.input) + p.offset * elem,
                                        bytes, r.input_holder);
   }
-  if (fuse) {
+  if (batched) {
     batches_[p.server].batch.Add(Encoded{EncodeHead(head), std::move(payload)});
     batches_[p.server].op_ids.push_back(op_id);
   } else {
@@ -643,6 +653,12 @@ void Engine::Loop::OnReplyOnLoop(int server, zmq::message_t& head_frame,
     return;
   }
   const Header& h = head.header;
+  if (h.type != static_cast<uint16_t>(MsgType::kAck)) {  // answered: the segment is free
+    auto busy = servers_[server].shm_busy.find({h.key, h.partition});
+    if (busy != servers_[server].shm_busy.end() && busy->second == h.step) {
+      servers_[server].shm_busy.erase(busy);
+    }
+  }
   auto it = pending_.find(PartId(h.key, h.step, h.partition));
   const std::string text =
       h.type == static_cast<uint16_t>(MsgType::kError) && payload_frame != nullptr

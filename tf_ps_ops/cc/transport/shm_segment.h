@@ -50,6 +50,8 @@ class ShmSegment {
 
   ShmHeader* header() const { return static_cast<ShmHeader*>(base_); }
   char* data() const { return static_cast<char*>(base_) + kShmDataOffset; }
+  // The data bytes this process mapped: unlike header()->bytes, no peer can change it.
+  uint64_t capacity() const { return size_ - kShmDataOffset; }
   const std::string& name() const { return name_; }
 
  private:

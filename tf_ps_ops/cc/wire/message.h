@@ -35,7 +35,8 @@ constexpr uint32_t kMagic = 0x53504654;  // "TFPS" read as little-endian bytes
 //    hierarchical pushes (kFlagHierarchical), compressed PS-mode pushes (kFlagPsApply with a
 //    codec; the reply is float32), uint16/int16/bool, Header::reduce_op, kFlagAbort,
 //    member notices (kMemberNotice), servers say goodbye to the scheduler
-// 5: application heartbeats (kPing / kPong: a member's serving thread answers the scheduler)
+// 5: application heartbeats (kPing / kPong: a member's serving thread answers the scheduler),
+//    a batch to a server may hold kPushPullShm heads (TFPS_SHM_SERVER)
 constexpr uint16_t kProtocolVersion = 5;
 constexpr int kMaxDims = 32;
 constexpr uint32_t kMaxPartitions = 1u << 24;
