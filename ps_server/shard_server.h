@@ -50,12 +50,13 @@ class ShardServer {
 
  private:
   struct Work {
-    enum Kind { kPush, kWorkerLost } kind = kPush;
+    enum Kind { kPush, kWorkerLost, kJoin } kind = kPush;
     Head head;
     zmq::message_t payload;
     double received_us = 0;  // wall clock, for timed replies
     int rank = -1;
     std::string why;
+    bool answer = false;  // kJoin: this thread answers it (one per server)
   };
   struct Inbox {
     std::mutex mu;

@@ -29,6 +29,9 @@ class PsCommGpuOp : public AsyncOpKernel {
     if (tensor_name_.empty()) tensor_name_ = name();
     if (ctx->HasAttr("root_rank")) OP_REQUIRES_OK(ctx, ctx->GetAttr("root_rank", &root_rank_));
     if (ctx->HasAttr("priority")) OP_REQUIRES_OK(ctx, ctx->GetAttr("priority", &priority_));
+    if (ctx->HasAttr("process_set")) {
+      OP_REQUIRES_OK(ctx, ctx->GetAttr("process_set", &process_set_));
+    }
     if (ctx->HasAttr("compression")) {
       std::string compression;
       OP_REQUIRES_OK(ctx, ctx->GetAttr("compression", &compression));
@@ -62,6 +65,7 @@ class PsCommGpuOp : public AsyncOpKernel {
       // The answer overwrites the staged gradient: safe as on the CPU (push_pull_ops.cc).
       PushPullRequest request = RequestFor(tensor_name_, *host, host.get());
       request.root_rank = root_rank_;
+      request.members = process_set_;
       request.priority = priority_;
       request.codec = codec_;
       request.error_feedback = error_feedback_;
@@ -78,6 +82,7 @@ class PsCommGpuOp : public AsyncOpKernel {
  private:
   std::string tensor_name_;
   int root_rank_ = -1;
+  std::vector<int32_t> process_set_;  // members; empty: every worker
   int priority_ = 0;
   std::optional<CodecSpec> codec_;
   int error_feedback_ = -1;

@@ -37,6 +37,9 @@ class PsCommOp : public AsyncOpKernel {
     if (tensor_name_.empty()) tensor_name_ = name();
     if (ctx->HasAttr("root_rank")) OP_REQUIRES_OK(ctx, ctx->GetAttr("root_rank", &root_rank_));
     if (ctx->HasAttr("priority")) OP_REQUIRES_OK(ctx, ctx->GetAttr("priority", &priority_));
+    if (ctx->HasAttr("process_set")) {
+      OP_REQUIRES_OK(ctx, ctx->GetAttr("process_set", &process_set_));
+    }
     if (ctx->HasAttr("reduce_op")) {
       std::string reduce_op;
       OP_REQUIRES_OK(ctx, ctx->GetAttr("reduce_op", &reduce_op));
@@ -77,6 +80,7 @@ class PsCommOp : public AsyncOpKernel {
 
     PushPullRequest request = RequestFor(tensor_name_, input, output);
     request.root_rank = root_rank_;
+    request.members = process_set_;
     request.priority = priority_;
     request.reduce_op = reduce_op_;
     request.codec = codec_;
@@ -88,6 +92,7 @@ class PsCommOp : public AsyncOpKernel {
  private:
   std::string tensor_name_;
   int root_rank_ = -1;
+  std::vector<int32_t> process_set_;  // members; empty: every worker
   int priority_ = 0;
   ReduceOp reduce_op_ = ReduceOp::kSum;
   std::optional<CodecSpec> codec_;
@@ -105,6 +110,7 @@ REGISTER_OP("PsPushPull")
     .Attr("compression: string = ''")
     .Attr("error_feedback: int = -1")
     .Attr("reduce_op: {'sum', 'min', 'max', 'product'} = 'sum'")
+    .Attr("process_set: list(int) = []")
     .SetIsStateful()
     .SetShapeFn(tensorflow::shape_inference::UnchangedShape)
     .Doc(R"doc(
@@ -120,6 +126,8 @@ priority: smaller is sent first when partitions wait for credit (layers nearer t
 compression: a codec for float32 tensors (none, fp16, bf16, int8, onebit, topk:R,
   randomk:R; docs/compression.md); empty: the job default, TFPS_COMPRESSION. Other dtypes
   travel as they are.
+process_set: the ranks of a Horovod process set, strictly increasing (this worker among
+  them): the round completes when they have pushed. Empty: every worker.
 error_feedback: onebit/topk/randomk keep what was not sent for the next call: 1 yes, 0 no,
   -1 as TFPS_ERROR_FEEDBACK says.
 )doc");
@@ -130,6 +138,7 @@ REGISTER_OP("PsBroadcast")
     .Attr(kCommTypes)
     .Attr("tensor_name: string = ''")
     .Attr("root_rank: int")
+    .Attr("process_set: list(int) = []")
     .SetIsStateful()
     .SetShapeFn(tensorflow::shape_inference::UnchangedShape)
     .Doc(R"doc(

@@ -47,6 +47,10 @@ struct PushPullRequest {
   const void* input = nullptr;
   void* output = nullptr;       // count elements, written before done(OK)
   int root_rank = -1;           // >= 0: broadcast, only root_rank's data is summed
+  std::vector<int32_t> members;  // a process set's ranks (kFlagProcessSet); empty: all workers
+  // hvd.join() (MsgType::kJoin): int32, one element per server, each its own partition
+  // for that server; each answer is the last rank to join. Nothing else is set.
+  bool join = false;
   ReduceOp reduce_op = ReduceOp::kSum;  // how the servers combine the pushes (min, max, ...)
   uint32_t flags = 0;           // kFlagPsInit / kFlagPsApply (PS mode), see wire/message.h
   Optimizer optimizer = Optimizer::kNone;
