@@ -94,6 +94,16 @@ void KeyStore::Answer(Round& round, std::vector<Outgoing>* out) {
   for (int rank = 0; rank < num_workers_; ++rank) {
     if (round.answered[rank]) continue;  // its local leader hands it the sum (hierarchical)
     const bool timed = !round.received_us.empty() && round.received_us[rank] > 0;
+    if (!round.step_behind.empty() && round.step_behind[rank] != 0) {  // counted while joined
+      Head own = head;
+      own.header.step -= round.step_behind[rank];
+      if (timed) {
+        own.header.flags |= kFlagTimed;
+        own.params = {round.received_us[rank], ready_us};
+      }
+      out->push_back(Outgoing{WorkerIdentity(rank), EncodeHead(own), reply});
+      continue;
+    }
     if (!timed) {
       out->push_back(Outgoing{WorkerIdentity(rank), encoded, reply});  // shared, not copied
       continue;

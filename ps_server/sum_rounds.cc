@@ -121,8 +121,10 @@ Status SumRounds::CollectiveMismatch(const Round& r, const Head& head) const {
   return Status::Ok();
 }
 
-bool SumRounds::Add(const Head& head, Buffer payload, double received_us,
+bool SumRounds::Add(const Head& pushed, Buffer payload, double received_us,
                     std::vector<Outgoing>* out, Round* complete) {
+  Head shifted;
+  const Head& head = InRoundSteps(pushed, &shifted);
   const Header& h = head.header;
   const RoundId id{h.key, h.partition, h.step};
   // A push from outside the round's set is refused alone: counted, it would complete the
@@ -139,8 +141,12 @@ bool SumRounds::Add(const Head& head, Buffer payload, double received_us,
     return false;
   }
   Round& r = Open(head, id);
+  if (h.step != pushed.header.step) {
+    r.step_behind.resize(num_workers_, 0);
+    r.step_behind[h.sender] = h.step - pushed.header.step;
+  }
   if (r.arrived[h.sender]) {
-    out->push_back(ErrorReply(h, h.sender, server_id_,
+    out->push_back(ErrorReply(pushed.header, h.sender, server_id_,
                               Internal("pushed twice for the same step (" +
                                        Where(server_id_, id) + ")")));
     return false;
@@ -248,7 +254,9 @@ void SumRounds::Fail(Round& round, const Status& status, std::vector<Outgoing>* 
   for (int rank = 0; rank < num_workers_; ++rank) {
     if (!round.arrived[rank] || round.answered[rank]) continue;
     round.answered[rank] = true;
-    out->push_back(ErrorReply(round.first, rank, server_id_, status));
+    Header about = round.first;
+    if (!round.step_behind.empty()) about.step -= round.step_behind[rank];
+    out->push_back(ErrorReply(about, rank, server_id_, status));
   }
 }
 
@@ -313,7 +321,18 @@ void SumRounds::OnTick(Clock::time_point now, std::vector<Outgoing>* out) {
   }
 }
 
-void SumRounds::MarkJoined(Round& r, int rank) const {
+const Head& SumRounds::InRoundSteps(const Head& head, Head* shifted) const {
+  if (behind_.empty()) return head;
+  const Header& h = head.header;
+  auto it = behind_.find({h.sender, h.key, h.partition});
+  if (it == behind_.end()) return head;
+  *shifted = head;
+  shifted->header.step += it->second;
+  return *shifted;
+}
+
+void SumRounds::MarkJoined(Round& r, int rank) {
+  ++behind_[{rank, std::get<0>(r.id), std::get<1>(r.id)}];
   r.arrived[rank] = true;
   r.answered[rank] = true;
   ++r.num_arrived;

@@ -40,6 +40,9 @@ struct Round {
   int expected = 0;               // pushes that complete it: the workers, or its set's members
   std::vector<int32_t> members;   // its process set (kFlagProcessSet); empty: every worker
   bool joined_zeros = false;      // a joined worker (hvd.join()) counts as a push of zeros
+  // Per worker: how far its own step count for this (key, partition) is behind the round's,
+  // the rounds it was counted in while joined (empty: none). Its reply carries its own.
+  std::vector<uint64_t> step_behind;
   Buffer sum;                // float32 when the pushes are compressed (decoded on arrival)
   bool has_data = false;
   uint64_t codec_k = 0;      // topk/randomk: elements each push kept (the first push's)
@@ -85,7 +88,10 @@ class SumRounds {
   // The collective's own fields: reduce op, broadcast or not, and the broadcast's root.
   Status CollectiveMismatch(const Round& round, const Head& head) const;
   // A joined worker counts as arrived, with zeros, and gets no reply.
-  void MarkJoined(Round& round, int rank) const;
+  void MarkJoined(Round& round, int rank);
+  // A worker counted in rounds while joined pushes with its own, lower, step count: the
+  // push as the round sees it (its step moved up), noting the difference in the round.
+  const Head& InRoundSteps(const Head& head, Head* shifted) const;
   // Min/max/product rounds: a joined worker's zeros take part (Horovod's join semantics).
   void ReduceJoinedZeros(Round& round);
   // The joins so far fail with `status` (a timeout, a worker gone) and are forgotten.
@@ -105,6 +111,8 @@ class SumRounds {
   std::vector<int> join_order_;
   std::vector<Header> joins_;  // by rank: the kJoin each joined worker sent
   bool join_answers_ = false;  // this thread answers the joins (see OnJoin)
+  // (rank, key, partition) -> rounds that rank was counted in while joined, for good.
+  std::map<std::tuple<int, uint64_t, uint32_t>, uint64_t> behind_;
   Clock::time_point join_started_;
   // Decoded pushes that are summed at once (not a round's first): reused, so that only one
   // buffer per compressed round is fresh memory (page faults cost as much as decoding).

@@ -12,9 +12,9 @@ naming the ranks that did not).
 
 Not covered while a worker is joined: collectives that do not go through the servers'
 summation rounds (allgather and alltoall of the global set, which are peer to peer;
-broadcast from a joined root gives zeros), and PS mode. A joined worker does not advance
-its call counts for the keys it was counted in, so, as in Horovod's use, call join() at the
-end of training (or give later collectives names of their own).
+broadcast from a joined root gives zeros), and PS mode. A joined worker's own call counts
+stay behind for the keys it was counted in; the servers remember by how much and keep its
+later pushes in step (SumRounds::InRoundSteps), so the next epoch can reuse the names.
 
 barrier(): returns once every worker (of `process_set`) has reached it; a worker that does
 not come within TFPS_TIMEOUT makes it fail on the others with DeadlineExceededError naming

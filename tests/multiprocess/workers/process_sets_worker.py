@@ -218,9 +218,12 @@ def check_join_with_uneven_data(hvd):
         np.testing.assert_array_equal(biggest.numpy(), [want_min] * 3)
     last = hvd.join()
     assert int(last) == 3, int(last)
-    # The job goes on under fresh names after everyone has joined.
-    np.testing.assert_array_equal(
-        hvd.allreduce(tf.ones([2]), op=hvd.Sum, name="after.join").numpy(), [4, 4])
+    # The job goes on after everyone has joined, under the same names too: the servers
+    # keep the early joiners' call counts in step with the others'.
+    for name in ("join.avg", "join.sum", "after.join"):
+        np.testing.assert_array_equal(
+            hvd.allreduce(tf.ones([2]) * (me + 1), op=hvd.Sum, name=name).numpy(), [10, 10])
+    np.testing.assert_array_equal(hvd.allreduce(tf.ones([2]), op=hvd.Sum).numpy(), [4, 4])
 
 
 BEFORE_INIT = [check_init_with_static_sets]
