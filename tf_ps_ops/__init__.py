@@ -28,7 +28,7 @@ _EXPORTS = {
     "Average": "ops", "Sum": "ops", "Adasum": "ops", "Min": "ops", "Max": "ops",
     "Product": "ops", "global_process_set": "ops",
     "ProcessSet": "process_sets", "add_process_set": "process_sets",
-    "remove_process_set": "process_sets", "join": "join", "barrier": "join",
+    "remove_process_set": "process_sets", "join": "_join", "barrier": "_join",
     "allreduce": "ops", "push_pull": "ops", "grouped_allreduce": "ops",
     "allgather": "ops", "broadcast": "ops", "broadcast_": "ops",
     "broadcast_variables": "ops", "broadcast_object": "ops", "broadcast_object_fn": "ops",

@@ -24,7 +24,7 @@ from tf_ps_ops.basics import (  # noqa: F401
 from tf_ps_ops.collectives import (  # noqa: F401
     alltoall, grouped_allgather, grouped_reducescatter, reducescatter)
 from tf_ps_ops.compression import Compression  # noqa: F401
-from tf_ps_ops.join import barrier, join  # noqa: F401
+from tf_ps_ops._join import barrier, join  # noqa: F401
 from tf_ps_ops.keras import DistributedOptimizer  # noqa: F401
 from tf_ps_ops.ops import (  # noqa: F401
     Adasum, Average, Max, Min, Product, Sum, allgather, allgather_object, allreduce,

@@ -38,6 +38,8 @@ int tfps_init(const char* scheduler_host, int scheduler_port, int rank, int size
 
 void tfps_shutdown(void) { tfps::Engine::Get().Shutdown(); }
 
+int tfps_hierarchical(void) { return tfps::Engine::Get().hierarchical() ? 1 : 0; }
+
 int tfps_join(char* err, int err_len) {
   tfps::Engine& engine = tfps::Engine::Get();
   const int servers = engine.num_servers();

@@ -103,6 +103,12 @@ class Engine {
   int local_rank() const { return local_rank_; }
   int local_size() const { return local_size_; }
   int num_servers() const { return num_servers_; }
+  // Whether push_pulls may go through hierarchical aggregation (TFPS_HIERARCHICAL, several
+  // workers on this host).
+  bool hierarchical() {
+    std::lock_guard<std::mutex> lock(loop_mu_);
+    return hierarchical_ != nullptr;
+  }
   EngineStats stats();
 
   // Thread-safe. Fail the request at once when the engine is not running.

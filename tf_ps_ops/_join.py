@@ -34,6 +34,12 @@ def _join_now():
     lib = _library.c_api()
     if not lib.tfps_is_initialized():
         raise ValueError("join() needs tf_ps_ops.init() first")
+    if lib.tfps_hierarchical():
+        # The local leader would wait for this worker's tensors: it pushes for the host.
+        raise RuntimeError(
+            f"join() of worker {lib.tfps_rank()}: not available with hierarchical "
+            "aggregation (several workers on this host and TFPS_HIERARCHICAL=1, the "
+            "default): set TFPS_HIERARCHICAL=0 on every worker to use join()")
     error = ctypes.create_string_buffer(4096)
     last = lib.tfps_join(error, len(error))
     if last < 0:
