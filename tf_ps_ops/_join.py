@@ -61,7 +61,8 @@ def join(device=""):
 
 
 def barrier(process_set=global_process_set):
-    """Waits until every worker of `process_set` (default: all) reaches the barrier."""
+    """Waits until every worker of `process_set` (default: all) reaches the barrier.
+    Returns None eagerly and in tf.function, and the barrier op in a v1 graph."""
     from tf_ps_ops.ops import Sum, allreduce
 
     def wait():
@@ -74,6 +75,9 @@ def barrier(process_set=global_process_set):
 
     if tf.executing_eagerly():
         wait()
+        return None
+    if tf.inside_function():  # the stateful op runs in program order (automatic deps)
+        allreduce(tf.zeros([1], tf.int32), op=Sum, name="tfps.barrier", process_set=process_set)
         return None
     return tf.group(allreduce(tf.zeros([1], tf.int32), op=Sum, name="tfps.barrier",
                               process_set=process_set), name="HorovodBarrier")

@@ -199,6 +199,7 @@ def check_barrier(hvd):
     hvd.barrier()
     for name, ps in _mine("01", "23"):
         hvd.barrier(process_set=ps)
+        tf.function(lambda ps=ps: hvd.barrier(process_set=ps))()  # a graph's barrier op
 
 
 def check_join_with_uneven_data(hvd):
