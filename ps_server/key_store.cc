@@ -20,7 +20,7 @@ KeyStore::KeyStore(int num_workers, int server_id, double timeout_s, Consistency
 void KeyStore::OnPush(const Head& head, Buffer payload, std::vector<Outgoing>* out,
                       double received_us) {
   if (stale_) {
-    constexpr uint32_t kStaysBsp = kFlagBroadcast | kFlagNoData | kFlagPsInit;
+    constexpr uint32_t kStaysBsp = kFlagBroadcast | kFlagNoData | kFlagPsInit | kFlagProcessSet;
     // Min/max/product rounds stay BSP too: the stale path only sums.
     if ((head.header.flags & kStaysBsp) == 0 && head.header.reduce_op == 0) {
       stale_->Add(head, std::move(payload), out);
@@ -94,6 +94,16 @@ void KeyStore::Answer(Round& round, std::vector<Outgoing>* out) {
   for (int rank = 0; rank < num_workers_; ++rank) {
     if (round.answered[rank]) continue;  // its local leader hands it the sum (hierarchical)
     const bool timed = !round.received_us.empty() && round.received_us[rank] > 0;
+    if (!round.step_behind.empty() && round.step_behind[rank] != 0) {  // counted while joined
+      Head own = head;
+      own.header.step -= round.step_behind[rank];
+      if (timed) {
+        own.header.flags |= kFlagTimed;
+        own.params = {round.received_us[rank], ready_us};
+      }
+      out->push_back(Outgoing{WorkerIdentity(rank), EncodeHead(own), reply});
+      continue;
+    }
     if (!timed) {
       out->push_back(Outgoing{WorkerIdentity(rank), encoded, reply});  // shared, not copied
       continue;

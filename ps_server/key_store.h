@@ -38,6 +38,12 @@ class KeyStore {
   void OnPush(const Head& head, Buffer payload, std::vector<Outgoing>* out,
               double received_us = 0);
   // The worker is gone: every open round that still needs it fails, and so will new ones.
+  // hvd.join() (SumRounds::OnJoin); answers the rounds it completes.
+  void OnJoin(const Head& join, bool answer, std::vector<Outgoing>* out) {
+    std::vector<Round> complete;
+    rounds_.OnJoin(join, answer, out, &complete);
+    for (Round& round : complete) Answer(round, out);
+  }
   void OnWorkerLost(int rank, const std::string& why, std::vector<Outgoing>* out) {
     rounds_.OnWorkerLost(rank, why, out);
     if (stale_) stale_->OnWorkerLost(rank, why, out);

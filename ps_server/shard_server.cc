@@ -200,6 +200,8 @@ void ShardServer::SummationWorkOnSummationThread(KeyStore& store, Work& w,
       store.OnPush(w.head, std::move(payload), replies, w.received_us);
     } else if (w.kind == Work::kPush) {
       store.OnPush(w.head, BufferOf(std::move(w.payload)), replies, w.received_us);
+    } else if (w.kind == Work::kJoin) {
+      store.OnJoin(w.head, w.answer, replies);
     } else {
       shm_answers->Forget(WorkerIdentity(w.rank));
       store.OnWorkerLost(w.rank, w.why, replies);
@@ -440,6 +442,20 @@ void ShardServer::OnMessageOnIoThread(std::vector<zmq::message_t>& frames) {
     }
     case MsgType::kBatch:
       OnBatchOnIoThread(identity, h, frames);
+      return;
+    case MsgType::kJoin:  // every summation thread holds rounds the joined worker is due in
+      for (size_t i = 0; i < inboxes_.size(); ++i) {
+        Work w;
+        w.kind = Work::kJoin;
+        w.head = head;
+        w.answer = i == 0;
+        Inbox& inbox = *inboxes_[i];
+        {
+          std::lock_guard<std::mutex> lock(inbox.mu);
+          inbox.queue.push_back(std::move(w));
+        }
+        inbox.cv.notify_one();
+      }
       return;
     default:
       RejectOnIoThread(identity, "a message",

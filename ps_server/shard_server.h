@@ -50,7 +50,7 @@ class ShardServer {
 
  private:
   struct Work {
-    enum Kind { kPush, kWorkerLost } kind = kPush;
+    enum Kind { kPush, kWorkerLost, kJoin } kind = kPush;
     Head head;
     zmq::message_t payload;
     // A kPushPullShm's payload, read in place, and the segment its answer goes into.
@@ -59,6 +59,7 @@ class ShardServer {
     double received_us = 0;  // wall clock, for timed replies
     int rank = -1;
     std::string why;
+    bool answer = false;  // kJoin: this thread answers it (one per server)
   };
   struct Inbox {
     std::mutex mu;

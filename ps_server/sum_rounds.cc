@@ -1,8 +1,10 @@
 #include "ps_server/sum_rounds.h"
 
 #include <algorithm>
+#include <cstring>
 #include <sstream>
 
+#include "ps_server/process_sets.h"
 #include "ps_server/reduce.h"
 #include "tf_ps_ops/cc/codec/codec.h"
 #include "tf_ps_ops/cc/common/logging.h"
@@ -29,9 +31,18 @@ Round& SumRounds::Open(const Head& head, const RoundId& id) {
   r.arrived.assign(num_workers_, false);
   r.answered.assign(num_workers_, false);
   r.started = Clock::now();
-  if (!lost_.empty()) {  // a step that needs a worker already gone cannot complete
-    const auto& lost = *lost_.begin();
-    r.error = Unavailable("worker " + std::to_string(lost.first) + " is gone (" + lost.second +
+  r.members = head.members;
+  r.expected = r.members.empty() ? num_workers_ : static_cast<int>(r.members.size());
+  for (int rank = 0; rank < num_workers_; ++rank) {
+    if (!InProcessSet(r.members, rank)) r.answered[rank] = true;  // never pushes, gets nothing
+  }
+  for (int rank : join_order_) {
+    if (InProcessSet(r.members, rank) && rank != head.header.sender) MarkJoined(r, rank);
+  }
+  auto lost = lost_.begin();  // a step that needs a worker already gone cannot complete
+  while (lost != lost_.end() && !InProcessSet(r.members, lost->first)) ++lost;
+  if (lost != lost_.end()) {
+    r.error = Unavailable("worker " + std::to_string(lost->first) + " is gone (" + lost->second +
                           "); the step cannot complete (" + Where(server_id_, id) + ")");
   }
   return r;
@@ -71,6 +82,14 @@ Status SumRounds::Mismatch(const Round& r, const Head& head) const {
         DescribeTensor(static_cast<DType>(h.dtype), head.dims) + " (" +
         Where(server_id_, r.id) + ")");
   }
+  if (head.members != r.members) {
+    return FailedPrecondition("workers disagree on the process set: worker " +
+                              std::to_string(r.first_sender) + " pushed for " +
+                              DescribeProcessSet(r.members) + ", worker " +
+                              std::to_string(h.sender) + " for " +
+                              DescribeProcessSet(head.members) + " (" + Where(server_id_, r.id) +
+                              ")");
+  }
   return CollectiveMismatch(r, head);
 }
 
@@ -102,13 +121,32 @@ Status SumRounds::CollectiveMismatch(const Round& r, const Head& head) const {
   return Status::Ok();
 }
 
-bool SumRounds::Add(const Head& head, Buffer payload, double received_us,
+bool SumRounds::Add(const Head& pushed, Buffer payload, double received_us,
                     std::vector<Outgoing>* out, Round* complete) {
+  Head shifted;
+  const Head& head = InRoundSteps(pushed, &shifted);
   const Header& h = head.header;
   const RoundId id{h.key, h.partition, h.step};
+  // A push from outside the round's set is refused alone: counted, it would complete the
+  // round in place of a member's push.
+  Status set = CheckProcessSetPush(head, num_workers_, Where(server_id_, id));
+  const auto open = rounds_.find(id);
+  if (set.ok() && open != rounds_.end() && !InProcessSet(open->second.members, h.sender)) {
+    set = InvalidArgument("worker " + std::to_string(h.sender) + " pushed to a round of process set " +
+                          DescribeProcessSet(open->second.members) +
+                          ", which it is not a member of (" + Where(server_id_, id) + ")");
+  }
+  if (!set.ok()) {
+    out->push_back(ErrorReply(h, h.sender, server_id_, set));
+    return false;
+  }
   Round& r = Open(head, id);
+  if (h.step != pushed.header.step) {
+    r.step_behind.resize(num_workers_, 0);
+    r.step_behind[h.sender] = h.step - pushed.header.step;
+  }
   if (r.arrived[h.sender]) {
-    out->push_back(ErrorReply(h, h.sender, server_id_,
+    out->push_back(ErrorReply(pushed.header, h.sender, server_id_,
                               Internal("pushed twice for the same step (" +
                                        Where(server_id_, id) + ")")));
     return false;
@@ -154,11 +192,12 @@ bool SumRounds::Add(const Head& head, Buffer payload, double received_us,
                  payload.data(), h.count);
     }
   }
-  if (r.num_arrived < num_workers_) return false;
+  if (r.num_arrived < r.expected) return false;
   const bool ok = r.error.ok();
   if (ok && r.sum.borrowed()) {  // answers and parameters live in the server's own memory
     r.sum = Buffer::CopyOf(r.sum.data(), r.sum.size());
   }
+  if (ok) ReduceJoinedZeros(r);  // after the copy: never into a worker's segment
   if (ok) *complete = std::move(r);
   rounds_.erase(id);
   return ok;
@@ -230,15 +269,23 @@ void SumRounds::Fail(Round& round, const Status& status, std::vector<Outgoing>* 
   for (int rank = 0; rank < num_workers_; ++rank) {
     if (!round.arrived[rank] || round.answered[rank]) continue;
     round.answered[rank] = true;
-    out->push_back(ErrorReply(round.first, rank, server_id_, status));
+    Header about = round.first;
+    if (!round.step_behind.empty()) about.step -= round.step_behind[rank];
+    out->push_back(ErrorReply(about, rank, server_id_, status));
   }
 }
 
 void SumRounds::OnWorkerLost(int rank, const std::string& why, std::vector<Outgoing>* out) {
   lost_[rank] = why;
+  if (!join_order_.empty() &&
+      std::find(join_order_.begin(), join_order_.end(), rank) == join_order_.end()) {
+    FailJoins(Unavailable("join(): worker " + std::to_string(rank) + " is gone (" + why +
+                          ") before joining (server " + std::to_string(server_id_) + ")"),
+              out);
+  }
   for (auto it = rounds_.begin(); it != rounds_.end();) {
     Round& r = it->second;
-    if (r.arrived[rank]) {
+    if (r.arrived[rank] || !InProcessSet(r.members, rank)) {
       ++it;
       continue;
     }
@@ -253,6 +300,20 @@ void SumRounds::OnWorkerLost(int rank, const std::string& why, std::vector<Outgo
 }
 
 void SumRounds::OnTick(Clock::time_point now, std::vector<Outgoing>* out) {
+  if (!join_order_.empty() &&
+      now - join_started_ >= std::chrono::duration<double>(timeout_s_)) {
+    std::string missing;
+    for (int rank = 0; rank < num_workers_; ++rank) {
+      if (std::find(join_order_.begin(), join_order_.end(), rank) == join_order_.end()) {
+        missing += (missing.empty() ? "" : ", ") + std::to_string(rank);
+      }
+    }
+    FailJoins(DeadlineExceeded("join() timed out after " + std::to_string(int(timeout_s_)) +
+                               " s (TFPS_TIMEOUT) waiting for worker(s) " + missing +
+                               " to join (server " + std::to_string(server_id_) +
+                               "); every worker must call join() once it runs out of data"),
+              out);
+  }
   for (auto it = rounds_.begin(); it != rounds_.end();) {
     Round& r = it->second;
     if (now - r.started < std::chrono::duration<double>(timeout_s_)) {
@@ -261,7 +322,7 @@ void SumRounds::OnTick(Clock::time_point now, std::vector<Outgoing>* out) {
     }
     std::string missing;
     for (int rank = 0; rank < num_workers_; ++rank) {
-      if (!r.arrived[rank]) missing += (missing.empty() ? "" : ", ") + std::to_string(rank);
+      if (!r.arrived[rank] && InProcessSet(r.members, rank)) missing += (missing.empty() ? "" : ", ") + std::to_string(rank);
     }
     Status s = r.error.ok()
                    ? DeadlineExceeded("timed out after " + std::to_string(int(timeout_s_)) +
@@ -273,6 +334,94 @@ void SumRounds::OnTick(Clock::time_point now, std::vector<Outgoing>* out) {
     Fail(r, s, out);
     it = rounds_.erase(it);
   }
+}
+
+const Head& SumRounds::InRoundSteps(const Head& head, Head* shifted) const {
+  if (behind_.empty()) return head;
+  const Header& h = head.header;
+  auto it = behind_.find({h.sender, h.key, h.partition});
+  if (it == behind_.end()) return head;
+  *shifted = head;
+  shifted->header.step += it->second;
+  return *shifted;
+}
+
+void SumRounds::MarkJoined(Round& r, int rank) {
+  ++behind_[{rank, std::get<0>(r.id), std::get<1>(r.id)}];
+  r.arrived[rank] = true;
+  r.answered[rank] = true;
+  ++r.num_arrived;
+  r.joined_zeros = true;
+}
+
+void SumRounds::ReduceJoinedZeros(Round& r) {
+  const auto op = static_cast<ReduceOp>(r.first.reduce_op);
+  if (!r.joined_zeros || !r.has_data || op == ReduceOp::kSum) return;  // a sum: nothing to add
+  const auto dtype = static_cast<DType>(r.first.dtype);
+  Buffer zeros = Buffer::Zeros(r.first.count * DTypeSize(dtype));
+  ReduceInto(op, dtype, r.sum.data(), zeros.data(), r.first.count);
+}
+
+void SumRounds::OnJoin(const Head& join, bool answer, std::vector<Outgoing>* out,
+                       std::vector<Round>* complete) {
+  const int rank = join.header.sender;
+  join_answers_ = answer;
+  if (std::find(join_order_.begin(), join_order_.end(), rank) != join_order_.end()) {
+    if (answer) {
+      out->push_back(ErrorReply(join.header, rank, server_id_,
+                                FailedPrecondition("worker " + std::to_string(rank) +
+                                                   " called join() twice before every "
+                                                   "worker joined")));
+    }
+    return;
+  }
+  if (join_order_.empty()) join_started_ = Clock::now();
+  join_order_.push_back(rank);
+  joins_.resize(num_workers_);
+  joins_[rank] = join.header;
+  for (auto it = rounds_.begin(); it != rounds_.end();) {
+    Round& r = it->second;
+    if (r.arrived[rank] || !InProcessSet(r.members, rank)) {
+      ++it;
+      continue;
+    }
+    MarkJoined(r, rank);
+    if (r.num_arrived < r.expected) {
+      ++it;
+      continue;
+    }
+    if (r.error.ok()) {
+      ReduceJoinedZeros(r);
+      complete->push_back(std::move(r));
+    } else {
+      Fail(r, r.error, out);
+    }
+    it = rounds_.erase(it);
+  }
+  if (static_cast<int>(join_order_.size()) < num_workers_) return;
+  if (answer) {
+    const int32_t last = join_order_.back();
+    for (int worker : join_order_) {
+      Head reply = HeadAbout(joins_[worker], MsgType::kPushPullReply, server_id_);
+      reply.header.dtype = static_cast<uint8_t>(DType::kInt32);
+      reply.header.count = 1;
+      reply.header.total_count = joins_[worker].total_count;
+      Buffer value = Buffer::Allocate(sizeof(last));
+      std::memcpy(value.data(), &last, sizeof(last));
+      out->push_back(Outgoing{WorkerIdentity(worker), EncodeHead(reply), value});
+    }
+  }
+  join_order_.clear();
+}
+
+void SumRounds::FailJoins(const Status& status, std::vector<Outgoing>* out) {
+  if (join_answers_) {
+    for (int worker : join_order_) {
+      out->push_back(ErrorReply(joins_[worker], worker, server_id_, status));
+    }
+  }
+  TFPS_LOG(Warning) << status.message();
+  join_order_.clear();
 }
 
 }  // namespace tfps

@@ -37,6 +37,12 @@ struct Round {
                                     // by a local leader, which answers it (hierarchical)
   std::vector<double> received_us;  // per worker, when its push has kFlagTimed
   int num_arrived = 0;
+  int expected = 0;               // pushes that complete it: the workers, or its set's members
+  std::vector<int32_t> members;   // its process set (kFlagProcessSet); empty: every worker
+  bool joined_zeros = false;      // a joined worker (hvd.join()) counts as a push of zeros
+  // Per worker: how far its own step count for this (key, partition) is behind the round's,
+  // the rounds it was counted in while joined (empty: none). Its reply carries its own.
+  std::vector<uint64_t> step_behind;
   Buffer sum;                // float32 when the pushes are compressed (decoded on arrival)
   bool has_data = false;
   uint64_t codec_k = 0;      // topk/randomk: elements each push kept (the first push's)
@@ -63,6 +69,13 @@ class SumRounds {
   void OnWorkerLost(int rank, const std::string& why, std::vector<Outgoing>* out);
   // Fails rounds that waited longer than the timeout, naming the workers still missing.
   void OnTick(Clock::time_point now, std::vector<Outgoing>* out);
+  // hvd.join() (MsgType::kJoin) from `join`'s sender: until every worker has joined, it
+  // counts as having pushed zeros to every round that needs it, open or new. Rounds this
+  // completes go to *complete, for the caller to answer. Once every worker has joined,
+  // `answer` (one summation thread per server) answers each join with the last rank to
+  // join; every thread then forgets the joins.
+  void OnJoin(const Head& join, bool answer, std::vector<Outgoing>* out,
+              std::vector<Round>* complete);
   // Answers every worker of `round` not yet answered with `status`.
   void Fail(Round& round, const Status& status, std::vector<Outgoing>* out) const;
 
@@ -74,6 +87,15 @@ class SumRounds {
   Status Mismatch(const Round& round, const Head& head) const;
   // The collective's own fields: reduce op, broadcast or not, and the broadcast's root.
   Status CollectiveMismatch(const Round& round, const Head& head) const;
+  // A joined worker counts as arrived, with zeros, and gets no reply.
+  void MarkJoined(Round& round, int rank);
+  // A worker counted in rounds while joined pushes with its own, lower, step count: the
+  // push as the round sees it (its step moved up), noting the difference in the round.
+  const Head& InRoundSteps(const Head& head, Head* shifted) const;
+  // Min/max/product rounds: a joined worker's zeros take part (Horovod's join semantics).
+  void ReduceJoinedZeros(Round& round);
+  // The joins so far fail with `status` (a timeout, a worker gone) and are forgotten.
+  void FailJoins(const Status& status, std::vector<Outgoing>* out);
   // Marks the ranks a local leader's push stands for (kFlagHierarchical) as arrived.
   Status AddCovered(Round& round, const Head& head);
   // A compressed push's payload, decoded to float32 in place of the encoded one: the
@@ -85,6 +107,13 @@ class SumRounds {
   const double timeout_s_;
   std::map<RoundId, Round> rounds_;
   std::map<int, std::string> lost_;  // rank -> why
+  // hvd.join(): who has joined, in order, the join pushes to answer, and since when.
+  std::vector<int> join_order_;
+  std::vector<Header> joins_;  // by rank: the kJoin each joined worker sent
+  bool join_answers_ = false;  // this thread answers the joins (see OnJoin)
+  // (rank, key, partition) -> rounds that rank was counted in while joined, for good.
+  std::map<std::tuple<int, uint64_t, uint32_t>, uint64_t> behind_;
+  Clock::time_point join_started_;
   // Decoded pushes that are summed at once (not a round's first): reused, so that only one
   // buffer per compressed round is fresh memory (page faults cost as much as decoding).
   std::vector<float> scratch_;

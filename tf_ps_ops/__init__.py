@@ -27,6 +27,8 @@ _EXPORTS = {
     # collective operations
     "Average": "ops", "Sum": "ops", "Adasum": "ops", "Min": "ops", "Max": "ops",
     "Product": "ops", "global_process_set": "ops",
+    "ProcessSet": "process_sets", "add_process_set": "process_sets",
+    "remove_process_set": "process_sets", "join": "_join", "barrier": "_join",
     "allreduce": "ops", "push_pull": "ops", "grouped_allreduce": "ops",
     "allgather": "ops", "broadcast": "ops", "broadcast_": "ops",
     "broadcast_variables": "ops", "broadcast_object": "ops", "broadcast_object_fn": "ops",
@@ -46,8 +48,6 @@ _EXPORTS = {
 # Horovod names not served: stand-ins that raise NotImplementedError with the reason
 # (tf_ps_ops._compat.UNSERVED), so that `hvd.alltoall(...)` says why at the call.
 _EXPORTS.update({name: "tensorflow" for name in (
-    "join",
-    "barrier", "ProcessSet", "add_process_set", "remove_process_set",
     "PartialDistributedOptimizer",
     "PartialDistributedGradientTape", "start_timeline", "stop_timeline")})
 # Submodules that are part of the API themselves (`hvd.callbacks.MetricAverageCallback`;

@@ -119,13 +119,6 @@ class BroadcastGlobalVariablesHook(tf.compat.v1.train.SessionRunHook):
 
 # Horovod name -> why it is not served.
 UNSERVED = {
-    "join": "join() needs servers that let a finished worker contribute zeros; "
-            "not implemented (issue 12)",
-    "barrier": "barrier() is not implemented; an allreduce of a scalar synchronises",
-    "ProcessSet": "process sets need servers that key rounds by process set (issue 12)",
-    "add_process_set": "process sets need servers that key rounds by process set (issue 12)",
-    "remove_process_set": "process sets need servers that key rounds by process set "
-                          "(issue 12)",
     "PartialDistributedOptimizer": "not implemented yet (issue 12)",
     "PartialDistributedGradientTape": "not implemented yet (issue 12)",
     "start_timeline": "no timeline: the engine logs its stages instead (docs/env.md)",

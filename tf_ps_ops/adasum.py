@@ -35,17 +35,21 @@ def _tree(parts):
     return parts[0]
 
 
-def adasum_allreduce(tensor, key):
-    """The Adasum of every worker's `tensor` (a floating-point tensor), under `key`."""
-    from tf_ps_ops.basics import size
+def adasum_allreduce(tensor, key, process_set=None):
+    """The Adasum of every worker's `tensor` (a floating-point tensor), under `key`: of
+    every worker, or of `process_set`'s members (in rank order)."""
+    from tf_ps_ops import process_sets
     from tf_ps_ops.ops import allgather
+
+    size = lambda: process_sets.set_size(process_set)  # noqa: E731
 
     if not tensor.dtype.is_floating:
         raise ValueError(f"op=Adasum needs a floating-point tensor, got {tensor.dtype.name}")
 
     @tf.custom_gradient
     def reduce(x):
-        gathered = allgather(tf.reshape(x, [1, -1]), name=key + ".adasum")
+        gathered = allgather(tf.reshape(x, [1, -1]), name=key + ".adasum",
+                             process_set=process_set)
         flat = tf.cast(gathered, tf.float64)
         result = _tree([flat[i] for i in range(size())])
         out = tf.reshape(tf.cast(result, x.dtype), tf.shape(x))

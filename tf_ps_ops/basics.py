@@ -17,7 +17,7 @@ _cluster = None
 _atexit_registered = False
 
 
-def init(comm=None, consistency=None, elastic=None):
+def init(comm=None, consistency=None, elastic=None, process_sets=None):
     """Joins the cluster described by the environment (see docs/env.md).
 
     Blocks until the scheduler has seen every worker and server, or TFPS_TIMEOUT passes.
@@ -31,6 +31,9 @@ def init(comm=None, consistency=None, elastic=None):
         same (the rendezvous refuses a worker that differs).
       elastic: True: elastic membership (docs/elastic.md), as TFPS_ELASTIC=1; the rank,
         size and scheduler then come from the elastic driver (`tfps-run --elastic`).
+      process_sets: Horovod's static process sets (ProcessSet objects or lists of ranks),
+        registered in this order on every worker (tf_ps_ops/process_sets.py); every
+        worker must pass the same (ValueError on every worker otherwise).
     """
     global _cluster, _atexit_registered
     if comm is not None:
@@ -72,6 +75,9 @@ def init(comm=None, consistency=None, elastic=None):
         # shutdown() themselves, so say it for them.
         atexit.register(shutdown)
         _atexit_registered = True
+    if process_sets:
+        from tf_ps_ops import process_sets as _process_sets
+        _process_sets.register_at_init(process_sets)
 
 
 def _elastic_place():

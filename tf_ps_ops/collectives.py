@@ -20,7 +20,7 @@ from tf_ps_ops import _library
 from tf_ps_ops.basics import rank, size
 from tf_ps_ops.compression import Compression
 from tf_ps_ops.ops import (Average, Sum, _average, _check_not_xla, _check_process_set,
-                           _resolve_op, allgather, allreduce, global_process_set)
+                           _resolve_op, _set_key, allgather, allreduce, global_process_set)
 
 _EAGER_KEYS = {"alltoall": "alltoall.eager", "reducescatter": "reducescatter.eager"}
 _GRAPH_PREFIXES = {"alltoall": "HorovodAlltoall_", "reducescatter": "HorovodReducescatter_"}
@@ -45,13 +45,19 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
     less than the first dimension (the rest is not sent); without it the first dimension
     is split into size() equal parts and must be a multiple of size() (InvalidArgumentError
     otherwise). Every worker's dtype and dimensions but the first must agree
-    (FailedPreconditionError on every worker otherwise).
+    (FailedPreconditionError on every worker otherwise). Within a process set, `splits`
+    has one entry per member, in the set's rank order, and the exchange goes through the
+    servers (tf_ps_ops/set_collectives.py).
     """
-    _check_process_set(process_set)
+    members = _check_process_set(process_set, "alltoall")
     _check_not_xla()
     tensor = tf.convert_to_tensor(tensor)
     if tensor.shape.rank == 0:
         raise ValueError("alltoall needs a tensor with at least one dimension, got a scalar")
+    if members is not None:
+        from tf_ps_ops.set_collectives import set_alltoall
+        return set_alltoall(tensor, splits,
+                            _set_key(process_set, _key("alltoall", name, tensor)), members)
     if splits is None:
         splits = tf.zeros([0], tf.int32)  # the op splits equally
     else:
@@ -97,18 +103,20 @@ def reducescatter(tensor, device_dense="", compression=Compression.none, op=Aver
     op = _resolve_op(op, None)
     if op not in (Average, Sum):
         raise ValueError("reducescatter supports op=Average and op=Sum only (as Horovod)")
-    _check_process_set(process_set)
+    members = _check_process_set(process_set, "reducescatter")
     with tf.device(device_dense):
         tensor = tf.convert_to_tensor(tensor)
         if tensor.shape.rank == 0:
             raise ValueError("reducescatter needs a tensor with at least one dimension")
         key = _key("reducescatter", name, tensor)
         summed = allreduce(tensor, op=Sum, compression=compression, name=key,
-                           prescale_factor=prescale_factor)
-        start, count = _rows_of(rank(), size(), tf.shape(summed, out_type=tf.int64)[0])
+                           prescale_factor=prescale_factor, process_set=process_set)
+        me, count_ = (rank(), size()) if members is None else \
+            (members.index(rank()), len(members))
+        start, count = _rows_of(me, count_, tf.shape(summed, out_type=tf.int64)[0])
         mine = summed[start:start + count]
         if op == Average:
-            mine = _average(mine)
+            mine = _average(mine, members)
         if postscale_factor != 1.0:
             mine = mine * tf.cast(postscale_factor, mine.dtype)
         return mine
@@ -125,9 +133,10 @@ def _group_keys(tensors, name, kind):
 def grouped_allgather(tensors, name=None, ignore_name_scope=False,
                       process_set=global_process_set):
     """allgather of each tensor in a list; the results in the same order."""
-    _check_process_set(process_set)
+    _check_process_set(process_set, "grouped_allgather")
     keys = _group_keys(tensors, name, "grouped_allgather")
-    return [allgather(tensor, name=key) for tensor, key in zip(tensors, keys)]
+    return [allgather(tensor, name=key, process_set=process_set)
+            for tensor, key in zip(tensors, keys)]
 
 
 def grouped_reducescatter(tensors, device_dense="", compression=Compression.none, op=Average,

@@ -45,6 +45,7 @@ class _DistributedOptimizerMixin:
     _tfps_predivide = 1.0
     _tfps_device = ""
     _tfps_algorithm = None  # a tf_ps_ops.algorithms.Algorithm (docs/algorithms.md)
+    _tfps_process_set = None  # None: every worker
 
     def algorithm_callbacks(self):
         """The Keras callbacks the algorithm needs under `fit` (none for most)."""
@@ -65,7 +66,8 @@ class _DistributedOptimizerMixin:
 
             return self._tfps_algorithm.run(optimizer_step, grads, variables, keys)
         grads = reduce_gradients(grads, keys, self._tfps_compression, self._tfps_op,
-                                 self._tfps_predivide, self._tfps_device, variables)
+                                 self._tfps_predivide, self._tfps_device, variables,
+                                 self._tfps_process_set)
         return super().apply(grads, trainable_variables)
 
 
@@ -83,7 +85,8 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
                          compression=Compression.none, sparse_as_dense=False,
                          gradient_predivide_factor=1.0, op=Average,
                          backward_passes_per_step=1, average_aggregated_gradients=False,
-                         num_groups=0, groups=None, algorithm=None):
+                         num_groups=0, groups=None, algorithm=None,
+                         process_set=global_process_set):
     """Returns a copy of a Keras 3 optimizer that averages gradients over all workers.
 
     The result is an instance of a subclass of the optimizer's own class, created from
@@ -110,6 +113,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
       algorithm: a tf_ps_ops.algorithms.Algorithm (Decentralized, AsyncModelAverage, QAdam,
         ...) that decides what travels instead of the gradient average; pass
         `opt.algorithm_callbacks()` to `fit` (docs/algorithms.md).
+      process_set: average over that process set's members only (tf_ps_ops/process_sets.py).
       device_sparse, average_aggregated_gradients, num_groups, groups: accepted for
         Horovod compatibility; they do not change results here.
     """
@@ -129,6 +133,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     distributed._tfps_op = op
     distributed._tfps_predivide = gradient_predivide_factor
     distributed._tfps_device = device_dense
+    distributed._tfps_process_set = process_set
     if algorithm is not None:
         if getattr(algorithm, "owns_step", False):
             algorithm.attach(distributed)
@@ -174,7 +179,9 @@ def broadcast(value, root_rank, name=None, process_set=global_process_set):
                          process_set=process_set)
 
 
-for _name in ("PartialDistributedOptimizer", "ProcessSet", "add_process_set", "remove_process_set",
-              "start_timeline", "stop_timeline"):
+from tf_ps_ops.process_sets import (  # noqa: E402,F401
+    ProcessSet, add_process_set, remove_process_set)
+
+for _name in ("PartialDistributedOptimizer", "start_timeline", "stop_timeline"):
     setattr(sys.modules[__name__], _name, _compat.unserved(_name))
 del _name

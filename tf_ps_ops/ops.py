@@ -19,9 +19,11 @@ from tensorflow.python.ops import control_flow_util
 
 from tf_ps_ops import _elastic_epoch
 from tf_ps_ops import _library
+from tf_ps_ops import process_sets as _process_sets
 from tf_ps_ops._eager_keys import eager_key
 from tf_ps_ops.basics import rank, size
 from tf_ps_ops.compression import Compression, wire_codec
+from tf_ps_ops.process_sets import global_process_set
 
 # Reduction ops, with Horovod's values so code that compares or logs them keeps working.
 Average = 0
@@ -32,35 +34,18 @@ Max = 4
 Product = 5
 
 
-class _GlobalProcessSet:
-    """Horovod's `global_process_set`: every worker. The only process set served here,
-    so collectives accept `process_set=` for Horovod signatures and refuse any other."""
-
-    process_set_id = 0
-    ranks = None
-
-    def size(self):
-        return size()
-
-    def rank(self):
-        return rank()
-
-    def included(self):
-        return True
-
-    def __repr__(self):
-        return "global_process_set"
+def _check_process_set(process_set, what="this collective"):
+    # The set's ranks (None: every worker); ValueError if this worker is not a member.
+    return _process_sets.members(process_set, what)
 
 
-global_process_set = _GlobalProcessSet()
+def _set_key(process_set, key):
+    return _process_sets.key_prefix(process_set) + key
 
 
-def _check_process_set(process_set):
-    if process_set is not None and process_set is not global_process_set and \
-            getattr(process_set, "process_set_id", None) != 0:
-        raise NotImplementedError(
-            "process sets other than global_process_set are not supported yet: the "
-            "servers wait for every worker on each key")
+def _set_size(members):
+    return size() if members is None else len(members)
+
 
 _EAGER_KEYS = {
     "allreduce": "push_pull.eager",
@@ -99,13 +84,15 @@ def _dense(tensor):
     return tf.convert_to_tensor(tensor)
 
 
-def _allreduce_slices(slices, op, name):
+def _allreduce_slices(slices, op, name, process_set):
     # Without a dense_shape there is no dense tensor to sum: gather values and indices
     # from every worker instead, as Horovod does for every IndexedSlices.
-    values = allgather(slices.values, name=None if name is None else name + ".values")
-    indices = allgather(slices.indices, name=None if name is None else name + ".indices")
+    values = allgather(slices.values, name=None if name is None else name + ".values",
+                       process_set=process_set)
+    indices = allgather(slices.indices, name=None if name is None else name + ".indices",
+                        process_set=process_set)
     if op == Average:
-        values = values / tf.cast(size(), values.dtype)
+        values = values / tf.cast(_process_sets.set_size(process_set), values.dtype)
     return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
 
 
@@ -137,18 +124,20 @@ def _scale(tensor, factor):
     return tensor * tf.cast(factor, tensor.dtype)
 
 
-def _divisor():
-    # Under elastic membership the size changes between epochs while a traced function
-    # (Keras' train_function) lives on: read it when the graph runs, not when it is traced.
-    if _elastic_epoch.current_epoch_number() >= 0:
+def _divisor(members=None):
+    # Over the workers that took part: every worker, or a process set's members. Under
+    # elastic membership the size changes between epochs while a traced function (Keras'
+    # train_function) lives on: read it when the graph runs, not when it is traced.
+    if members is None and _elastic_epoch.current_epoch_number() >= 0:
         return _library.ops().ps_size()
-    return size()
+    return _set_size(members)
 
 
-def _average(summed):
+def _average(summed, members=None):
+    count = _divisor(members)
     if summed.dtype.is_integer:
-        return tf.math.floordiv(summed, tf.cast(_divisor(), summed.dtype))
-    return summed / tf.cast(_divisor(), summed.dtype)
+        return tf.math.floordiv(summed, tf.cast(count, summed.dtype))
+    return summed / tf.cast(count, summed.dtype)
 
 
 def allreduce(tensor, average=None, device_dense="", device_sparse="",
@@ -165,27 +154,29 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
     tf.IndexedSlices of every worker's values (divided by size() for Average) and indices.
     `prescale_factor` multiplies the input before the sum, `postscale_factor` the result
     after averaging. `device_sparse` places the gathers of slices without a dense_shape.
-    `process_set` may only be `global_process_set` (the default); `ignore_name_scope`
-    is accepted for Horovod's signature: keys come from `name` or the tensor's name.
+    `process_set`: reduce over that set's members only (tf_ps_ops/process_sets.py; a
+    worker outside it gets a ValueError); Average divides by the set's size.
+    `ignore_name_scope` is accepted for Horovod's signature: keys come from `name` or the
+    tensor's name.
     """
     op = _resolve_op(op, average)
-    _check_process_set(process_set)
+    members = _check_process_set(process_set, "allreduce")
     _check_not_xla()
     if isinstance(tensor, tf.IndexedSlices) and tensor.dense_shape is None:
         if op not in (Average, Sum):
             raise ValueError("an IndexedSlices without dense_shape is gathered, not reduced: "
                              "only op=Average or op=Sum apply to it")
         with tf.device(device_sparse):
-            return _allreduce_slices(tensor, op, name)
+            return _allreduce_slices(tensor, op, name, process_set)
     with tf.device(device_dense):
         tensor = _dense(tensor)
         if tensor.dtype == tf.bool and op == Average:
             raise ValueError("op=Average of a bool tensor has no meaning: use op=Sum or Max "
                              "(logical or) or op=Min or Product (logical and)")
-        key = _key("allreduce", name, tensor)
+        key = _set_key(process_set, _key("allreduce", name, tensor))
         if op == Adasum:  # peer to peer: the servers cannot compute it (tf_ps_ops/adasum.py)
             from tf_ps_ops.adasum import adasum_allreduce
-            return _scale(adasum_allreduce(_scale(tensor, prescale_factor), key),
+            return _scale(adasum_allreduce(_scale(tensor, prescale_factor), key, process_set),
                           postscale_factor)
         sent, ctx = compression.compress(_scale(tensor, prescale_factor))
         handles = [] if _variable is None else [_variable.handle]
@@ -193,9 +184,10 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
         summed = compression.decompress(
             _library.ops().ps_push_pull(sent, handles, tensor_name=key, priority=_priority,
                                         compression=codec, error_feedback=feedback,
-                                        reduce_op=_SERVER_OPS[op]), ctx)
+                                        reduce_op=_SERVER_OPS[op],
+                                        process_set=members or []), ctx)
         if op == Average:
-            summed = _average(summed)
+            summed = _average(summed, members)
         return _scale(summed, postscale_factor)
 
 
@@ -222,31 +214,37 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
                       compression=Compression.none, op=None, prescale_factor=1.0,
                       postscale_factor=1.0, name=None, process_set=global_process_set):
     """allreduce of each tensor in a list; returns the list of results in the same order."""
-    _check_process_set(process_set)
+    _check_process_set(process_set, "grouped_allreduce")
     eager = tf.executing_eagerly()
     results = []
     for index, tensor in enumerate(tensors):
         key = f"{name}.{index}" if name else (
             eager_key(f"grouped_allreduce.eager.{index}", "grouped_allreduce") if eager else None)
         results.append(allreduce(tensor, average, device_dense, device_sparse, compression, op,
-                                 prescale_factor, postscale_factor, name=key))
+                                 prescale_factor, postscale_factor, name=key,
+                                 process_set=process_set))
     return results
 
 
-def _check_root(root_rank):
+def _check_root(root_rank, members=None):
     if not isinstance(root_rank, (int, np.integer)) or not 0 <= root_rank < size():
         raise ValueError(f"root_rank={root_rank!r} is not a rank in 0..{size() - 1}")
+    if members is not None and root_rank not in members:
+        raise ValueError(f"root_rank={root_rank} is not a member of the process set "
+                         f"{members} (root_rank is a global rank, as in Horovod)")
 
 
 def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
               process_set=global_process_set):
-    """Returns root_rank's `tensor` on every worker; shapes and dtypes must match."""
-    _check_process_set(process_set)
-    _check_root(root_rank)
+    """Returns root_rank's `tensor` on every worker (of `process_set`: root_rank is a
+    global rank in it); shapes and dtypes must match."""
+    members = _check_process_set(process_set, "broadcast")
+    _check_root(root_rank, members)
     _check_not_xla()
     tensor = _dense(tensor)
-    key = _key("broadcast", name, tensor)
-    return _library.ops().ps_broadcast(tensor, tensor_name=key, root_rank=int(root_rank))
+    key = _set_key(process_set, _key("broadcast", name, tensor))
+    return _library.ops().ps_broadcast(tensor, tensor_name=key, root_rank=int(root_rank),
+                                       process_set=members or [])
 
 
 def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_process_set):
@@ -254,14 +252,20 @@ def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_pro
 
     First dimensions may differ between workers; the dtype and the other dimensions must
     match (InvalidArgumentError naming the tensor otherwise). Workers exchange their
-    tensors directly, peer to peer (PsAllgather): no server in the path.
+    tensors directly, peer to peer (PsAllgather): no server in the path. Within a process
+    set other than the global one, the gather goes through the servers instead
+    (tf_ps_ops/set_collectives.py): the set's members only, each receiving the result.
     """
-    _check_process_set(process_set)
+    members = _check_process_set(process_set, "allgather")
     _check_not_xla()
     tensor = tf.convert_to_tensor(tensor)
     if tensor.shape.rank == 0:
         raise ValueError("allgather needs a tensor with at least one dimension, got a scalar")
-    return _library.ops().ps_allgather(tensor, tensor_name=_key("allgather", name, tensor))
+    key = _set_key(process_set, _key("allgather", name, tensor))
+    if members is not None:
+        from tf_ps_ops.set_collectives import set_allgather
+        return set_allgather(tensor, key, members)
+    return _library.ops().ps_allgather(tensor, tensor_name=key)
 
 
 def keys_for(objects, prefix):
@@ -286,11 +290,11 @@ def keys_for(objects, prefix):
     return keys
 
 
-def _assign_broadcast(variables, root_rank, prefix):
+def _assign_broadcast(variables, root_rank, prefix, process_set=global_process_set):
     _check_root(root_rank)
     variables = list(variables) if isinstance(variables, (list, tuple)) else [variables]
     keys = keys_for(variables, prefix)
-    return variables, [var.assign(broadcast(var, root_rank, name=key))
+    return variables, [var.assign(broadcast(var, root_rank, name=key, process_set=process_set))
                        for var, key in zip(variables, keys)]
 
 
@@ -300,8 +304,8 @@ def broadcast_variables(variables, root_rank, process_set=global_process_set, in
     Returns a grouped op in graph mode and None eagerly, as Horovod does. The
     assignment is always in place, so Horovod's `inplace` changes nothing.
     """
-    _check_process_set(process_set)
-    _, assignments = _assign_broadcast(variables, root_rank, "broadcast_variables")
+    _check_process_set(process_set, "broadcast_variables")
+    _, assignments = _assign_broadcast(variables, root_rank, "broadcast_variables", process_set)
     return tf.group(*assignments)
 
 
@@ -312,8 +316,9 @@ def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
     returns their values read after the assignments, as Horovod does: running them in a
     Session runs the broadcast.
     """
-    _check_process_set(process_set)
-    variables, assignments = _assign_broadcast(variables, root_rank, name or "broadcast_")
+    _check_process_set(process_set, "broadcast_")
+    variables, assignments = _assign_broadcast(variables, root_rank, name or "broadcast_",
+                                               process_set)
     if tf.executing_eagerly() or tf.inside_function():
         return variables
     with tf.control_dependencies(assignments):
@@ -341,18 +346,19 @@ def broadcast_object(obj, root_rank=0, session=None, name=None,
 
     Runs eagerly, or in a v1 graph through `session` (default: the default session).
     """
-    _check_process_set(process_set)
+    members = _check_process_set(process_set, "broadcast_object")
     run = _session_runner("broadcast_object", session)
-    _check_root(root_rank)
+    _check_root(root_rank, members)
     key = name or "broadcast_object"
     payload = b""
     if rank() == root_rank:
         payload = cloudpickle.dumps(obj)
-    length = run(broadcast(tf.constant([len(payload)], tf.int64), root_rank, name=key + ".size"))
+    length = run(broadcast(tf.constant([len(payload)], tf.int64), root_rank, name=key + ".size",
+                           process_set=process_set))
     if rank() != root_rank:
         payload = bytes(int(length[0]))
     data = run(broadcast(tf.constant(np.frombuffer(payload, np.uint8)), root_rank,
-                         name=key + ".data"))
+                         name=key + ".data", process_set=process_set))
     return cloudpickle.loads(data.tobytes())
 
 
@@ -360,13 +366,12 @@ def broadcast_object_fn(root_rank=0, session=None, name=None,
                         process_set=global_process_set):
     """v1 graph mode: builds the broadcast ops once and returns `fn(obj)` that runs them
     in `session` (default: the default session) for each object, as Horovod's does."""
-    _check_process_set(process_set)
-    _check_root(root_rank)
+    _check_root(root_rank, _check_process_set(process_set, "broadcast_object_fn"))
     key = name or "broadcast_object_fn"
     size_in = tf.compat.v1.placeholder(tf.int64, [1], name="bcast_object_size")
     data_in = tf.compat.v1.placeholder(tf.uint8, [None], name="bcast_object_data")
-    size_out = broadcast(size_in, root_rank, name=key + ".size")
-    data_out = broadcast(data_in, root_rank, name=key + ".data")
+    size_out = broadcast(size_in, root_rank, name=key + ".size", process_set=process_set)
+    data_out = broadcast(data_in, root_rank, name=key + ".data", process_set=process_set)
     session = session or tf.compat.v1.get_default_session()
 
     def broadcast_fn(obj):
@@ -385,12 +390,13 @@ def allgather_object(obj, session=None, name=None, process_set=global_process_se
 
     Runs eagerly, or in a v1 graph through `session` (default: the default session).
     """
-    _check_process_set(process_set)
+    _check_process_set(process_set, "allgather_object")
     run = _session_runner("allgather_object", session)
     key = name or "allgather_object"
     payload = np.frombuffer(cloudpickle.dumps(obj), np.uint8)
-    lengths = run(allgather(tf.constant([payload.size], tf.int64), name=key + ".sizes"))
-    data = run(allgather(tf.constant(payload), name=key + ".data"))
+    lengths = run(allgather(tf.constant([payload.size], tf.int64), name=key + ".sizes",
+                            process_set=process_set))
+    data = run(allgather(tf.constant(payload), name=key + ".data", process_set=process_set))
     chunks = np.split(data, np.cumsum(lengths)[:-1])
     return [cloudpickle.loads(chunk.tobytes()) for chunk in chunks]
 
@@ -405,7 +411,9 @@ def _push_pull_grad(op, grad):
             "to the workers holding the extreme (or depends on every other worker's input); "
             "use op=Sum or op=Average in differentiated code")
     key = tf.compat.as_str(op.get_attr("tensor_name")) + ".grad"
-    return [_library.ops().ps_push_pull(_dense(grad), [], tensor_name=key)] + \
+    members = list(op.get_attr("process_set"))  # the same workers, backwards
+    return [_library.ops().ps_push_pull(_dense(grad), [], tensor_name=key,
+                                        process_set=members)] + \
         [None] * (len(op.inputs) - 1)
 
 
@@ -415,7 +423,9 @@ def _broadcast_grad(op, grad):
     # average of every worker's upstream gradient (Horovod 0.28). Every worker still
     # pushes: the root's average needs them all.
     key = tf.compat.as_str(op.get_attr("tensor_name")) + ".grad"
-    reduced = _average(_library.ops().ps_push_pull(_dense(grad), [], tensor_name=key))
+    members = list(op.get_attr("process_set")) or None
+    reduced = _average(_library.ops().ps_push_pull(_dense(grad), [], tensor_name=key,
+                                                   process_set=members or []), members)
     if rank() == op.get_attr("root_rank"):
         return reduced
     with tf.control_dependencies([reduced]):

@@ -4,9 +4,9 @@ import functools
 
 import tensorflow as tf
 
-from tf_ps_ops.basics import size
 from tf_ps_ops.compression import Compression
 from tf_ps_ops.ops import Average, Sum, _resolve_op, allreduce, keys_for
+from tf_ps_ops.process_sets import global_process_set, set_size
 
 
 def check_gradient_options(op, gradient_predivide_factor):
@@ -18,7 +18,7 @@ def check_gradient_options(op, gradient_predivide_factor):
 
 
 def reduce_gradients(grads, keys, compression, op, gradient_predivide_factor=1.0,
-                     device_dense="", variables=()):
+                     device_dense="", variables=(), process_set=None):
     """allreduce of each gradient under its key; None gradients stay None.
 
     With op=Average and a predivide factor f, as in Horovod: each worker multiplies by
@@ -28,7 +28,7 @@ def reduce_gradients(grads, keys, compression, op, gradient_predivide_factor=1.0
     if op == Average and gradient_predivide_factor != 1.0:
         op = Sum
         prescale = 1.0 / gradient_predivide_factor
-        postscale = gradient_predivide_factor / size()
+        postscale = gradient_predivide_factor / set_size(process_set)
     # sfb.Dense kernels (marked `_tfps_sfb`) arrive already averaged over workers.
     sfb = [getattr(v, "_tfps_sfb", False) for v in variables] or [False] * len(grads)
     # Each gradient's op takes its variable (so a tf.function overlaps the communication
@@ -38,7 +38,8 @@ def reduce_gradients(grads, keys, compression, op, gradient_predivide_factor=1.0
     return [grad if grad is None or skip else
             allreduce(grad, device_dense=device_dense, compression=compression, op=op,
                       prescale_factor=prescale, postscale_factor=postscale, name=key,
-                      _variable=_handle_owner(variable), _priority=index)
+                      _variable=_handle_owner(variable), _priority=index,
+                      process_set=process_set or global_process_set)
             for index, (grad, key, skip, variable)
             in enumerate(zip(grads, keys, sfb, variables))]
 
@@ -69,7 +70,8 @@ class _DistributedGradientTapeMixin:
                 None, tf.nest.flatten(grads), tf.nest.flatten(sources), keys))
         reduced = reduce_gradients(tf.nest.flatten(grads), keys, self._tfps_compression,
                                    self._tfps_op, self._tfps_predivide, self._tfps_device,
-                                   tf.nest.flatten(sources))
+                                   tf.nest.flatten(sources),
+                                   getattr(self, "_tfps_process_set", None))
         return tf.nest.pack_sequence_as(grads, reduced)
 
 
@@ -82,7 +84,7 @@ def _distributed_class(tape_class):
 def DistributedGradientTape(gradtape, device_dense="", device_sparse="",
                             compression=Compression.none, sparse_as_dense=False, op=Average,
                             gradient_predivide_factor=1.0, num_groups=0, groups=None,
-                            algorithm=None):
+                            algorithm=None, process_set=global_process_set):
     """Wraps a tf.GradientTape so that gradient() averages gradients over all workers.
 
     Usage, as in Horovod:
@@ -108,6 +110,8 @@ def DistributedGradientTape(gradtape, device_dense="", device_sparse="",
         the gradient average (docs/algorithms.md): gradient() then runs its hooks (for
         Decentralized it averages the weights with the neighbours') and returns the
         gradients to apply. QAdam runs its own update: use DistributedOptimizer for it.
+      process_set: average over that process set's members only (every member wraps its
+        tape; tf_ps_ops/process_sets.py).
       device_sparse, num_groups, groups: accepted for Horovod compatibility. Grouping
         only fuses communication in Horovod; the engine here batches and partitions
         tensors itself, and results do not depend on it.
@@ -122,6 +126,7 @@ def DistributedGradientTape(gradtape, device_dense="", device_sparse="",
     tape._tfps_op = op
     tape._tfps_predivide = gradient_predivide_factor
     tape._tfps_device = device_dense
+    tape._tfps_process_set = process_set
     if algorithm is not None and getattr(algorithm, "owns_step", False):
         raise ValueError(f"{type(algorithm).__name__} runs the optimizer's update itself: use "
                          "DistributedOptimizer(opt, algorithm=...) rather than the tape")

@@ -13,6 +13,7 @@
 
 #include "ps_server/checkpoint.h"
 #include "ps_server/key_store.h"
+#include "ps_server/testing/rounds_driver.h"
 #include "ps_server/testing/stale_driver.h"
 #include "ps_server/reduce.h"
 #include "ps_server/sum_rounds.h"
@@ -180,6 +181,7 @@ PYBIND11_MODULE(_ps_server_testing, m) {
   using namespace tfps;
   m.doc() = "ps_server internals, for tests (not packaged).";
   BindStaleDriver(m);
+  BindRoundsDriver(m);
   m.attr("CHECKPOINT_VERSION") = kCheckpointVersion;
   m.def("sum_into", [](py::array dst, py::array src) {
     if (dst.dtype().kind() != src.dtype().kind() || dst.size() != src.size() ||

@@ -7,6 +7,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tf_ps_ops/kernels/tf_adapter.h"
@@ -34,6 +35,7 @@ inline Status ParseReduceOp(const std::string& name, ReduceOp* op) {
 struct CommAttrs {
   std::string tensor_name;
   int root_rank = -1;
+  std::vector<int32_t> process_set;  // members; empty: every worker
   int priority = 0;
   ReduceOp reduce_op = ReduceOp::kSum;
   std::optional<CodecSpec> codec;  // none: the job default, resolved by the engine
@@ -43,6 +45,7 @@ struct CommAttrs {
     absl::Status s = ReadTensorName(ctx, &tensor_name);
     if (s.ok() && ctx->HasAttr("root_rank")) s = ctx->GetAttr("root_rank", &root_rank);
     if (s.ok() && ctx->HasAttr("priority")) s = ctx->GetAttr("priority", &priority);
+    if (s.ok() && ctx->HasAttr("process_set")) s = ctx->GetAttr("process_set", &process_set);
     if (s.ok() && ctx->HasAttr("reduce_op")) {
       std::string op;
       s = ctx->GetAttr("reduce_op", &op);
@@ -76,6 +79,7 @@ struct CommAttrs {
   PushPullRequest Request(const tensorflow::Tensor& input, tensorflow::Tensor* output) const {
     PushPullRequest r = RequestFor(tensor_name, input, output);
     r.root_rank = root_rank;
+    r.members = process_set;
     r.priority = priority;
     r.reduce_op = reduce_op;
     r.codec = codec;

@@ -58,6 +58,7 @@ REGISTER_OP("PsPushPull")
     .Attr("compression: string = ''")
     .Attr("error_feedback: int = -1")
     .Attr("reduce_op: {'sum', 'min', 'max', 'product'} = 'sum'")
+    .Attr("process_set: list(int) = []")
     .SetIsStateful()
     .SetShapeFn(tensorflow::shape_inference::UnchangedShape)
     .Doc(R"doc(
@@ -73,6 +74,8 @@ priority: smaller is sent first when partitions wait for credit (layers nearer t
 compression: a codec for float32 tensors (none, fp16, bf16, int8, onebit, topk:R,
   randomk:R; docs/compression.md); empty: the job default, TFPS_COMPRESSION. Other dtypes
   travel as they are.
+process_set: the ranks of a Horovod process set, strictly increasing (this worker among
+  them): the round completes when they have pushed. Empty: every worker.
 error_feedback: onebit/topk/randomk keep what was not sent for the next call: 1 yes, 0 no,
   -1 as TFPS_ERROR_FEEDBACK says.
 )doc");
@@ -83,6 +86,7 @@ REGISTER_OP("PsBroadcast")
     .Attr(kCommTypes)
     .Attr("tensor_name: string = ''")
     .Attr("root_rank: int")
+    .Attr("process_set: list(int) = []")
     .SetIsStateful()
     .SetShapeFn(tensorflow::shape_inference::UnchangedShape)
     .Doc(R"doc(

@@ -437,7 +437,10 @@ void Engine::Loop::StartOnLoop(PushPullRequest request) {
   op.step = ++steps_[request.name];
   const bool ps = (request.flags & (kFlagPsInit | kFlagPsApply)) != 0;
   op.row_elems = ps ? RowElements(request.dims) : 1;
-  op.parts = PartitionTensor(op.key, request.count, elem, config_.partition_bytes,
+  // A join is one element per server, each its own partition: PartitionTensor places
+  // partition i of n on server (hash + i) % n, so every server gets one.
+  op.parts = PartitionTensor(op.key, request.count, elem,
+                             request.join ? static_cast<int64_t>(elem) : config_.partition_bytes,
                              static_cast<int>(servers_.size()), op.row_elems);
   op.part_state.assign(op.parts.size(), kQueued);
   op.codec = codec_.Choose(request);
@@ -516,11 +519,11 @@ Status Engine::Loop::SendPartOnLoop(uint64_t op_id, Op& o, uint32_t index) {
   const uint64_t bytes = no_data ? 0 : PartBytes(o, index);
   const uint64_t wire = no_data ? 0 : WireBytes(o, index);
   const uint64_t fusion = static_cast<uint64_t>(config_.fusion_bytes);
-  const bool fuse = wire < fusion;  // TFPS_FUSION_BYTES=0: never
+  const bool fuse = wire < fusion && !r.join;  // TFPS_FUSION_BYTES=0: never
   // Through the colocated server's shared memory (TFPS_SHM_SERVER): the head alone
   // travels, batched with the other heads and small pushes for that server.
-  const bool shm = !fuse && !no_data && o.row_begin.empty() && o.codec.id == CodecId::kNone &&
-                   !servers_[p.server].shm_token.empty() &&
+  const bool shm = !fuse && !no_data && !r.join && o.row_begin.empty() &&
+                   o.codec.id == CodecId::kNone && !servers_[p.server].shm_token.empty() &&
                    servers_[p.server].shm_busy.count({o.key, index}) == 0;
   const bool batched = fuse || (shm && fusion > 0);
   if (batched && !batches_[p.server].batch.Fits(fuse ? wire : 0, fusion)) {
@@ -538,7 +541,12 @@ Status Engine::Loop::SendPartOnLoop(uint64_t op_id, Op& o, uint32_t index) {
   h.dtype = static_cast<uint8_t>(r.dtype);
   h.flags = (no_data ? kFlagNoData : 0) | r.flags | (timeline_.enabled() ? kFlagTimed : 0) |
             (config_.scheduling_credit > 0 ? kFlagAck : 0) |
-            (r.root_rank >= 0 ? kFlagBroadcast : 0);
+            (r.root_rank >= 0 ? kFlagBroadcast : 0) | (r.members.empty() ? 0 : kFlagProcessSet);
+  head.members = r.members;
+  if (r.join) {  // no acknowledgement, no timeline: a join is answered when all joined
+    h.type = static_cast<uint16_t>(MsgType::kJoin);
+    h.flags = 0;
+  }
   h.optimizer = static_cast<uint8_t>(r.optimizer);
   head.params = r.params;
   h.reduce_op = static_cast<uint8_t>(r.reduce_op);

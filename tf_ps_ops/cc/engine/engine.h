@@ -47,6 +47,10 @@ struct PushPullRequest {
   const void* input = nullptr;
   void* output = nullptr;       // count elements, written before done(OK)
   int root_rank = -1;           // >= 0: broadcast, only root_rank's data is summed
+  std::vector<int32_t> members;  // a process set's ranks (kFlagProcessSet); empty: all workers
+  // hvd.join() (MsgType::kJoin): int32, one element per server, each its own partition
+  // for that server; each answer is the last rank to join. Nothing else is set.
+  bool join = false;
   ReduceOp reduce_op = ReduceOp::kSum;  // how the servers combine the pushes (min, max, ...)
   uint32_t flags = 0;           // kFlagPsInit / kFlagPsApply (PS mode), see wire/message.h
   Optimizer optimizer = Optimizer::kNone;
@@ -104,6 +108,12 @@ class Engine {
   int local_rank() const { return local_rank_; }
   int local_size() const { return local_size_; }
   int num_servers() const { return num_servers_; }
+  // Whether push_pulls may go through hierarchical aggregation (TFPS_HIERARCHICAL, several
+  // workers on this host).
+  bool hierarchical() {
+    std::lock_guard<std::mutex> lock(loop_mu_);
+    return hierarchical_ != nullptr;
+  }
   EngineStats stats();
 
   // Thread-safe. Fail the request at once when the engine is not running.

@@ -20,7 +20,7 @@ bool Hierarchical::Eligible(const PushPullRequest& r, bool job_compresses) {
                                               : job_compresses && r.dtype == DType::kFloat32;
   // Min/max/product: the local leader would have to reduce with that op; they go direct.
   return summable && !compressed && r.flags == 0 && r.root_rank < 0 && r.rows == nullptr &&
-         r.reduce_op == ReduceOp::kSum;
+         r.reduce_op == ReduceOp::kSum && r.members.empty() && !r.join;
 }
 
 namespace {

@@ -65,6 +65,7 @@ py::bytes EncodeHeadPy(const py::dict& fields, const std::vector<int64_t>& dims,
   h.optimizer = static_cast<uint8_t>(get("optimizer", 0));
   head.dims = dims;
   head.params = params;
+  if (fields.contains("members")) head.members = fields["members"].cast<std::vector<int32_t>>();
   return py::bytes(EncodeHead(head));
 }
 
@@ -92,6 +93,7 @@ py::tuple DecodeHeadPy(const py::bytes& frame, size_t payload_size) {
   d["count"] = h.count;
   d["total_count"] = h.total_count;
   d["dims"] = head.dims;
+  d["members"] = head.members;
   return py::make_tuple(py::none(), d);
 }
 
@@ -302,6 +304,7 @@ PYBIND11_MODULE(_core, m) {
   m.attr("FLAG_BROADCAST") = kFlagBroadcast;
   m.attr("FLAG_ABORT") = kFlagAbort;
   m.attr("FLAG_HIERARCHICAL") = kFlagHierarchical;
+  m.attr("FLAG_PROCESS_SET") = kFlagProcessSet;
   m.attr("MAX_BATCH") = kMaxBatch;
   BindCodecs(m);
 

@@ -74,12 +74,21 @@ std::string EncodeHead(const Head& head) {
   h.ndims = static_cast<uint8_t>(head.dims.size());
   h.nparams = static_cast<uint8_t>(head.params.size());
   const size_t dims_bytes = head.dims.size() * sizeof(int64_t);
-  std::string out(sizeof(Header) + dims_bytes + head.params.size() * sizeof(double), '\0');
+  const size_t params_bytes = head.params.size() * sizeof(double);
+  // The member list travels exactly when the flag says so (DecodeHead checks both ways).
+  const bool set = (h.flags & kFlagProcessSet) != 0;
+  const size_t set_bytes = set ? sizeof(uint32_t) + head.members.size() * sizeof(int32_t) : 0;
+  std::string out(sizeof(Header) + dims_bytes + params_bytes + set_bytes, '\0');
   std::memcpy(&out[0], &h, sizeof(Header));
   if (!head.dims.empty()) std::memcpy(&out[sizeof(Header)], head.dims.data(), dims_bytes);
   if (!head.params.empty()) {
-    std::memcpy(&out[sizeof(Header) + dims_bytes], head.params.data(),
-                head.params.size() * sizeof(double));
+    std::memcpy(&out[sizeof(Header) + dims_bytes], head.params.data(), params_bytes);
+  }
+  if (set) {
+    const uint32_t n = static_cast<uint32_t>(head.members.size());
+    char* at = &out[sizeof(Header) + dims_bytes + params_bytes];
+    std::memcpy(at, &n, sizeof(n));
+    if (n > 0) std::memcpy(at + sizeof(n), head.members.data(), n * sizeof(int32_t));
   }
   return out;
 }
@@ -95,7 +104,7 @@ std::string Hex(uint32_t value) {
 
 bool CarriesTensor(MsgType type) {
   return type == MsgType::kPushPull || type == MsgType::kPushPullReply ||
-         type == MsgType::kPeerData;
+         type == MsgType::kPeerData || type == MsgType::kJoin;
 }
 
 Status CheckShape(const Head& head) {
@@ -221,6 +230,38 @@ Status CheckCollectiveFields(const Head& head) {
 
 namespace {
 Status DecodeHeadAsSent(const void* data, size_t size, size_t payload_size, Head* head);
+
+// The member list of a process-set push, which follows the params: uint32 n, then n int32
+// ranks, strictly increasing and >= 0 (whether they are workers, the server checks).
+Status DecodeMembers(const void* data, size_t size, size_t fixed, Head* head) {
+  const Header& h = head->header;
+  if (static_cast<MsgType>(h.type) != MsgType::kPushPull ||
+      (h.flags & (kFlagPsInit | kFlagPsApply | kFlagSparse | kFlagHierarchical)) != 0) {
+    return InvalidArgument("the process-set flag is only valid on a summation push (flags " +
+                           Hex(h.flags) + ")");
+  }
+  uint32_t n = 0;
+  if (size >= fixed + sizeof(n)) std::memcpy(&n, static_cast<const char*>(data) + fixed, sizeof(n));
+  if (size < fixed + sizeof(n) || n == 0 || n > kMaxSetMembers ||
+      size != fixed + sizeof(n) + uint64_t{n} * sizeof(int32_t)) {
+    return InvalidArgument("head frame of " + std::to_string(size) +
+                           " bytes does not hold a process set's 1.." +
+                           std::to_string(kMaxSetMembers) + " member ranks after " +
+                           std::to_string(h.ndims) + " dims and " + std::to_string(h.nparams) +
+                           " parameters");
+  }
+  head->members.resize(n);
+  std::memcpy(head->members.data(), static_cast<const char*>(data) + fixed + sizeof(n),
+              n * sizeof(int32_t));
+  for (uint32_t i = 0; i < n; ++i) {
+    if (head->members[i] < 0 || (i > 0 && head->members[i] <= head->members[i - 1])) {
+      return InvalidArgument("a process set's member ranks must be >= 0 and strictly "
+                             "increasing; got " + std::to_string(head->members[i]) +
+                             " at position " + std::to_string(i));
+    }
+  }
+  return Status::Ok();
+}
 }  // namespace
 
 MsgType BaseType(MsgType type) {
@@ -264,6 +305,7 @@ Status DecodeHeadAsSent(const void* data, size_t size, size_t payload_size, Head
                            std::to_string(sizeof(Header)));
   }
   std::memcpy(&head->header, data, sizeof(Header));
+  head->members.clear();
   const Header& h = head->header;
   if (h.magic != kMagic) return InvalidArgument("bad magic number: not a tf_ps_ops message");
   if (h.version != kProtocolVersion) {
@@ -278,8 +320,10 @@ Status DecodeHeadAsSent(const void* data, size_t size, size_t payload_size, Head
   if ((h.flags & ~kKnownFlags) != 0) {
     return InvalidArgument("unknown flags " + Hex(h.flags & ~kKnownFlags));
   }
-  if (h.ndims > kMaxDims || h.nparams > kMaxParams ||
-      size != sizeof(Header) + h.ndims * sizeof(int64_t) + h.nparams * sizeof(double)) {
+  const size_t fixed = sizeof(Header) + h.ndims * sizeof(int64_t) + h.nparams * sizeof(double);
+  if (h.ndims <= kMaxDims && h.nparams <= kMaxParams && (h.flags & kFlagProcessSet) != 0) {
+    TFPS_RETURN_IF_ERROR(DecodeMembers(data, size, fixed, head));
+  } else if (h.ndims > kMaxDims || h.nparams > kMaxParams || size != fixed) {
     return InvalidArgument("head frame of " + std::to_string(size) + " bytes does not match " +
                            std::to_string(h.ndims) + " dims and " + std::to_string(h.nparams) +
                            " parameters");
@@ -369,6 +413,12 @@ Status DecodeHeadAsSent(const void* data, size_t size, size_t payload_size, Head
                              DTypeName(static_cast<DType>(h.dtype)) + ", flags " +
                              Hex(h.flags) + ")");
     }
+  }
+  if (static_cast<MsgType>(h.type) == MsgType::kJoin &&
+      (h.flags != 0 || h.nparams != 0 || h.codec != 0 || h.reduce_op != 0 ||
+       h.dtype != static_cast<uint8_t>(DType::kInt32) || h.count != 1 || h.total_count == 0)) {
+    return InvalidArgument("a join carries int32[1] (its rank), one partition per server, "
+                           "and nothing else");
   }
   if (CarriesTensor(static_cast<MsgType>(h.type))) return CheckTensorFields(*head, payload_size);
   return Status::Ok();

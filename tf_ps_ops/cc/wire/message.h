@@ -36,7 +36,8 @@ constexpr uint32_t kMagic = 0x53504654;  // "TFPS" read as little-endian bytes
 //    codec; the reply is float32), uint16/int16/bool, Header::reduce_op, kFlagAbort,
 //    member notices (kMemberNotice), servers say goodbye to the scheduler
 // 5: application heartbeats (kPing / kPong: a member's serving thread answers the scheduler),
-//    a batch to a server may hold kPushPullShm heads (TFPS_SHM_SERVER)
+//    a batch to a server may hold kPushPullShm heads (TFPS_SHM_SERVER), process sets
+//    (kFlagProcessSet: a push lists the members of its set, Head::members), join (kJoin)
 constexpr uint16_t kProtocolVersion = 5;
 constexpr int kMaxDims = 32;
 constexpr uint32_t kMaxPartitions = 1u << 24;
@@ -99,7 +100,10 @@ DType DTypeOfElement(char kind, size_t size);
   X(kPing, 15, "PING",                                                                          \
     "scheduler -> member: answer from the thread that serves (application heartbeat; "         \
     "step: a sequence number)")                                                                 \
-  X(kPong, 16, "PONG", "member -> scheduler: the answer to a kPing (the same step)")
+  X(kPong, 16, "PONG", "member -> scheduler: the answer to a kPing (the same step)")          \
+  X(kJoin, 17, "JOIN",                                                                          \
+    "worker -> every server: hvd.join(), one partition per server, int32[1] = its rank; "      \
+    "answered (kPushPullReply, int32[1]: the last rank to join) once every worker joined")
 
 enum class MsgType : uint16_t {
 #define TFPS_MSG_TYPE_ENUMERATOR(enumerator, value, name, doc) enumerator = value,
@@ -158,6 +162,11 @@ constexpr uint32_t kFlagBroadcast = 1u << 8;  // push: part of a broadcast (ever
                                              // broadcast (no PS flag) carries params =
                                              // {root rank}: every worker must name the same
                                              // root (a mismatch fails the round)
+constexpr uint32_t kFlagProcessSet = 1u << 9;  // summation push of a Horovod process set:
+                                              // after the params, the head frame carries
+                                              // uint32 n and then n int32 member ranks,
+                                              // strictly increasing (Head::members); the
+                                              // round completes when those have pushed
 constexpr uint32_t kFlagAbort = 1u << 13;  // peer data: the sender cannot take part in this
                                            // call (its own input was refused); payload: why,
                                            // UTF-8 as uint8[length]. Its peers fail the call
@@ -169,12 +178,15 @@ constexpr uint32_t kFlagHierarchical = 1u << 15;  // summation push of a local l
                                                   // who count as arrived and get no reply
 constexpr uint32_t kKnownFlags = kFlagNoData | kFlagPsInit | kFlagPsApply | kFlagPsOverwrite |
                                  kFlagSparse | kFlagTimed | kFlagAck | kFlagNoFeedback |
-                                 kFlagBroadcast | kFlagAbort | kFlagHierarchical;
+                                 kFlagBroadcast | kFlagAbort | kFlagHierarchical |
+                                 kFlagProcessSet;
 
 // PS-mode hyperparameters (Head::params) of a kFlagPsApply push: the values that
 // optimizer_spec.h's table lists for Header::optimizer, in its order, then the initial
 // values of the optimizer's slots.
 constexpr int kMaxParams = 16;
+// Members of a process set in one push (kFlagProcessSet).
+constexpr uint32_t kMaxSetMembers = 1u << 16;
 
 #pragma pack(push, 1)
 struct Header {
@@ -205,6 +217,7 @@ struct Head {
   Header header;
   std::vector<int64_t> dims;  // shape of the whole tensor (push only)
   std::vector<double> params;  // optimizer hyperparameters (PS-mode push only)
+  std::vector<int32_t> members;  // kFlagProcessSet: the set's ranks, strictly increasing
 };
 
 // A push or reply whose payload travels through shared memory (colocated worker and
