@@ -3,7 +3,9 @@ NCCL only in a CUDA build, with other workers on the host, when every local work
 use it; otherwise shared memory, with a reason that names the local worker and its
 cause. The C++ function itself, through the core module (no TensorFlow, no GPU)."""
 
-from tf_ps_ops import _core
+from native import load_core
+
+_core = load_core()  # the one copy every unit test shares (tests/native.py)
 
 
 def choose(cuda_build=True, alone=False, ranks=(4, 5, 6), votes=("", "", ""),
