@@ -77,8 +77,9 @@ class SumRounds {
   // Marks the ranks a local leader's push stands for (kFlagHierarchical) as arrived.
   Status AddCovered(Round& round, const Head& head);
   // A compressed push's payload, decoded to float32 in place of the encoded one: the
-  // round's first push into fresh memory (it becomes the sum), later ones into scratch_.
-  Status DecodeInto(Round& round, const Header& h, Buffer* payload);
+  // round's first push into fresh memory (it becomes the sum), later ones into scratch_,
+  // or, for a codec that can (CodecDecodesAdding), added straight into the sum (*summed).
+  Status DecodeInto(Round& round, const Header& h, Buffer* payload, bool* summed);
 
   const int num_workers_;
   const int server_id_;

@@ -177,9 +177,12 @@ inline void OneBitFeedbackChunk(const float* __restrict x, float* __restrict p, 
 void EncodeOneBitFeedback(const float* g, float* e, uint64_t n, uint8_t* out) {
   const uint64_t chunks = (n + kChunk - 1) / kChunk;
   uint8_t* bits = out + 4 * chunks;
+  const bool avx2 = ActiveSimd() == Simd::kAvx2;
   for (uint64_t c = 0; c < chunks; ++c) {
     const uint64_t start = c * kChunk;
-    if (n - start >= kChunk) {
+    if (n - start >= kChunk && avx2) {
+      OneBitFeedbackChunkAvx2(g + start, e + start, bits + start / 8, out + 4 * c);
+    } else if (n - start >= kChunk) {
       OneBitFeedbackChunk<kChunk>(g + start, e + start, kChunk, bits + start / 8, out + 4 * c);
     } else {
       OneBitFeedbackChunk<0>(g + start, e + start, n - start, bits + start / 8, out + 4 * c);
@@ -187,9 +190,14 @@ void EncodeOneBitFeedback(const float* g, float* e, uint64_t n, uint8_t* out) {
   }
 }
 
-void DecodeOneBit(const uint8_t* in, uint64_t n, float* out) {
+namespace {
+
+// DecodeOneBit, or with kAdd out[i] += the decoded value (the server's sum).
+template <bool kAdd>
+void DecodeOneBitImpl(const uint8_t* in, uint64_t n, float* out) {
   const uint64_t chunks = (n + kChunk - 1) / kChunk;
   const uint8_t* bits = in + 4 * chunks;
+  const bool avx2 = ActiveSimd() == Simd::kAvx2;
   for (uint64_t c = 0; c < chunks; ++c) {
     // A set bit flips the scale's sign bit: no branch, and whole bytes at a time (a chunk
     // starts on a byte, kChunk being a multiple of 8).
@@ -198,12 +206,48 @@ void DecodeOneBit(const uint8_t* in, uint64_t n, float* out) {
     const uint64_t len = std::min<uint64_t>(kChunk, n - start);
     const uint8_t* __restrict b = bits + start / 8;
     float* __restrict y = out + start;
+    if (avx2 && len == kChunk) {
+      DecodeOneBitChunkAvx2(scale, b, y, kAdd);
+      continue;
+    }
     uint64_t i = 0;
     for (; i + 8 <= len; i += 8) {
       const uint32_t byte = b[i / 8];
-      for (uint32_t t = 0; t < 8; ++t) y[i + t] = FromBits(scale ^ (((byte >> t) & 1u) << 31));
+      for (uint32_t t = 0; t < 8; ++t) {
+        const float v = FromBits(scale ^ (((byte >> t) & 1u) << 31));
+        y[i + t] = kAdd ? y[i + t] + v : v;
+      }
     }
-    for (; i < len; ++i) y[i] = FromBits(scale ^ (((b[i / 8] >> (i % 8)) & 1u) << 31));
+    for (; i < len; ++i) {
+      const float v = FromBits(scale ^ (((b[i / 8] >> (i % 8)) & 1u) << 31));
+      y[i] = kAdd ? y[i] + v : v;
+    }
+  }
+}
+
+}  // namespace
+
+void DecodeOneBit(const uint8_t* in, uint64_t n, float* out) {
+  DecodeOneBitImpl<false>(in, n, out);
+}
+
+void DecodeOneBitAdd(const uint8_t* in, uint64_t n, float* out) {
+  DecodeOneBitImpl<true>(in, n, out);
+}
+
+void DecodeInt8Add(const uint8_t* in, uint64_t n, float* out) {
+  const uint64_t chunks = (n + kChunk - 1) / kChunk;
+  const uint8_t* body = in + 8 * chunks;
+  for (uint64_t c = 0; c < chunks; ++c) {
+    const float lo = LoadFloat(in + 8 * c), hi = LoadFloat(in + 8 * c + 4);
+    const float step = (hi - lo) / 255.0f;
+    const uint64_t len = std::min<uint64_t>(kChunk, n - c * kChunk);
+    const uint8_t* __restrict q = body + c * kChunk;
+    float* __restrict y = out + c * kChunk;
+    for (uint64_t i = 0; i < len; ++i) {
+      const float v = lo + static_cast<float>(q[i]) * step;  // as DecodeInt8 stores it
+      y[i] += v;
+    }
   }
 }
 
