@@ -47,7 +47,9 @@ Simd BestSimd();
 Simd ActiveSimd();
 // Asks for `wanted` (clamped to BestSimd()); returns what is now active. Process-wide.
 Simd SetSimd(Simd wanted);
-// One full chunk (kChunk elements) of EncodeOneBitFeedback / DecodeOneBit(Add) with AVX2.
+// One full chunk (kChunk elements) of EncodeOneBit, EncodeOneBitFeedback and
+// DecodeOneBit(Add) with AVX2.
+void EncodeOneBitChunkAvx2(const float* x, uint8_t* bits, uint8_t* scale_out);
 void OneBitFeedbackChunkAvx2(const float* g, float* p, uint8_t* bits, uint8_t* scale_out);
 void DecodeOneBitChunkAvx2(uint32_t scale_bits, const uint8_t* bits, float* out, bool add);
 

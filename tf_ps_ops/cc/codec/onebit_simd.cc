@@ -75,6 +75,26 @@ __attribute__((target("avx2"))) void OneBitFeedbackChunkAvx2(const float* g, flo
   }
 }
 
+__attribute__((target("avx2"))) void EncodeOneBitChunkAvx2(const float* x, uint8_t* bits,
+                                                            uint8_t* scale_out) {
+  const __m256 zero = _mm256_setzero_ps();
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256i exp_mask = _mm256_set1_epi32(0x7f800000);
+  __m256 acc = zero;
+  __m256i bad = _mm256_setzero_si256();
+  for (uint64_t i = 0; i < kChunk; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    acc = _mm256_add_ps(acc, _mm256_and_ps(v, abs_mask));
+    const __m256i e = _mm256_and_si256(_mm256_castps_si256(v), exp_mask);
+    bad = _mm256_or_si256(bad, _mm256_cmpeq_epi32(e, exp_mask));
+    bits[i / 8] = static_cast<uint8_t>(_mm256_movemask_ps(_mm256_cmp_ps(v, zero, _CMP_LT_OQ)));
+  }
+  const float scale = _mm256_testz_si256(bad, bad)
+                          ? SumLanesInOrder(acc) / static_cast<float>(kChunk)
+                          : std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(scale_out, &scale, 4);
+}
+
 namespace {
 
 // The 8 decoded values of one byte of signs: the scale with its sign bit flipped where
@@ -111,6 +131,7 @@ Simd BestSimd() {
 #else  // not x86: the scalar loops only
 
 void OneBitFeedbackChunkAvx2(const float*, float*, uint8_t*, uint8_t*) {}
+void EncodeOneBitChunkAvx2(const float*, uint8_t*, uint8_t*) {}
 void DecodeOneBitChunkAvx2(uint32_t, const uint8_t*, float*, bool) {}
 Simd BestSimd() { return Simd::kScalar; }
 

@@ -103,17 +103,21 @@ void DecodeInt8(const uint8_t* in, uint64_t n, float* out) {
   }
 }
 
-void EncodeOneBit(const float* in, uint64_t n, uint8_t* out) {
+namespace {
+
+// EncodeOneBit without SIMD, with the scales and the signs written to separate places
+// (the whole span's layout, or the partial last chunk of it).
+void EncodeOneBitScalar(const float* in, uint64_t n, uint8_t* scales, uint8_t* bits_out) {
   const uint64_t chunks = (n + kChunk - 1) / kChunk;
   for (uint64_t c = 0; c < chunks; ++c) {
     const float* x = in + c * kChunk;
     const uint64_t len = std::min<uint64_t>(kChunk, n - c * kChunk);
     const float scale =
         AllFinite(x, len) ? MeanAbs(x, len) : std::numeric_limits<float>::quiet_NaN();
-    StoreFloat(out + 4 * c, scale);
+    StoreFloat(scales + 4 * c, scale);
   }
   // kChunk is a multiple of 8, so a byte of signs never straddles two chunks.
-  uint8_t* __restrict bits = out + 4 * chunks;
+  uint8_t* __restrict bits = bits_out;
   const uint64_t full = n / 8;
   for (uint64_t b = 0; b < full; ++b) {
     uint32_t byte = 0;
@@ -127,6 +131,23 @@ void EncodeOneBit(const float* in, uint64_t n, uint8_t* out) {
     }
     bits[full] = static_cast<uint8_t>(byte);
   }
+}
+
+}  // namespace
+
+void EncodeOneBit(const float* in, uint64_t n, uint8_t* out) {
+  const uint64_t chunks = (n + kChunk - 1) / kChunk;
+  if (ActiveSimd() == Simd::kAvx2) {  // full chunks in one pass; a partial last one below
+    const uint64_t full = n / kChunk;
+    for (uint64_t c = 0; c < full; ++c) {
+      EncodeOneBitChunkAvx2(in + c * kChunk, out + 4 * chunks + c * kChunk / 8, out + 4 * c);
+    }
+    if (full == chunks) return;
+    const uint64_t start = full * kChunk;
+    EncodeOneBitScalar(in + start, n - start, out + 4 * full, out + 4 * chunks + start / 8);
+    return;
+  }
+  EncodeOneBitScalar(in, n, out, out + 4 * chunks);
 }
 
 namespace {
