@@ -85,6 +85,22 @@ py::tuple TimeCodecPy(int id, FloatArray in, uint64_t k, int repeat) {
   return py::make_tuple(best_enc, best_dec);
 }
 
+// Seconds per call of DecodeAdd of in's encoding into a float32 sum, best of `repeat`.
+double TimeDecodeAddPy(int id, FloatArray in, int repeat) {
+  const uint64_t n = static_cast<uint64_t>(in.size());
+  std::vector<uint8_t> enc(EncodedBytes(IdOf(id), n, 0));
+  Check(Encode(IdOf(id), in.data(), n, 0, 7, enc.data()));
+  std::vector<float> sum(in.data(), in.data() + n);
+  double best = 1e30;
+  py::gil_scoped_release release;
+  for (int r = 0; r < repeat; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    Check(DecodeAdd(IdOf(id), enc.data(), n, sum.data()));
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+
 }  // namespace
 
 void BindCodecs(py::module_& m) {
@@ -117,6 +133,8 @@ void BindCodecs(py::module_& m) {
 
   m.def("codec_decode_add", &DecodeAddPy, py::arg("codec"), py::arg("data"), py::arg("sum"),
         "sum + the decoding of data (onebit, int8: decoded straight into the sum).");
+  m.def("time_decode_add", &TimeDecodeAddPy, py::arg("codec"), py::arg("array"),
+        py::arg("repeat") = 5, "seconds of DecodeAdd into a float32 sum, best of repeat");
   m.def("codec_decodes_adding", [](int id) { return CodecDecodesAdding(IdOf(id)); });
   // The onebit loops' instruction set: "scalar" or "avx2" (tests and benchmarks compare
   // them). With an argument, asks for it (clamped to what the CPU has); returns the one
