@@ -213,6 +213,8 @@ Status SumRounds::DecodeInto(Round& r, const Header& h, Buffer* payload, bool* s
   if (r.has_data) {  // summed into r.sum and dropped before the next push is decoded
     scratch_.resize(h.count);
     decoded = Buffer::Adopt(scratch_.data(), h.count * sizeof(float), nullptr);
+  } else if ((h.flags & (kFlagPsInit | kFlagPsApply)) == 0) {  // a sum re-encoded, then dropped
+    decoded = SumBuffer(h.count);
   } else {
     decoded = Buffer::Allocate(h.count * sizeof(float));
   }
@@ -221,6 +223,21 @@ Status SumRounds::DecodeInto(Round& r, const Header& h, Buffer* payload, bool* s
                               reinterpret_cast<float*>(decoded.data())));
   *payload = std::move(decoded);
   return Status::Ok();
+}
+
+Buffer SumRounds::SumBuffer(uint64_t count) {
+  const size_t bytes = count * sizeof(float);
+  size_t held = 0;
+  for (const auto& v : sums_) {
+    // Held by the pool alone: its round is answered (KeyStore::Compress replaced the sum
+    // by its encoding) or gone.
+    if (v.use_count() == 1 && v->size() == count) return Buffer::Adopt(v->data(), bytes, v);
+    held += v->size() * sizeof(float);
+  }
+  if (held + bytes > kMaxPooledSumBytes) return Buffer::Allocate(bytes);
+  auto v = std::make_shared<std::vector<float>>(count);
+  sums_.push_back(v);
+  return Buffer::Adopt(v->data(), bytes, v);
 }
 
 void SumRounds::Fail(Round& round, const Status& status, std::vector<Outgoing>* out) const {

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -86,9 +87,18 @@ class SumRounds {
   const double timeout_s_;
   std::map<RoundId, Round> rounds_;
   std::map<int, std::string> lost_;  // rank -> why
-  // Decoded pushes that are summed at once (not a round's first): reused, so that only one
-  // buffer per compressed round is fresh memory (page faults cost as much as decoding).
+  // A compressed summation round's float32 sum, from sums_: a buffer no round holds any
+  // more, of `count` elements, else a new one while the pool holds less than
+  // kMaxPooledSumBytes, else fresh memory.
+  Buffer SumBuffer(uint64_t count);
+
+  // Decoded pushes that are summed at once (not a round's first, of a codec without
+  // DecodeAdd): reused, so that fresh memory does not cost page faults every round.
   std::vector<float> scratch_;
+  // The sums of compressed rounds, reused across rounds for the same reason (a round's sum
+  // is dropped once it is re-encoded). Bounded: memory a server keeps for the job's life.
+  static constexpr size_t kMaxPooledSumBytes = size_t{128} << 20;
+  std::vector<std::shared_ptr<std::vector<float>>> sums_;
 };
 
 }  // namespace tfps
