@@ -201,8 +201,11 @@ Status SumRounds::DecodeInto(Round& r, const Header& h, Buffer* payload, bool* s
                            Where(server_id_, r.id) + ")");
   }
   const auto* in = reinterpret_cast<const uint8_t*>(payload->data());
-  if (r.has_data && CodecDecodesAdding(id) && h.reduce_op == static_cast<uint8_t>(ReduceOp::kSum) &&
-      (h.flags & (kFlagNoData | kFlagSparse)) == 0 && r.sum.size() == h.count * sizeof(float)) {
+  const bool adds = r.has_data && CodecDecodesAdding(id) &&
+                    h.reduce_op == static_cast<uint8_t>(ReduceOp::kSum) &&
+                    (h.flags & (kFlagNoData | kFlagSparse)) == 0 &&
+                    r.sum.size() == h.count * sizeof(float);
+  if (adds) {
     // One pass: no decoded copy to write and read back.
     TFPS_RETURN_IF_ERROR(DecodeAdd(id, in, h.count, reinterpret_cast<float*>(r.sum.data())));
     *payload = Buffer();

@@ -96,7 +96,8 @@ double TimeDecodeAddPy(int id, FloatArray in, int repeat) {
   for (int r = 0; r < repeat; ++r) {
     auto t0 = std::chrono::steady_clock::now();
     Check(DecodeAdd(IdOf(id), enc.data(), n, sum.data()));
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    const auto t1 = std::chrono::steady_clock::now();
+    best = std::min(best, std::chrono::duration<double>(t1 - t0).count());
   }
   return best;
 }
