@@ -113,7 +113,8 @@ def table(rows, base):
         lines.append("| " + " | ".join([
             r["codec"], f"{r['step_s']:.3f}", " ".join(f"{v:.3f}" for v in r["repeat_step_s"]),
             "—" if ratio is None else f"{ratio:.3f}",
-            "—" if target is None else f"≤ {target:.3f} ({'met' if ratio <= target else 'missed'})",
+            "—" if target is None or ratio is None
+            else f"≤ {target:.3f} ({'met' if ratio <= target else 'missed'})",
             f"{e['bytes_sent'] / 1e6:.2f}", f"{e['bytes_received'] / 1e6:.2f}",
             f"{r['tx_mb_per_step']:.2f}", f"{e['codec_micros'] / 1e3:.1f}",
             f"{r['cpu_per_step']:.2f} ({r['worker_cpu_per_step']:.2f}, "

@@ -165,9 +165,12 @@ bool SumRounds::Add(const Head& pushed, Buffer payload, double received_us,
     r.received_us[h.sender] = received_us;
   }
   if (r.error.ok()) r.error = Mismatch(r, head);
-  if (r.error.ok() && h.codec != 0) r.error = DecodeInto(r, h, &payload);
+  bool summed = false;  // a compressed push decoded straight into the sum
+  if (r.error.ok() && h.codec != 0) r.error = DecodeInto(r, h, &payload, &summed);
   if (!r.error.ok()) {
     Fail(r, r.error, out);
+  } else if (summed) {
+    // already added to r.sum
   } else if ((h.flags & kFlagSparse) != 0) {
     r.rows.resize(num_workers_);
     r.rows[h.sender] = std::move(payload);  // merged at the end, in rank order
@@ -238,7 +241,7 @@ Status SumRounds::AddCovered(Round& r, const Head& head) {
 // Replaces a compressed payload by its float32 decoding, which joins the sum as an
 // uncompressed push would. Every push of a topk/randomk round must keep as many elements
 // as the first (the same ratio on every worker).
-Status SumRounds::DecodeInto(Round& r, const Header& h, Buffer* payload) {
+Status SumRounds::DecodeInto(Round& r, const Header& h, Buffer* payload, bool* summed) {
   const auto id = static_cast<CodecId>(h.codec);
   uint64_t k = 0;
   TFPS_RETURN_IF_ERROR(CheckEncoded(id, h.count, payload->size(), &k));
@@ -251,18 +254,47 @@ Status SumRounds::DecodeInto(Round& r, const Header& h, Buffer* payload) {
                            std::to_string(h.sender) + " " + std::to_string(k) + " (" +
                            Where(server_id_, r.id) + ")");
   }
+  const auto* in = reinterpret_cast<const uint8_t*>(payload->data());
+  const bool adds = r.has_data && CodecDecodesAdding(id) &&
+                    h.reduce_op == static_cast<uint8_t>(ReduceOp::kSum) &&
+                    (h.flags & (kFlagNoData | kFlagSparse)) == 0 &&
+                    r.sum.size() == h.count * sizeof(float);
+  if (adds) {
+    // One pass: no decoded copy to write and read back.
+    TFPS_RETURN_IF_ERROR(DecodeAdd(id, in, h.count, reinterpret_cast<float*>(r.sum.data())));
+    *payload = Buffer();
+    *summed = true;
+    return Status::Ok();
+  }
   Buffer decoded;
   if (r.has_data) {  // summed into r.sum and dropped before the next push is decoded
     scratch_.resize(h.count);
     decoded = Buffer::Adopt(scratch_.data(), h.count * sizeof(float), nullptr);
+  } else if ((h.flags & (kFlagPsInit | kFlagPsApply)) == 0) {  // a sum re-encoded, then dropped
+    decoded = SumBuffer(h.count);
   } else {
     decoded = Buffer::Allocate(h.count * sizeof(float));
   }
-  TFPS_RETURN_IF_ERROR(Decode(id, reinterpret_cast<const uint8_t*>(payload->data()), h.count, k,
+  TFPS_RETURN_IF_ERROR(Decode(id, in, h.count, k,
                               RandomKSeed(h.key, h.partition, h.step),
                               reinterpret_cast<float*>(decoded.data())));
   *payload = std::move(decoded);
   return Status::Ok();
+}
+
+Buffer SumRounds::SumBuffer(uint64_t count) {
+  const size_t bytes = count * sizeof(float);
+  size_t held = 0;
+  for (const auto& v : sums_) {
+    // Held by the pool alone: its round is answered (KeyStore::Compress replaced the sum
+    // by its encoding) or gone.
+    if (v.use_count() == 1 && v->size() == count) return Buffer::Adopt(v->data(), bytes, v);
+    held += v->size() * sizeof(float);
+  }
+  if (held + bytes > kMaxPooledSumBytes) return Buffer::Allocate(bytes);
+  auto v = std::make_shared<std::vector<float>>(count);
+  sums_.push_back(v);
+  return Buffer::Adopt(v->data(), bytes, v);
 }
 
 void SumRounds::Fail(Round& round, const Status& status, std::vector<Outgoing>* out) const {

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -99,8 +100,9 @@ class SumRounds {
   // Marks the ranks a local leader's push stands for (kFlagHierarchical) as arrived.
   Status AddCovered(Round& round, const Head& head);
   // A compressed push's payload, decoded to float32 in place of the encoded one: the
-  // round's first push into fresh memory (it becomes the sum), later ones into scratch_.
-  Status DecodeInto(Round& round, const Header& h, Buffer* payload);
+  // round's first push into fresh memory (it becomes the sum), later ones into scratch_,
+  // or, for a codec that can (CodecDecodesAdding), added straight into the sum (*summed).
+  Status DecodeInto(Round& round, const Header& h, Buffer* payload, bool* summed);
 
   const int num_workers_;
   const int server_id_;
@@ -114,9 +116,18 @@ class SumRounds {
   // (rank, key, partition) -> rounds that rank was counted in while joined, for good.
   std::map<std::tuple<int, uint64_t, uint32_t>, uint64_t> behind_;
   Clock::time_point join_started_;
-  // Decoded pushes that are summed at once (not a round's first): reused, so that only one
-  // buffer per compressed round is fresh memory (page faults cost as much as decoding).
+  // A compressed summation round's float32 sum, from sums_: a buffer no round holds any
+  // more, of `count` elements, else a new one while the pool holds less than
+  // kMaxPooledSumBytes, else fresh memory.
+  Buffer SumBuffer(uint64_t count);
+
+  // Decoded pushes that are summed at once (not a round's first, of a codec without
+  // DecodeAdd): reused, so that fresh memory does not cost page faults every round.
   std::vector<float> scratch_;
+  // The sums of compressed rounds, reused across rounds for the same reason (a round's sum
+  // is dropped once it is re-encoded). Bounded: memory a server keeps for the job's life.
+  static constexpr size_t kMaxPooledSumBytes = size_t{128} << 20;
+  std::vector<std::shared_ptr<std::vector<float>>> sums_;
 };
 
 }  // namespace tfps

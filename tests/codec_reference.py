@@ -164,3 +164,30 @@ class ErrorFeedbackModel:
             r = p - decode(name, data, g.size, k, seed)
         self.residual[slot] = np.where(np.isfinite(r), r, np.float32(0)).astype(np.float32)
         return data
+
+
+def onebit_scale_exact(chunk):
+    """onebit's scale of one chunk as the C++ loops compute it, to the bit: |x| summed in
+    float32 in 8 lanes (lane j: x[j], x[j+8], ... in order; a partial chunk's last < 8
+    values into lane 0), then lanes 0..7 in turn, divided by the length; NaN for a chunk
+    holding NaN or Inf. (_onebit_encode's float64 mean is within 1e-6 of it.)"""
+    x = np.abs(np.asarray(chunk, np.float32))
+    if not np.all(np.isfinite(x)):
+        return np.float32(np.nan)
+    full = x.size // 8 * 8
+    lanes = np.zeros(8, np.float32)
+    for row in x[:full].reshape(-1, 8):
+        lanes = (lanes + row).astype(np.float32)
+    for v in x[full:]:
+        lanes[0] = np.float32(lanes[0] + v)
+    total = np.float32(0)
+    for v in lanes:
+        total = np.float32(total + v)
+    return np.float32(total / np.float32(x.size))
+
+
+def onebit_encode_exact(x):
+    """onebit's bytes exactly as the C++ encoder writes them (onebit_scale_exact)."""
+    x = np.asarray(x, np.float32)
+    scales = np.array([onebit_scale_exact(c) for c in _chunks(x)], np.float32)
+    return np.concatenate([scales.view(np.uint8), np.packbits(x < 0, bitorder="little")])

@@ -53,6 +53,36 @@ class StaleDriver {
     return Replies(out);
   }
 
+  // Worker `rank` pushes `encoded` (codec id `codec`), standing for `n` float32 elements,
+  // to the summation round of `step` (`reduce_op`: a ReduceOp code); checked as the I/O
+  // thread checks a push. An answer's payload is the encoded sum (bytes).
+  py::list PushEncoded(int rank, uint64_t key, uint32_t partition, uint64_t step,
+                       py::bytes encoded, uint64_t n, int codec, bool no_feedback,
+                       int reduce_op) {
+    if (rank < 0 || rank >= num_workers_) throw std::invalid_argument("bad rank");
+    const std::string bytes = encoded;
+    Head head;
+    Header& h = head.header;
+    h.type = static_cast<uint16_t>(MsgType::kPushPull);
+    h.key = key;
+    h.partition = partition;
+    h.num_partitions = partition + 1;
+    h.step = step;
+    h.dtype = static_cast<uint8_t>(DType::kFloat32);
+    h.sender = rank;
+    h.codec = static_cast<uint8_t>(codec);
+    h.reduce_op = static_cast<uint8_t>(reduce_op);
+    h.flags = no_feedback ? kFlagNoFeedback : 0;
+    h.count = h.total_count = n;
+    head.dims = {static_cast<int64_t>(n)};
+    const std::string frame = EncodeHead(head);
+    const Status s = DecodeHead(frame.data(), frame.size(), bytes.size(), &head);
+    if (!s.ok()) throw std::runtime_error(s.message());
+    std::vector<Outgoing> out;
+    store_->OnPush(head, Buffer::CopyOf(bytes.data(), bytes.size()), &out);
+    return Replies(out);
+  }
+
   // A sparse PS-mode SGD update of `ids` (strictly increasing) of a [total_rows, row]
   // parameter with `rows` ([len(ids), row]). The answers' payloads are [int64 ids][rows].
   py::list PushSparse(int rank, uint64_t key, uint64_t step, int64_t total_rows,
@@ -134,6 +164,11 @@ class StaleDriver {
         replies.append(py::make_tuple(rank, reply.header.step, o.payload.ToString()));
         continue;
       }
+      if (reply.header.codec != 0) {  // an encoded sum: its bytes
+        replies.append(py::make_tuple(rank, reply.header.step,
+                                      py::bytes(o.payload.data(), o.payload.size())));
+        continue;
+      }
       py::array_t<float> values(static_cast<py::ssize_t>(o.payload.size() / sizeof(float)));
       std::memcpy(values.mutable_data(), o.payload.data(), o.payload.size());
       replies.append(py::make_tuple(rank, reply.header.step, values));
@@ -156,6 +191,9 @@ void BindStaleDriver(py::module_& m) {
       .def("push", &StaleDriver::Push, py::arg("rank"), py::arg("key"), py::arg("partition"),
            py::arg("step"), py::arg("values"), py::arg("ps") = false, py::arg("lr") = 0.0,
            py::arg("broadcast") = false)
+      .def("push_encoded", &StaleDriver::PushEncoded, py::arg("rank"), py::arg("key"),
+           py::arg("partition"), py::arg("step"), py::arg("encoded"), py::arg("n"),
+           py::arg("codec"), py::arg("no_feedback") = false, py::arg("reduce_op") = 0)
       .def("push_sparse", &StaleDriver::PushSparse, py::arg("rank"), py::arg("key"),
            py::arg("step"), py::arg("total_rows"), py::arg("ids"), py::arg("rows"),
            py::arg("lr"))

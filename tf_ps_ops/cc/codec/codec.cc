@@ -176,4 +176,15 @@ Status Decode(CodecId id, const uint8_t* in, uint64_t n, uint64_t k, uint64_t se
   return InvalidArgument("unknown codec " + std::to_string(static_cast<int>(id)));
 }
 
+bool CodecDecodesAdding(CodecId id) { return id == CodecId::kOneBit || id == CodecId::kInt8; }
+
+Status DecodeAdd(CodecId id, const uint8_t* in, uint64_t n, float* out) {
+  switch (id) {
+    case CodecId::kOneBit: DecodeOneBitAdd(in, n, out); return Status::Ok();
+    case CodecId::kInt8: DecodeInt8Add(in, n, out); return Status::Ok();
+    default: break;
+  }
+  return InvalidArgument(std::string(CodecIdName(id)) + " does not decode into a sum");
+}
+
 }  // namespace tfps

@@ -87,6 +87,13 @@ Status Encode(CodecId id, const float* in, uint64_t n, uint64_t k, uint64_t seed
 // `in` holds EncodedBytes(id, n, k) bytes (checked by CheckEncoded first).
 Status Decode(CodecId id, const uint8_t* in, uint64_t n, uint64_t k, uint64_t seed, float* out);
 
+// Adds the decoding of `in` to out[0, n): out[i] += Decode(...)[i], the same float32 adds as
+// decoding into a buffer and summing it (the server's sum of a round's later pushes).
+// Whether `id` decodes straight into the sum without a decoded copy: onebit and int8.
+bool CodecDecodesAdding(CodecId id);
+// For a codec without it, InvalidArgument (decode into a buffer and add that).
+Status DecodeAdd(CodecId id, const uint8_t* in, uint64_t n, float* out);
+
 // The randomk seed of one partition of one step: every worker and the server compute the
 // same one, so they pick the same indices.
 uint64_t RandomKSeed(uint64_t key, uint32_t partition, uint64_t step);

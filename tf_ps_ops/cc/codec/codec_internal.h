@@ -34,6 +34,25 @@ void DecodeOneBit(const uint8_t* in, uint64_t n, float* out);
 // Encodes g + e into out and leaves the new residual in e (error_feedback.h's rule).
 void EncodeOneBitFeedback(const float* g, float* e, uint64_t n, uint8_t* out);
 
+// out[i] += DecodeOneBit(in)[i]: the server adds a later push straight into the round's sum.
+void DecodeOneBitAdd(const uint8_t* in, uint64_t n, float* out);
+// out[i] += DecodeInt8(in)[i], the same float operations as decoding, then adding.
+void DecodeInt8Add(const uint8_t* in, uint64_t n, float* out);
+
+// The instruction set of onebit's chunk loops, chosen at run time (onebit_simd.cc): the
+// best the CPU has unless a test or benchmark asks for less. Every choice gives the same
+// bytes.
+enum class Simd : int { kScalar = 0, kAvx2 = 1 };
+Simd BestSimd();
+Simd ActiveSimd();
+// Asks for `wanted` (clamped to BestSimd()); returns what is now active. Process-wide.
+Simd SetSimd(Simd wanted);
+// One full chunk (kChunk elements) of EncodeOneBit, EncodeOneBitFeedback and
+// DecodeOneBit(Add) with AVX2.
+void EncodeOneBitChunkAvx2(const float* x, uint8_t* bits, uint8_t* scale_out);
+void OneBitFeedbackChunkAvx2(const float* g, float* p, uint8_t* bits, uint8_t* scale_out);
+void DecodeOneBitChunkAvx2(uint32_t scale_bits, const uint8_t* bits, float* out, bool add);
+
 void EncodeTopK(const float* in, uint64_t n, uint64_t k, uint8_t* out);
 void DecodeTopK(const uint8_t* in, uint64_t n, uint64_t k, float* out);
 void EncodeRandomK(const float* in, uint64_t n, uint64_t k, uint64_t seed, uint8_t* out);

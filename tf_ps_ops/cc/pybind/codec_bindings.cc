@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "tf_ps_ops/cc/codec/codec.h"
+#include "tf_ps_ops/cc/codec/codec_internal.h"
 #include "tf_ps_ops/cc/codec/error_feedback.h"
 #include "tf_ps_ops/cc/pybind/codec_bindings.h"
 
@@ -52,6 +53,17 @@ py::array_t<float> DecodePy(int id, ByteArray in, uint64_t n, uint64_t seed) {
   return out;
 }
 
+// sum + the decoding of `in` (DecodeAdd), as a new array.
+py::array_t<float> DecodeAddPy(int id, ByteArray in, FloatArray sum) {
+  const uint64_t n = static_cast<uint64_t>(sum.size());
+  uint64_t k = 0;
+  Check(CheckEncoded(IdOf(id), n, static_cast<uint64_t>(in.size()), &k));
+  py::array_t<float> out(static_cast<py::ssize_t>(n));
+  std::copy(sum.data(), sum.data() + n, out.mutable_data());
+  Check(DecodeAdd(IdOf(id), in.data(), n, out.mutable_data()));
+  return out;
+}
+
 // Seconds per call of encode and of decode over `in`, best of `repeat` (for the speed
 // table in docs/compression.md; no Python in the timed loop).
 py::tuple TimeCodecPy(int id, FloatArray in, uint64_t k, int repeat) {
@@ -71,6 +83,23 @@ py::tuple TimeCodecPy(int id, FloatArray in, uint64_t k, int repeat) {
   }
   py::gil_scoped_acquire acquire;
   return py::make_tuple(best_enc, best_dec);
+}
+
+// Seconds per call of DecodeAdd of in's encoding into a float32 sum, best of `repeat`.
+double TimeDecodeAddPy(int id, FloatArray in, int repeat) {
+  const uint64_t n = static_cast<uint64_t>(in.size());
+  std::vector<uint8_t> enc(EncodedBytes(IdOf(id), n, 0));
+  Check(Encode(IdOf(id), in.data(), n, 0, 7, enc.data()));
+  std::vector<float> sum(in.data(), in.data() + n);
+  double best = 1e30;
+  py::gil_scoped_release release;
+  for (int r = 0; r < repeat; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    Check(DecodeAdd(IdOf(id), enc.data(), n, sum.data()));
+    const auto t1 = std::chrono::steady_clock::now();
+    best = std::min(best, std::chrono::duration<double>(t1 - t0).count());
+  }
+  return best;
 }
 
 }  // namespace
@@ -102,6 +131,23 @@ void BindCodecs(py::module_& m) {
         py::arg("seed") = 0, "encoded bytes -> float32 array of n (k from the size).");
   m.def("time_codec", &TimeCodecPy, py::arg("codec"), py::arg("array"), py::arg("k") = 0,
         py::arg("repeat") = 5, "(encode seconds, decode seconds), best of repeat.");
+
+  m.def("codec_decode_add", &DecodeAddPy, py::arg("codec"), py::arg("data"), py::arg("sum"),
+        "sum + the decoding of data (onebit, int8: decoded straight into the sum).");
+  m.def("time_decode_add", &TimeDecodeAddPy, py::arg("codec"), py::arg("array"),
+        py::arg("repeat") = 5, "seconds of DecodeAdd into a float32 sum, best of repeat");
+  m.def("codec_decodes_adding", [](int id) { return CodecDecodesAdding(IdOf(id)); });
+  // The onebit loops' instruction set: "scalar" or "avx2" (tests and benchmarks compare
+  // them). With an argument, asks for it (clamped to what the CPU has); returns the one
+  // now active.
+  m.def("codec_simd", [](const std::string& wanted) {
+    using codec_internal::Simd;
+    if (wanted == "scalar") codec_internal::SetSimd(Simd::kScalar);
+    else if (wanted == "avx2") codec_internal::SetSimd(Simd::kAvx2);
+    else if (wanted == "best") codec_internal::SetSimd(codec_internal::BestSimd());
+    else if (!wanted.empty()) throw std::invalid_argument("codec_simd: scalar, avx2 or best");
+    return codec_internal::ActiveSimd() == Simd::kAvx2 ? "avx2" : "scalar";
+  }, py::arg("wanted") = "");
 
   py::class_<ErrorFeedback>(m, "ErrorFeedback")
       .def(py::init<>())
