@@ -14,6 +14,7 @@ import keras
 import tensorflow as tf
 
 from tf_ps_ops import _compat, callbacks, ops  # noqa: F401  (hvd.callbacks)
+from tf_ps_ops._aggregation import LocalAggregation
 from tf_ps_ops._compat import (  # noqa: F401
     broadcast_global_variables, ccl_built, cross_rank, cross_size, cuda_built, ddl_built,
     gloo_built, gloo_enabled, is_homogeneous, mpi_built, mpi_enabled,
@@ -45,6 +46,7 @@ class _DistributedOptimizerMixin:
     _tfps_predivide = 1.0
     _tfps_device = ""
     _tfps_algorithm = None  # a tf_ps_ops.algorithms.Algorithm (docs/algorithms.md)
+    _tfps_aggregation = None  # backward_passes_per_step > 1 (_aggregation.py)
 
     def algorithm_callbacks(self):
         """The Keras callbacks the algorithm needs under `fit` (none for most)."""
@@ -64,9 +66,28 @@ class _DistributedOptimizerMixin:
                 return super(_DistributedOptimizerMixin, self).apply(grads_, trainable_variables)
 
             return self._tfps_algorithm.run(optimizer_step, grads, variables, keys)
+        if self._tfps_aggregation is not None:
+            return self._apply_aggregated(grads, variables, keys, trainable_variables)
         grads = reduce_gradients(grads, keys, self._tfps_compression, self._tfps_op,
                                  self._tfps_predivide, self._tfps_device, variables)
         return super().apply(grads, trainable_variables)
+
+    def _apply_aggregated(self, grads, variables, keys, trainable_variables):
+        # backward_passes_per_step > 1: the variables change every N-th pass only; the
+        # passes between only count `iterations`, as Horovod's aggregation helper does.
+        if not self.built:
+            with tf.init_scope():
+                self.build(variables)
+
+        def reduce(summed):
+            return reduce_gradients(summed, keys, self._tfps_compression, self._tfps_op,
+                                    self._tfps_predivide, self._tfps_device, variables)
+
+        def apply(reduced):
+            return super(_DistributedOptimizerMixin, self).apply(reduced, trainable_variables)
+
+        return self._tfps_aggregation.apply(grads, variables, reduce, apply,
+                                            lambda: self.iterations.assign_add(1))
 
 
 @functools.cache
@@ -106,11 +127,14 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
       gradient_predivide_factor: with op=Average, divide by this before the sum and by
         size()/factor after it.
       device_dense: device for the reduction ops ('' lets TF place them).
-      backward_passes_per_step: only 1 is supported.
+      backward_passes_per_step: N > 1 adds the gradients up locally for N passes and
+        reduces and applies them on the N-th only (Horovod's local gradient aggregation;
+        between them only `iterations` counts).
+      average_aggregated_gradients: with N > 1, divide the aggregated gradients by N.
       algorithm: a tf_ps_ops.algorithms.Algorithm (Decentralized, AsyncModelAverage, QAdam,
         ...) that decides what travels instead of the gradient average; pass
         `opt.algorithm_callbacks()` to `fit` (docs/algorithms.md).
-      device_sparse, average_aggregated_gradients, num_groups, groups: accepted for
+      device_sparse, num_groups, groups: accepted for
         Horovod compatibility; they do not change results here.
     """
     if not isinstance(optimizer, keras.optimizers.Optimizer):
@@ -118,9 +142,10 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
             f"DistributedOptimizer wraps Keras 3 optimizers, got {type(optimizer).__name__}; "
             "for tf.compat.v1 optimizers use DistributedGradientTape, or the graph rewrite "
             "that swaps their update ops")
-    if backward_passes_per_step != 1:
-        raise NotImplementedError(
-            "backward_passes_per_step > 1 (local gradient aggregation) is not implemented")
+    aggregation = LocalAggregation(backward_passes_per_step, average_aggregated_gradients)
+    if aggregation.passes > 1 and algorithm is not None:
+        raise ValueError("backward_passes_per_step > 1 cannot be combined with an algorithm: "
+                         "the algorithm decides what travels at every step")
     op = check_gradient_options(op, gradient_predivide_factor)
     cls = _distributed_class(type(optimizer))
     distributed = cls.from_config(optimizer.get_config())
@@ -129,6 +154,8 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     distributed._tfps_op = op
     distributed._tfps_predivide = gradient_predivide_factor
     distributed._tfps_device = device_dense
+    if aggregation.passes > 1:
+        distributed._tfps_aggregation = aggregation
     if algorithm is not None:
         if getattr(algorithm, "owns_step", False):
             algorithm.attach(distributed)

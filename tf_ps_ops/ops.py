@@ -18,6 +18,7 @@ import tensorflow as tf
 from tensorflow.python.ops import control_flow_util
 
 from tf_ps_ops import _library
+from tf_ps_ops._abort import guarded
 from tf_ps_ops._eager_keys import eager_key
 from tf_ps_ops.basics import rank, size
 from tf_ps_ops.compression import Compression, wire_codec
@@ -81,6 +82,23 @@ def _key(kind, name, tensor):
     return _GRAPH_PREFIXES[kind] + re.sub(r"[^a-zA-Z0-9_]", "_", tensor.name)
 
 
+def _call_key(kind, key=None, skip=lambda arguments: False):
+    """For _abort.guarded: the key of a call from its arguments (`key(kind, name, tensor)`,
+    default _key), without converting the tensor eagerly (it may be what was refused)."""
+    key = key or _key
+
+    def key_of(arguments):
+        if skip(arguments):
+            return None
+        name = arguments.get("name")
+        tensor = arguments.get("tensor")
+        if name is None and not tf.executing_eagerly():
+            tensor = _dense(tensor)
+        return key(kind, name, tensor)
+
+    return key_of
+
+
 def _check_not_xla():
     # Tracing under jit_compile would otherwise fail later, in XLA, with a message about a
     # missing kernel that does not say what to change.
@@ -142,6 +160,8 @@ def _average(summed):
     return summed / tf.cast(size(), summed.dtype)
 
 
+@guarded("server", _call_key(
+    "allreduce", skip=lambda a: a["op"] == Adasum or isinstance(a["tensor"], tf.IndexedSlices)))
 def allreduce(tensor, average=None, device_dense="", device_sparse="",
               compression=Compression.none, op=None, prescale_factor=1.0,
               postscale_factor=1.0, name=None, process_set=global_process_set,
@@ -229,6 +249,7 @@ def _check_root(root_rank):
         raise ValueError(f"root_rank={root_rank!r} is not a rank in 0..{size() - 1}")
 
 
+@guarded("server", _call_key("broadcast"))
 def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
               process_set=global_process_set):
     """Returns root_rank's `tensor` on every worker; shapes and dtypes must match."""
@@ -240,6 +261,7 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
     return _library.ops().ps_broadcast(tensor, tensor_name=key, root_rank=int(root_rank))
 
 
+@guarded("peer", _call_key("allgather"))
 def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_process_set):
     """Concatenates every worker's `tensor` along the first dimension, in rank order.
 

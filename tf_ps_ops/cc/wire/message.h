@@ -35,7 +35,8 @@ constexpr uint32_t kMagic = 0x53504654;  // "TFPS" read as little-endian bytes
 //    hierarchical pushes (kFlagHierarchical), compressed PS-mode pushes (kFlagPsApply with a
 //    codec; the reply is float32), uint16/int16/bool, Header::reduce_op, kFlagAbort,
 //    member notices (kMemberNotice), servers say goodbye to the scheduler
-constexpr uint16_t kProtocolVersion = 4;
+// 5: kFlagAbortRound (a worker that raised before a collective still takes its call number)
+constexpr uint16_t kProtocolVersion = 5;
 constexpr int kMaxDims = 32;
 constexpr uint32_t kMaxPartitions = 1u << 24;
 constexpr uint64_t kMaxElements = uint64_t{1} << 40;
@@ -152,6 +153,12 @@ constexpr uint32_t kFlagBroadcast = 1u << 8;  // push: part of a broadcast (ever
                                              // broadcast (no PS flag) carries params =
                                              // {root rank}: every worker must name the same
                                              // root (a mismatch fails the round)
+constexpr uint32_t kFlagAbortRound = 1u << 11;  // summation push: the sender cannot take
+                                                // part in this call (it raised before the
+                                                // op); payload: why, UTF-8 as uint8[length].
+                                                // The round fails on every worker at once
+                                                // (FailedPrecondition) and the call number
+                                                // is used up, so the next call meets
 constexpr uint32_t kFlagAbort = 1u << 13;  // peer data: the sender cannot take part in this
                                            // call (its own input was refused); payload: why,
                                            // UTF-8 as uint8[length]. Its peers fail the call
@@ -163,7 +170,8 @@ constexpr uint32_t kFlagHierarchical = 1u << 15;  // summation push of a local l
                                                   // who count as arrived and get no reply
 constexpr uint32_t kKnownFlags = kFlagNoData | kFlagPsInit | kFlagPsApply | kFlagPsOverwrite |
                                  kFlagSparse | kFlagTimed | kFlagAck | kFlagNoFeedback |
-                                 kFlagBroadcast | kFlagAbort | kFlagHierarchical;
+                                 kFlagBroadcast | kFlagAbort | kFlagHierarchical |
+                                 kFlagAbortRound;
 
 // PS-mode hyperparameters (Head::params) of a kFlagPsApply push: the values that
 // optimizer_spec.h's table lists for Header::optimizer, in its order, then the initial

