@@ -36,7 +36,8 @@ _EXPORTS = {
     "Compression": "compression",
     "broadcast_global_variables": "_compat", "BroadcastGlobalVariablesHook": "_compat",
     # training glue
-    "DistributedGradientTape": "tape",
+    "DistributedGradientTape": "tape", "PartialDistributedGradientTape": "tape",
+    "PartialDistributedOptimizer": "keras",
     "DistributedOptimizer": "keras", "load_model": "keras",
     "SyncBatchNormalization": "sync_batch_norm",
     # PS mode: the servers run the optimizer
@@ -48,8 +49,7 @@ _EXPORTS = {
 _EXPORTS.update({name: "tensorflow" for name in (
     "join",
     "barrier", "ProcessSet", "add_process_set", "remove_process_set",
-    "PartialDistributedOptimizer",
-    "PartialDistributedGradientTape", "start_timeline", "stop_timeline", "elastic")})
+    "start_timeline", "stop_timeline", "elastic")})
 # Submodules that are part of the API themselves (`hvd.callbacks.MetricAverageCallback`;
 # `import tf_ps_ops.tensorflow` and `tf_ps_ops.keras` mirror Horovod's module layout;
 # `tensorflow` stays out of __all__ so that a star import cannot shadow TensorFlow).

@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from tf_ps_ops import _compat, callbacks, ops  # noqa: F401  (hvd.callbacks)
 from tf_ps_ops._aggregation import LocalAggregation
+from tf_ps_ops._local_vars import LocalVariables
 from tf_ps_ops._compat import (  # noqa: F401
     broadcast_global_variables, ccl_built, cross_rank, cross_size, cuda_built, ddl_built,
     gloo_built, gloo_enabled, is_homogeneous, mpi_built, mpi_enabled,
@@ -47,6 +48,22 @@ class _DistributedOptimizerMixin:
     _tfps_device = ""
     _tfps_algorithm = None  # a tf_ps_ops.algorithms.Algorithm (docs/algorithms.md)
     _tfps_aggregation = None  # backward_passes_per_step > 1 (_aggregation.py)
+    _tfps_local = None  # LocalVariables: not reduced (register_local_var, _local_vars.py)
+
+    def register_local_var(self, var):
+        """Horovod's: `var`'s gradient stays this worker's own, never reduced."""
+        if self._tfps_local is None:
+            self._tfps_local = LocalVariables()
+        self._tfps_local.register(var)
+
+    def _tfps_reduce(self, grads, keys, variables):
+        def reduce(grads_, keys_, variables_):
+            return reduce_gradients(grads_, keys_, self._tfps_compression, self._tfps_op,
+                                    self._tfps_predivide, self._tfps_device, variables_)
+
+        if self._tfps_local:
+            return self._tfps_local.reduce(grads, keys, variables, reduce)
+        return reduce(grads, keys, variables)
 
     def algorithm_callbacks(self):
         """The Keras callbacks the algorithm needs under `fit` (none for most)."""
@@ -68,8 +85,7 @@ class _DistributedOptimizerMixin:
             return self._tfps_algorithm.run(optimizer_step, grads, variables, keys)
         if self._tfps_aggregation is not None:
             return self._apply_aggregated(grads, variables, keys, trainable_variables)
-        grads = reduce_gradients(grads, keys, self._tfps_compression, self._tfps_op,
-                                 self._tfps_predivide, self._tfps_device, variables)
+        grads = self._tfps_reduce(grads, keys, variables)
         return super().apply(grads, trainable_variables)
 
     def _apply_aggregated(self, grads, variables, keys, trainable_variables):
@@ -80,8 +96,7 @@ class _DistributedOptimizerMixin:
                 self.build(variables)
 
         def reduce(summed):
-            return reduce_gradients(summed, keys, self._tfps_compression, self._tfps_op,
-                                    self._tfps_predivide, self._tfps_device, variables)
+            return self._tfps_reduce(summed, keys, variables)
 
         def apply(reduced):
             return super(_DistributedOptimizerMixin, self).apply(reduced, trainable_variables)
@@ -163,6 +178,30 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     return distributed
 
 
+def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
+                                compression=Compression.none, sparse_as_dense=False,
+                                backward_passes_per_step=1, op=Average,
+                                gradient_predivide_factor=1.0,
+                                average_aggregated_gradients=False, groups=None,
+                                process_set=global_process_set, local_layers=None,
+                                scale_local_gradients=True):
+    """DistributedOptimizer whose `local_layers` (a Keras layer or a list) keep their own
+    gradients, as Horovod's: those variables are trained on each worker's data alone.
+    With `scale_local_gradients` their gradients are divided by size(). More variables can
+    be made local with `register_local_var`. Broadcast with
+    `BroadcastGlobalVariablesCallback(local_variables=...)` so they stay per worker."""
+    ops._check_process_set(process_set)
+    distributed = DistributedOptimizer(
+        optimizer, name=name, device_dense=device_dense, device_sparse=device_sparse,
+        compression=compression, sparse_as_dense=sparse_as_dense,
+        gradient_predivide_factor=gradient_predivide_factor, op=op,
+        backward_passes_per_step=backward_passes_per_step,
+        average_aggregated_gradients=average_aggregated_gradients, groups=groups)
+    distributed._tfps_local = LocalVariables(scale_local_gradients)
+    distributed._tfps_local.register_layers(local_layers)
+    return distributed
+
+
 def load_model(filepath, custom_optimizers=None, custom_objects=None,
                compression=Compression.none):
     """keras.models.load_model, with the saved optimizer (and its state) restored as a
@@ -200,7 +239,7 @@ def broadcast(value, root_rank, name=None, process_set=global_process_set):
                          process_set=process_set)
 
 
-for _name in ("PartialDistributedOptimizer", "elastic", "ProcessSet", "add_process_set", "remove_process_set",
+for _name in ("elastic", "ProcessSet", "add_process_set", "remove_process_set",
               "start_timeline", "stop_timeline"):
     setattr(sys.modules[__name__], _name, _compat.unserved(_name))
 del _name

@@ -5,6 +5,7 @@ import functools
 import tensorflow as tf
 
 from tf_ps_ops._aggregation import LocalAggregation
+from tf_ps_ops._local_vars import LocalVariables
 from tf_ps_ops.basics import size
 from tf_ps_ops.compression import Compression
 from tf_ps_ops.ops import Average, Sum, _resolve_op, allreduce, keys_for
@@ -68,10 +69,16 @@ class _DistributedGradientTapeMixin:
         if algorithm is not None:
             return tf.nest.pack_sequence_as(grads, algorithm.run(
                 None, tf.nest.flatten(grads), tf.nest.flatten(sources), keys))
+
+        def reduce_some(grads_, keys_, sources_):
+            return reduce_gradients(grads_, keys_, self._tfps_compression, self._tfps_op,
+                                    self._tfps_predivide, self._tfps_device, sources_)
+
         def reduce(flat):
-            return reduce_gradients(flat, keys, self._tfps_compression, self._tfps_op,
-                                    self._tfps_predivide, self._tfps_device,
-                                    tf.nest.flatten(sources))
+            local = getattr(self, "_tfps_local", None)
+            if local:  # PartialDistributedGradientTape / register_local_source
+                return local.reduce(flat, keys, tf.nest.flatten(sources), reduce_some)
+            return reduce_some(flat, keys, tf.nest.flatten(sources))
 
         passes, average = getattr(self, "_tfps_aggregation", (1, False))
         if passes > 1:  # backward_passes_per_step (_aggregation.py)
@@ -79,6 +86,12 @@ class _DistributedGradientTapeMixin:
             return tf.nest.pack_sequence_as(grads, aggregation.gradients(
                 tf.nest.flatten(grads), tf.nest.flatten(sources), reduce))
         return tf.nest.pack_sequence_as(grads, reduce(tf.nest.flatten(grads)))
+
+    def register_local_source(self, source):
+        """Horovod's: `source`'s gradient stays this worker's own, never reduced."""
+        if getattr(self, "_tfps_local", None) is None:
+            self._tfps_local = LocalVariables()
+        self._tfps_local.register(source)
 
 
 _AGGREGATIONS = {}  # (source keys, passes, average) -> LocalAggregation
@@ -155,4 +168,23 @@ def DistributedGradientTape(gradtape, device_dense="", device_sparse="",
     if passes > 1 and algorithm is not None:
         raise ValueError("backward_passes_per_step > 1 cannot be combined with an algorithm")
     tape._tfps_aggregation = (passes, bool(average_aggregated_gradients))
+    return tape
+
+
+def PartialDistributedGradientTape(gradtape, device_dense="", device_sparse="",
+                                   compression=Compression.none, sparse_as_dense=False,
+                                   op=Average, gradient_predivide_factor=1.0, num_groups=0,
+                                   groups=None, process_set=None, local_layers=None,
+                                   scale_local_gradients=True):
+    """DistributedGradientTape whose `local_layers` (a Keras layer or a list) keep their
+    own gradients, as Horovod's: not reduced over workers, and divided by size() with
+    `scale_local_gradients`. More sources can be made local with
+    `register_local_source`."""
+    from tf_ps_ops.ops import _check_process_set
+    _check_process_set(process_set)
+    tape = DistributedGradientTape(gradtape, device_dense, device_sparse, compression,
+                                   sparse_as_dense, op, gradient_predivide_factor,
+                                   num_groups, groups)
+    tape._tfps_local = LocalVariables(scale_local_gradients)
+    tape._tfps_local.register_layers(local_layers)
     return tape

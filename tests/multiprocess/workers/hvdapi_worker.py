@@ -138,8 +138,96 @@ def check_tape_aggregation_tf_function(hvd):
         local = [np.zeros_like(a) for a in local]
 
 
+def two_layer_model(prefix):
+    return keras.Sequential([
+        keras.Input((FEATURES,)),
+        keras.layers.Dense(UNITS, kernel_initializer=keras.initializers.Constant(
+            initial_kernel()), name=prefix + "_shared"),
+        keras.layers.Dense(UNITS, kernel_initializer="identity", bias_initializer="ones",
+                           name=prefix + "_local")])
+
+
+def per_rank_grads(size):
+    """Oracle: each rank's gradients of the two-layer model at its initial weights."""
+    model = two_layer_model("oracle")
+    out = []
+    for r in range(size):
+        x, y = batch(r, 0)
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(x) - y))
+        out.append([g.numpy() for g in tape.gradient(loss, model.trainable_variables)])
+    return out
+
+
+def expected_partial(hvd, local_indices, scale):
+    grads = per_rank_grads(hvd.size())
+    want = []
+    for i in range(len(grads[0])):
+        if i in local_indices:
+            own = grads[hvd.rank()][i]
+            want.append(own / hvd.size() if scale else own)
+        else:
+            want.append(np.mean([g[i] for g in grads], axis=0))
+    return want
+
+
+def check_partial_optimizer(hvd):
+    lr = 0.5
+    for scale in (True, False):
+        model = two_layer_model(f"partial{int(scale)}")
+        start = [w.numpy() for w in model.trainable_variables]
+        opt = hvd.PartialDistributedOptimizer(keras.optimizers.SGD(lr),
+                                              local_layers=[model.layers[1]],
+                                              scale_local_gradients=scale)
+        x, y = batch(hvd.rank(), 0)
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(x) - y))
+        opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables),
+                                model.trainable_variables))
+        want = expected_partial(hvd, {2, 3}, scale)
+        for w, w0, g in zip(model.trainable_variables, start, want):
+            np.testing.assert_allclose(w.numpy(), w0 - lr * g, rtol=1e-5, atol=1e-6)
+    # register_local_var on a plain DistributedOptimizer: the same, for one variable.
+    model = two_layer_model("registered")
+    start = [w.numpy() for w in model.trainable_variables]
+    opt = hvd.DistributedOptimizer(keras.optimizers.SGD(lr))
+    opt.register_local_var(model.trainable_variables[3])
+    x, y = batch(hvd.rank(), 0)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(model(x) - y))
+    opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables),
+                            model.trainable_variables))
+    want = expected_partial(hvd, {3}, True)
+    for w, w0, g in zip(model.trainable_variables, start, want):
+        np.testing.assert_allclose(w.numpy(), w0 - lr * g, rtol=1e-5, atol=1e-6)
+
+
+def check_partial_tape(hvd):
+    model = two_layer_model("partial_tape")
+    model(np.zeros((1, FEATURES), np.float32))
+
+    @tf.function
+    def grads_of(x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(x) - y))
+        tape = hvd.PartialDistributedGradientTape(tape, local_layers=model.layers[1])
+        return tape.gradient(loss, model.trainable_variables)
+
+    got = grads_of(*batch(hvd.rank(), 0))
+    for g, w in zip(got, expected_partial(hvd, {2, 3}, True)):
+        np.testing.assert_allclose(g.numpy(), w, rtol=1e-5, atol=1e-6)
+    x, y = batch(hvd.rank(), 0)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(model(x) - y))
+    tape = hvd.DistributedGradientTape(tape)
+    tape.register_local_source(model.trainable_variables[0])
+    got = tape.gradient(loss, model.trainable_variables)
+    for g, w in zip(got, expected_partial(hvd, {0}, True)):
+        np.testing.assert_allclose(g.numpy(), w, rtol=1e-5, atol=1e-6)
+
+
 CHECKS = [check_optimizer_aggregation_eager, check_optimizer_aggregation_fit,
-          check_tape_aggregation_tf_function]
+          check_tape_aggregation_tf_function, check_partial_optimizer, check_partial_tape]
 
 if __name__ == "__main__":
     run_checks(CHECKS)
