@@ -40,6 +40,7 @@ _EXPORTS = {
     "PartialDistributedOptimizer": "keras",
     "DistributedOptimizer": "keras", "load_model": "keras",
     "SyncBatchNormalization": "sync_batch_norm",
+    "start_timeline": "_timeline", "stop_timeline": "_timeline",
     # PS mode: the servers run the optimizer
     "enable_graph_rewrite": "ps_mode", "disable_graph_rewrite": "ps_mode",
     "rewrite_graph_def": "ps_mode",
@@ -49,7 +50,7 @@ _EXPORTS = {
 _EXPORTS.update({name: "tensorflow" for name in (
     "join",
     "barrier", "ProcessSet", "add_process_set", "remove_process_set",
-    "start_timeline", "stop_timeline", "elastic")})
+    "elastic")})
 # Submodules that are part of the API themselves (`hvd.callbacks.MetricAverageCallback`;
 # `import tf_ps_ops.tensorflow` and `tf_ps_ops.keras` mirror Horovod's module layout;
 # `tensorflow` stays out of __all__ so that a star import cannot shadow TensorFlow).

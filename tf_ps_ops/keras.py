@@ -16,6 +16,7 @@ import tensorflow as tf
 from tf_ps_ops import _compat, callbacks, ops  # noqa: F401  (hvd.callbacks)
 from tf_ps_ops._aggregation import LocalAggregation
 from tf_ps_ops._local_vars import LocalVariables
+from tf_ps_ops._timeline import start_timeline, stop_timeline  # noqa: F401
 from tf_ps_ops._compat import (  # noqa: F401
     broadcast_global_variables, ccl_built, cross_rank, cross_size, cuda_built, ddl_built,
     gloo_built, gloo_enabled, is_homogeneous, mpi_built, mpi_enabled,
@@ -239,7 +240,6 @@ def broadcast(value, root_rank, name=None, process_set=global_process_set):
                          process_set=process_set)
 
 
-for _name in ("elastic", "ProcessSet", "add_process_set", "remove_process_set",
-              "start_timeline", "stop_timeline"):
+for _name in ("elastic", "ProcessSet", "add_process_set", "remove_process_set"):
     setattr(sys.modules[__name__], _name, _compat.unserved(_name))
 del _name

@@ -21,7 +21,7 @@ from tf_ps_ops import _library
 from tf_ps_ops._abort import guarded
 from tf_ps_ops._eager_keys import eager_key
 from tf_ps_ops.basics import rank, size
-from tf_ps_ops.compression import Compression, wire_codec
+from tf_ps_ops.compression import Compression, wire_codec, wire_compress, wire_decompress
 
 # Reduction ops, with Horovod's values so code that compares or logs them keeps working.
 Average = 0
@@ -198,13 +198,12 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
             from tf_ps_ops.adasum import adasum_allreduce
             return _scale(adasum_allreduce(_scale(tensor, prescale_factor), key),
                           postscale_factor)
-        sent, ctx = compression.compress(_scale(tensor, prescale_factor))
+        sent, ctx = wire_compress(compression, _scale(tensor, prescale_factor))
         handles = [] if _variable is None else [_variable.handle]
         codec, feedback = wire_codec(compression)  # the core codecs run inside the op
-        summed = compression.decompress(
-            _library.ops().ps_push_pull(sent, handles, tensor_name=key, priority=_priority,
-                                        compression=codec, error_feedback=feedback,
-                                        reduce_op=_SERVER_OPS[op]), ctx)
+        summed = wire_decompress(compression, _library.ops().ps_push_pull(
+            sent, handles, tensor_name=key, priority=_priority, compression=codec,
+            error_feedback=feedback, reduce_op=_SERVER_OPS[op]), ctx)
         if op == Average:
             summed = _average(summed)
         return _scale(summed, postscale_factor)

@@ -29,6 +29,7 @@ from tf_ps_ops.ops import (  # noqa: F401
     Adasum, Average, Max, Min, Product, Sum, allgather, allgather_object, allreduce,
     broadcast, broadcast_, broadcast_object, broadcast_object_fn, broadcast_variables,
     global_process_set, grouped_allreduce)
+from tf_ps_ops._timeline import start_timeline, stop_timeline  # noqa: F401
 from tf_ps_ops.sync_batch_norm import SyncBatchNormalization  # noqa: F401
 from tf_ps_ops.tape import (  # noqa: F401
     DistributedGradientTape, PartialDistributedGradientTape)

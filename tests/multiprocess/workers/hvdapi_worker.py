@@ -226,8 +226,79 @@ def check_partial_tape(hvd):
         np.testing.assert_allclose(g.numpy(), w, rtol=1e-5, atol=1e-6)
 
 
+def check_timeline(hvd):
+    tmp = os.environ["HVDAPI_TMP"]
+    path = os.path.join(tmp, "timeline.%r.json")
+    mine = os.path.join(tmp, f"timeline.{hvd.rank()}.json")
+    hvd.start_timeline(path, mark_cycles=True)
+    out = hvd.allreduce(tf.fill([1000], float(hvd.rank())), op=hvd.Sum, name="timeline.sum")
+    np.testing.assert_array_equal(out, np.full(1000, sum(range(hvd.size())), np.float32))
+    assert not os.path.exists(mine), "written before stop_timeline()"
+    hvd.stop_timeline()
+    with open(mine) as f:
+        trace = json.load(f)  # valid JSON, Chrome's trace format
+    events = trace["traceEvents"]
+    stages = {e["name"] for e in events
+              if e.get("ph") == "X" and e["args"]["tensor"] == "timeline.sum"}
+    assert {"queued", "written"} <= stages, stages
+    assert {"push", "server", "pull"} <= stages or "push_pull" in stages, stages
+    for e in events:
+        if e.get("ph") == "X":
+            assert e["dur"] >= 0 and e["ts"] >= 0 and e["pid"] == hvd.rank(), e
+    assert any(e["name"] == "CYCLE_START" and e["ph"] == "i" for e in events)
+    assert any(e["name"] == "thread_name" and e["args"]["name"] == "timeline.sum"
+               for e in events)
+    # Stopped: later collectives are not recorded, stopping again does nothing.
+    hvd.allreduce(tf.ones([3]), name="timeline.after")
+    hvd.stop_timeline()
+    with open(mine) as f:
+        assert "timeline.after" not in f.read()
+    # Without cycle marks there are none.
+    hvd.start_timeline(mine + ".2")
+    hvd.allreduce(tf.ones([3]), name="timeline.second")
+    hvd.stop_timeline()
+    with open(mine + ".2") as f:
+        events = json.load(f)["traceEvents"]
+    assert not any(e["name"] == "CYCLE_START" for e in events)
+    assert any(e.get("args", {}).get("tensor") == "timeline.second" for e in events)
+    for bad in ("", None):
+        try:
+            hvd.start_timeline(bad)
+        except ValueError:
+            continue
+        raise AssertionError(f"start_timeline({bad!r}) was accepted")
+
+
+def check_fp16_compression(hvd):
+    fp16 = hvd.Compression.fp16
+    # Horovod's interface, called directly: a real float16 cast and back.
+    for dtype in (tf.float16, tf.float32, tf.float64):
+        tensor = tf.constant([1.5, -2.25, 1e-3], dtype)
+        sent, ctx = fp16.compress(tensor)
+        assert sent.dtype == tf.float16, sent.dtype
+        back = fp16.decompress(sent, ctx)
+        assert back.dtype == dtype, back.dtype
+        np.testing.assert_allclose(back.numpy(), tensor.numpy().astype(np.float16), rtol=1e-3)
+    for dtype in (tf.int32, tf.int64, tf.uint8):
+        sent, ctx = fp16.compress(tf.constant([1, 2], dtype))
+        assert sent.dtype == dtype and fp16.decompress(sent, ctx).dtype == dtype
+    # In allreduce the core codec still runs inside the op (its byte counter grows): each
+    # worker's values round to fp16, the servers sum in float32 and round the sum once.
+    from tf_ps_ops import _library
+    raw_before = _library.c_api().tfps_codec_raw_bytes()
+    values = np.linspace(-1000.3, 1000.7, 64).astype(np.float32) * (hvd.rank() + 1)
+    out = hvd.allreduce(tf.constant(values), op=hvd.Sum, compression=fp16, name="fp16.sum")
+    assert out.dtype == tf.float32
+    assert _library.c_api().tfps_codec_raw_bytes() - raw_before >= values.nbytes
+    rounded = [(np.linspace(-1000.3, 1000.7, 64).astype(np.float32) * (r + 1)).astype(
+        np.float16).astype(np.float32) for r in range(hvd.size())]
+    want = np.sum(rounded, axis=0).astype(np.float16).astype(np.float32)
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-3, atol=1e-3)
+
+
 CHECKS = [check_optimizer_aggregation_eager, check_optimizer_aggregation_fit,
-          check_tape_aggregation_tf_function, check_partial_optimizer, check_partial_tape]
+          check_tape_aggregation_tf_function, check_partial_optimizer, check_partial_tape,
+          check_timeline, check_fp16_compression]
 
 if __name__ == "__main__":
     run_checks(CHECKS)
