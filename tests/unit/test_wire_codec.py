@@ -24,8 +24,8 @@ def decode(fields, payload, dims=(3000,)):
     return core.decode_head(core.encode_head(fields, list(dims)), payload)
 
 
-def test_protocol_version_is_4():
-    assert core.PROTOCOL_VERSION == 4
+def test_protocol_version_is_5():
+    assert core.PROTOCOL_VERSION == 5
     assert core.HEADER_BYTES == 64
 
 
