@@ -409,15 +409,13 @@ def allgather_object(obj, session=None, name=None, process_set=global_process_se
 
 @tf.RegisterGradient("PsPushPull")
 def _push_pull_grad(op, grad):
-    # d(sum over workers of x_w)/dx_w: every worker's upstream gradient, summed.
+    # d(sum over workers of x_w)/dx_w: every worker's upstream gradient, summed. For
+    # op=Min/Max/Product, as Horovod 0.28 does (its gradient reduces the upstream gradient
+    # with the op of the forward call): the min/max/product of the upstream gradients.
     reduce_op = tf.compat.as_str(op.get_attr("reduce_op"))
-    if reduce_op != "sum":
-        raise NotImplementedError(
-            f"allreduce with op={reduce_op.capitalize()} has no gradient here: it flows only "
-            "to the workers holding the extreme (or depends on every other worker's input); "
-            "use op=Sum or op=Average in differentiated code")
     key = tf.compat.as_str(op.get_attr("tensor_name")) + ".grad"
-    return [_library.ops().ps_push_pull(_dense(grad), [], tensor_name=key)] + \
+    return [_library.ops().ps_push_pull(_dense(grad), [], tensor_name=key,
+                                        reduce_op=reduce_op)] + \
         [None] * (len(op.inputs) - 1)
 
 
