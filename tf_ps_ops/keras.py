@@ -153,11 +153,18 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
       device_sparse, num_groups, groups: accepted for
         Horovod compatibility; they do not change results here.
     """
+    if isinstance(optimizer, tf.compat.v1.train.Optimizer):  # horovod.tensorflow's, v1 graphs
+        from tf_ps_ops._v1_optimizer import DistributedV1Optimizer
+        if algorithm is not None:
+            raise ValueError("algorithms need a Keras 3 optimizer")
+        return DistributedV1Optimizer(
+            optimizer, name, compression, check_gradient_options(op, gradient_predivide_factor),
+            gradient_predivide_factor, device_dense, backward_passes_per_step,
+            average_aggregated_gradients)
     if not isinstance(optimizer, keras.optimizers.Optimizer):
         raise TypeError(
-            f"DistributedOptimizer wraps Keras 3 optimizers, got {type(optimizer).__name__}; "
-            "for tf.compat.v1 optimizers use DistributedGradientTape, or the graph rewrite "
-            "that swaps their update ops")
+            f"DistributedOptimizer wraps Keras 3 optimizers and tf.compat.v1.train.Optimizer, "
+            f"got {type(optimizer).__name__}")
     aggregation = LocalAggregation(backward_passes_per_step, average_aggregated_gradients)
     if aggregation.passes > 1 and algorithm is not None:
         raise ValueError("backward_passes_per_step > 1 cannot be combined with an algorithm: "

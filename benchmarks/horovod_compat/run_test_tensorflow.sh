@@ -10,7 +10,7 @@
 # summarize.py counts them per subtest.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-repo="$(cd "$here/../.." && pwd)"
+repo="${TFPS_REPO:-$(cd "$here/../.." && pwd)}"  # TFPS_REPO: another checkout to measure
 test_file="$(realpath "$1")"
 workers="${2:-2}"
 shift $(( $# >= 2 ? 2 : 1 ))

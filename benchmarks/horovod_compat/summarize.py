@@ -6,16 +6,21 @@ import collections
 import re
 import sys
 
-_LINE = re.compile(r"^((?:SUB)?(?:PASS|FAIL|SKIP|ERROR|XFAIL|XPASS)[A-Z]*)"
-                   r"\s+(.+?)(?:\s+-\s+(.*))?$")
+# "PASSED test..." for a whole test, "SUBFAILED[eager_mode] test..." for a subtest
+# (pytest >= 9 reports unittest subTests, which TF's run_in_graph_and_eager_modes uses).
+_LINE = re.compile(r"^((?:SUB)?(?:PASS|FAIL|SKIP|ERROR|XFAIL|XPASS)[A-Z]*)(\[[^\]]*\])?"
+                   r"\s+(\S+)(?:\s+-\s+(.*))?$")
 
 
 def summarize(path):
     counts = collections.Counter()
     failed = []
     in_summary = False
+    totals = ""
     with open(path, errors="replace") as report:
         for line in report:
+            if re.search(r"\d+ (passed|failed).* in [\d.]+s", line):
+                totals = line.strip().strip("=").strip()
             if "short test summary info" in line:
                 in_summary = True
                 continue
@@ -23,17 +28,19 @@ def summarize(path):
                 continue
             match = _LINE.match(line.strip())
             if match:
-                outcome, test, why = match.groups()
+                outcome, subtest, test, why = match.groups()
                 counts[outcome] += 1
                 if "FAIL" in outcome or "ERROR" in outcome:
-                    failed.append((test, (why or "")[:160]))
-    return counts, failed
+                    name = test.split("::")[-1] + (subtest or "")
+                    failed.append((name, (why or "")[:160]))
+    return counts, failed, totals
 
 
 def main(paths):
     for path in paths:
-        counts, failed = summarize(path)
-        print(f"== {path}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+        counts, failed, totals = summarize(path)
+        print(f"== {path}: pytest says: {totals or 'no final line (stopped early?)'}")
+        print("   listed: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
         for test, why in failed:
             print(f"   {test}: {why}")
 

@@ -226,6 +226,37 @@ def check_partial_tape(hvd):
         np.testing.assert_allclose(g.numpy(), w, rtol=1e-5, atol=1e-6)
 
 
+def check_v1_optimizer_aggregation(hvd):
+    # horovod.tensorflow's DistributedOptimizer on a tf.compat.v1 optimizer in a Session:
+    # rank r's gradient is always r; a variable adds up what it is applied.
+    passes, steps = 3, 7
+    with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
+        class Adding(tf.compat.v1.train.Optimizer):
+            def __init__(self):
+                super().__init__(use_locking=False, name="adding")
+                self.variable = tf.Variable([0.0], name="v1_agg")
+
+            def compute_gradients(self, *args, **kwargs):
+                return [(tf.constant([float(hvd.rank() + 1)]), self.variable)]
+
+            def _resource_apply_dense(self, grad, var):
+                return var.assign_add(grad).op
+
+        step = tf.compat.v1.train.get_or_create_global_step()
+        opt = hvd.DistributedOptimizer(Adding(), backward_passes_per_step=passes,
+                                       average_aggregated_gradients=True)
+        update = opt.apply_gradients(opt.compute_gradients(), global_step=step)
+        sess.run(tf.compat.v1.global_variables_initializer())
+        mean = np.mean([r + 1.0 for r in range(hvd.size())])
+        for index in range(steps):
+            sess.run(update)
+            applied = (index + 1) // passes
+            # Each application: the mean over workers of N passes' sum, divided by N.
+            value = sess.run(opt._optimizer.variable)[0]
+            assert value == applied * mean, (index, value, applied * mean)
+        assert sess.run(step) == steps  # the skipped passes still count
+
+
 def check_timeline(hvd):
     tmp = os.environ["HVDAPI_TMP"]
     path = os.path.join(tmp, "timeline.%r.json")
@@ -297,7 +328,8 @@ def check_fp16_compression(hvd):
 
 
 CHECKS = [check_optimizer_aggregation_eager, check_optimizer_aggregation_fit,
-          check_tape_aggregation_tf_function, check_partial_optimizer, check_partial_tape,
+          check_tape_aggregation_tf_function, check_v1_optimizer_aggregation,
+          check_partial_optimizer, check_partial_tape,
           check_timeline, check_fp16_compression]
 
 if __name__ == "__main__":
