@@ -11,6 +11,10 @@ re-raises the error. Every worker then counts the call, so the next one meets.
 Errors of the op itself (tf.errors.OpError) are already every worker's and pass through.
 In a tf.function the abort runs when tracing fails, eagerly: it meets the others' first
 run of the traced op. In a v1 graph (no eager context to run it in) nothing is sent.
+Hierarchical aggregation (TFPS_HIERARCHICAL, several workers on a host) is not covered:
+the abort goes to the server, while the local leader waits for this worker's tensor.
+Every worker must call the collective (as Horovod requires): a call made on one worker
+only would, on error, use up a call number the others never use.
 """
 
 import functools
