@@ -1,11 +1,11 @@
-"""Worker for test_local_error.py (issue 12): a collective that raises in Python on one
+"""Checks for test_hvdapi.py (issue 12, run by hvdapi_worker.py, or alone with 2-3 workers): a collective that raises in Python on one
 rank only, before its op exists (a bad argument, a scalar where rows are needed), no
 longer leaves the other ranks waiting TFPS_TIMEOUT. The failing rank gets its own error;
 every other rank gets FailedPreconditionError naming the failing worker and its reason,
 at once; the next collective under the same key then works (checked against NumPy).
 
 Rank 1 is the failing rank. The test runs with TFPS_TIMEOUT far above its own limit, so a
-rank that waited it out fails the test.
+rank that waited it out fails the test. Each check ends with a collective that must work.
 """
 
 import time
