@@ -36,23 +36,27 @@ def parse_args():
     parser.add_argument("--width", type=int, default=0,
                         help="hidden units of both layers (0: train_digits.py's 128, 64); "
                              "the benchmark widens the model to make communication count")
+    parser.add_argument("--fusion-bytes", type=int, default=0,
+                        help="decentralized algorithms: exchange the variables in flat "
+                             "messages of up to this many bytes (0: one per variable)")
     parser.add_argument("--target", type=float, default=0.0,
                         help="also print the seconds until the held-out accuracy, "
                              "measured after every epoch, first reached this")
     return parser.parse_args()
 
 
-def make_optimizer(name, size):
+def make_optimizer(name, size, fusion_bytes=0):
     """The optimizer and algorithm of each run. Averaging algorithms step on local
     gradients with the same learning rate as the summation path's averaged ones."""
     lr = 0.01 * size
+    fusion = fusion_bytes or None
     sgd = keras.optimizers.SGD(lr, momentum=0.9)
     choices = {
         "allreduce": lambda: hvd.DistributedOptimizer(sgd, name=name),
         "gradient_allreduce": lambda: algorithms.GradientAllReduce(),
-        "decentralized": lambda: algorithms.Decentralized("ring"),
-        "shift_one": lambda: algorithms.Decentralized("shift_one"),
-        "low_precision": lambda: algorithms.LowPrecisionDecentralized(),
+        "decentralized": lambda: algorithms.Decentralized("ring", fusion_bytes=fusion),
+        "shift_one": lambda: algorithms.Decentralized("shift_one", fusion_bytes=fusion),
+        "low_precision": lambda: algorithms.LowPrecisionDecentralized(fusion_bytes=fusion),
         "async": lambda: algorithms.AsyncModelAverage(sync_interval_ms=20, warmup_steps=15),
         "qadam": lambda: algorithms.QAdam(warmup_steps=30),
     }
@@ -103,7 +107,7 @@ class _TimeToTarget(keras.callbacks.Callback):
 def train(name, args, rank, size, shard, test):
     keras.utils.set_random_seed(args.seed + rank)
     model = wide_model(args.width) if args.width else build_model()
-    opt = make_optimizer(name, size)
+    opt = make_optimizer(name, size, args.fusion_bytes)
     model.compile(optimizer=opt,
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   metrics=["accuracy"], jit_compile=False)

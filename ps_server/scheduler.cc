@@ -1,6 +1,7 @@
 #include "ps_server/scheduler.h"
 
 #include <chrono>
+#include <cstdio>
 
 #include "ps_server/exit_codes.h"
 #include "tf_ps_ops/cc/cluster/messages.h"
@@ -17,7 +18,8 @@ Scheduler::Scheduler(int num_workers, int num_servers, const Config& config)
       num_servers_(num_servers),
       config_(config),
       context_(1),
-      router_(context_, zmq::socket_type::router) {
+      router_(context_, zmq::socket_type::router),
+      liveness_(config.heartbeat_timeout_s) {
   SetCommonOptions(router_, config_);
   zap_ = ZapHandler::StartIfKeyed(context_, config_);  // before the socket binds
 }
@@ -60,6 +62,7 @@ int Scheduler::Run(const std::atomic<bool>& stop) {
       if (Clock::now() - conflict_at > std::chrono::seconds(2)) break;  // refusals are out
       continue;
     }
+    if (ready_) CheckLiveness();
     if (ready_) {
       int finished = 0;  // a lost worker is marked done too: count it once
       for (const auto& w : workers_) finished += w.second.done ? 1 : 0;
@@ -110,7 +113,10 @@ void Scheduler::OnMessage(std::vector<zmq::message_t>& frames) {
   const auto type = static_cast<MsgType>(head.header.type);
   if (type == MsgType::kRegister && frames.size() == 3) {
     OnRegister(identity, frames[2], frames[1].get(ZMQ_SRCFD));
+  } else if (IsPong(head.header)) {
+    liveness_.OnPong(identity, Liveness::Clock::now());
   } else if (type == MsgType::kBye) {
+    liveness_.Forget(identity);
     for (auto& w : workers_) {
       if (w.second.identity == identity) w.second.done = true;
     }
@@ -216,6 +222,9 @@ void Scheduler::AnnounceCluster() {
     Reply(servers_[i].identity, FormatClusterView(mine));
   }
   for (const auto& w : workers_) Reply(w.second.identity, FormatClusterView(view));
+  const auto now = Liveness::Clock::now();
+  for (const Member& s : servers_) liveness_.Watch(s.identity, now);
+  for (const auto& w : workers_) liveness_.Watch(w.second.identity, now);
   std::string servers;
   for (const std::string& s : view.servers) servers += (servers.empty() ? "" : ",") + s;
   TFPS_LOG(Info) << "cluster complete: " << num_servers_ << " server(s) [" << servers << "], "
@@ -346,6 +355,50 @@ void Scheduler::Refuse(const std::string& identity, Code code, const std::string
   h.type = static_cast<uint16_t>(MsgType::kError);
   h.status = static_cast<uint32_t>(code);
   (void)SendText(router_, identity, h, why);
+}
+
+namespace {
+
+std::string FormatSeconds(double seconds) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g", seconds);
+  return text;
+}
+
+}  // namespace
+
+void Scheduler::CheckLiveness() {
+  if (config_.heartbeat_timeout_s <= 0) return;
+  const auto now = Liveness::Clock::now();
+  uint64_t sequence = 0;
+  for (const std::string& identity : liveness_.DuePings(now, &sequence)) {
+    (void)SendPing(router_, identity, sequence);  // a full queue: the silence will tell
+  }
+  for (const auto& silent : liveness_.TakeSilent(now)) OnSilent(silent.first, silent.second);
+}
+
+void Scheduler::OnSilent(const std::string& identity, double seconds) {
+  Member* member = nullptr;
+  bool worker = false;
+  for (auto& w : workers_) {
+    if (w.second.identity == identity) member = &w.second, worker = true;
+  }
+  for (Member& s : servers_) {
+    if (s.identity == identity) member = &s;
+  }
+  if (member == nullptr || member->done) return;
+  char quiet[32];
+  std::snprintf(quiet, sizeof(quiet), "%.1f", seconds);
+  const std::string why =
+      NameOf(identity) + " is hung: it has not answered the scheduler for " + quiet +
+      " s (2 x TFPS_HEARTBEAT_TIMEOUT=" + FormatSeconds(liveness_.timeout_s()) +
+      " s, + 1 s) although its connection is open: its " +
+      (worker ? "engine thread" : "I/O thread") + " is stuck (a debugger, a deadlock?)";
+  TFPS_LOG(Error) << why;
+  member->done = true;
+  if (worker) ++lost_workers_;
+  if (failure_.empty()) failure_ = why;
+  TellMembers(Code::kUnavailable, why, identity);
 }
 
 std::string Scheduler::Waiting() const {

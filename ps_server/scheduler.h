@@ -14,6 +14,7 @@
 
 #include <zmq.hpp>
 
+#include "ps_server/liveness.h"
 #include "tf_ps_ops/cc/cluster/messages.h"
 #include "tf_ps_ops/cc/common/config.h"
 #include "tf_ps_ops/cc/common/rate_limit.h"
@@ -59,6 +60,10 @@ class Scheduler {
   // Whether `request` (a worker's) agrees with the workers registered before it on the
   // consistency model; if not, refuses every registrant so far and the newcomer.
   bool ConsistencyAgrees(const std::string& identity, const RegisterRequest& request);
+  // Pings the members and reports those whose serving thread stopped answering
+  // (liveness.h) as it reports a dead one.
+  void CheckLiveness();
+  void OnSilent(const std::string& identity, double seconds);
   std::string Waiting() const;
   bool complete() const;
 
@@ -78,6 +83,7 @@ class Scheduler {
   int lost_workers_ = 0;
   std::string failure_;  // the first fatal notice or death after the cluster was complete
   PeerRateLimiter limiter_;  // what misbehaving peers make us log and answer
+  Liveness liveness_;        // application heartbeats, once the cluster is complete
 };
 
 }  // namespace tfps

@@ -264,6 +264,7 @@ bool ShardServer::ExchangeNoticesOnIoThread(std::string* why) {
   }
   std::vector<zmq::message_t> frames;
   while (RecvFrames(scheduler_, &frames)) {
+    if (AnswerPing(scheduler_, frames)) continue;  // the I/O thread lives (notice.h)
     Code code = Code::kOk;
     NoticeAbout about;
     std::string text;

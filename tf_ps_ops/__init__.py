@@ -50,10 +50,10 @@ _EXPORTS = {
 _EXPORTS.update({name: "tensorflow" for name in (
     "join",
     "barrier", "ProcessSet", "add_process_set", "remove_process_set",
-    "elastic")})
 # Submodules that are part of the API themselves (`hvd.callbacks.MetricAverageCallback`;
 # `import tf_ps_ops.tensorflow` and `tf_ps_ops.keras` mirror Horovod's module layout;
 # `tensorflow` stays out of __all__ so that a star import cannot shadow TensorFlow).
-_SUBMODULES = ("algorithms", "callbacks", "compression", "keras", "optimizers", "ps_mode")
+_SUBMODULES = ("algorithms", "callbacks", "compression", "elastic", "keras", "optimizers",
+               "ps_mode")
 
 __all__, __getattr__, __dir__ = _lazy.exports(globals(), _EXPORTS, _SUBMODULES)

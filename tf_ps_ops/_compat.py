@@ -126,8 +126,6 @@ UNSERVED = {
     "add_process_set": "process sets need servers that key rounds by process set (issue 12)",
     "remove_process_set": "process sets need servers that key rounds by process set "
                           "(issue 12)",
-    "elastic": "elastic training needs membership changes the servers do not support yet "
-               "(issue 12)",
 }
 
 

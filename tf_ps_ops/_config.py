@@ -62,6 +62,16 @@ VARIABLES = (
            "1: `init()` turns on PS mode's graph rewrite (ResourceApplyXXX ops become "
            "PsApplyXXX: the servers run the optimizer). Same as "
            "`tf_ps_ops.enable_graph_rewrite()`. See docs/ps_mode.md."),
+    EnvVar("TFPS_ELASTIC", "int", 0,
+           "1: elastic membership (same as `init(elastic=True)`): a worker that dies or "
+           "leaves does not end the job, and new workers may join at a commit. Needs the "
+           "elastic driver (`tfps-run --elastic`), which sets the next two. See "
+           "docs/elastic.md."),
+    EnvVar("TFPS_ELASTIC_DIR", "str", None,
+           "Set by `tfps-run --elastic`: the directory of the driver's epoch file."),
+    EnvVar("TFPS_ELASTIC_ID", "str", None,
+           "Set by `tfps-run --elastic`: this worker's stable id in the epoch file (its "
+           "rank is its place among the epoch's members)."),
     EnvVar("TFPS_MODE", "str", None,
            "Default of `sfb.convert(model)`: `sfb` (every Dense layer by SFB; also when "
            "unset), `hybrid` (HybComm's cost model picks SFB or PS per Dense layer), "

@@ -7,6 +7,7 @@ import os
 import tensorflow as tf
 
 from tf_ps_ops import _config
+from tf_ps_ops import _elastic_epoch
 from tf_ps_ops import _library
 from tf_ps_ops._config import check_consistency  # noqa: F401 (part of this module's surface)
 
@@ -16,7 +17,7 @@ _cluster = None
 _atexit_registered = False
 
 
-def init(comm=None, consistency=None):
+def init(comm=None, consistency=None, elastic=None):
     """Joins the cluster described by the environment (see docs/env.md).
 
     Blocks until the scheduler has seen every worker and server, or TFPS_TIMEOUT passes.
@@ -28,6 +29,8 @@ def init(comm=None, consistency=None):
       consistency: the job's consistency model, "bsp", "ssp:S" or "asp"
         (docs/consistency.md); None: TFPS_CONSISTENCY, or bsp. Every worker must pass the
         same (the rendezvous refuses a worker that differs).
+      elastic: True: elastic membership (docs/elastic.md), as TFPS_ELASTIC=1; the rank,
+        size and scheduler then come from the elastic driver (`tfps-run --elastic`).
     """
     global _cluster, _atexit_registered
     if comm is not None:
@@ -40,6 +43,11 @@ def init(comm=None, consistency=None):
     if consistency is not None:
         # The core reads its knobs from the environment at init, so the argument goes there.
         os.environ["TFPS_CONSISTENCY"] = _config.check_consistency(consistency)
+    if elastic:
+        os.environ["TFPS_ELASTIC"] = "1"
+    epoch = None
+    if _elastic_epoch.enabled():
+        epoch = _elastic_place()
     cluster = _config.read_cluster()
     error = ctypes.create_string_buffer(4096)
     status = lib.tfps_init(cluster.scheduler_host.encode(), cluster.scheduler_port,
@@ -51,6 +59,8 @@ def init(comm=None, consistency=None):
             f"(scheduler {cluster.scheduler_host}:{cluster.scheduler_port}): "
             f"{error.value.decode(errors='replace')}")
     _cluster = cluster
+    if epoch is not None:
+        _elastic_epoch.joined(epoch)
     rewrite, source = _config.lookup("TFPS_GRAPH_REWRITE")
     if rewrite not in (0, 1):
         raise ValueError(f"{source}={rewrite}: expected 0 or 1")
@@ -62,6 +72,21 @@ def init(comm=None, consistency=None):
         # shutdown() themselves, so say it for them.
         atexit.register(shutdown)
         _atexit_registered = True
+
+
+def _elastic_place():
+    """Under elastic membership: waits for this worker's place in the driver's next epoch
+    and puts it where read_cluster() looks. Returns the epoch number."""
+    try:  # the core validates TFPS_TIMEOUT itself in tfps_init; here only a bound
+        timeout = min(float(os.environ.get("TFPS_TIMEOUT", "120")), 3600.0)
+    except ValueError:
+        timeout = 120.0
+    epoch, rank, size, scheduler, num_servers = _elastic_epoch.wait_for_place(timeout)
+    os.environ.update({"TFPS_RANK": str(rank), "TFPS_SIZE": str(size),
+                       "TFPS_SCHEDULER": scheduler, "TFPS_NUM_SERVERS": str(num_servers)})
+    for name in ("TFPS_LOCAL_RANK", "TFPS_LOCAL_SIZE"):
+        os.environ.pop(name, None)  # the scheduler derives them for this epoch
+    return epoch
 
 
 def shutdown():

@@ -13,7 +13,7 @@ import sys
 import keras
 import tensorflow as tf
 
-from tf_ps_ops import _compat, callbacks, ops  # noqa: F401  (hvd.callbacks)
+from tf_ps_ops import _compat, callbacks, elastic, ops  # noqa: F401  (hvd.callbacks, .elastic)
 from tf_ps_ops._aggregation import LocalAggregation
 from tf_ps_ops._local_vars import LocalVariables
 from tf_ps_ops._timeline import start_timeline, stop_timeline  # noqa: F401
@@ -183,6 +183,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
         if getattr(algorithm, "owns_step", False):
             algorithm.attach(distributed)
         distributed._tfps_algorithm = algorithm
+        distributed._tfps_algorithm_state = algorithm.checkpoint_state  # checkpointed with it
     return distributed
 
 
@@ -247,6 +248,6 @@ def broadcast(value, root_rank, name=None, process_set=global_process_set):
                          process_set=process_set)
 
 
-for _name in ("elastic", "ProcessSet", "add_process_set", "remove_process_set"):
+for _name in ("ProcessSet", "add_process_set", "remove_process_set"):
     setattr(sys.modules[__name__], _name, _compat.unserved(_name))
 del _name

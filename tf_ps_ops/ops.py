@@ -17,6 +17,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.ops import control_flow_util
 
+from tf_ps_ops import _elastic_epoch
 from tf_ps_ops import _library
 from tf_ps_ops._abort import guarded
 from tf_ps_ops._eager_keys import eager_key
@@ -154,10 +155,18 @@ def _scale(tensor, factor):
     return tensor * tf.cast(factor, tensor.dtype)
 
 
+def _divisor():
+    # Under elastic membership the size changes between epochs while a traced function
+    # (Keras' train_function) lives on: read it when the graph runs, not when it is traced.
+    if _elastic_epoch.current_epoch_number() >= 0:
+        return _library.ops().ps_size()
+    return size()
+
+
 def _average(summed):
     if summed.dtype.is_integer:
-        return tf.math.floordiv(summed, tf.cast(size(), summed.dtype))
-    return summed / tf.cast(size(), summed.dtype)
+        return tf.math.floordiv(summed, tf.cast(_divisor(), summed.dtype))
+    return summed / tf.cast(_divisor(), summed.dtype)
 
 
 @guarded("server", _call_key(

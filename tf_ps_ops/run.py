@@ -29,6 +29,7 @@ if not __package__:
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tf_ps_ops._launch_env import LOCAL_ADDRESS, Place  # noqa: E402
 from tf_ps_ops._launch_env import worker_env as _place_env  # noqa: E402
+from tf_ps_ops._launch_elastic import ElasticJob  # noqa: E402
 from tf_ps_ops._launch_job import Job, LaunchError, run_to_teardown  # noqa: E402
 from tf_ps_ops._launch_process import LOCAL, Prefixed  # noqa: E402
 from tf_ps_ops import _config, _launch_ssh  # noqa: E402
@@ -113,6 +114,15 @@ def parse_args(argv=None):
     parser.add_argument("--ps-server", default=DEFAULT_PS_SERVER, metavar="PATH",
                         help="ps_server binary (default: the one built into the package; "
                              "the same path on every host)")
+    parser.add_argument("--elastic", action="store_true",
+                        help="elastic membership: a worker that dies does not end the job, "
+                             "the others go on (docs/elastic.md; one host only)")
+    parser.add_argument("--elastic-min-workers", type=_int_at_least(1), default=1,
+                        metavar="N", help="with --elastic: end the job when fewer than N "
+                                          "workers are left (default 1)")
+    parser.add_argument("--elastic-restarts", type=_int_at_least(0), default=0, metavar="R",
+                        help="with --elastic: replace up to R dead workers by new ones, "
+                             "which join at the others' next commit (default 0)")
     parser.add_argument("--check-build", action="store_true",
                         help="print what the build contains and exit")
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND",
@@ -146,6 +156,8 @@ def parse_args(argv=None):
             parser.error(f"-np {args.num_workers} is more than the {slots} slots of the hosts")
         if args.num_servers is None:
             args.num_servers = len(args.host_slots)
+    if args.elastic and args.host_slots is not None:
+        parser.error("--elastic runs on one host only (no -H/--hostfile yet; docs/elastic.md)")
     if not args.command:
         parser.error("no COMMAND given: e.g. tfps-run -np 2 python3 train.py")
     if args.port > 65535:
@@ -242,6 +254,18 @@ def run_job(job, args, port_file):
     return 0
 
 
+def run_elastic_job(job, args, tmpdir):
+    if not os.access(args.ps_server, os.X_OK):
+        raise LaunchError(f"ps_server not built: run `make build` "
+                          f"(no executable at {args.ps_server})")
+    env = dict(os.environ)
+    if args.consistency:
+        env["TFPS_CONSISTENCY"] = args.consistency
+    env.update(job_env(args, tmpdir, local=True))
+    job.env.update(env)
+    return job.run(args.num_workers)
+
+
 def check_build(ps_server):
     """Prints what this installation's build contains; 0 when complete, 1 otherwise."""
     here = os.path.dirname(os.path.abspath(__file__))
@@ -272,12 +296,19 @@ def main(argv=None):
     args = parse_args(argv)
     if args.check_build:
         return check_build(args.ps_server)
-    job = Job(args.ps_server, args.num_workers, args.num_servers, Prefixed(),
-              timeout=args.timeout)
     tmpdir = tempfile.mkdtemp(prefix="tfps-run-")
+    if args.elastic:
+        job = ElasticJob(args.ps_server, args.num_servers, Prefixed(), tmpdir, args.command,
+                         {}, min_workers=args.elastic_min_workers,
+                         restarts=args.elastic_restarts, timeout=args.timeout,
+                         server_threads=args.server_threads)
+        body = lambda: run_elastic_job(job, args, tmpdir)  # noqa: E731
+    else:
+        job = Job(args.ps_server, args.num_workers, args.num_servers, Prefixed(),
+                  timeout=args.timeout)
+        body = lambda: run_job(job, args, os.path.join(tmpdir, "port"))  # noqa: E731
     code, message = run_to_teardown(
-        job, lambda: run_job(job, args, os.path.join(tmpdir, "port")), _KILL_GRACE_S,
-        cleanup=lambda: shutil.rmtree(tmpdir, ignore_errors=True))
+        job, body, _KILL_GRACE_S, cleanup=lambda: shutil.rmtree(tmpdir, ignore_errors=True))
     # Printed after the teardown, so that it is the last line and "stopped" is true.
     if message:
         print(f"tfps-run: {message}", file=sys.stderr, flush=True)

@@ -13,7 +13,7 @@ import sys
 
 import tensorflow as _tf
 
-from tf_ps_ops import callbacks, keras  # noqa: F401  (hvd.keras, as in Horovod)
+from tf_ps_ops import callbacks, elastic, keras  # noqa: F401  (hvd.keras, as in Horovod)
 from tf_ps_ops._compat import (  # noqa: F401
     BroadcastGlobalVariablesHook, broadcast_global_variables, ccl_built, cross_rank,
     cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled, is_homogeneous, mpi_built,

@@ -106,3 +106,8 @@ def test_a_worker_stopped_by_sigstop_is_named_by_tfps_run(tmp_path):
     for rank in (0, 2):  # the others name it too (lost by heartbeat)
         lines = [line for line in err.splitlines() if line.startswith(f"[worker {rank}]")]
         assert any("worker 1" in line and "is gone" in line for line in lines), err
+        # ... and stop at once: the local sum (hierarchical aggregation, on under tfps-run)
+        # did not wait out TFPS_TIMEOUT for the stopped local worker.
+        assert any("push_pull failed" in line and "the job cannot go on" in line
+                   for line in lines), err
+        assert not any("TFPS_TIMEOUT" in line for line in lines), err

@@ -47,9 +47,38 @@ def test_unserved_names_raise_with_a_reason(name):
     for namespace in (hvd_tf, tf_ps_ops):
         with pytest.raises(NotImplementedError, match=f"Horovod's {name}.*: .+"):
             getattr(namespace, name)(None)
-    with pytest.raises(NotImplementedError, match="elastic.TensorFlowState"):
-        hvd_tf.elastic.TensorFlowState([], batch=0)
-    assert not hvd_tf.elastic  # feature checks such as `if hvd.elastic:` fail soft
+
+
+def test_elastic_is_served():
+    """hvd.elastic is the real module in every namespace (docs/elastic.md)."""
+    import tf_ps_ops.elastic as elastic
+    for namespace in (hvd_tf, hvd_keras, tf_ps_ops):
+        assert namespace.elastic is elastic
+    for name in ("State", "ObjectState", "TensorFlowState", "TensorFlowKerasState", "run",
+                 "HorovodInternalError", "HostsUpdatedInterrupt", "CommitStateCallback",
+                 "UpdateEpochStateCallback", "UpdateBatchStateCallback"):
+        assert hasattr(elastic, name), name
+    state = elastic.ObjectState(epoch=3, batch=1)
+    state.epoch, state.batch = 4, 2
+    state.restore()  # nothing committed since: back to the values given
+    assert (state.epoch, state.batch) == (3, 1)
+    state.epoch = 5
+    state.save()
+    state.epoch = 6
+    state.restore()
+    assert state.epoch == 5
+    with pytest.raises(RuntimeError, match="tfps-run --elastic"):
+        elastic.run(lambda s: None)(state)  # not initialised under elastic membership
+
+
+def test_elastic_init_without_the_driver_says_what_to_do(monkeypatch):
+    """TFPS_ELASTIC=1 (init(elastic=True)) outside `tfps-run --elastic`: a clear error at
+    once, before anything is sent, instead of a hang."""
+    monkeypatch.setenv("TFPS_ELASTIC", "0")  # restored after the test
+    monkeypatch.delenv("TFPS_ELASTIC_DIR", raising=False)
+    with pytest.raises(RuntimeError, match="needs the elastic driver.*tfps-run --elastic"):
+        tf_ps_ops.init(elastic=True)
+    assert not tf_ps_ops.is_initialized()
 
 
 @pytest.mark.parametrize("op", ["Min", "Max", "Product"])

@@ -31,6 +31,11 @@ class Algorithm:
         self._built = False
         self._keys = None
         self._step_var = None
+        # What a checkpoint of this algorithm holds (step counter, build()'s state), as
+        # attributes of one trackable; DistributedOptimizer tracks it, so
+        # tf.train.Checkpoint(optimizer=opt) saves and restores it (also before build:
+        # deferred restoration fills the variables when build() attaches them).
+        self._state = tf.Module(name=f"{type(self).__name__}_state")
 
     # -- called by DistributedOptimizer / DistributedGradientTape -------------------------
 
@@ -55,8 +60,16 @@ class Algorithm:
             self._step_var = tf.Variable(0, dtype=tf.int64, trainable=False,
                                          name=f"{type(self).__name__}_step")
             self._keys = list(keys)
+            self._state.step = self._step_var
             self.build(variables)
         self._built = True
+
+    @property
+    def checkpoint_state(self):
+        """A trackable of this algorithm's state (the step counter; LowPrecisionDecentralized's
+        public copies; QAdam's m and v) for tf.train.Checkpoint(algorithm=...) when the
+        optimizer is not checkpointed (DistributedGradientTape)."""
+        return self._state
 
     @property
     def step_count(self):

@@ -30,19 +30,64 @@ def shift_one_peer(rank_, size_, step):
     return (rank_ - half - step) % half
 
 
-def _exchange(value, variable, peers, key, compression="none"):
-    owner = _handle_owner(variable)  # orders the op only against this variable
+def _exchange(value, variables, peers, key, compression="none"):
+    owners = [_handle_owner(v) for v in variables]  # orders the op only against these
     return _library.ops().ps_neighbour_exchange(
-        value, peers, peers, [owner.handle] if owner is not None else [],
+        value, peers, peers, [o.handle for o in owners if o is not None],
         tensor_name=key, compression=compression)
+
+
+def fusion_buckets(variables, fusion_bytes):
+    """Indices of `variables` in groups that travel as one flat message: consecutive
+    variables of one dtype, up to `fusion_bytes` together (a larger variable travels
+    alone). fusion_bytes None or 0: one group per variable."""
+    if not fusion_bytes:
+        return [[i] for i in range(len(variables))]
+    buckets, current, total, dtype = [], [], 0, None
+    for i, variable in enumerate(variables):
+        this = tf.as_dtype(variable.dtype)
+        nbytes = tf.TensorShape(variable.shape).num_elements() * this.size
+        if current and (this != dtype or total + nbytes > fusion_bytes):
+            buckets.append(current)
+            current, total = [], 0
+        current.append(i)
+        total += nbytes
+        dtype = this
+    if current:
+        buckets.append(current)
+    return buckets
+
+
+def _flatten(values):
+    if len(values) == 1:
+        return values[0]
+    return tf.concat([tf.reshape(v, [-1]) for v in values], axis=0)
+
+
+def _unflatten(flat, like, axis=0):
+    """Splits `flat` along `axis` into tensors shaped like `like` (leading dims kept)."""
+    if len(like) == 1:
+        return [flat]
+    sizes = [tf.TensorShape(v.shape).num_elements() for v in like]
+    lead = flat.shape[:axis]
+    lead = lead.as_list() if lead.is_fully_defined() else tf.shape(flat)[:axis]
+    out = []
+    for part, v in zip(tf.split(flat, sizes, axis=axis), like):
+        shape = tf.TensorShape(v.shape).as_list()
+        out.append(tf.reshape(part, lead + shape if isinstance(lead, list)
+                              else tf.concat([lead, tf.constant(shape, tf.int32)], 0)))
+    return out
 
 
 class _Neighbours(Algorithm):
     """Shared by both: who the neighbours are at a step, and communication every
     `interval` steps."""
 
-    def __init__(self, peer_selection, interval):
+    def __init__(self, peer_selection, interval, fusion_bytes=None):
         super().__init__()
+        if fusion_bytes is not None and (not isinstance(fusion_bytes, int) or fusion_bytes < 0):
+            raise ValueError(f"fusion_bytes={fusion_bytes!r}: a byte count >= 0, or None")
+        self.fusion_bytes = fusion_bytes
         if peer_selection not in ("ring", "shift_one"):
             raise ValueError(f"peer_selection={peer_selection!r}: use 'ring' or 'shift_one'")
         if not isinstance(interval, int) or interval < 1:
@@ -51,6 +96,7 @@ class _Neighbours(Algorithm):
         self.interval = interval
 
     def build(self, variables):
+        self._buckets = fusion_buckets(variables, self.fusion_bytes)
         n = size()
         if n < 2:
             return
@@ -81,6 +127,11 @@ class _Neighbours(Algorithm):
     def average(self, variables, peers):
         raise NotImplementedError
 
+    def _bucket_key(self, bucket):
+        """The exchange's name: the variable's key, or the first one's + how many follow."""
+        key = self._keys[bucket[0]]
+        return key if len(bucket) == 1 else f"{key}+{len(bucket) - 1}"
+
 
 class Decentralized(_Neighbours):
     """D-PSGD: every `interval` steps, each worker replaces its weights by the mean of its
@@ -89,15 +140,18 @@ class Decentralized(_Neighbours):
     Only the neighbours' copies travel: 2 models per worker per step on a ring, 1 with
     shift_one, whatever the number of workers."""
 
-    def __init__(self, peer_selection="ring", interval=1):
-        super().__init__(peer_selection, interval)
+    def __init__(self, peer_selection="ring", interval=1, fusion_bytes=None):
+        super().__init__(peer_selection, interval, fusion_bytes)
 
     def average(self, variables, peers):
-        for variable, key in zip(variables, self._keys):
-            value = tf.convert_to_tensor(variable)
-            received, _ = _exchange(value, variable, peers, key)
+        for bucket in self._buckets:
+            group = [variables[i] for i in bucket]
+            value = _flatten([tf.convert_to_tensor(v) for v in group])
+            received, _ = _exchange(value, group, peers, self._bucket_key(bucket))
             count = tf.cast(tf.shape(received)[0] + 1, value.dtype)
-            variable.assign((value + tf.reduce_sum(received, axis=0)) / count)
+            mean = (value + tf.reduce_sum(received, axis=0)) / count
+            for variable, part in zip(group, _unflatten(mean, group)):
+                variable.assign(part)
 
 
 class LowPrecisionDecentralized(_Neighbours):
@@ -115,8 +169,8 @@ class LowPrecisionDecentralized(_Neighbours):
     `compression`: int8 (default), fp16, bf16 or none.
     """
 
-    def __init__(self, interval=1, compression="int8"):
-        super().__init__("ring", interval)
+    def __init__(self, interval=1, compression="int8", fusion_bytes=None):
+        super().__init__("ring", interval, fusion_bytes)
         if compression not in ("int8", "fp16", "bf16", "none"):
             raise ValueError(f"compression={compression!r}: use int8, fp16, bf16 or none")
         self.compression = compression
@@ -131,16 +185,24 @@ class LowPrecisionDecentralized(_Neighbours):
                                                trainable=False, name="x_hat_self"))
             self.peer_copies.append(tf.Variable(tf.zeros([n] + shape.as_list(), variable.dtype),
                                                 trainable=False, name="x_hat_peers"))
+        self._state.own_copies = self.own_copies
+        self._state.peer_copies = self.peer_copies
 
     def average(self, variables, peers):
-        for variable, key, own, theirs in zip(variables, self._keys, self.own_copies,
-                                              self.peer_copies):
-            x = tf.convert_to_tensor(variable)
-            x_hat = own.read_value()
-            count = tf.cast(tf.shape(theirs)[0] + 1, x.dtype)
-            mix = (x_hat + tf.reduce_sum(theirs.read_value(), axis=0)) / count
-            diff = x - x_hat + mix - x_hat
-            received, sent = _exchange(diff, variable, peers, key, self.compression)
-            theirs.assign_add(received)
-            own.assign_add(sent)
-            variable.assign(own.read_value())
+        for bucket in self._buckets:
+            group = [variables[i] for i in bucket]
+            diffs = []
+            for i in bucket:
+                x = tf.convert_to_tensor(variables[i])
+                x_hat = self.own_copies[i].read_value()
+                theirs = self.peer_copies[i].read_value()
+                count = tf.cast(tf.shape(theirs)[0] + 1, x.dtype)
+                mix = (x_hat + tf.reduce_sum(theirs, axis=0)) / count
+                diffs.append(x - x_hat + mix - x_hat)
+            received, sent = _exchange(_flatten(diffs), group, peers,
+                                       self._bucket_key(bucket), self.compression)
+            for i, got, mine in zip(bucket, _unflatten(received, group, axis=1),
+                                    _unflatten(sent, group)):
+                self.peer_copies[i].assign_add(got)
+                self.own_copies[i].assign_add(mine)
+                variables[i].assign(self.own_copies[i].read_value())

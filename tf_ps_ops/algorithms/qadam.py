@@ -54,6 +54,8 @@ class QAdam(Algorithm):
                   for v in variables]
         self.v = [tf.Variable(tf.zeros(v.shape, tf.float32), trainable=False, name="qadam_v")
                   for v in variables]
+        self._state.m = self.m
+        self._state.v = self.v
 
     def _denominator(self, v, t=None):
         """sqrt(v_hat) + eps, v_hat bias-corrected for the steps v was updated."""

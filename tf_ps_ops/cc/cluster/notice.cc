@@ -81,6 +81,32 @@ bool ReadNotice(const std::vector<zmq::message_t>& frames, Code* code, NoticeAbo
   return true;
 }
 
+Status SendPing(zmq::socket_t& router, const std::string& identity, uint64_t sequence) {
+  Head head;
+  head.header.type = static_cast<uint16_t>(MsgType::kPing);
+  head.header.step = sequence;
+  return SendMessage(router, identity, head, zmq::message_t());
+}
+
+bool AnswerPing(zmq::socket_t& scheduler, const std::vector<zmq::message_t>& frames) {
+  if (frames.empty() || frames.size() > 2) return false;
+  Head head;
+  const size_t payload = frames.size() == 2 ? frames[1].size() : 0;
+  if (!DecodeHead(frames[0].data(), frames[0].size(), payload, &head).ok() ||
+      head.header.type != static_cast<uint16_t>(MsgType::kPing)) {
+    return false;
+  }
+  Head pong;
+  pong.header.type = static_cast<uint16_t>(MsgType::kPong);
+  pong.header.step = head.header.step;
+  (void)SendMessage(scheduler, "", pong, zmq::message_t());  // a lost answer: pinged again
+  return true;
+}
+
+bool IsPong(const Header& header) {
+  return header.type == static_cast<uint16_t>(MsgType::kPong);
+}
+
 std::string JobFailedMessage(const std::string& notice) {
   return "the job cannot go on: " + notice + " (the scheduler told every member)";
 }

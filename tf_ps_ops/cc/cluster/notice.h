@@ -14,6 +14,7 @@
 
 #include "tf_ps_ops/cc/cluster/messages.h"
 #include "tf_ps_ops/cc/common/status.h"
+#include "tf_ps_ops/cc/wire/message.h"
 
 namespace tfps {
 
@@ -39,6 +40,16 @@ Status RelayNotice(zmq::socket_t& router, const std::string& identity, Code code
 // scheduler relayed it) and *text, escaped for the log.
 bool ReadNotice(const std::vector<zmq::message_t>& frames, Code* code, NoticeAbout* about,
                 std::string* text);
+
+// Application heartbeats (wire kPing / kPong). ZeroMQ's own heartbeats are answered by
+// libzmq's I/O thread, so they miss a member whose serving thread hangs (a worker's engine
+// thread, a server's I/O thread) while the process lives: the scheduler pings each member
+// and the serving thread answers (ps_server/liveness.h keeps the times).
+Status SendPing(zmq::socket_t& router, const std::string& identity, uint64_t sequence);
+// A member's side: if `frames` (from the scheduler) are a kPing, answers it and returns true.
+bool AnswerPing(zmq::socket_t& scheduler, const std::vector<zmq::message_t>& frames);
+// The scheduler's side: whether a message's decoded header is a kPong.
+bool IsPong(const Header& header);
 
 // What a member says when a notice ends its part in the job.
 std::string JobFailedMessage(const std::string& notice);

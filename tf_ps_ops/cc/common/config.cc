@@ -21,8 +21,11 @@ const std::vector<ConfigEntry>& ConfigTable() {
        "least 0.1; values above 2592000 (30 days) are used as 2592000, with a warning."},
       {"TFPS_HEARTBEAT_TIMEOUT", "float", "30",
        "Seconds without traffic or heartbeat after which a connection counts as dead (a host "
-       "that vanished without closing its sockets). At least 1; values above 6553.5 (the "
-       "largest ZeroMQ can carry) are used as 6553.5, with a warning."},
+       "that vanished without closing its sockets). Also how long a member's serving thread "
+       "(a worker's engine thread, a server's I/O thread) may leave the scheduler's pings "
+       "unanswered, twice this plus 1 s, before it is named hung to everyone (application "
+       "heartbeats, pinged every quarter of it). At least 1; values above 6553.5 (the largest ZeroMQ can carry) are "
+       "used as 6553.5, with a warning."},
       {"TFPS_PARTITION_BYTES", "int", "524288",
        "Tensors are split into partitions of at most this many bytes; partitions are spread "
        "over the servers so one large tensor uses every server's link."},

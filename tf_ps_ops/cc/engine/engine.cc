@@ -57,6 +57,16 @@ class Engine::Loop {
   using TimelineTask = std::function<void(Timeline&, int rank)>;
   bool PostTimelineTask(TimelineTask task);
   void RequestStop();
+  // Called (on the engine thread) when a member's failure ends the job; at once if it
+  // already has. Any thread.
+  void OnJobFailed(std::function<void(const Status&)> listener) {
+    std::lock_guard<std::mutex> lock(failed_mu_);
+    if (!failed_seen_.ok()) {
+      listener(failed_seen_);
+      return;
+    }
+    failed_listeners_.push_back(std::move(listener));
+  }
   EngineStats stats() const {
     // The mesh's count directly: a gather's caller may read it as soon as it is done.
     return EngineStats{bytes_sent_.load(), bytes_received_.load(), messages_sent_.load(),
@@ -153,6 +163,9 @@ class Engine::Loop {
   std::unique_ptr<ZapHandler> zap_;  // with a job key: admits only its holders (peer port)
   std::unique_ptr<zmq::socket_t> scheduler_;
   Status job_failed_;  // from a member's failure the scheduler told us: every request fails
+  std::mutex failed_mu_;
+  Status failed_seen_;  // job_failed_, for OnJobFailed (guarded by failed_mu_)
+  std::vector<std::function<void(const Status&)>> failed_listeners_;  // guarded by failed_mu_
   std::vector<Server> servers_;
   std::string own_host_;  // as the scheduler sees this worker (colocated servers share it)
   // The engine thread once RunOnLoop starts; until then the thread in Engine::Init, which
@@ -211,6 +224,7 @@ Status Engine::Loop::ReadNoticesOnLoop() {
   TFPS_CHECK_ON_LOOP(loop_thread_);
   std::vector<zmq::message_t> frames;
   while (RecvFrames(*scheduler_, &frames)) {
+    if (AnswerPing(*scheduler_, frames)) continue;  // this thread lives (notice.h)
     Code code = Code::kOk;
     NoticeAbout about;
     std::string text;
@@ -224,6 +238,13 @@ Status Engine::Loop::ReadNoticesOnLoop() {
     TFPS_LOG(Error) << job_failed_.message();
     while (!ops_.empty()) FinishOnLoop(ops_.begin()->first, job_failed_);
     mesh_.FailAllOnLoop(job_failed_);
+    std::vector<std::function<void(const Status&)>> listeners;
+    {
+      std::lock_guard<std::mutex> lock(failed_mu_);
+      failed_seen_ = job_failed_;
+      listeners.swap(failed_listeners_);
+    }
+    for (auto& listener : listeners) listener(job_failed_);
   }
   return job_failed_;
 }
@@ -1096,6 +1117,14 @@ Status Engine::StartHierarchical(const Config& config, const ClusterView& view) 
   }
   auto hierarchical = std::make_shared<Hierarchical>(
       std::move(reduce), alone ? std::vector<int>{rank_} : local, submit);
+  if (std::shared_ptr<Loop> loop = weak.lock()) {
+    // A stopped local worker is alive to the shared memory's liveness check: the
+    // scheduler's word that the job cannot go on must end the local waits too.
+    std::weak_ptr<Hierarchical> weak_hierarchical = hierarchical;
+    loop->OnJobFailed([weak_hierarchical](const Status& why) {
+      if (auto h = weak_hierarchical.lock()) h->Fail(why);
+    });
+  }
   std::lock_guard<std::mutex> loop_lock(loop_mu_);
   hierarchical_ = std::move(hierarchical);
   TFPS_LOG(Debug) << "hierarchical aggregation: local rank " << local_rank_ << " of "

@@ -169,6 +169,10 @@ void Hierarchical::Finish(std::shared_ptr<Call> call, const Status& status) {
   if (next) Run(next);
 }
 
+void Hierarchical::Fail(const Status& why) {
+  if (reduce_) reduce_->Fail(why);
+}
+
 void Hierarchical::Shutdown() {
   if (reduce_) reduce_->Shutdown();
 }

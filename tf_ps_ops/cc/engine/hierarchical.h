@@ -42,6 +42,8 @@ class Hierarchical {
   static bool Eligible(const PushPullRequest& request, bool job_compresses);
 
   void Enqueue(PushPullRequest request);
+  // The job cannot go on: local reductions waiting for a (stopped) local worker fail now.
+  void Fail(const Status& why);
   void Shutdown();
 
  private:

@@ -262,6 +262,7 @@ std::optional<Status> ShmLocalReduce::MemberReceiveOnPoll(const LocalTensor& t, 
 
 void ShmLocalReduce::RunPolling() {
   std::list<Task> tasks;
+  Status failed;
   int idle_rounds = 0;
   while (true) {
     {
@@ -271,6 +272,12 @@ void ShmLocalReduce::RunPolling() {
       }
       tasks.splice(tasks.end(), incoming_);
       if (stopping_) break;
+      failed = failed_;
+    }
+    if (!failed.ok()) {  // the job cannot go on: nothing waits any more
+      for (Task& task : tasks) task.finish(failed);
+      tasks.clear();
+      continue;
     }
     bool progressed = false;
     const auto now = Clock::now();
@@ -318,6 +325,12 @@ void ShmLocalReduce::UnlinkAllOnPoll() {
     }
   }
   segments_.clear();
+}
+
+void ShmLocalReduce::Fail(const Status& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (failed_.ok()) failed_ = why;
+  wake_.notify_one();
 }
 
 void ShmLocalReduce::Shutdown() {

@@ -51,6 +51,7 @@ class ShmLocalReduce : public LocalReduce {
   void ReduceToLeader(const LocalTensor& tensor, const void* input, ReduceDone done) override;
   void BroadcastFromLeader(const LocalTensor& tensor, const Status& result, void* output,
                            Done done) override;
+  void Fail(const Status& why) override;
   void Shutdown() override;
 
   // A fresh token: 128 bits from the kernel's random source, as 32 hex digits.
@@ -91,6 +92,7 @@ class ShmLocalReduce : public LocalReduce {
   std::condition_variable wake_;
   std::list<Task> incoming_;  // guarded by mu_
   bool stopping_ = false;     // guarded by mu_
+  Status failed_;             // guarded by mu_: set by Fail()
   std::thread thread_;
   std::map<uint64_t, Segments> segments_;  // poll thread only
   bool check_liveness_ = false;             // poll thread: look at peers' pids this round

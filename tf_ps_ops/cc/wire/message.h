@@ -35,6 +35,7 @@ constexpr uint32_t kMagic = 0x53504654;  // "TFPS" read as little-endian bytes
 //    hierarchical pushes (kFlagHierarchical), compressed PS-mode pushes (kFlagPsApply with a
 //    codec; the reply is float32), uint16/int16/bool, Header::reduce_op, kFlagAbort,
 //    member notices (kMemberNotice), servers say goodbye to the scheduler
+// 5: application heartbeats (kPing / kPong: a member's serving thread answers the scheduler)
 // 5: kFlagAbortRound (a worker that raised before a collective still takes its call number)
 constexpr uint16_t kProtocolVersion = 5;
 constexpr int kMaxDims = 32;
@@ -94,7 +95,11 @@ DType DTypeOfElement(char kind, size_t size);
   X(kPushPullShm, 13, "PUSH_PULL_SHM",                                                          \
     "worker -> colocated server: a kPushPull whose payload is in shared memory (no frame)")   \
   X(kPushPullReplyShm, 14, "PUSH_PULL_REPLY_SHM",                                               \
-    "server -> colocated worker: the answer to a kPushPullShm is in its shared memory")
+    "server -> colocated worker: the answer to a kPushPullShm is in its shared memory")       \
+  X(kPing, 15, "PING",                                                                          \
+    "scheduler -> member: answer from the thread that serves (application heartbeat; "         \
+    "step: a sequence number)")                                                                 \
+  X(kPong, 16, "PONG", "member -> scheduler: the answer to a kPing (the same step)")
 
 enum class MsgType : uint16_t {
 #define TFPS_MSG_TYPE_ENUMERATOR(enumerator, value, name, doc) enumerator = value,

@@ -1,0 +1,62 @@
+"""An elastic training loop under `tfps-run --elastic` (tests/multiprocess/test_elastic.py).
+
+    loop_worker.py OUT_DIR MIN_STEPS FINAL_SIZE KILL_ID KILL_STEP
+
+Trains one float64 vector by SGD on a gradient that depends on the worker's stable id and
+the step, averaged over the workers by hvd.allreduce, inside hvd.elastic.run with a
+TensorFlowState committed after every step. The state also records, per step, the ids
+that took part (an allgather_object), so the test can replay the run with NumPy. Worker
+KILL_ID SIGKILLs itself at the start of step KILL_STEP. The loop ends once MIN_STEPS steps
+are done and the last step had FINAL_SIZE workers; each worker then writes
+OUT_DIR/<id>.json.
+"""
+
+import json
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+import tensorflow as tf
+
+tf.config.threading.set_intra_op_parallelism_threads(1)
+tf.config.threading.set_inter_op_parallelism_threads(1)
+
+import tf_ps_ops as hvd  # noqa: E402
+from loop_gradient import LR, gradient  # noqa: E402
+
+MAX_STEPS = 3000  # a bound, so that a broken join cannot loop for ever
+
+
+def main():
+    out_dir, min_steps, final_size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    kill_id, kill_step = sys.argv[4], int(sys.argv[5])
+    me = os.environ["TFPS_ELASTIC_ID"]
+    hvd.init()
+    w = tf.Variable(np.zeros(4), dtype=tf.float64)
+    state = hvd.elastic.TensorFlowState([w], step=0, history=())
+
+    @hvd.elastic.run
+    def train(state):
+        while not (state.step >= min_steps and len(state.history[-1]) == final_size):
+            if state.step >= MAX_STEPS:
+                raise RuntimeError(f"no step with {final_size} workers by step {MAX_STEPS}")
+            if me == kill_id and state.step == kill_step:
+                os.kill(os.getpid(), signal.SIGKILL)
+            g = hvd.allreduce(tf.constant(gradient(me, state.step)), name="grad")
+            ids = hvd.allgather_object(me, name="ids")
+            w.assign_sub(LR * g)
+            state.history = state.history + (tuple(ids),)
+            state.step += 1
+            state.commit()
+            time.sleep(0.02)  # the other workers run on the same two cores
+
+    train(state)
+    with open(os.path.join(out_dir, f"{me}.json"), "w") as f:
+        json.dump({"w": w.numpy().tolist(), "history": state.history, "rank": hvd.rank(),
+                   "size": hvd.size()}, f)
+
+
+if __name__ == "__main__":
+    main()

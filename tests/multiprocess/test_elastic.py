@@ -1,0 +1,111 @@
+"""Elastic membership under `tfps-run --elastic` (docs/elastic.md): a SIGKILLed worker
+does not end the job; the survivors redo the failed step among themselves and their
+parameters match a NumPy replay of the documented semantics; a restarted worker joins at
+a commit and ends with the others' parameters. Real ps_server, real TF workers.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cluster import REPO, require_build
+
+RUN_PY = REPO / "tf_ps_ops" / "run.py"
+WORKERS = Path(__file__).resolve().parent / "elastic_workers"
+pytestmark = pytest.mark.timeout(240)
+
+sys.path.insert(0, str(WORKERS))
+from loop_gradient import LR, gradient  # noqa: E402
+
+
+def tfps_run(tmp_path, flags, worker, args, timeout=180):
+    require_build()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TFPS_", "DMLC_", "HOROVOD_"))}
+    env.update({"PYTHONPATH": str(REPO), "TFPS_HEARTBEAT_TIMEOUT": "5",
+                "TF_CPP_MIN_LOG_LEVEL": "2"})
+    return subprocess.run(
+        [sys.executable, str(RUN_PY), *flags, "--timeout", str(timeout - 20),
+         sys.executable, str(worker), *args],
+        capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def replay(history):
+    """NumPy: SGD on the mean gradient of the ids recorded for each step."""
+    w = np.zeros(4)
+    for step, ids in enumerate(history):
+        w -= LR * np.mean([gradient(i, step) for i in ids], axis=0)
+    return w
+
+
+def results(out_dir):
+    return {p.stem: json.loads(p.read_text()) for p in Path(out_dir).glob("*.json")}
+
+
+def test_sigkilled_worker_the_others_go_on_and_a_restart_joins(tmp_path):
+    """3 workers, 2 servers; w2 SIGKILLs itself at step 4, a new worker (w3) is started in
+    its place and joins at a commit. One job checks both halves of the semantics."""
+    kill_step = 4
+    done = tfps_run(tmp_path, ["-np", "3", "-ns", "2", "--elastic", "--elastic-restarts", "1"],
+                    WORKERS / "loop_worker.py", [str(tmp_path), "8", "3", "w2", str(kill_step)])
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, log[-6000:]
+    assert "worker w2 (rank 2) was killed by signal 9 (SIGKILL); the job goes on with 2" in log, \
+        log[-6000:]
+    assert "averages now divide by 2" in log, log[-6000:]
+    assert "join at the members' next commit" in log, log[-6000:]
+    found = results(tmp_path)
+    assert sorted(found) == ["w0", "w1", "w3"], log[-6000:]
+    history = found["w0"]["history"]
+    assert found["w1"]["history"] == history == found["w3"]["history"]
+    members = [tuple(h) for h in history]
+    # Steps before the kill averaged over 3; the step the kill broke is redone over 2,
+    # and so is every step until the newcomer joined; from then on over 3 again.
+    assert members[:kill_step] == [("w0", "w1", "w2")] * kill_step
+    joined = members.index(("w0", "w1", "w3"))
+    assert joined > kill_step
+    assert members[kill_step:joined] == [("w0", "w1")] * (joined - kill_step)
+    assert members[joined:] == [("w0", "w1", "w3")] * (len(members) - joined)
+    # The same sums everywhere, bit for bit; the newcomer got the parameters by the sync.
+    assert found["w0"]["w"] == found["w1"]["w"] == found["w3"]["w"]
+    np.testing.assert_allclose(found["w0"]["w"], replay(history), rtol=1e-12)
+    assert sorted((found[w]["rank"], w) for w in found) == [(0, "w0"), (1, "w1"), (2, "w3")]
+    assert {found[w]["size"] for w in found} == {3}
+
+
+def test_keras_fit_resumes_from_the_last_commit(tmp_path):
+    epochs, steps = 3, 4  # keras_worker.EPOCHS, STEPS
+    done = tfps_run(tmp_path, ["-np", "3", "--elastic"], WORKERS / "keras_worker.py",
+                    [str(tmp_path), "w2", "1", "2"])
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, log[-6000:]
+    found = results(tmp_path)
+    assert sorted(found) == ["w0", "w1"], log[-6000:]
+    every = [[e, b] for e in range(epochs) for b in range(steps)]
+    broken = every.index([1, 2])
+    for worker in ("w0", "w1"):
+        # Each position once, but the batch the kill broke: begun, failed, and after
+        # restoring the commit of the batch before it, begun again.
+        assert found[worker]["started"] == every[:broken + 1] + every[broken:], worker
+        assert (found[worker]["epoch"], found[worker]["batch"]) == (epochs, 0)
+        assert found[worker]["size"] == 2
+    assert found["w0"]["weights"] == found["w1"]["weights"]
+
+
+def test_fewer_than_min_workers_ends_the_job_naming_the_lost_one(tmp_path):
+    """No TensorFlow: worker w1 exits 5 at once, the others would wait; with
+    --elastic-min-workers 3 the driver ends the job at once, naming w1."""
+    script = ("import os, sys, time\n"
+              "if os.environ['TFPS_ELASTIC_ID'] == 'w1': sys.exit(5)\n"
+              "time.sleep(60)\n")
+    worker = tmp_path / "worker.py"
+    worker.write_text(script)
+    done = tfps_run(tmp_path, ["-np", "3", "--elastic", "--elastic-min-workers", "3"],
+                    worker, [], timeout=60)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert ("worker w1 (rank 1) exited with code 5; 2 left, fewer than --elastic-min-workers 3"
+            in done.stderr), done.stdout + done.stderr

@@ -1,0 +1,212 @@
+"""The elastic driver: a job that goes on when a worker dies, and takes in new workers.
+
+`tfps-run --elastic` uses it (docs/elastic.md). The membership of a running job changes
+by *epochs*. Each epoch is a complete rendezvous of its own: a fresh scheduler and fresh
+servers for exactly that epoch's workers. The driver writes the current epoch to a file in
+the job's directory (TFPS_ELASTIC_DIR), which every worker reads:
+
+    epoch.json  {"epoch": E, "scheduler": "host:port", "num_servers": M,
+                 "members": ["w0", "w1", ...]}          (a worker's rank: its place here)
+    join-<id>   a new worker is ready to join (written by its init())
+    ack-<E>-<id> worker <id> completed the rendezvous of epoch E
+
+When a member dies (any non-zero exit), the driver at once starts the next epoch's
+scheduler and servers for the survivors, in their old order (ranks are renumbered densely,
+order kept), and publishes it. The survivors learn of the death from the old epoch's
+scheduler (a member notice, in seconds), fail what is in flight, and re-initialise into the
+new epoch (tf_ps_ops.elastic). A worker started later (a restart, `--elastic-restarts`)
+announces itself with join-<id>; once every member of the current epoch has acknowledged
+it, the driver publishes the next epoch with the newcomer appended, which the members see
+at their next commit (elastic.State.commit -> check_host_updates).
+
+The old epoch's scheduler and servers exit by themselves once the survivors said goodbye;
+those still running _OLD_EPOCH_GRACE_S later are stopped. Their exit codes are no failure
+of the job. A server of the current epoch that fails still ends the job (the servers'
+state is not elastic). Standard library only, as the rest of the launcher.
+"""
+
+import json
+import os
+import signal
+import time
+
+from tf_ps_ops._launch_job import Job, LaunchError
+from tf_ps_ops._launch_process import LOCAL, describe_exit
+
+EPOCH_FILE = "epoch.json"
+_OLD_EPOCH_GRACE_S = 15.0
+_POLL_S = 0.05
+
+
+def write_epoch(directory, epoch, scheduler, num_servers, members):
+    """Writes the epoch file atomically (rename), so that a reader sees it whole."""
+    path = os.path.join(directory, EPOCH_FILE)
+    tmp = f"{path}.{epoch}.tmp"
+    with open(tmp, "w") as f:
+        json.dump({"epoch": epoch, "scheduler": scheduler, "num_servers": num_servers,
+                   "members": list(members)}, f)
+    os.replace(tmp, path)
+
+
+def _say(text):
+    print(f"tfps-run: {text}", flush=True)
+
+
+class ElasticJob:
+    """Runs `command` as an elastic job of `num_workers` workers (see the module doc).
+
+    `min_workers`: fewer survivors end the job. `restarts`: how many dead workers are
+    replaced by a new process running the same command. `worker_env(base)` is the
+    environment of a worker before the elastic variables are added."""
+
+    def __init__(self, ps_server, num_servers, output, directory, command, env,
+                 min_workers=1, restarts=0, timeout=None, server_threads=None, cwd=None):
+        self.ps_server, self.num_servers = ps_server, num_servers
+        self.output, self.directory, self.command = output, directory, command
+        self.env, self.cwd = dict(env), cwd
+        self.min_workers, self.restarts_left = min_workers, restarts
+        self.timeout, self.server_threads = timeout, server_threads
+        self.deadline = time.monotonic() + timeout if timeout else None
+        self.workers = Job(None, 0, 0, output, cwd=cwd)  # every worker process, all epochs
+        self.epochs = []  # [(epoch, Job of its scheduler and servers, retired_at or None)]
+        self.epoch = -1
+        self.members = []  # worker ids of the current epoch, in rank order
+        self.joining = []  # ids started but not yet in an epoch
+        self.finished = set()
+        self._next_id = 0
+
+    # --- epochs -----------------------------------------------------------------------
+
+    def _start_epoch(self, members):
+        """Starts the next epoch's scheduler and servers for `members` and publishes it."""
+        epoch = self.epoch + 1
+        roles = Job(self.ps_server, len(members), self.num_servers, self.output,
+                    cwd=self.cwd)
+        port_file = os.path.join(self.directory, f"port-{epoch}")
+        port = roles.start_scheduler(self.env, port_file, host=LOCAL)
+        for index in range(self.num_servers):
+            roles.start_server(index, self.env, host=LOCAL, threads=self.server_threads)
+        now = time.monotonic()
+        self.epochs = [(e, job, retired or now) for e, job, retired in self.epochs]
+        self.epochs.append((epoch, roles, None))
+        self.epoch, self.members = epoch, list(members)
+        write_epoch(self.directory, epoch, f"{roles.scheduler_host}:{port}",
+                    self.num_servers, members)
+        _say(f"elastic epoch {epoch}: {len(members)} worker(s) "
+             f"[{', '.join(members)}] (ranks in this order), scheduler port {port}")
+
+    def _start_worker(self):
+        worker_id = f"w{self._next_id}"
+        self._next_id += 1
+        env = dict(self.env)
+        env.update({"TFPS_ELASTIC": "1", "TFPS_ELASTIC_DIR": self.directory,
+                    "TFPS_ELASTIC_ID": worker_id, "PYTHONUNBUFFERED": "1"})
+        self.workers.spawn("worker", worker_id, self.command, env)
+        return worker_id
+
+    def _acknowledged(self):
+        return all(os.path.exists(os.path.join(self.directory, f"ack-{self.epoch}-{m}"))
+                   for m in self.members)
+
+    # --- watching ---------------------------------------------------------------------
+
+    def run(self, num_workers):
+        """Returns 0 once every member of the last epoch exited 0; raises LaunchError."""
+        members = [self._start_worker() for _ in range(num_workers)]
+        self._start_epoch(members)
+        while True:
+            self._check_deadline()
+            self._watch_workers()
+            self._watch_roles()
+            self._admit_joiners()
+            self._retire_old_epochs()
+            if self.members and all(m in self.finished for m in self.members):
+                for j in self.joining:  # nobody is left to take them in
+                    _say(f"stopped joining worker {j}: the job finished before it joined")
+                    self._worker(j).signal_group(signal.SIGTERM)
+                return 0
+            time.sleep(_POLL_S)
+
+    def _worker(self, worker_id):
+        return self.workers.process("worker", worker_id)
+
+    def _watch_workers(self):
+        dead = []
+        for worker_id in self.members + self.joining:
+            p = self._worker(worker_id)
+            code = p.poll()
+            if code is None or worker_id in self.finished:
+                continue
+            if code == 0:
+                self.finished.add(worker_id)
+                continue
+            dead.append((worker_id, code))
+        if not dead:
+            return
+        for worker_id, code in dead:
+            self.finished.add(worker_id)  # it is over for this id either way
+            if worker_id in self.joining:
+                self.joining.remove(worker_id)
+                _say(f"joining worker {worker_id} {describe_exit(code)}")
+        survivors = [m for m in self.members if m not in self.finished]
+        lost = [(w, c) for w, c in dead if w in self.members]
+        if not lost:
+            return
+        names = ", ".join(f"worker {w} (rank {self.members.index(w)}) {describe_exit(c)}"
+                          for w, c in lost)
+        if any(m in self.finished for m in survivors) or \
+                any(self._worker(m).returncode == 0 for m in self.members):
+            # Some member already finished: the job is ending, not shrinking.
+            raise LaunchError(f"{names} while the others were finishing", 1)
+        if len(survivors) < self.min_workers:
+            raise LaunchError(f"{names}; {len(survivors)} left, fewer than "
+                              f"--elastic-min-workers {self.min_workers}; stopped the others",
+                              1, self._worker(lost[0][0]))
+        _say(f"{names}; the job goes on with {len(survivors)} worker(s)")
+        self._start_epoch(survivors)
+        for _ in lost:
+            if self.restarts_left > 0:
+                self.restarts_left -= 1
+                new_id = self._start_worker()
+                self.joining.append(new_id)
+                _say(f"started worker {new_id} to take the place of a lost one "
+                     f"({self.restarts_left} restart(s) left)")
+
+    def _watch_roles(self):
+        epoch, roles, _ = self.epochs[-1]
+        for p in roles.processes:
+            code = p.poll()
+            if code and not all(m in self.finished for m in self.members):
+                raise LaunchError(f"{p.name} of elastic epoch {epoch} {describe_exit(code)} "
+                                  "(servers are not elastic); stopped the others", 1, p)
+
+    def _admit_joiners(self):
+        ready = [j for j in self.joining
+                 if os.path.exists(os.path.join(self.directory, f"join-{j}"))]
+        if not ready or not self._acknowledged():
+            return
+        for j in ready:
+            self.joining.remove(j)
+        _say(f"worker(s) {', '.join(ready)} join at the members' next commit")
+        self._start_epoch(self.members + ready)
+
+    def _retire_old_epochs(self):
+        now = time.monotonic()
+        kept = []
+        for epoch, roles, retired in self.epochs:
+            running = any(p.poll() is None for p in roles.processes)
+            if retired is not None and (not running or now - retired > _OLD_EPOCH_GRACE_S):
+                roles.teardown(0.5)
+                continue
+            kept.append((epoch, roles, retired))
+        self.epochs = kept
+
+    def _check_deadline(self):
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            raise LaunchError(f"timed out after {self.timeout:g} s; stopped all processes", 124)
+
+    def teardown(self, grace_s=0.0):
+        self.workers.teardown(grace_s)
+        for _, roles, _ in self.epochs:
+            roles.teardown(grace_s)
+        self.epochs = []
