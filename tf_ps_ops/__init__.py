@@ -49,7 +49,7 @@ _EXPORTS = {
 # (tf_ps_ops._compat.UNSERVED), so that `hvd.alltoall(...)` says why at the call.
 _EXPORTS.update({name: "tensorflow" for name in (
     "join",
-    "barrier", "ProcessSet", "add_process_set", "remove_process_set",
+    "barrier", "ProcessSet", "add_process_set", "remove_process_set")})
 # Submodules that are part of the API themselves (`hvd.callbacks.MetricAverageCallback`;
 # `import tf_ps_ops.tensorflow` and `tf_ps_ops.keras` mirror Horovod's module layout;
 # `tensorflow` stays out of __all__ so that a star import cannot shadow TensorFlow).
