@@ -20,7 +20,8 @@ KeyStore::KeyStore(int num_workers, int server_id, double timeout_s, Consistency
 void KeyStore::OnPush(const Head& head, Buffer payload, std::vector<Outgoing>* out,
                       double received_us) {
   if (stale_) {
-    constexpr uint32_t kStaysBsp = kFlagBroadcast | kFlagNoData | kFlagPsInit | kFlagProcessSet;
+    constexpr uint32_t kStaysBsp =
+        kFlagBroadcast | kFlagNoData | kFlagPsInit | kFlagProcessSet | kFlagAbortRound;
     // Min/max/product rounds stay BSP too: the stale path only sums.
     if ((head.header.flags & kStaysBsp) == 0 && head.header.reduce_op == 0) {
       stale_->Add(head, std::move(payload), out);

@@ -164,6 +164,12 @@ bool SumRounds::Add(const Head& pushed, Buffer payload, double received_us,
     r.received_us.resize(num_workers_, 0.0);
     r.received_us[h.sender] = received_us;
   }
+  if (r.error.ok() && (h.flags & kFlagAbortRound) != 0) {
+    r.error = FailedPrecondition(
+        "worker " + std::to_string(h.sender) + " could not take part in this collective: " +
+        EscapeForLog(std::string(static_cast<const char*>(payload.data()), payload.size()), 1024) +
+        " (" + Where(server_id_, r.id) + "); the next collective can proceed");
+  }
   if (r.error.ok()) r.error = Mismatch(r, head);
   bool summed = false;  // a compressed push decoded straight into the sum
   if (r.error.ok() && h.codec != 0) r.error = DecodeInto(r, h, &payload, &summed);

@@ -38,18 +38,15 @@ _EXPORTS = {
     "Compression": "compression",
     "broadcast_global_variables": "_compat", "BroadcastGlobalVariablesHook": "_compat",
     # training glue
-    "DistributedGradientTape": "tape",
+    "DistributedGradientTape": "tape", "PartialDistributedGradientTape": "tape",
+    "PartialDistributedOptimizer": "keras",
     "DistributedOptimizer": "keras", "load_model": "keras",
     "SyncBatchNormalization": "sync_batch_norm",
+    "start_timeline": "_timeline", "stop_timeline": "_timeline",
     # PS mode: the servers run the optimizer
     "enable_graph_rewrite": "ps_mode", "disable_graph_rewrite": "ps_mode",
     "rewrite_graph_def": "ps_mode",
 }
-# Horovod names not served: stand-ins that raise NotImplementedError with the reason
-# (tf_ps_ops._compat.UNSERVED), so that `hvd.alltoall(...)` says why at the call.
-_EXPORTS.update({name: "tensorflow" for name in (
-    "PartialDistributedOptimizer",
-    "PartialDistributedGradientTape", "start_timeline", "stop_timeline")})
 # Submodules that are part of the API themselves (`hvd.callbacks.MetricAverageCallback`;
 # `import tf_ps_ops.tensorflow` and `tf_ps_ops.keras` mirror Horovod's module layout;
 # `tensorflow` stays out of __all__ so that a star import cannot shadow TensorFlow).

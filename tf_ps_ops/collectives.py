@@ -17,10 +17,12 @@ eagerly (every worker's n-th eager call meets the others' n-th).
 import tensorflow as tf
 
 from tf_ps_ops import _library
+from tf_ps_ops._abort import guarded
 from tf_ps_ops.basics import rank, size
 from tf_ps_ops.compression import Compression
-from tf_ps_ops.ops import (Average, Sum, _average, _check_not_xla, _check_process_set,
-                           _resolve_op, _set_key, allgather, allreduce, global_process_set)
+from tf_ps_ops.ops import (Average, Sum, _average, _call_key, _check_not_xla,
+                           _check_process_set, _resolve_op, _set_key, allgather, allreduce,
+                           global_process_set)
 
 _EAGER_KEYS = {"alltoall": "alltoall.eager", "reducescatter": "reducescatter.eager"}
 _GRAPH_PREFIXES = {"alltoall": "HorovodAlltoall_", "reducescatter": "HorovodReducescatter_"}
@@ -35,6 +37,7 @@ def _key(kind, name, tensor):
                                            for c in tensor.name)
 
 
+@guarded("peer", _call_key("alltoall", lambda kind, name, tensor: _key(kind, name, tensor)))
 def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
              process_set=global_process_set):
     """Sends `splits[p]` consecutive rows of `tensor` (from row 0 on) to worker p and
@@ -92,6 +95,8 @@ def _rows_of(rank_, size_, rows):
     return start, count
 
 
+@guarded("server",
+         _call_key("reducescatter", lambda kind, name, tensor: _key(kind, name, tensor)))
 def reducescatter(tensor, device_dense="", compression=Compression.none, op=Average,
                   name=None, process_set=global_process_set, prescale_factor=1.0,
                   postscale_factor=1.0, ignore_name_scope=False):

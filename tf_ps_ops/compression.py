@@ -118,6 +118,45 @@ class CoreCodec(Compressor):
         return f"CoreCodec({self.wire!r}, error_feedback={self.error_feedback})"
 
 
+class HorovodFP16Codec(CoreCodec):
+    """`Compression.fp16`: Horovod's interface and the core's fp16 codec at once.
+
+    Called directly, as Horovod code and tests do, `compress()` casts floating tensors to
+    float16 and `decompress()` casts back (integers pass unchanged), exactly as Horovod's
+    FP16Compressor. Passed to allreduce / DistributedOptimizer / the tape, the op encodes
+    to fp16 per partition itself and the servers sum in float32 (wire_compress: the tensor
+    only goes to float32), which is what keeps large sums from overflowing.
+    """
+
+    def __init__(self, error_feedback=-1):
+        super().__init__("fp16", error_feedback)
+
+    def compress(self, tensor):
+        tensor = tf.convert_to_tensor(tensor)
+        if tensor.dtype.is_floating and tensor.dtype != tf.float16:
+            return tf.cast(tensor, tf.float16), tensor.dtype
+        return tensor, None
+
+    def decompress(self, tensor, ctx):
+        return tensor if ctx is None else tf.cast(tensor, ctx)
+
+    wire_compress = CoreCodec.compress
+    wire_decompress = CoreCodec.decompress
+
+    def with_error_feedback(self, enabled=True):
+        return HorovodFP16Codec(1 if enabled else 0)
+
+
+def wire_compress(compressor, tensor):
+    """What the push_pull op takes: for the core codecs the tensor brought to their input
+    (wire_compress), for any other compressor its own compress()."""
+    return getattr(compressor, "wire_compress", compressor.compress)(tensor)
+
+
+def wire_decompress(compressor, tensor, ctx):
+    return getattr(compressor, "wire_decompress", compressor.decompress)(tensor, ctx)
+
+
 class SparseCodec(CoreCodec):
     """topk / randomk: `Compression.topk` keeps 1%; `Compression.topk(0.1)` keeps 10%."""
 
@@ -137,7 +176,8 @@ class Compression:
 
     none      the job default (TFPS_COMPRESSION; unset: uncompressed)
     uncompressed  never compressed, whatever TFPS_COMPRESSION says
-    fp16, bf16    2 bytes per element, summed in float32 on the servers
+    fp16, bf16    2 bytes per element, summed in float32 on the servers (fp16.compress()
+                  called directly is Horovod's float16 cast)
     int8      1 byte per element + min/max per 1024 (Bagua's 8-bit gradients)
     onebit    1 bit per element + a scale per 1024, with error feedback
     topk, randomk  a fraction of the elements (topk(0.01)), with error feedback
@@ -145,7 +185,7 @@ class Compression:
 
     none = NoneCompressor
     uncompressed = CoreCodec("none")
-    fp16 = CoreCodec("fp16")
+    fp16 = HorovodFP16Codec()
     bf16 = CoreCodec("bf16")
     int8 = CoreCodec("int8")
     onebit = CoreCodec("onebit")

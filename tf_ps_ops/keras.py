@@ -14,6 +14,9 @@ import keras
 import tensorflow as tf
 
 from tf_ps_ops import _compat, callbacks, elastic, ops  # noqa: F401  (hvd.callbacks, .elastic)
+from tf_ps_ops._aggregation import LocalAggregation
+from tf_ps_ops._local_vars import LocalVariables
+from tf_ps_ops._timeline import start_timeline, stop_timeline  # noqa: F401
 from tf_ps_ops._compat import (  # noqa: F401
     broadcast_global_variables, ccl_built, cross_rank, cross_size, cuda_built, ddl_built,
     gloo_built, gloo_enabled, is_homogeneous, mpi_built, mpi_enabled,
@@ -46,6 +49,24 @@ class _DistributedOptimizerMixin:
     _tfps_device = ""
     _tfps_algorithm = None  # a tf_ps_ops.algorithms.Algorithm (docs/algorithms.md)
     _tfps_process_set = None  # None: every worker
+    _tfps_aggregation = None  # backward_passes_per_step > 1 (_aggregation.py)
+    _tfps_local = None  # LocalVariables: not reduced (register_local_var, _local_vars.py)
+
+    def register_local_var(self, var):
+        """Horovod's: `var`'s gradient stays this worker's own, never reduced."""
+        if self._tfps_local is None:
+            self._tfps_local = LocalVariables()
+        self._tfps_local.register(var)
+
+    def _tfps_reduce(self, grads, keys, variables):
+        def reduce(grads_, keys_, variables_):
+            return reduce_gradients(grads_, keys_, self._tfps_compression, self._tfps_op,
+                                    self._tfps_predivide, self._tfps_device, variables_,
+                                    self._tfps_process_set)
+
+        if self._tfps_local:
+            return self._tfps_local.reduce(grads, keys, variables, reduce)
+        return reduce(grads, keys, variables)
 
     def algorithm_callbacks(self):
         """The Keras callbacks the algorithm needs under `fit` (none for most)."""
@@ -65,10 +86,26 @@ class _DistributedOptimizerMixin:
                 return super(_DistributedOptimizerMixin, self).apply(grads_, trainable_variables)
 
             return self._tfps_algorithm.run(optimizer_step, grads, variables, keys)
-        grads = reduce_gradients(grads, keys, self._tfps_compression, self._tfps_op,
-                                 self._tfps_predivide, self._tfps_device, variables,
-                                 self._tfps_process_set)
+        if self._tfps_aggregation is not None:
+            return self._apply_aggregated(grads, variables, keys, trainable_variables)
+        grads = self._tfps_reduce(grads, keys, variables)
         return super().apply(grads, trainable_variables)
+
+    def _apply_aggregated(self, grads, variables, keys, trainable_variables):
+        # backward_passes_per_step > 1: the variables change every N-th pass only; the
+        # passes between only count `iterations`, as Horovod's aggregation helper does.
+        if not self.built:
+            with tf.init_scope():
+                self.build(variables)
+
+        def reduce(summed):
+            return self._tfps_reduce(summed, keys, variables)
+
+        def apply(reduced):
+            return super(_DistributedOptimizerMixin, self).apply(reduced, trainable_variables)
+
+        return self._tfps_aggregation.apply(grads, variables, reduce, apply,
+                                            lambda: self.iterations.assign_add(1))
 
 
 @functools.cache
@@ -109,22 +146,33 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
       gradient_predivide_factor: with op=Average, divide by this before the sum and by
         size()/factor after it.
       device_dense: device for the reduction ops ('' lets TF place them).
-      backward_passes_per_step: only 1 is supported.
+      backward_passes_per_step: N > 1 adds the gradients up locally for N passes and
+        reduces and applies them on the N-th only (Horovod's local gradient aggregation;
+        between them only `iterations` counts).
+      average_aggregated_gradients: with N > 1, divide the aggregated gradients by N.
       algorithm: a tf_ps_ops.algorithms.Algorithm (Decentralized, AsyncModelAverage, QAdam,
         ...) that decides what travels instead of the gradient average; pass
         `opt.algorithm_callbacks()` to `fit` (docs/algorithms.md).
       process_set: average over that process set's members only (tf_ps_ops/process_sets.py).
-      device_sparse, average_aggregated_gradients, num_groups, groups: accepted for
+      device_sparse, num_groups, groups: accepted for
         Horovod compatibility; they do not change results here.
     """
+    if isinstance(optimizer, tf.compat.v1.train.Optimizer):  # horovod.tensorflow's, v1 graphs
+        from tf_ps_ops._v1_optimizer import DistributedV1Optimizer
+        if algorithm is not None:
+            raise ValueError("algorithms need a Keras 3 optimizer")
+        return DistributedV1Optimizer(
+            optimizer, name, compression, check_gradient_options(op, gradient_predivide_factor),
+            gradient_predivide_factor, device_dense, backward_passes_per_step,
+            average_aggregated_gradients)
     if not isinstance(optimizer, keras.optimizers.Optimizer):
         raise TypeError(
-            f"DistributedOptimizer wraps Keras 3 optimizers, got {type(optimizer).__name__}; "
-            "for tf.compat.v1 optimizers use DistributedGradientTape, or the graph rewrite "
-            "that swaps their update ops")
-    if backward_passes_per_step != 1:
-        raise NotImplementedError(
-            "backward_passes_per_step > 1 (local gradient aggregation) is not implemented")
+            f"DistributedOptimizer wraps Keras 3 optimizers and tf.compat.v1.train.Optimizer, "
+            f"got {type(optimizer).__name__}")
+    aggregation = LocalAggregation(backward_passes_per_step, average_aggregated_gradients)
+    if aggregation.passes > 1 and algorithm is not None:
+        raise ValueError("backward_passes_per_step > 1 cannot be combined with an algorithm: "
+                         "the algorithm decides what travels at every step")
     op = check_gradient_options(op, gradient_predivide_factor)
     cls = _distributed_class(type(optimizer))
     distributed = cls.from_config(optimizer.get_config())
@@ -134,11 +182,38 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     distributed._tfps_predivide = gradient_predivide_factor
     distributed._tfps_device = device_dense
     distributed._tfps_process_set = process_set
+    if aggregation.passes > 1:
+        distributed._tfps_aggregation = aggregation
     if algorithm is not None:
         if getattr(algorithm, "owns_step", False):
             algorithm.attach(distributed)
         distributed._tfps_algorithm = algorithm
         distributed._tfps_algorithm_state = algorithm.checkpoint_state  # checkpointed with it
+    return distributed
+
+
+def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
+                                compression=Compression.none, sparse_as_dense=False,
+                                backward_passes_per_step=1, op=Average,
+                                gradient_predivide_factor=1.0,
+                                average_aggregated_gradients=False, groups=None,
+                                process_set=global_process_set, local_layers=None,
+                                scale_local_gradients=True):
+    """DistributedOptimizer whose `local_layers` (a Keras layer or a list) keep their own
+    gradients, as Horovod's: those variables are trained on each worker's data alone.
+    With `scale_local_gradients` their gradients are divided by size(). More variables can
+    be made local with `register_local_var`. Broadcast with
+    `BroadcastGlobalVariablesCallback(local_variables=...)` so they stay per worker."""
+    ops._check_process_set(process_set)
+    distributed = DistributedOptimizer(
+        optimizer, name=name, device_dense=device_dense, device_sparse=device_sparse,
+        compression=compression, sparse_as_dense=sparse_as_dense,
+        gradient_predivide_factor=gradient_predivide_factor, op=op,
+        backward_passes_per_step=backward_passes_per_step,
+        average_aggregated_gradients=average_aggregated_gradients, groups=groups,
+        process_set=process_set)
+    distributed._tfps_local = LocalVariables(scale_local_gradients)
+    distributed._tfps_local.register_layers(local_layers)
     return distributed
 
 
@@ -181,7 +256,3 @@ def broadcast(value, root_rank, name=None, process_set=global_process_set):
 
 from tf_ps_ops.process_sets import (  # noqa: E402,F401
     ProcessSet, add_process_set, remove_process_set)
-
-for _name in ("PartialDistributedOptimizer", "start_timeline", "stop_timeline"):
-    setattr(sys.modules[__name__], _name, _compat.unserved(_name))
-del _name

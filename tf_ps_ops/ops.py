@@ -20,9 +20,10 @@ from tensorflow.python.ops import control_flow_util
 from tf_ps_ops import _elastic_epoch
 from tf_ps_ops import _library
 from tf_ps_ops import process_sets as _process_sets
+from tf_ps_ops._abort import guarded
 from tf_ps_ops._eager_keys import eager_key
 from tf_ps_ops.basics import rank, size
-from tf_ps_ops.compression import Compression, wire_codec
+from tf_ps_ops.compression import Compression, wire_codec, wire_compress, wire_decompress
 from tf_ps_ops.process_sets import global_process_set
 
 # Reduction ops, with Horovod's values so code that compares or logs them keeps working.
@@ -65,6 +66,25 @@ def _key(kind, name, tensor):
     if tf.executing_eagerly():
         return eager_key(_EAGER_KEYS[kind], kind)
     return _GRAPH_PREFIXES[kind] + re.sub(r"[^a-zA-Z0-9_]", "_", tensor.name)
+
+
+def _call_key(kind, key=None, skip=lambda arguments: False):
+    """For _abort.guarded: the key of a call from its arguments (`key(kind, name, tensor)`,
+    default _key), without converting the tensor eagerly (it may be what was refused)."""
+    key = key or _key
+
+    def key_of(arguments):
+        if skip(arguments) or _process_sets.key_prefix(arguments.get("process_set")):
+            # Inside a process set a non-member's error is its own (Horovod's ValueError),
+            # and the members' round must not fail for it: nothing is told.
+            return None
+        name = arguments.get("name")
+        tensor = arguments.get("tensor")
+        if name is None and not tf.executing_eagerly():
+            tensor = _dense(tensor)
+        return key(kind, name, tensor)
+
+    return key_of
 
 
 def _check_not_xla():
@@ -140,6 +160,8 @@ def _average(summed, members=None):
     return summed / tf.cast(count, summed.dtype)
 
 
+@guarded("server", _call_key(
+    "allreduce", skip=lambda a: a["op"] == Adasum or isinstance(a["tensor"], tf.IndexedSlices)))
 def allreduce(tensor, average=None, device_dense="", device_sparse="",
               compression=Compression.none, op=None, prescale_factor=1.0,
               postscale_factor=1.0, name=None, process_set=global_process_set,
@@ -178,14 +200,12 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
             from tf_ps_ops.adasum import adasum_allreduce
             return _scale(adasum_allreduce(_scale(tensor, prescale_factor), key, process_set),
                           postscale_factor)
-        sent, ctx = compression.compress(_scale(tensor, prescale_factor))
+        sent, ctx = wire_compress(compression, _scale(tensor, prescale_factor))
         handles = [] if _variable is None else [_variable.handle]
         codec, feedback = wire_codec(compression)  # the core codecs run inside the op
-        summed = compression.decompress(
-            _library.ops().ps_push_pull(sent, handles, tensor_name=key, priority=_priority,
-                                        compression=codec, error_feedback=feedback,
-                                        reduce_op=_SERVER_OPS[op],
-                                        process_set=members or []), ctx)
+        summed = wire_decompress(compression, _library.ops().ps_push_pull(
+            sent, handles, tensor_name=key, priority=_priority, compression=codec,
+            error_feedback=feedback, reduce_op=_SERVER_OPS[op], process_set=members or []), ctx)
         if op == Average:
             summed = _average(summed, members)
         return _scale(summed, postscale_factor)
@@ -234,6 +254,7 @@ def _check_root(root_rank, members=None):
                          f"{members} (root_rank is a global rank, as in Horovod)")
 
 
+@guarded("server", _call_key("broadcast"))
 def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
               process_set=global_process_set):
     """Returns root_rank's `tensor` on every worker (of `process_set`: root_rank is a
@@ -247,6 +268,7 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
                                        process_set=members or [])
 
 
+@guarded("peer", _call_key("allgather"))
 def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_process_set):
     """Concatenates every worker's `tensor` along the first dimension, in rank order.
 
@@ -403,17 +425,14 @@ def allgather_object(obj, session=None, name=None, process_set=global_process_se
 
 @tf.RegisterGradient("PsPushPull")
 def _push_pull_grad(op, grad):
-    # d(sum over workers of x_w)/dx_w: every worker's upstream gradient, summed.
+    # d(sum over workers of x_w)/dx_w: every worker's upstream gradient, summed. For
+    # op=Min/Max/Product, as Horovod 0.28 does (its gradient reduces the upstream gradient
+    # with the op of the forward call): the min/max/product of the upstream gradients.
     reduce_op = tf.compat.as_str(op.get_attr("reduce_op"))
-    if reduce_op != "sum":
-        raise NotImplementedError(
-            f"allreduce with op={reduce_op.capitalize()} has no gradient here: it flows only "
-            "to the workers holding the extreme (or depends on every other worker's input); "
-            "use op=Sum or op=Average in differentiated code")
     key = tf.compat.as_str(op.get_attr("tensor_name")) + ".grad"
     members = list(op.get_attr("process_set"))  # the same workers, backwards
     return [_library.ops().ps_push_pull(_dense(grad), [], tensor_name=key,
-                                        process_set=members)] + \
+                                        reduce_op=reduce_op, process_set=members)] + \
         [None] * (len(op.inputs) - 1)
 
 

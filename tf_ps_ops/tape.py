@@ -4,6 +4,9 @@ import functools
 
 import tensorflow as tf
 
+from tf_ps_ops._aggregation import LocalAggregation
+from tf_ps_ops._local_vars import LocalVariables
+from tf_ps_ops.basics import size
 from tf_ps_ops.compression import Compression
 from tf_ps_ops.ops import Average, Sum, _resolve_op, allreduce, keys_for
 from tf_ps_ops.process_sets import global_process_set, set_size
@@ -68,11 +71,40 @@ class _DistributedGradientTapeMixin:
         if algorithm is not None:
             return tf.nest.pack_sequence_as(grads, algorithm.run(
                 None, tf.nest.flatten(grads), tf.nest.flatten(sources), keys))
-        reduced = reduce_gradients(tf.nest.flatten(grads), keys, self._tfps_compression,
-                                   self._tfps_op, self._tfps_predivide, self._tfps_device,
-                                   tf.nest.flatten(sources),
-                                   getattr(self, "_tfps_process_set", None))
-        return tf.nest.pack_sequence_as(grads, reduced)
+
+        def reduce_some(grads_, keys_, sources_):
+            return reduce_gradients(grads_, keys_, self._tfps_compression, self._tfps_op,
+                                    self._tfps_predivide, self._tfps_device, sources_,
+                                    getattr(self, "_tfps_process_set", None))
+
+        def reduce(flat):
+            local = getattr(self, "_tfps_local", None)
+            if local:  # PartialDistributedGradientTape / register_local_source
+                return local.reduce(flat, keys, tf.nest.flatten(sources), reduce_some)
+            return reduce_some(flat, keys, tf.nest.flatten(sources))
+
+        passes, average = getattr(self, "_tfps_aggregation", (1, False))
+        if passes > 1:  # backward_passes_per_step (_aggregation.py)
+            aggregation = _aggregation_for(tuple(keys), passes, average)
+            return tf.nest.pack_sequence_as(grads, aggregation.gradients(
+                tf.nest.flatten(grads), tf.nest.flatten(sources), reduce))
+        return tf.nest.pack_sequence_as(grads, reduce(tf.nest.flatten(grads)))
+
+    def register_local_source(self, source):
+        """Horovod's: `source`'s gradient stays this worker's own, never reduced."""
+        if getattr(self, "_tfps_local", None) is None:
+            self._tfps_local = LocalVariables()
+        self._tfps_local.register(source)
+
+
+_AGGREGATIONS = {}  # (source keys, passes, average) -> LocalAggregation
+
+
+def _aggregation_for(keys, passes, average):
+    # Tapes are made anew each step; the sums of one set of sources carry over.
+    if (keys, passes, average) not in _AGGREGATIONS:
+        _AGGREGATIONS[keys, passes, average] = LocalAggregation(passes, average)
+    return _AGGREGATIONS[keys, passes, average]
 
 
 @functools.cache
@@ -84,7 +116,8 @@ def _distributed_class(tape_class):
 def DistributedGradientTape(gradtape, device_dense="", device_sparse="",
                             compression=Compression.none, sparse_as_dense=False, op=Average,
                             gradient_predivide_factor=1.0, num_groups=0, groups=None,
-                            algorithm=None, process_set=global_process_set):
+                            algorithm=None, process_set=global_process_set,
+                            backward_passes_per_step=1, average_aggregated_gradients=False):
     """Wraps a tf.GradientTape so that gradient() averages gradients over all workers.
 
     Usage, as in Horovod:
@@ -112,6 +145,12 @@ def DistributedGradientTape(gradtape, device_dense="", device_sparse="",
         gradients to apply. QAdam runs its own update: use DistributedOptimizer for it.
       process_set: average over that process set's members only (every member wraps its
         tape; tf_ps_ops/process_sets.py).
+      backward_passes_per_step: N > 1 adds the gradients up locally and reduces them on
+        every N-th call of gradient() only; the calls between return the local sums so
+        far, not reduced (Horovod's optimizer-side local gradient aggregation, here on the
+        tape; Horovod's own tape has no such argument). The sums belong to the set of
+        sources, so a new tape wrapped each step continues them.
+      average_aggregated_gradients: with N > 1, divide the reduced sums by N.
       device_sparse, num_groups, groups: accepted for Horovod compatibility. Grouping
         only fuses communication in Horovod; the engine here batches and partitions
         tensors itself, and results do not depend on it.
@@ -131,4 +170,28 @@ def DistributedGradientTape(gradtape, device_dense="", device_sparse="",
         raise ValueError(f"{type(algorithm).__name__} runs the optimizer's update itself: use "
                          "DistributedOptimizer(opt, algorithm=...) rather than the tape")
     tape._tfps_algorithm = algorithm
+    passes = LocalAggregation(backward_passes_per_step, average_aggregated_gradients).passes
+    if passes > 1 and algorithm is not None:
+        raise ValueError("backward_passes_per_step > 1 cannot be combined with an algorithm")
+    tape._tfps_aggregation = (passes, bool(average_aggregated_gradients))
+    return tape
+
+
+def PartialDistributedGradientTape(gradtape, device_dense="", device_sparse="",
+                                   compression=Compression.none, sparse_as_dense=False,
+                                   op=Average, gradient_predivide_factor=1.0, num_groups=0,
+                                   groups=None, process_set=global_process_set,
+                                   local_layers=None,
+                                   scale_local_gradients=True):
+    """DistributedGradientTape whose `local_layers` (a Keras layer or a list) keep their
+    own gradients, as Horovod's: not reduced over workers, and divided by size() with
+    `scale_local_gradients`. More sources can be made local with
+    `register_local_source`."""
+    from tf_ps_ops.ops import _check_process_set
+    _check_process_set(process_set)
+    tape = DistributedGradientTape(gradtape, device_dense, device_sparse, compression,
+                                   sparse_as_dense, op, gradient_predivide_factor,
+                                   num_groups, groups, process_set=process_set)
+    tape._tfps_local = LocalVariables(scale_local_gradients)
+    tape._tfps_local.register_layers(local_layers)
     return tape

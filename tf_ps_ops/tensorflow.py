@@ -25,15 +25,17 @@ from tf_ps_ops.collectives import (  # noqa: F401
     alltoall, grouped_allgather, grouped_reducescatter, reducescatter)
 from tf_ps_ops.compression import Compression  # noqa: F401
 from tf_ps_ops._join import barrier, join  # noqa: F401
-from tf_ps_ops.keras import DistributedOptimizer  # noqa: F401
+from tf_ps_ops.keras import DistributedOptimizer, PartialDistributedOptimizer  # noqa: F401
 from tf_ps_ops.ops import (  # noqa: F401
     Adasum, Average, Max, Min, Product, Sum, allgather, allgather_object, allreduce,
     broadcast, broadcast_, broadcast_object, broadcast_object_fn, broadcast_variables,
     global_process_set, grouped_allreduce)
 from tf_ps_ops.process_sets import (  # noqa: F401
     ProcessSet, add_process_set, remove_process_set)
+from tf_ps_ops._timeline import start_timeline, stop_timeline  # noqa: F401
 from tf_ps_ops.sync_batch_norm import SyncBatchNormalization  # noqa: F401
-from tf_ps_ops.tape import DistributedGradientTape  # noqa: F401
+from tf_ps_ops.tape import (  # noqa: F401
+    DistributedGradientTape, PartialDistributedGradientTape)
 
 
 def _executing_eagerly():

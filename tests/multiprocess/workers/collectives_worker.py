@@ -186,16 +186,19 @@ def check_min_max_product(hvd):
     np.testing.assert_allclose(scaled, [size, -3.0])
 
 
-def check_min_max_have_no_gradient(hvd):
-    x = tf.Variable([1.0, 2.0])
-    with tf.GradientTape() as tape:
-        y = hvd.allreduce(x, op=hvd.Max, name="nograd")
-    try:
-        tape.gradient(y, x)
-    except NotImplementedError as error:
-        assert "Max" in str(error), error
-    else:
-        raise AssertionError("the gradient of op=Max did not fail")
+def check_min_max_product_gradient_as_horovod(hvd):
+    # Horovod 0.28's gradient of allreduce reduces the upstream gradient with the forward
+    # call's op: with upstream w_r on rank r, every rank gets op(w_0, ..., w_{n-1}).
+    me, n = hvd.rank(), hvd.size()
+    weights = [np.array([1.0 + r, 3.0 - 2 * r, 0.5 * (r + 1)], np.float32) for r in range(n)]
+    reduce = {hvd.Min: np.min, hvd.Max: np.max, hvd.Product: np.prod}
+    for op, oracle in reduce.items():
+        x = tf.Variable([1.0, 2.0, 3.0])
+        with tf.GradientTape() as tape:
+            y = hvd.allreduce(x, op=op, name=f"grad.op{op}")
+            loss = tf.reduce_sum(y * weights[me])
+        np.testing.assert_allclose(tape.gradient(loss, x).numpy(),
+                                   oracle(np.stack(weights), axis=0), rtol=1e-6)
 
 
 # alltoall (peer to peer).
@@ -396,7 +399,7 @@ def check_adasum(hvd):
 CHECKS = [check_adasum, check_allreduce_mismatches, check_op_mismatch_names_both_ops,
           check_allgather_mismatches, check_broadcast_mismatches, check_broadcast_root_mismatch,
           check_new_dtypes_allreduce, check_new_dtypes_allgather_and_broadcast,
-          check_min_max_product, check_min_max_have_no_gradient, check_alltoall,
+          check_min_max_product, check_min_max_product_gradient_as_horovod, check_alltoall,
           check_alltoall_one_rank_sends_nothing, check_alltoall_errors, check_alltoall_error_on_one_rank,
           check_alltoall_gradient,
           check_reducescatter, check_reducescatter_gradient, check_grouped_allgather]

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tf_ps_ops/cc/engine/engine.h"
+#include "tf_ps_ops/cc/engine/timeline_control.h"
 
 namespace {
 
@@ -77,5 +78,19 @@ unsigned long long tfps_codec_encoded_bytes(void) {
   return tfps::Engine::Get().stats().codec_encoded_bytes;
 }
 unsigned long long tfps_codec_micros(void) { return tfps::Engine::Get().stats().codec_micros; }
+
+int tfps_start_timeline(const char* path, int mark_cycles, char* err, int err_len) {
+  tfps::Status s = tfps::StartTimeline(path == nullptr ? "" : path, mark_cycles != 0);
+  if (s.ok()) return 0;
+  CopyError(s.message(), err, err_len);
+  return static_cast<int>(s.code());
+}
+
+int tfps_stop_timeline(char* err, int err_len) {
+  tfps::Status s = tfps::StopTimeline();
+  if (s.ok()) return 0;
+  CopyError(s.message(), err, err_len);
+  return static_cast<int>(s.code());
+}
 
 }  // extern "C"

@@ -36,6 +36,10 @@ unsigned long long tfps_peer_bytes_sent(void);
 unsigned long long tfps_codec_raw_bytes(void);
 unsigned long long tfps_codec_encoded_bytes(void);
 unsigned long long tfps_codec_micros(void);
+/* Horovod's start_timeline / stop_timeline (engine/timeline_control.h): 0 on success;
+ * otherwise the status code, with the message in `err`. */
+int tfps_start_timeline(const char* path, int mark_cycles, char* err, int err_len);
+int tfps_stop_timeline(char* err, int err_len);
 
 #ifdef __cplusplus
 }  /* extern "C" */

@@ -30,6 +30,7 @@
 #include "tf_ps_ops/cc/engine/shm_local_reduce.h"
 #include "tf_ps_ops/cc/engine/stop_signal.h"
 #include "tf_ps_ops/cc/engine/timeline.h"
+#include "tf_ps_ops/cc/engine/timeline_control.h"
 #include "tf_ps_ops/cc/transport/auth.h"
 #include "tf_ps_ops/cc/transport/shm_segment.h"
 #include "tf_ps_ops/cc/transport/zmq_util.h"
@@ -52,6 +53,10 @@ class Engine::Loop {
   void RunOnLoop();
   using Request = std::variant<PushPullRequest, GatherRequest>;
   void Enqueue(std::vector<Request> requests);
+  // Runs `task` on the engine thread with the timeline (timeline_control.h); false when
+  // the loop is stopping.
+  using TimelineTask = std::function<void(Timeline&, int rank)>;
+  bool PostTimelineTask(TimelineTask task);
   void RequestStop();
   // Called (on the engine thread) when a member's failure ends the job; at once if it
   // already has. Any thread.
@@ -175,6 +180,7 @@ class Engine::Loop {
   std::mutex queue_mu_;
   std::deque<Request> queue_;  // guarded by queue_mu_
   bool stopping_ = false;              // guarded by queue_mu_
+  std::vector<TimelineTask> timeline_tasks_;  // guarded by queue_mu_
   int wake_fd_ = -1;
 
   // Engine-thread state.
@@ -356,6 +362,17 @@ void Engine::Loop::Enqueue(std::vector<Request> requests) {
   (void)!write(wake_fd_, &one, sizeof(one));
 }
 
+bool Engine::Loop::PostTimelineTask(TimelineTask task) {
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    if (stopping_) return false;
+    timeline_tasks_.push_back(std::move(task));
+  }
+  const uint64_t one = 1;
+  (void)!write(wake_fd_, &one, sizeof(one));
+  return true;
+}
+
 void Engine::Loop::RequestStop() {
   {
     std::lock_guard<std::mutex> lock(queue_mu_);
@@ -384,12 +401,16 @@ void Engine::Loop::RunOnLoop() {
     (void)!read(wake_fd_, &n, sizeof(n));
 
     std::deque<Request> batch;
+    std::vector<TimelineTask> timeline_tasks;
     bool stop;
     {
       std::lock_guard<std::mutex> lock(queue_mu_);
       batch.swap(queue_);
+      timeline_tasks.swap(timeline_tasks_);
       stop = stopping_;
     }
+    for (TimelineTask& task : timeline_tasks) task(timeline_, rank_);
+    if (!batch.empty()) timeline_.MarkCycle();
     if (stop_fd_ >= 0 && CaughtStopSignal() != 0) StoppedBySignalOnLoop();
     const Status failed = ReadNoticesOnLoop();
     for (Request& r : batch) {
@@ -905,6 +926,62 @@ void Engine::Loop::SayGoodbyeOnLoop() {
 
 // ---------------------------------------------------------------------------------------
 
+namespace {
+
+// How StartTimeline / StopTimeline reach the running engine's thread (set by Init).
+std::mutex& TimelinePosterMutex() {
+  static std::mutex* mu = new std::mutex();
+  return *mu;
+}
+
+std::function<bool(std::function<void(Timeline&, int)>)>& TimelinePoster() {
+  static auto* poster = new std::function<bool(std::function<void(Timeline&, int)>)>();
+  return *poster;
+}
+
+// Runs `task` on the engine thread and waits for its status.
+Status OnTimeline(std::function<Status(Timeline&, int)> task) {
+  auto result = std::make_shared<std::promise<Status>>();
+  std::future<Status> done = result->get_future();
+  bool posted = false;
+  {
+    std::lock_guard<std::mutex> lock(TimelinePosterMutex());
+    if (TimelinePoster()) {
+      posted = TimelinePoster()([task, result](Timeline& timeline, int rank) {
+        result->set_value(task(timeline, rank));
+      });
+    }
+  }
+  if (!posted) {
+    return FailedPrecondition("tf_ps_ops is not initialised (or is shutting down): call "
+                              "tf_ps_ops.init() before start_timeline / stop_timeline");
+  }
+  if (done.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+    return DeadlineExceeded("the engine thread did not take the timeline change within 60 s");
+  }
+  return done.get();
+}
+
+}  // namespace
+
+Status StartTimeline(const std::string& path, bool mark_cycles) {
+  if (path.empty()) return InvalidArgument("start_timeline needs a file path");
+  return OnTimeline([path, mark_cycles](Timeline& timeline, int rank) {
+    Status written = timeline.Write();  // one already recording ends in its own file
+    timeline.Open(path, rank);
+    timeline.set_mark_cycles(mark_cycles);
+    return written;
+  });
+}
+
+Status StopTimeline() {
+  return OnTimeline([](Timeline& timeline, int) {
+    Status written = timeline.Write();
+    timeline.Close();
+    return written;
+  });
+}
+
 Engine& Engine::Get() {
   static Engine* engine = new Engine();  // never destroyed: kernels may outlive statics
   return *engine;
@@ -941,6 +1018,14 @@ Status Engine::Init(const EngineOptions& options) {
   {
     std::lock_guard<std::mutex> loop_lock(loop_mu_);
     loop_ = running;
+  }
+  {
+    std::weak_ptr<Loop> weak = running;
+    std::lock_guard<std::mutex> post_lock(TimelinePosterMutex());
+    TimelinePoster() = [weak](std::function<void(Timeline&, int)> task) {
+      std::shared_ptr<Loop> loop = weak.lock();
+      return loop != nullptr && loop->PostTimelineTask(std::move(task));
+    };
   }
   s = StartHierarchical(config, view);
   if (!s.ok()) {

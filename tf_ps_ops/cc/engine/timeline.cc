@@ -53,11 +53,27 @@ Timeline::Clock::time_point Timeline::FromWallMicros(double us) const {
                        std::chrono::duration<double, std::micro>(us - origin_wall_us_));
 }
 
+void Timeline::Close() {
+  path_.clear();
+  events_.clear();
+  mark_cycles_ = false;
+}
+
+void Timeline::MarkCycle() {
+  if (!enabled() || !mark_cycles_) return;
+  using std::chrono::duration_cast;
+  using std::chrono::microseconds;
+  events_.push_back(Event{"", "CYCLE_START",
+                          duration_cast<microseconds>(Clock::now() - origin_).count(), -1, 0});
+}
+
 Status Timeline::Write() {
   if (!enabled()) return Status::Ok();
   // One row (tid) per tensor, in order of first appearance, named after the tensor.
   std::map<std::string, int> lanes;
-  for (const Event& e : events_) lanes.emplace(e.tensor, static_cast<int>(lanes.size()));
+  for (const Event& e : events_) {
+    if (e.duration_us >= 0) lanes.emplace(e.tensor, static_cast<int>(lanes.size()));
+  }
   const std::string tmp = path_ + ".tmp";
   {
     std::ofstream out(tmp);
@@ -70,6 +86,12 @@ Status Timeline::Write() {
           << "}}";
     }
     for (const Event& e : events_) {
+      if (e.duration_us < 0) {  // a cycle mark: process-wide instant event
+        out << ",\n{\"name\": \"" << e.stage << "\", \"cat\": \"tfps\", \"ph\": \"i\", "
+            << "\"s\": \"p\", \"pid\": " << rank_ << ", \"tid\": 0, \"ts\": " << e.begin_us
+            << "}";
+        continue;
+      }
       out << ",\n{\"name\": \"" << e.stage << "\", \"cat\": \"tfps\", \"ph\": \"X\", \"pid\": "
           << rank_ << ", \"tid\": " << lanes[e.tensor] << ", \"ts\": " << e.begin_us
           << ", \"dur\": " << e.duration_us << ", \"args\": {\"tensor\": "

@@ -36,13 +36,18 @@ class Timeline {
   Clock::time_point FromWallMicros(double us) const;
   // Writes the file (atomically: temp file, then rename).
   Status Write();
+  // Stops recording (after Write); events are dropped.
+  void Close();
+  // An instant CYCLE_START event now, if recording with cycle marks on.
+  void set_mark_cycles(bool on) { mark_cycles_ = on; }
+  void MarkCycle();
 
  private:
   struct Event {
     std::string tensor;
     const char* stage;
     int64_t begin_us;
-    int64_t duration_us;
+    int64_t duration_us;  // < 0: an instant event
     uint64_t bytes;
   };
   std::string path_;
@@ -50,6 +55,7 @@ class Timeline {
   Clock::time_point origin_;
   double origin_wall_us_ = 0;  // the wall clock at origin_
   std::vector<Event> events_;
+  bool mark_cycles_ = false;
 };
 
 }  // namespace tfps

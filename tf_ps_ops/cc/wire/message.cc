@@ -210,6 +210,18 @@ Status CheckCollectiveFields(const Head& head) {
        h.ndims != 1 || (h.flags & ~kFlagAbort) != 0)) {
     return InvalidArgument("the abort flag is only valid on peer data carrying text");
   }
+  if ((h.flags & kFlagAbortRound) != 0) {
+    // The push carries the reason as text; a reply or error about it may echo the flag.
+    constexpr uint32_t kMayAccompany = kFlagAbortRound | kFlagAck | kFlagTimed;
+    const bool push = type == MsgType::kPushPull;
+    if ((!push && type != MsgType::kError && type != MsgType::kAck) ||
+        (push && (h.dtype != static_cast<uint8_t>(DType::kUInt8) || h.ndims != 1 ||
+                  h.codec != 0 || h.reduce_op != 0 || h.nparams != 0 ||
+                  h.num_partitions != 1 || (h.flags & ~kMayAccompany) != 0))) {
+      return InvalidArgument("the abort-round flag is only valid on a plain one-partition push "
+                             "carrying text");
+    }
+  }
   // A PS init push is a broadcast too (kFlagBroadcast keeps it a BSP round); it has rules
   // of its own and carries no root.
   if ((h.flags & kFlagBroadcast) != 0 && (h.flags & kFlagPsInit) == 0) {

@@ -37,7 +37,8 @@ constexpr uint32_t kMagic = 0x53504654;  // "TFPS" read as little-endian bytes
 //    member notices (kMemberNotice), servers say goodbye to the scheduler
 // 5: application heartbeats (kPing / kPong: a member's serving thread answers the scheduler),
 //    a batch to a server may hold kPushPullShm heads (TFPS_SHM_SERVER), process sets
-//    (kFlagProcessSet: a push lists the members of its set, Head::members), join (kJoin)
+//    (kFlagProcessSet: a push lists the members of its set, Head::members), join (kJoin),
+//    kFlagAbortRound (a worker that raised before a collective still takes its call number)
 constexpr uint16_t kProtocolVersion = 5;
 constexpr int kMaxDims = 32;
 constexpr uint32_t kMaxPartitions = 1u << 24;
@@ -167,6 +168,13 @@ constexpr uint32_t kFlagProcessSet = 1u << 9;  // summation push of a Horovod pr
                                               // uint32 n and then n int32 member ranks,
                                               // strictly increasing (Head::members); the
                                               // round completes when those have pushed
+constexpr uint32_t kFlagAbortRound = 1u << 11;  // summation push: the sender cannot take
+                                                // part in this call (it raised before the
+                                                // op); payload: why, UTF-8 as uint8[length].
+                                                // The round fails on every worker at once
+                                                // (FailedPrecondition) and the call number
+                                                // is used up, so the next call meets
+                                                // the next round
 constexpr uint32_t kFlagAbort = 1u << 13;  // peer data: the sender cannot take part in this
                                            // call (its own input was refused); payload: why,
                                            // UTF-8 as uint8[length]. Its peers fail the call
@@ -179,7 +187,7 @@ constexpr uint32_t kFlagHierarchical = 1u << 15;  // summation push of a local l
 constexpr uint32_t kKnownFlags = kFlagNoData | kFlagPsInit | kFlagPsApply | kFlagPsOverwrite |
                                  kFlagSparse | kFlagTimed | kFlagAck | kFlagNoFeedback |
                                  kFlagBroadcast | kFlagAbort | kFlagHierarchical |
-                                 kFlagProcessSet;
+                                 kFlagProcessSet | kFlagAbortRound;
 
 // PS-mode hyperparameters (Head::params) of a kFlagPsApply push: the values that
 // optimizer_spec.h's table lists for Header::optimizer, in its order, then the initial

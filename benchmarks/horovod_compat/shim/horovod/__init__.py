@@ -1,0 +1,1 @@
+# A re-exporting shim: `import horovod.tensorflow as hvd` gets tf_ps_ops (nothing else).
