@@ -47,7 +47,5 @@ class util:  # noqa: N801  (Horovod's horovod.tensorflow.util module, as a names
     _executing_eagerly = staticmethod(_executing_eagerly)
 
 
-_module = sys.modules[__name__]
-for _name in UNSERVED:
-    setattr(_module, _name, unserved(_name))
-del _module, _name
+for _name, _stand_in in {name: unserved(name) for name in UNSERVED}.items():
+    setattr(sys.modules[__name__], _name, _stand_in)
