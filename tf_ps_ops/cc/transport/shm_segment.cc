@@ -165,4 +165,46 @@ bool IsShmToken(const std::string& text) {
   return text.size() == 32 && text.find_first_not_of("0123456789abcdef") == std::string::npos;
 }
 
+bool AcceptShmOffer(const std::string& offer, std::string* token, std::string* why) {
+  why->clear();
+  if (offer.rfind("shm=", 0) != 0 || offer.size() < 4 + 32 || !IsShmToken(offer.substr(4, 32))) {
+    return false;
+  }
+  const std::string offered = offer.substr(4, 32);
+  const std::string rest = offer.substr(4 + 32);
+  if (rest.empty()) {  // a server without the probe
+    *token = offered;
+    return true;
+  }
+  const std::string kProbe = " probe=";
+  if (rest.size() != kProbe.size() + 32 || rest.compare(0, kProbe.size(), kProbe) != 0 ||
+      !IsShmToken(rest.substr(kProbe.size()))) {
+    *why = "its offer is malformed";
+    return false;
+  }
+  const std::string nonce = rest.substr(kProbe.size());
+  const std::string name = ShmProbeName(offered);
+  ShmSegment* probe = nullptr;
+  Status s = ShmSegment::Open(name, kShmProbeBytes, &probe);
+  if (!s.ok()) {
+    *why = "its probe " + name + " cannot be used: " + s.message();
+    return false;
+  }
+  if (probe == nullptr) {
+    *why = "its probe " + name + " is not in this process's /dev/shm (a container with host "
+           "networking, or a private /dev/shm: the server shares the address, not the "
+           "memory)";
+    return false;
+  }
+  const bool same = std::memcmp(probe->data(), nonce.data(), kShmProbeBytes) == 0;
+  probe->Unlink();
+  delete probe;
+  if (!same) {
+    *why = "its probe " + name + " holds another nonce (another /dev/shm with that name?)";
+    return false;
+  }
+  *token = offered;
+  return true;
+}
+
 }  // namespace tfps

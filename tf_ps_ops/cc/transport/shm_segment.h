@@ -70,6 +70,16 @@ void UnlinkShm(const std::string& name);
 Status NewShmToken(std::string* token);
 bool IsShmToken(const std::string& text);
 
+// TFPS_SHM_SERVER's probe (ps_server/shm_peers.h): the segment a server creates for a
+// worker's hello, holding a nonce of kShmProbeBytes (32 hex digits) the worker must read.
+constexpr uint64_t kShmProbeBytes = 32;
+inline std::string ShmProbeName(const std::string& token) { return "/tfps-q" + token; }
+// A worker's side of it: true and *token set when the hello reply `offer` offers shared
+// memory and, if it names a probe, the probe is there with its nonce (then unlinked);
+// false with *why (empty when nothing was offered) otherwise. A reply of a server before
+// the probe ("shm=<token>" alone) is taken as it was.
+bool AcceptShmOffer(const std::string& offer, std::string* token, std::string* why);
+
 }  // namespace tfps
 
 #endif  // TFPS_CC_TRANSPORT_SHM_SEGMENT_H_
