@@ -25,7 +25,8 @@ std::string ShmPeers::OnHello(const std::string& identity, const std::string& he
   std::string nonce;
   ShmSegment* probe = nullptr;
   if (!NewShmToken(&peer.token).ok() || !NewShmToken(&nonce).ok() ||
-      !ShmSegment::Create(ShmProbeName(peer.token), kShmProbeBytes, 0, -1, &probe).ok()) {
+      !ShmSegment::Create(ShmProbeName(peer.token), kShmProbeBytes, 0, -1, &probe,
+                          "the probe of TFPS_SHM_SERVER", "TFPS_SHM_SERVER=0").ok()) {
     peers_.erase(identity);  // the socket then (a full /dev/shm, say)
     return "";
   }

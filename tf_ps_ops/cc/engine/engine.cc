@@ -656,10 +656,10 @@ ShmSegment* Engine::Loop::ShmOfOnLoop(int server, const Op& op, uint32_t index,
     ShmSegment* created = nullptr;
     *status = ShmSegment::Create("/tfps-p" + s.shm_token + "-" + key_hex + "-" +
                                      std::to_string(index),
-                                 bytes, static_cast<uint32_t>(op.request.dtype), -1, &created);
+                                 bytes, static_cast<uint32_t>(op.request.dtype), -1, &created,
+                                 "the colocated server", "TFPS_SHM_SERVER=0");
     if (!status->ok()) {
       s.shm.erase({op.key, index});
-      *status = status->WithPrefix("TFPS_SHM_SERVER (0 turns it off): ");
       return nullptr;
     }
     segment.reset(created);

@@ -56,13 +56,14 @@ ShmSegment::~ShmSegment() {
 }
 
 Status ShmSegment::Create(const std::string& name, uint64_t bytes, uint32_t dtype,
-                          int local_rank, ShmSegment** out) {
+                          int local_rank, ShmSegment** out, const char* purpose,
+                          const char* off) {
   *out = nullptr;
   const size_t size = kShmDataOffset + bytes;
   const int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) {
     return Errno("cannot create", name).WithPrefix(
-        "hierarchical aggregation (TFPS_HIERARCHICAL=0 turns it off): ");
+        std::string(purpose) + " (" + off + " turns it off): ");
   }
   // Reserve the pages now: a tmpfs that runs out later kills the process with SIGBUS on a
   // write (Docker gives containers 64 MB of /dev/shm unless --shm-size says more).
@@ -72,9 +73,9 @@ Status ShmSegment::Create(const std::string& name, uint64_t bytes, uint32_t dtyp
     close(fd);
     shm_unlink(name.c_str());
     return FailedPrecondition("cannot reserve " + std::to_string(size) + " bytes of shared "
-                             "memory for hierarchical aggregation (" + name + "): " +
+                             "memory for " + purpose + " (" + name + "): " +
                              std::strerror(err) + ". Is /dev/shm too small (df /dev/shm; "
-                             "Docker: --shm-size)? TFPS_HIERARCHICAL=0 turns it off");
+                             "Docker: --shm-size)? " + off + " turns it off");
   }
   void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);

@@ -39,8 +39,10 @@ class ShmSegment {
   ShmSegment& operator=(const ShmSegment&) = delete;
 
   // Creates and maps a segment for `bytes` of data; the header filled in, steps at 0.
+  // `purpose` and `off` name the feature and the setting that turns it off, in errors.
   static Status Create(const std::string& name, uint64_t bytes, uint32_t dtype, int local_rank,
-                       ShmSegment** out);
+                       ShmSegment** out, const char* purpose = "hierarchical aggregation",
+                       const char* off = "TFPS_HIERARCHICAL=0");
   // Maps an existing one. *out stays nullptr (and Ok) while it does not exist or is not
   // set up yet; an error when it exists but is not what it must be.
   static Status Open(const std::string& name, uint64_t bytes, ShmSegment** out);
