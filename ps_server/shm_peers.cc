@@ -7,15 +7,32 @@
 
 namespace tfps {
 
+ShmPeers::~ShmPeers() {
+  for (auto& kv : peers_) DropProbe(&kv.second);
+}
+
+void ShmPeers::DropProbe(Peer* peer) {
+  if (!peer->probe) return;
+  peer->probe->Unlink();  // ENOENT is fine: the worker read it and unlinked it
+  peer->probe.reset();
+}
+
 std::string ShmPeers::OnHello(const std::string& identity, const std::string& hello_payload) {
   if (!enabled_ || hello_payload != "shm") return "";
   Peer& peer = peers_[identity];
+  DropProbe(&peer);
   peer.segments.clear();  // a new connection of the same rank: nothing carries over
-  if (!NewShmToken(&peer.token).ok()) {
-    peers_.erase(identity);
+  std::string nonce;
+  ShmSegment* probe = nullptr;
+  if (!NewShmToken(&peer.token).ok() || !NewShmToken(&nonce).ok() ||
+      !ShmSegment::Create(ShmProbeName(peer.token), kShmProbeBytes, 0, -1, &probe,
+                          "the probe of TFPS_SHM_SERVER", "TFPS_SHM_SERVER=0").ok()) {
+    peers_.erase(identity);  // the socket then (a full /dev/shm, say)
     return "";
   }
-  return "shm=" + peer.token;
+  peer.probe.reset(probe);
+  std::memcpy(probe->data(), nonce.data(), kShmProbeBytes);
+  return "shm=" + peer.token + " probe=" + nonce;
 }
 
 Status ShmPeers::Receive(const std::string& identity, const Header& h, Buffer* payload,
@@ -26,6 +43,7 @@ Status ShmPeers::Receive(const std::string& identity, const Header& h, Buffer* p
                               "(TFPS_SHM_SERVER must agree between workers and servers)");
   }
   Peer& peer = it->second;
+  DropProbe(&peer);
   const uint64_t bytes = h.count * DTypeSize(static_cast<DType>(h.dtype));
   std::shared_ptr<ShmSegment>& segment = peer.segments[Part(h.key, h.partition)];
   if (!segment) {
@@ -54,7 +72,12 @@ Status ShmPeers::Receive(const std::string& identity, const Header& h, Buffer* p
   return Status::Ok();
 }
 
-void ShmPeers::Forget(const std::string& identity) { peers_.erase(identity); }
+void ShmPeers::Forget(const std::string& identity) {
+  auto it = peers_.find(identity);
+  if (it == peers_.end()) return;
+  DropProbe(&it->second);
+  peers_.erase(it);
+}
 
 }  // namespace tfps
 

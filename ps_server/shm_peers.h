@@ -3,7 +3,12 @@
 // loopback TCP; only heads cross the socket (kPushPullShm / kPushPullReplyShm).
 //
 // A worker asks for it in its hello (payload "shm"); the server answers with a fresh
-// random token ("shm=<32 hex>") and from then on opens only /tfps-p<token>-<key>-<partition>
+// random token and a probe ("shm=<32 hex> probe=<32 hex>"): it has created /tfps-q<token>
+// holding the probe's nonce, and the worker uses shared memory only when it can open that
+// segment and reads the nonce there (containers with host networking share the address,
+// not /dev/shm). Whoever comes first unlinks the probe: the worker after reading it, the
+// server at the first shared-memory push, on bye or loss of the peer, and at exit. From
+// then on the server opens only /tfps-p<token>-<key>-<partition>
 // for that connection: a name the server derives itself, so a peer can never make it open
 // a segment of its choosing. The worker creates the segment (0600, O_EXCL); the server
 // maps it on the first push, checks owner, mode and size, unlinks it, and keeps the
@@ -36,9 +41,12 @@ namespace tfps {
 class ShmPeers {
  public:
   explicit ShmPeers(bool enabled) : enabled_(enabled) {}
+  ~ShmPeers();  // unlinks the probes no worker opened
+  ShmPeers(const ShmPeers&) = delete;
+  ShmPeers& operator=(const ShmPeers&) = delete;
 
-  // The hello reply's payload for `identity`'s hello payload: "shm=<token>" when it asked
-  // and shared memory is on, else empty.
+  // The hello reply's payload for `identity`'s hello payload: "shm=<token> probe=<nonce>"
+  // when it asked, shared memory is on and the probe could be created, else empty.
   std::string OnHello(const std::string& identity, const std::string& hello_payload);
   // A kPushPullShm: its payload, borrowed from the worker's segment (no copy), and the
   // segment the answer goes into.
@@ -50,8 +58,10 @@ class ShmPeers {
   using Part = std::pair<uint64_t, uint32_t>;  // key, partition
   struct Peer {
     std::string token;
+    std::unique_ptr<ShmSegment> probe;  // until the first shared-memory push
     std::map<Part, std::shared_ptr<ShmSegment>> segments;
   };
+  static void DropProbe(Peer* peer);
   const bool enabled_;
   std::map<std::string, Peer> peers_;
 };

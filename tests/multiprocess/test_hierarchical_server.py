@@ -3,6 +3,8 @@ counts for every rank it lists, only pushers are answered, and a push that lists
 cannot stand for is refused without harming the round. The test plays the workers over
 raw sockets against a real scheduler and ps_server (tests/multiprocess/hostile.py)."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -116,10 +118,17 @@ def test_a_shared_memory_push_needs_the_offer_and_the_segment(tmp_path):
         asked.send_multipart([core.encode_head(dict(type=T["HELLO"], sender=1)), b"shm"])
         fields, offer = reply(asked)
         assert fields["type"] == T["HELLO_REPLY"] and offer.startswith(b"shm=")
-        assert len(offer) == 4 + 32  # 128 random bits: the names are the server's to pick
+        # 128 random bits: the names are the server's to pick; then the probe's nonce,
+        # which the server wrote into /tfps-q<token> (after the 512-byte header).
+        token, nonce = offer[4:].decode().split(" probe=")
+        assert len(token) == 32 and len(nonce) == 32, offer
+        probe = f"/dev/shm/tfps-q{token}"
+        with open(probe, "rb") as f:
+            assert f.read()[512:] == nonce.encode()
         asked.send_multipart(shm_push(1, 4))  # no segment by that name exists
         fields, payload = reply(asked)
         assert fields["type"] == T["ERROR"] and b"no shared memory /tfps-p" in payload, payload
+        assert not os.path.exists(probe)  # unlinked at the first shared-memory push
         # In a batch (protocol 5: shared-memory heads travel with the small pushes), the
         # bad head fails alone and the plain push beside it joins its round.
         h = np.arange(3, dtype=np.float32)

@@ -102,11 +102,13 @@ const std::vector<ConfigEntry>& ConfigTable() {
        "servers and hands the sum back (docs/hierarchical.md; measured faster in every "
        "configuration, benchmarks/RESULTS.md). Must agree on every worker. 0: every worker "
        "pushes its own gradient (the flat path)."},
-      {"TFPS_SHM_SERVER", "int", "0",
+      {"TFPS_SHM_SERVER", "int", "1",
        "1: a worker and the ps_server on its own host exchange dense uncompressed partitions "
        "through shared memory (a segment per partition, 0600, named after a random token the "
        "server hands out) instead of loopback TCP; only the 64-byte heads cross the socket "
-       "(docs/hierarchical.md). Read by workers and servers. 0: loopback TCP."},
+       "(docs/hierarchical.md). Read by workers and servers. Used only after the server's "
+       "probe segment proved both share /dev/shm; a partition whose segment cannot be "
+       "reserved (a small /dev/shm) takes the socket. 0: loopback TCP."},
       {"TFPS_NCCL_LIBRARY", "string", "",
        "CUDA builds: the path of libnccl.so.2 that sums the GPU tensors of one host's workers "
        "in hierarchical aggregation (docs/gpu.md). Empty: the dynamic linker's search path, "

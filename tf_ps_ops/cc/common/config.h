@@ -42,7 +42,7 @@ struct Config {
   std::string compression;         // TFPS_COMPRESSION (engine: cc/codec's ParseCodec)
   bool error_feedback = true;      // TFPS_ERROR_FEEDBACK
   bool hierarchical = true;        // TFPS_HIERARCHICAL
-  bool shm_server = false;         // TFPS_SHM_SERVER
+  bool shm_server = true;          // TFPS_SHM_SERVER
   std::string nccl_library;        // TFPS_NCCL_LIBRARY (empty: the usual places)
   std::string bind;                // TFPS_BIND
   std::string auth_secret_key;     // read from TFPS_AUTH_KEY_FILE (Z85); empty: no CURVE

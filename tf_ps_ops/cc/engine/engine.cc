@@ -86,6 +86,9 @@ class Engine::Loop {
     // partition) the segment its dense partitions travel through (ps_server/shm_peers.h).
     std::string shm_token;
     std::map<std::pair<uint64_t, uint32_t>, std::unique_ptr<ShmSegment>> shm;
+    // Partitions whose segment could not be reserved (a small /dev/shm): they stay on the
+    // socket for the rest of the job; the first refusal is logged.
+    std::set<std::pair<uint64_t, uint32_t>> shm_refused;
     // The step whose answer a segment waits for: the server reads the push in place until
     // it answers, so a push of another step meanwhile goes over the socket.
     std::map<std::pair<uint64_t, uint32_t>, uint64_t> shm_busy;
@@ -128,6 +131,8 @@ class Engine::Loop {
   // The partition's segment with the server (created on first use), nullptr with *status
   // on failure (TFPS_SHM_SERVER).
   ShmSegment* ShmOfOnLoop(int server, const Op& op, uint32_t index, Status* status);
+  // The same, or nullptr when it cannot be reserved: that partition then takes the socket.
+  ShmSegment* ShmOrSocketOnLoop(int server, const Op& op, uint32_t index);
   // What the partition weighs on the wire: its encoded size when compressed, so that the
   // scheduling credit and fusion count what is sent (docs/compression.md).
   uint64_t WireBytes(const Op& op, uint32_t index) const {
@@ -315,8 +320,10 @@ Status Engine::Loop::JoinClusterOnLoop(const EngineOptions& options, ClusterView
         answered[i] = true;
         ++num_answered;
         const std::string offer = frames.size() > 1 ? frames[1].to_string() : "";
-        if (offer.rfind("shm=", 0) == 0 && IsShmToken(offer.substr(4))) {
-          servers_[i].shm_token = offer.substr(4);
+        std::string why;
+        if (!AcceptShmOffer(offer, &servers_[i].shm_token, &why) && !why.empty()) {
+          TFPS_LOG(Info) << "TFPS_SHM_SERVER: " << Describe(static_cast<int>(i))
+                         << " is on this host but " << why << "; its traffic takes the socket";
         }
       }
     }
@@ -543,9 +550,11 @@ Status Engine::Loop::SendPartOnLoop(uint64_t op_id, Op& o, uint32_t index) {
   const bool fuse = wire < fusion && !r.join;  // TFPS_FUSION_BYTES=0: never
   // Through the colocated server's shared memory (TFPS_SHM_SERVER): the head alone
   // travels, batched with the other heads and small pushes for that server.
-  const bool shm = !fuse && !no_data && !r.join && o.row_begin.empty() &&
+  bool shm = !fuse && !no_data && !r.join && o.row_begin.empty() &&
                    o.codec.id == CodecId::kNone && !servers_[p.server].shm_token.empty() &&
                    servers_[p.server].shm_busy.count({o.key, index}) == 0;
+  ShmSegment* segment = shm ? ShmOrSocketOnLoop(p.server, o, index) : nullptr;
+  if (segment == nullptr) shm = false;
   const bool batched = fuse || (shm && fusion > 0);
   if (batched && !batches_[p.server].batch.Fits(fuse ? wire : 0, fusion)) {
     FlushOnLoop(p.server);
@@ -592,10 +601,7 @@ Status Engine::Loop::SendPartOnLoop(uint64_t op_id, Op& o, uint32_t index) {
     wire_bytes = encoded->size();
     payload = ZeroCopyMessage(encoded->data(), encoded->size(), encoded);
   } else if (shm) {
-    Status st;
-    ShmSegment* shm = ShmOfOnLoop(p.server, o, index, &st);
-    TFPS_RETURN_IF_ERROR(st);
-    std::memcpy(shm->data(), static_cast<const char*>(r.input) + p.offset * elem, bytes);
+    std::memcpy(segment->data(), static_cast<const char*>(r.input) + p.offset * elem, bytes);
     h.type = static_cast<uint16_t>(MsgType::kPushPullShm);  // the head alone travels
     servers_[p.server].shm_busy[{o.key, index}] = o.step;
   } else {
@@ -620,6 +626,23 @@ Status Engine::Loop::SendPartOnLoop(uint64_t op_id, Op& o, uint32_t index) {
   return Status::Ok();
 }
 
+ShmSegment* Engine::Loop::ShmOrSocketOnLoop(int server, const Op& op, uint32_t index) {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
+  Server& s = servers_[server];
+  if (s.shm_refused.count({op.key, index}) != 0) return nullptr;
+  Status st;
+  ShmSegment* segment = ShmOfOnLoop(server, op, index, &st);
+  if (segment != nullptr) return segment;
+  if (s.shm_refused.empty()) {
+    TFPS_LOG(Warning) << "TFPS_SHM_SERVER: partition " << index << " of "
+                      << "tensor " << op.request.name << " goes to " << Describe(server)
+                      << " over the socket: " << st.message()
+                      << " (logged once per server; such partitions stay on the socket)";
+  }
+  s.shm_refused.insert({op.key, index});
+  return nullptr;
+}
+
 ShmSegment* Engine::Loop::ShmOfOnLoop(int server, const Op& op, uint32_t index,
                                       Status* status) {
   TFPS_CHECK_ON_LOOP(loop_thread_);
@@ -633,10 +656,10 @@ ShmSegment* Engine::Loop::ShmOfOnLoop(int server, const Op& op, uint32_t index,
     ShmSegment* created = nullptr;
     *status = ShmSegment::Create("/tfps-p" + s.shm_token + "-" + key_hex + "-" +
                                      std::to_string(index),
-                                 bytes, static_cast<uint32_t>(op.request.dtype), -1, &created);
+                                 bytes, static_cast<uint32_t>(op.request.dtype), -1, &created,
+                                 "the colocated server", "TFPS_SHM_SERVER=0");
     if (!status->ok()) {
       s.shm.erase({op.key, index});
-      *status = status->WithPrefix("TFPS_SHM_SERVER (0 turns it off): ");
       return nullptr;
     }
     segment.reset(created);

@@ -56,13 +56,14 @@ ShmSegment::~ShmSegment() {
 }
 
 Status ShmSegment::Create(const std::string& name, uint64_t bytes, uint32_t dtype,
-                          int local_rank, ShmSegment** out) {
+                          int local_rank, ShmSegment** out, const char* purpose,
+                          const char* off) {
   *out = nullptr;
   const size_t size = kShmDataOffset + bytes;
   const int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) {
     return Errno("cannot create", name).WithPrefix(
-        "hierarchical aggregation (TFPS_HIERARCHICAL=0 turns it off): ");
+        std::string(purpose) + " (" + off + " turns it off): ");
   }
   // Reserve the pages now: a tmpfs that runs out later kills the process with SIGBUS on a
   // write (Docker gives containers 64 MB of /dev/shm unless --shm-size says more).
@@ -72,9 +73,9 @@ Status ShmSegment::Create(const std::string& name, uint64_t bytes, uint32_t dtyp
     close(fd);
     shm_unlink(name.c_str());
     return FailedPrecondition("cannot reserve " + std::to_string(size) + " bytes of shared "
-                             "memory for hierarchical aggregation (" + name + "): " +
+                             "memory for " + purpose + " (" + name + "): " +
                              std::strerror(err) + ". Is /dev/shm too small (df /dev/shm; "
-                             "Docker: --shm-size)? TFPS_HIERARCHICAL=0 turns it off");
+                             "Docker: --shm-size)? " + off + " turns it off");
   }
   void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
@@ -163,6 +164,48 @@ Status NewShmToken(std::string* token) {
 
 bool IsShmToken(const std::string& text) {
   return text.size() == 32 && text.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
+bool AcceptShmOffer(const std::string& offer, std::string* token, std::string* why) {
+  why->clear();
+  if (offer.rfind("shm=", 0) != 0 || offer.size() < 4 + 32 || !IsShmToken(offer.substr(4, 32))) {
+    return false;
+  }
+  const std::string offered = offer.substr(4, 32);
+  const std::string rest = offer.substr(4 + 32);
+  if (rest.empty()) {  // a server without the probe
+    *token = offered;
+    return true;
+  }
+  const std::string kProbe = " probe=";
+  if (rest.size() != kProbe.size() + 32 || rest.compare(0, kProbe.size(), kProbe) != 0 ||
+      !IsShmToken(rest.substr(kProbe.size()))) {
+    *why = "its offer is malformed";
+    return false;
+  }
+  const std::string nonce = rest.substr(kProbe.size());
+  const std::string name = ShmProbeName(offered);
+  ShmSegment* probe = nullptr;
+  Status s = ShmSegment::Open(name, kShmProbeBytes, &probe);
+  if (!s.ok()) {
+    *why = "its probe " + name + " cannot be used: " + s.message();
+    return false;
+  }
+  if (probe == nullptr) {
+    *why = "its probe " + name + " is not in this process's /dev/shm (a container with host "
+           "networking, or a private /dev/shm: the server shares the address, not the "
+           "memory)";
+    return false;
+  }
+  const bool same = std::memcmp(probe->data(), nonce.data(), kShmProbeBytes) == 0;
+  probe->Unlink();
+  delete probe;
+  if (!same) {
+    *why = "its probe " + name + " holds another nonce (another /dev/shm with that name?)";
+    return false;
+  }
+  *token = offered;
+  return true;
 }
 
 }  // namespace tfps

@@ -39,8 +39,10 @@ class ShmSegment {
   ShmSegment& operator=(const ShmSegment&) = delete;
 
   // Creates and maps a segment for `bytes` of data; the header filled in, steps at 0.
+  // `purpose` and `off` name the feature and the setting that turns it off, in errors.
   static Status Create(const std::string& name, uint64_t bytes, uint32_t dtype, int local_rank,
-                       ShmSegment** out);
+                       ShmSegment** out, const char* purpose = "hierarchical aggregation",
+                       const char* off = "TFPS_HIERARCHICAL=0");
   // Maps an existing one. *out stays nullptr (and Ok) while it does not exist or is not
   // set up yet; an error when it exists but is not what it must be.
   static Status Open(const std::string& name, uint64_t bytes, ShmSegment** out);
@@ -69,6 +71,16 @@ void UnlinkShm(const std::string& name);
 // 128 bits from the kernel's random source, as 32 hex digits: what makes names unguessable.
 Status NewShmToken(std::string* token);
 bool IsShmToken(const std::string& text);
+
+// TFPS_SHM_SERVER's probe (ps_server/shm_peers.h): the segment a server creates for a
+// worker's hello, holding a nonce of kShmProbeBytes (32 hex digits) the worker must read.
+constexpr uint64_t kShmProbeBytes = 32;
+inline std::string ShmProbeName(const std::string& token) { return "/tfps-q" + token; }
+// A worker's side of it: true and *token set when the hello reply `offer` offers shared
+// memory and, if it names a probe, the probe is there with its nonce (then unlinked);
+// false with *why (empty when nothing was offered) otherwise. A reply of a server before
+// the probe ("shm=<token>" alone) is taken as it was.
+bool AcceptShmOffer(const std::string& offer, std::string* token, std::string* why);
 
 }  // namespace tfps
 
