@@ -14,6 +14,21 @@ namespace py = pybind11;
 namespace tfps {
 namespace {
 
+// A float32 summation push of worker `rank` for `step` of (key, partition): the header
+// fields every Push* below starts from.
+Head PushHead(int rank, uint64_t key, uint32_t partition, uint64_t step) {
+  Head head;
+  Header& h = head.header;
+  h.type = static_cast<uint16_t>(MsgType::kPushPull);
+  h.key = key;
+  h.partition = partition;
+  h.num_partitions = partition + 1;
+  h.step = step;
+  h.dtype = static_cast<uint8_t>(DType::kFloat32);
+  h.sender = rank;
+  return head;
+}
+
 class StaleDriver {
  public:
   StaleDriver(int num_workers, const std::string& consistency, double timeout_s)
@@ -31,15 +46,8 @@ class StaleDriver {
                 py::array_t<float, py::array::c_style | py::array::forcecast> values,
                 bool ps, double lr, bool broadcast) {
     if (rank < 0 || rank >= num_workers_) throw std::invalid_argument("bad rank");
-    Head head;
+    Head head = PushHead(rank, key, partition, step);
     Header& h = head.header;
-    h.type = static_cast<uint16_t>(MsgType::kPushPull);
-    h.key = key;
-    h.partition = partition;
-    h.num_partitions = partition + 1;
-    h.step = step;
-    h.dtype = static_cast<uint8_t>(DType::kFloat32);
-    h.sender = rank;
     h.count = h.total_count = static_cast<uint64_t>(values.size());
     if (ps) {
       h.flags = kFlagPsApply;
@@ -61,15 +69,8 @@ class StaleDriver {
                        int reduce_op) {
     if (rank < 0 || rank >= num_workers_) throw std::invalid_argument("bad rank");
     const std::string bytes = encoded;
-    Head head;
+    Head head = PushHead(rank, key, partition, step);
     Header& h = head.header;
-    h.type = static_cast<uint16_t>(MsgType::kPushPull);
-    h.key = key;
-    h.partition = partition;
-    h.num_partitions = partition + 1;
-    h.step = step;
-    h.dtype = static_cast<uint8_t>(DType::kFloat32);
-    h.sender = rank;
     h.codec = static_cast<uint8_t>(codec);
     h.reduce_op = static_cast<uint8_t>(reduce_op);
     h.flags = no_feedback ? kFlagNoFeedback : 0;
@@ -89,14 +90,8 @@ class StaleDriver {
                       py::array_t<int64_t, py::array::c_style | py::array::forcecast> ids,
                       py::array_t<float, py::array::c_style | py::array::forcecast> rows,
                       double lr) {
-    Head head;
+    Head head = PushHead(rank, key, 0, step);
     Header& h = head.header;
-    h.type = static_cast<uint16_t>(MsgType::kPushPull);
-    h.key = key;
-    h.num_partitions = 1;
-    h.step = step;
-    h.dtype = static_cast<uint8_t>(DType::kFloat32);
-    h.sender = rank;
     h.flags = kFlagPsApply | kFlagSparse;
     h.optimizer = static_cast<uint8_t>(Optimizer::kGradientDescent);
     h.count = static_cast<uint64_t>(ids.size());
