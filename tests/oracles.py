@@ -18,10 +18,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "multiprocess" / "worke
 import harness  # noqa: E402
 
 
-def train_on_cluster(tmp_path_factory, script, num_workers, num_servers, timeout, env=None):
+def train_on_cluster(tmp_path_factory, script, num_workers, num_servers, timeout, env=None,
+                     servers_never_log=()):
     """Runs `script` on every worker of a new cluster, checks that every process exited 0
-    and passed every check, and returns (what each worker saved: a list by rank of
-    {name: array}, the workers' results)."""
+    and passed every check (and that no server's log has any of `servers_never_log`), and
+    returns (what each worker saved: a list by rank of {name: array}, the workers'
+    results)."""
     require_build()
     workdir = tmp_path_factory.mktemp(Path(script).stem)
     out = workdir / "out"
@@ -31,6 +33,10 @@ def train_on_cluster(tmp_path_factory, script, num_workers, num_servers, timeout
     try:
         harness.run_and_check(cluster, script)
         results = cluster.worker_results()
+        for index in range(num_servers):
+            server = cluster.result("server", index)
+            for text in servers_never_log:
+                assert text not in server.stderr, server.describe()
     finally:
         cluster.close()
     return [dict(np.load(out / f"rank{rank}.npz")) for rank in range(num_workers)], results

@@ -466,9 +466,15 @@ void Engine::Loop::StartOnLoop(PushPullRequest request) {
   const bool ps = (request.flags & (kFlagPsInit | kFlagPsApply)) != 0;
   op.row_elems = ps ? RowElements(request.dims) : 1;
   // A join is one element per server, each its own partition: PartitionTensor places
-  // partition i of n on server (hash + i) % n, so every server gets one.
-  op.parts = PartitionTensor(op.key, request.count, elem,
-                             request.join ? static_cast<int64_t>(elem) : config_.partition_bytes,
+  // partition i of n on server (hash + i) % n, so every server gets one. An abort is one
+  // partition whatever TFPS_PARTITION_BYTES says (the server refuses it otherwise).
+  int64_t partition_bytes = config_.partition_bytes;
+  if (request.join) partition_bytes = static_cast<int64_t>(elem);
+  if ((request.flags & kFlagAbortRound) != 0) {
+    partition_bytes = std::max<int64_t>(partition_bytes,
+                                        static_cast<int64_t>(request.count * elem));
+  }
+  op.parts = PartitionTensor(op.key, request.count, elem, partition_bytes,
                              static_cast<int>(servers_.size()), op.row_elems);
   op.part_state.assign(op.parts.size(), kQueued);
   op.codec = codec_.Choose(request);
