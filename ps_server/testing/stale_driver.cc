@@ -112,15 +112,8 @@ class StaleDriver {
                 py::array_t<float, py::array::c_style | py::array::forcecast> values) {
     py::list all;
     for (int rank = 0; rank < num_workers_; ++rank) {
-      Head head;
+      Head head = PushHead(rank, key, partition, 1);
       Header& h = head.header;
-      h.type = static_cast<uint16_t>(MsgType::kPushPull);
-      h.key = key;
-      h.partition = partition;
-      h.num_partitions = partition + 1;
-      h.step = 1;
-      h.dtype = static_cast<uint8_t>(DType::kFloat32);
-      h.sender = rank;
       h.flags = kFlagPsInit | kFlagBroadcast | (rank == 0 ? 0 : kFlagNoData);
       h.count = h.total_count = static_cast<uint64_t>(values.size());
       head.dims = {static_cast<int64_t>(h.count)};
