@@ -468,8 +468,13 @@ bool ShardServer::ReceiveShmOnIoThread(const std::string& identity, Work* w) {
   const Header& h = w->head.header;
   Status s = shm_.Receive(identity, h, &w->shm_payload, &w->shm);
   if (!s.ok()) {  // about the push, so that it fails at once
+    // Nothing was counted: the worker sends this partition over the socket instead.
+    s = s.WithPrefix("server " + std::to_string(server_id_) + " refused the shared memory of "
+                     "worker " + std::to_string(h.sender) + " (partition " +
+                     std::to_string(h.partition) + "): ");
     Head about = HeadAbout(h, MsgType::kError, server_id_);
     about.header.status = static_cast<uint16_t>(s.code());
+    about.header.flags |= kFlagShmRefused;
     uint64_t suppressed = 0;
     if (limiter_.Allow(identity, &suppressed)) {
       TFPS_LOG(Warning) << "refused a shared-memory push from '" << EscapeForLog(identity)

@@ -4,10 +4,12 @@ The server must not die of SIGBUS: the push fails with an error naming the worke
 the server goes on answering correct sums. The test plays the workers over raw sockets
 against a real scheduler and ps_server (tests/multiprocess/hostile.py)."""
 
+import fcntl
 import os
 import struct
 
 import numpy as np
+import pytest
 
 from hostile import Job, T, core
 
@@ -40,13 +42,22 @@ def segment_name(token):
     return "/dev/shm/tfps-p%s-%016x-0" % (token, core.key_of_name("g"))
 
 
-def make_segment(token, data):
-    """The segment a worker creates for partition 0 of "g", filled with `data`."""
-    fd = os.open(segment_name(token), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-    os.ftruncate(fd, DATA + data.nbytes)
+def make_segment(token, data, kind):
+    """Partition 0 of "g" in shared memory, filled with `data`: "sealed" as a worker makes
+    it (a memfd sealed against shrinking and growing, its name pointing at it), "unsealed"
+    the same without the seals, "plain" the data in /dev/shm itself (the format before
+    sealing). Returns the fd of the bytes."""
     header = struct.pack("<QQIii", MAGIC, data.nbytes, F32, os.getpid(), -1)
+    name = os.open(segment_name(token), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    fd = name if kind == "plain" else os.memfd_create("hostile", os.MFD_ALLOW_SEALING)
+    os.ftruncate(fd, DATA + data.nbytes)
     os.pwrite(fd, header, 0)
     os.pwrite(fd, data.tobytes(), DATA)
+    if kind != "plain":
+        if kind == "sealed":
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
+        os.write(name, b"tfps-memfd %d %d %d\n" % (os.getpid(), fd, os.fstat(fd).st_ino))
+        os.close(name)
     return fd
 
 
@@ -59,45 +70,49 @@ def hello_shm(job, address, rank):
     return sock, offer[4:].decode().split(" probe=")[0]
 
 
-def test_a_worker_that_shrinks_its_segment_fails_its_push_not_the_server(tmp_path):
+@pytest.mark.parametrize("kind", ["sealed", "unsealed", "plain"])
+def test_a_worker_that_shrinks_its_segment_fails_its_push_not_the_server(tmp_path, kind):
     job = Job(tmp_path, num_workers=2, env={"TFPS_TIMEOUT": "20", "TFPS_SHM_SERVER": "1"})
     fd = None
+    token = "0" * 32
     try:
         address = job.register_workers(2)
         plain = job.connect_worker(address, 0)
         hostile, token = hello_shm(job, address, 1)
         a = np.arange(1024, dtype=np.float32)
         b = np.full(1024, 0.5, np.float32)
-        fd = make_segment(token, b)
-        # Step 1 as a worker does it: the server maps the segment and sums out of it.
-        hostile.send_multipart(push(1, b, 1, shm=True))
-        plain.send_multipart(push(0, a, 1))
-        fields, payload = reply(plain, job.server)
-        assert fields["type"] == T["PUSH_PULL_REPLY"], payload
-        np.testing.assert_array_equal(np.frombuffer(payload, np.float32), a + b)
-        fields, _ = reply(hostile, job.server)
-        assert fields["type"] == T["PUSH_PULL_REPLY_SHM"], fields
-        np.testing.assert_array_equal(
-            np.frombuffer(os.pread(fd, a.nbytes, DATA), np.float32), a + b)
-        # Step 2: it shrinks the segment under the server's mapping, then pushes.
-        try:
-            os.ftruncate(fd, 0)
-        except OSError:
-            pass  # sealed: the kernel refuses, which is the point
-        plain.send_multipart(push(0, a, 2))  # first: the hostile push completes the round
-        hostile.send_multipart(push(1, b, 2, shm=True))
-        fields, payload = reply(hostile, job.server)
+        fd = make_segment(token, b, kind)
+        for step in (1, 2):
+            if step == 2:  # it shrinks the segment under the server's mapping, then pushes
+                if kind == "sealed":
+                    with pytest.raises(PermissionError):
+                        os.ftruncate(fd, 0)
+                else:
+                    os.ftruncate(fd, 0)
+            if kind == "sealed":
+                os.pwrite(fd, b.tobytes(), DATA)  # as a worker writes each step's input
+            plain.send_multipart(push(0, a, step))  # first: the shm push completes the round
+            hostile.send_multipart(push(1, b, step, shm=True))
+            fields, payload = reply(hostile, job.server)
+            if kind == "sealed":  # mapped, summed in place, answered in the segment
+                assert fields["type"] == T["PUSH_PULL_REPLY_SHM"], payload
+                np.testing.assert_array_equal(
+                    np.frombuffer(os.pread(fd, a.nbytes, DATA), np.float32), a + b)
+            else:  # never mapped: refused at once, naming the worker; nothing counted
+                assert fields["type"] == T["ERROR"], fields
+                assert fields["flags"] & core.FLAG_SHM_REFUSED, fields
+                assert b"refused the shared memory of worker 1" in payload, payload
+                if step == 1 or kind == "unsealed":  # a plain file shrunk to 0 is no segment
+                    assert b"refusing it" in payload, payload
+                    assert (b"not sealed" if kind == "unsealed" else b"holds") in payload, payload
+                hostile.send_multipart(push(1, b, step))  # the round goes on over the socket
+                fields, payload = reply(hostile, job.server)
+                assert fields["type"] == T["PUSH_PULL_REPLY"], payload
+                np.testing.assert_array_equal(np.frombuffer(payload, np.float32), a + b)
+            fields, payload = reply(plain, job.server)
+            assert fields["type"] == T["PUSH_PULL_REPLY"], payload
+            np.testing.assert_array_equal(np.frombuffer(payload, np.float32), a + b)
         assert job.server.poll() is None, job.server_log_text()  # alive
-        if fields["type"] != T["ERROR"]:  # the shrink was refused: an ordinary answer
-            assert fields["type"] == T["PUSH_PULL_REPLY_SHM"], fields
-        else:
-            assert b"worker 1" in payload or b"rank 1" in payload, payload
-            # The push failed alone: its round goes on with a push over the socket.
-            hostile.send_multipart(push(1, b, 2))
-        fields, payload = reply(plain, job.server)
-        assert fields["type"] == T["PUSH_PULL_REPLY"], payload
-        np.testing.assert_array_equal(np.frombuffer(payload, np.float32), a + b)
-        assert job.server.poll() is None, job.server_log_text()
     finally:
         if fd is not None:
             os.close(fd)

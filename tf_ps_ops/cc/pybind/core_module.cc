@@ -305,6 +305,7 @@ PYBIND11_MODULE(_core, m) {
   m.attr("FLAG_ABORT") = kFlagAbort;
   m.attr("FLAG_ABORT_ROUND") = kFlagAbortRound;
   m.attr("FLAG_HIERARCHICAL") = kFlagHierarchical;
+  m.attr("FLAG_SHM_REFUSED") = kFlagShmRefused;
   m.attr("FLAG_PROCESS_SET") = kFlagProcessSet;
   m.attr("MAX_BATCH") = kMaxBatch;
   BindCodecs(m);
