@@ -133,6 +133,10 @@ class Engine::Loop {
   ShmSegment* ShmOfOnLoop(int server, const Op& op, uint32_t index, Status* status);
   // The same, or nullptr when it cannot be reserved: that partition then takes the socket.
   ShmSegment* ShmOrSocketOnLoop(int server, const Op& op, uint32_t index);
+  // The server refused a partition's segment (kFlagShmRefused: nothing counted): that
+  // partition goes over the socket, now and for the rest of the job.
+  void ResendOverSocketOnLoop(int server, uint64_t op_id, Op& op, uint32_t index,
+                              const std::string& why);
   // What the partition weighs on the wire: its encoded size when compressed, so that the
   // scheduling credit and fusion count what is sent (docs/compression.md).
   uint64_t WireBytes(const Op& op, uint32_t index) const {
@@ -649,6 +653,27 @@ ShmSegment* Engine::Loop::ShmOrSocketOnLoop(int server, const Op& op, uint32_t i
   return nullptr;
 }
 
+void Engine::Loop::ResendOverSocketOnLoop(int server, uint64_t op_id, Op& op, uint32_t index,
+                                          const std::string& why) {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
+  Server& s = servers_[server];
+  if (s.shm_refused.empty()) {
+    TFPS_LOG(Warning) << "TFPS_SHM_SERVER: partition " << index << " of tensor "
+                      << op.request.name << " goes to " << Describe(server)
+                      << " over the socket: " << why
+                      << " (logged once per server; such partitions stay on the socket)";
+  }
+  s.shm_refused.insert({op.key, index});
+  auto segment = s.shm.find({op.key, index});
+  if (segment != s.shm.end()) {
+    segment->second->Unlink();
+    s.shm.erase(segment);
+  }
+  Status st = SendPartOnLoop(op_id, op, index);  // now over the socket: nothing was counted
+  if (st.ok() && ops_.count(op_id) != 0) FlushOnLoop(op.parts[index].server);
+  if (!st.ok() && ops_.count(op_id) != 0) FinishOnLoop(op_id, st);
+}
+
 ShmSegment* Engine::Loop::ShmOfOnLoop(int server, const Op& op, uint32_t index,
                                       Status* status) {
   TFPS_CHECK_ON_LOOP(loop_thread_);
@@ -715,6 +740,9 @@ void Engine::Loop::OnReplyOnLoop(int server, zmq::message_t& head_frame,
     auto busy = servers_[server].shm_busy.find({h.key, h.partition});
     if (busy != servers_[server].shm_busy.end() && busy->second == h.step) {
       servers_[server].shm_busy.erase(busy);
+      // The server has opened the segment (or refused it): no one needs the memfd now.
+      auto segment = servers_[server].shm.find({h.key, h.partition});
+      if (segment != servers_[server].shm.end()) segment->second->CloseFd();
     }
   }
   auto it = pending_.find(PartId(h.key, h.step, h.partition));
@@ -738,6 +766,12 @@ void Engine::Loop::OnReplyOnLoop(int server, zmq::message_t& head_frame,
   }
   pending_.erase(it);
   op.part_state[h.partition] = kDone;
+  if (h.type == static_cast<uint16_t>(MsgType::kError) && (h.flags & kFlagShmRefused) != 0 &&
+      h.partition < op.parts.size() && op.row_begin.empty() &&
+      servers_[server].shm_refused.count({h.key, h.partition}) == 0) {  // once, not a loop
+    ResendOverSocketOnLoop(server, id, op, h.partition, text);
+    return;
+  }
   if (h.type == static_cast<uint16_t>(MsgType::kError)) {
     FinishOnLoop(id, Status(static_cast<Code>(h.status), text));
     return;
