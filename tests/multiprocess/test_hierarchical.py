@@ -124,6 +124,26 @@ def test_colocated_servers_through_shared_memory(make_cluster, hierarchical):
     assert shm_segments() == before
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="/proc/self/map_files needs CAP_SYS_ADMIN")
+def test_a_local_member_that_shrinks_the_segments_cannot_kill_its_leader(make_cluster):
+    # Before step 1 both members ftruncate every segment they have mapped (their own, which
+    # the leader sums out of, and the leader's) to 0, as a hostile local worker would. The
+    # segments are sealed: the kernel refuses, and the leader (and everyone) goes on with
+    # exact sums. Unsealed, the leader would die of SIGBUS at its next read.
+    before = shm_segments()
+    cluster = make_cluster(3, 1, timeout=120, env=HIER)
+    cluster.start([sys.executable, WORKER, "3", "--exact", "--shrink-at", "1"])
+    cluster.wait()
+    cluster.assert_ok()
+    tried = [re.search(r"shrink refused (\d+) shrunk (\d+)", cluster.result("worker", r).stdout)
+             for r in range(3)]
+    tried = [m for m in tried if m is not None]
+    assert len(tried) == 2, [cluster.result("worker", r).stdout for r in range(3)]
+    for m in tried:
+        assert int(m[1]) >= 2 and m[2] == "0", m[0]
+    assert shm_segments() == before
+
+
 def test_a_worker_killed_under_shm_server_fails_the_others_and_no_server_crashes(make_cluster):
     # TFPS_SHM_SERVER=1, flat: the servers sum the survivors' pushes straight out of their
     # segments while rank 2 is dead; the rounds fail naming it, and no server reads

@@ -240,6 +240,8 @@ std::optional<Status> ShmLocalReduce::MemberReceiveOnPoll(const LocalTensor& t, 
     TFPS_RETURN_IF_ERROR(PeerAlive(*leader, 0, t));
     return std::nullopt;
   }
+  // The leader answered, so it has this member's segment mapped: no one needs the memfd.
+  if (segments_[t.key].own) segments_[t.key].own->CloseFd();
   auto code = static_cast<Code>(h->result_code.load(std::memory_order_relaxed));
   switch (code) {  // shared memory is input too: only codes that exist
     case Code::kOk: case Code::kInvalidArgument: case Code::kDeadlineExceeded:
