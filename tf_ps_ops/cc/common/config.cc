@@ -104,11 +104,12 @@ const std::vector<ConfigEntry>& ConfigTable() {
        "pushes its own gradient (the flat path)."},
       {"TFPS_SHM_SERVER", "int", "1",
        "1: a worker and the ps_server on its own host exchange dense uncompressed partitions "
-       "through shared memory (a segment per partition, 0600, named after a random token the "
-       "server hands out) instead of loopback TCP; only the 64-byte heads cross the socket "
-       "(docs/hierarchical.md). Read by workers and servers. Used only after the server's "
-       "probe segment proved both share /dev/shm; a partition whose segment cannot be "
-       "reserved (a small /dev/shm) takes the socket. 0: loopback TCP."},
+       "through shared memory (a sealed memfd per partition, named in /dev/shm after a random "
+       "token the server hands out) instead of loopback TCP; only the 64-byte heads cross "
+       "the socket (docs/hierarchical.md). Read by workers and servers. Used only after the "
+       "server's probe segment proved both share /dev/shm; a partition whose segment cannot "
+       "be reserved (memory limit) or that the server refuses takes the socket. 0: loopback "
+       "TCP."},
       {"TFPS_NCCL_LIBRARY", "string", "",
        "CUDA builds: the path of libnccl.so.2 that sums the GPU tensors of one host's workers "
        "in hierarchical aggregation (docs/gpu.md). Empty: the dynamic linker's search path, "
