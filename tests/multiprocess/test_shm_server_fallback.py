@@ -6,6 +6,8 @@ used: the worker must notice and take the socket, with correct sums and no error
   why once and pushes over the socket.
 - Segments that cannot be reserved (memory limit; here ulimit -f, smaller than one
   partition): the partitions go over the socket, logged once per server.
+- A segment still in use: several calls of one tensor in flight at once; while a
+  partition's segment waits for its answer, the later calls' pushes of it take the socket.
 - A server that refuses the segments mid-job (the workers' memfds cannot be reached
   through /proc/<pid>/fd: here each worker runs in its own PID namespace): the refused
   push (kFlagShmRefused, nothing counted) goes again over the socket, exact sums.
@@ -13,6 +15,7 @@ Workers use the C++ core without TensorFlow (core_workers/hier_worker.py checks 
 answer against NumPy).
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -100,4 +103,20 @@ def test_a_server_that_refuses_the_segments_gets_the_partitions_over_the_socket(
         assert stderr.count(SMALL_SHM) == 2, stderr  # once per server
         assert "refused the shared memory of worker" in stderr, stderr
         assert "/proc/1/fd/" in stderr, stderr
+    assert shm_segments() == before
+
+
+def test_a_segment_still_in_use_sends_the_next_calls_over_the_socket(make_cluster):
+    # Three calls of one 4 MB tensor started together, 4 times: steps 1-3 of each partition
+    # are in flight at once, so its segment is busy (step 1's answer is not back) when
+    # steps 2 and 3 are sent. The sums must be exact, and both paths must have been taken.
+    before = shm_segments()
+    cluster = make_cluster(2, 2, timeout=120, env={**ENV, "TFPS_SHM_SERVER": "1"})
+    cluster.start([sys.executable, HERE / "core_workers" / "shm_busy_worker.py", "4", "3"])
+    cluster.wait()
+    cluster.assert_ok()  # exits 4 on a wrong sum, 3 on an error
+    for rank in (0, 1):
+        out = cluster.result("worker", rank).stdout
+        stats = json.loads(out.split("stats ", 1)[1])
+        assert 0 < stats["shm_parts_sent"] < stats["parts_sent"], stats
     assert shm_segments() == before

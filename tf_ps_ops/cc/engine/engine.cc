@@ -73,7 +73,7 @@ class Engine::Loop {
     return EngineStats{bytes_sent_.load(), bytes_received_.load(), messages_sent_.load(),
                        mesh_.bytes_sent(), parts_sent_.load(), batches_sent_.load(),
                        batches_received_.load(), codec_.raw_bytes(), codec_.encoded_bytes(),
-                       codec_.micros()};
+                       codec_.micros(), shm_parts_sent_.load()};
   }
 
  private:
@@ -208,7 +208,7 @@ class Engine::Loop {
   PushCodec codec_;
 
   std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0}, messages_sent_{0},
-      parts_sent_{0}, batches_sent_{0}, batches_received_{0};
+      parts_sent_{0}, batches_sent_{0}, batches_received_{0}, shm_parts_sent_{0};
 };
 
 Status Engine::Loop::Connect(const EngineOptions& options, ClusterView* view) {
@@ -614,6 +614,7 @@ Status Engine::Loop::SendPartOnLoop(uint64_t op_id, Op& o, uint32_t index) {
     std::memcpy(segment->data(), static_cast<const char*>(r.input) + p.offset * elem, bytes);
     h.type = static_cast<uint16_t>(MsgType::kPushPullShm);  // the head alone travels
     servers_[p.server].shm_busy[{o.key, index}] = o.step;
+    ++shm_parts_sent_;
   } else {
     payload = sparse ? SparsePayload(o, index)
                      : ZeroCopyMessage(static_cast<const char*>(r.input) + p.offset * elem,

@@ -91,6 +91,7 @@ struct EngineStats {
   uint64_t codec_raw_bytes = 0;
   uint64_t codec_encoded_bytes = 0;
   uint64_t codec_micros = 0;
+  uint64_t shm_parts_sent = 0;  // of parts_sent: through the colocated server's shared memory
 };
 
 class Engine {

@@ -470,6 +470,7 @@ PYBIND11_MODULE(_core, m) {
     d["codec_raw_bytes"] = s.codec_raw_bytes;
     d["codec_encoded_bytes"] = s.codec_encoded_bytes;
     d["codec_micros"] = s.codec_micros;
+    d["shm_parts_sent"] = s.shm_parts_sent;
     return d;
   });
 }
