@@ -737,9 +737,11 @@ void Engine::Loop::OnReplyOnLoop(int server, zmq::message_t& head_frame,
     return;
   }
   const Header& h = head.header;
+  bool pushed_in_shm = false;  // this answers a push that went through shared memory
   if (h.type != static_cast<uint16_t>(MsgType::kAck)) {  // answered: the segment is free
     auto busy = servers_[server].shm_busy.find({h.key, h.partition});
     if (busy != servers_[server].shm_busy.end() && busy->second == h.step) {
+      pushed_in_shm = true;
       servers_[server].shm_busy.erase(busy);
       // The server has opened the segment (or refused it): no one needs the memfd now.
       auto segment = servers_[server].shm.find({h.key, h.partition});
@@ -768,7 +770,7 @@ void Engine::Loop::OnReplyOnLoop(int server, zmq::message_t& head_frame,
   pending_.erase(it);
   op.part_state[h.partition] = kDone;
   if (h.type == static_cast<uint16_t>(MsgType::kError) && (h.flags & kFlagShmRefused) != 0 &&
-      h.partition < op.parts.size() && op.row_begin.empty() &&
+      pushed_in_shm && h.partition < op.parts.size() && op.row_begin.empty() &&
       servers_[server].shm_refused.count({h.key, h.partition}) == 0) {  // once, not a loop
     ResendOverSocketOnLoop(server, id, op, h.partition, text);
     return;

@@ -147,7 +147,10 @@ Status ShmLocalReduce::PeerOnPoll(const LocalTensor& t, int local_rank, ShmSegme
     ShmSegment* opened = nullptr;
     Status s = ShmSegment::Open(SegmentName(t.key, local_rank), t.count * DTypeSize(t.dtype),
                                 &opened);
-    if (!s.ok()) return s.WithPrefix(Describe(local_rank) + ", tensor '" + t.name + "': ");
+    if (!s.ok()) {
+      return s.WithPrefix(Describe(local_rank) + ", tensor '" + t.name + "' (hierarchical "
+                          "aggregation; TFPS_HIERARCHICAL=0 turns it off): ");
+    }
     if (opened == nullptr) {
       *peer = nullptr;
       return Status::Ok();

@@ -181,7 +181,9 @@ Status ShmSegment::Open(const std::string& name, uint64_t bytes, ShmSegment** ou
   if (fd < 0) {
     return FailedPrecondition("cannot open the memory of shared memory " + name + " through " +
                               path + " (" + std::strerror(errno) + "): did its creator exit, "
-                              "or does it run in another PID namespace or as another user?");
+                              "or does it run as another user or in another PID namespace "
+                              "(processes that share memory must see each other in /proc: "
+                              "containers need a shared PID namespace, e.g. docker --pid=host)?");
   }
   auto refuse = [&](const std::string& why) {
     close(fd);
