@@ -46,9 +46,16 @@ def make_segment(token, data, kind):
     """Partition 0 of "g" in shared memory, filled with `data`: "sealed" as a worker makes
     it (a memfd sealed against shrinking and growing, its name pointing at it), "unsealed"
     the same without the seals, "plain" the data in /dev/shm itself (the format before
-    sealing). Returns the fd of the bytes."""
+    sealing), "pipe" a pointer at a pipe this process holds (the server must not open it
+    for real). Returns the fd of the bytes."""
     header = struct.pack("<QQIii", MAGIC, data.nbytes, F32, os.getpid(), -1)
     name = os.open(segment_name(token), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    if kind == "pipe":
+        fd, w = os.pipe()
+        os.close(w)
+        os.write(name, b"tfps-memfd %d %d %d\n" % (os.getpid(), fd, os.fstat(fd).st_ino))
+        os.close(name)
+        return fd
     fd = name if kind == "plain" else os.memfd_create("hostile", os.MFD_ALLOW_SEALING)
     os.ftruncate(fd, DATA + data.nbytes)
     os.pwrite(fd, header, 0)
@@ -70,7 +77,7 @@ def hello_shm(job, address, rank):
     return sock, offer[4:].decode().split(" probe=")[0]
 
 
-@pytest.mark.parametrize("kind", ["sealed", "unsealed", "plain"])
+@pytest.mark.parametrize("kind", ["sealed", "unsealed", "plain", "pipe"])
 def test_a_worker_that_shrinks_its_segment_fails_its_push_not_the_server(tmp_path, kind):
     job = Job(tmp_path, num_workers=2, env={"TFPS_TIMEOUT": "20", "TFPS_SHM_SERVER": "1"})
     fd = None
@@ -83,7 +90,7 @@ def test_a_worker_that_shrinks_its_segment_fails_its_push_not_the_server(tmp_pat
         b = np.full(1024, 0.5, np.float32)
         fd = make_segment(token, b, kind)
         for step in (1, 2):
-            if step == 2:  # it shrinks the segment under the server's mapping, then pushes
+            if step == 2 and kind != "pipe":  # it shrinks the segment, then pushes
                 if kind == "sealed":
                     with pytest.raises(PermissionError):
                         os.ftruncate(fd, 0)
@@ -104,7 +111,8 @@ def test_a_worker_that_shrinks_its_segment_fails_its_push_not_the_server(tmp_pat
                 assert b"refused the shared memory of worker 1" in payload, payload
                 if step == 1 or kind == "unsealed":  # a plain file shrunk to 0 is no segment
                     assert b"refusing it" in payload, payload
-                    assert (b"not sealed" if kind == "unsealed" else b"holds") in payload, payload
+                    assert {"unsealed": b"not sealed", "plain": b"holds",
+                            "pipe": b"not a regular file"}[kind] in payload, payload
                 hostile.send_multipart(push(1, b, step))  # the round goes on over the socket
                 fields, payload = reply(hostile, job.server)
                 assert fields["type"] == T["PUSH_PULL_REPLY"], payload

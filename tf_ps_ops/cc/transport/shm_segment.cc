@@ -177,7 +177,26 @@ Status ShmSegment::Open(const std::string& name, uint64_t bytes, ShmSegment** ou
                               "memory is: refusing it");
   }
   const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd_number);
-  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  // The pointer is the peer's word: look before opening. O_PATH opens nothing (a device,
+  // a FIFO or a socket another process holds there is never opened for real); only a
+  // regular file with the inode the pointer names is then reopened for reading and writing.
+  const int pinned = open(path.c_str(), O_PATH | O_CLOEXEC);
+  int fd = -1;
+  if (pinned >= 0) {
+    struct stat pst;
+    if (fstat(pinned, &pst) != 0 || !S_ISREG(pst.st_mode) ||
+        static_cast<unsigned long long>(pst.st_ino) != inode) {
+      close(pinned);
+      return FailedPrecondition("shared memory " + name + " (" + path + ") is not the memory "
+                                "its name points to (not a regular file, or another inode: "
+                                "another process by that PID?): refusing it");
+    }
+    fd = open(("/proc/self/fd/" + std::to_string(pinned)).c_str(),
+              O_RDWR | O_CLOEXEC | O_NONBLOCK);
+    const int saved = errno;
+    close(pinned);
+    errno = saved;
+  }
   if (fd < 0) {
     return FailedPrecondition("cannot open the memory of shared memory " + name + " through " +
                               path + " (" + std::strerror(errno) + "): did its creator exit, "
