@@ -23,6 +23,7 @@
 #include "tf_ps_ops/cc/codec/codec.h"
 #include "tf_ps_ops/cc/common/config.h"
 #include "tf_ps_ops/cc/common/status.h"
+#include "tf_ps_ops/cc/engine/device_codec.h"
 #include "tf_ps_ops/cc/engine/peer_mesh.h"
 #include "tf_ps_ops/cc/wire/message.h"
 
@@ -76,6 +77,10 @@ struct PushPullRequest {
   // `device_ready` is a cudaEvent_t after which `input` holds the data.
   int device = -1;
   void* device_ready = nullptr;
+  // Set by a GPU kernel when EncodesOnDevice said yes: the partitions are encoded and the
+  // replies decoded on the GPU through this hook (device_codec.h); `input` and `output`
+  // are then device memory that the engine never reads or writes.
+  std::shared_ptr<DeviceCodec> device_codec;
 };
 
 struct EngineStats {
@@ -124,6 +129,10 @@ class Engine {
   // Whether `request` may hand device memory (request.device >= 0): its host sums GPU
   // tensors with NCCL and the request goes the hierarchical way (device_reduce.cc).
   bool TakesDeviceTensor(const PushPullRequest& request);
+  // Whether the engine would compress `request` (its codec, else TFPS_COMPRESSION; not
+  // through hierarchical aggregation), so a GPU kernel may encode it on the device
+  // (request.device_codec); *spec gets the codec. False when the engine is not running.
+  bool EncodesOnDevice(const PushPullRequest& request, CodecSpec* spec);
 
   ~Engine();
 
