@@ -40,8 +40,9 @@ CODECS = {"fp16": Compression.fp16, "bf16": Compression.bf16, "int8": Compressio
 # (error feedback carries it over), so theirs is a sanity bound.
 BOUND = {"fp16": 2e-3, "bf16": 1.5e-2, "int8": 3e-2, "onebit": 1.0, "topk": 1.0,
          "randomk": 1.0}
-SIZES = [5000, 300_000]
-STEPS = 3
+# CODEC_WORKER_SIZES / CODEC_WORKER_STEPS shorten the CPU dry run in the normal suite.
+SIZES = [int(v) for v in os.environ.get("CODEC_WORKER_SIZES", "5000,300000").split(",")]
+STEPS = int(os.environ.get("CODEC_WORKER_STEPS", "3"))
 FAILS = []
 
 
