@@ -29,7 +29,17 @@ struct DeviceBuffer {
     if (ptr != nullptr) cudaFree(ptr);
     ptr = nullptr;
     bytes = 0;
-    TFPS_CUDA_RETURN_IF_ERROR(cudaMalloc(&ptr, want), what);
+    const cudaError_t err = cudaMalloc(&ptr, want);
+    if (err == cudaErrorMemoryAllocation) {
+      cudaGetLastError();  // not sticky: clear it
+      return FailedPrecondition(what + ": " + std::to_string(want) + " bytes: out of GPU "
+                                "memory outside TensorFlow's pool; let TensorFlow grow its "
+                                "pool instead of taking the GPU at start "
+                                "(tf.config.experimental.set_memory_growth, or "
+                                "TF_FORCE_GPU_ALLOW_GROWTH=true), or compress on the CPU "
+                                "(keep the tensor on the CPU)");
+    }
+    TFPS_CUDA_RETURN_IF_ERROR(err, what);
     bytes = want;
     return Status::Ok();
   }
