@@ -74,6 +74,7 @@ def main():
     assert core.encodes_on_device("q", x, "") == "int8"  # TFPS_COMPRESSION
     assert core.encodes_on_device("q", x, "none") is None
     assert core.encodes_on_device("q", x, "int8", root_rank=0) is None  # a broadcast
+    assert core.encodes_on_device("q", x, "int8", ps_apply=True) is None  # float32 answer
     print("EncodesOnDevice: as expected", flush=True)
     np.savez(os.path.join(os.environ["DEVICE_CODEC_OUT"], f"{mode}_rank{rank}.npz"), **results)
     core.shutdown()

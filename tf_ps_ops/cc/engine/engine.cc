@@ -793,6 +793,12 @@ void Engine::Loop::OnReplyOnLoop(int server, zmq::message_t& head_frame,
     return;
   }
   char* out = static_cast<char*>(op.request.output) + p.offset * elem;
+  if (op.request.device_codec != nullptr && h.codec == 0) {  // output is device memory
+    FinishOnLoop(id, Internal(Describe(server) + " answered partition " +
+                              std::to_string(h.partition) + " of a GPU-encoded call "
+                              "uncompressed"));
+    return;
+  }
   if (h.codec != 0 && op.request.device_codec != nullptr) {
     uint64_t k = 0;
     s = CheckEncoded(static_cast<CodecId>(h.codec), h.count, payload_frame->size(), &k);
@@ -1267,7 +1273,9 @@ bool Engine::EncodesOnDevice(const PushPullRequest& request, CodecSpec* spec) {
     return false;
   }
   *spec = loop_->ChooseCodec(request);
-  return spec->id != CodecId::kNone;
+  // A PS-mode gradient is answered with the float32 parameter, which the hook cannot take.
+  return spec->id != CodecId::kNone &&
+         PushCodec::ReplyCodec(request, *spec) != CodecId::kNone;
 }
 
 namespace {

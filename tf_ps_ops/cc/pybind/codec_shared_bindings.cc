@@ -142,16 +142,19 @@ void BindSharedCodecMath(py::module_& m) {
         py::arg("seed") = 0);
 
   // The engine's answer to a GPU kernel (Engine::EncodesOnDevice) for a float32 push_pull
-  // of `array` named `name` (root_rank >= 0: a broadcast): the codec name, or None.
+  // of `array` named `name` (root_rank >= 0: a broadcast; ps_apply: a PS-mode gradient):
+  // the codec name, or None.
   m.def("encodes_on_device", [](const std::string& name, FloatArray array,
-                                const std::string& compression, int root_rank) -> py::object {
+                                const std::string& compression, int root_rank,
+                                bool ps_apply) -> py::object {
     PushPullRequest request = FloatRequest(name, array, nullptr, compression, -1);
     request.root_rank = root_rank;
+    if (ps_apply) request.flags = kFlagPsApply;
     CodecSpec spec;
     if (!Engine::Get().EncodesOnDevice(request, &spec)) return py::none();
     return py::str(CodecName(spec));
   }, py::arg("name"), py::arg("array"), py::arg("compression") = "",
-        py::arg("root_rank") = -1);
+        py::arg("root_rank") = -1, py::arg("ps_apply") = false);
   // Blocking push_pull of float32 arrays started together, each through the DeviceCodec
   // hook driven by the host twin (as a GPU kernel's GpuPushCodec would), or with
   // hook=False through the engine's CPU codecs: returns (the sums, [(EncodeParts calls,
