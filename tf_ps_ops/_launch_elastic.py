@@ -21,8 +21,12 @@ at their next commit (elastic.State.commit -> check_host_updates).
 
 The old epoch's scheduler and servers exit by themselves once the survivors said goodbye;
 those still running _OLD_EPOCH_GRACE_S later are stopped. Their exit codes are no failure
-of the job. A server of the current epoch that fails still ends the job (the servers'
-state is not elastic). Standard library only, as the rest of the launcher.
+of the job. A server (or the scheduler) of the current epoch that dies is an epoch change
+too, with the same members: the driver starts the next epoch's scheduler and servers (as
+many as before), up to `server_restarts` times; the workers restore their last commit and
+their state sync fills the new servers (in PS mode: tf_ps_ops.elastic pushes the
+parameters). Once the budget is spent, a dying role ends the job. Standard library only,
+as the rest of the launcher.
 """
 
 import json
@@ -60,11 +64,13 @@ class ElasticJob:
     environment of a worker before the elastic variables are added."""
 
     def __init__(self, ps_server, num_servers, output, directory, command, env,
-                 min_workers=1, restarts=0, timeout=None, server_threads=None, cwd=None):
+                 min_workers=1, restarts=0, timeout=None, server_threads=None, cwd=None,
+                 server_restarts=0):
         self.ps_server, self.num_servers = ps_server, num_servers
         self.output, self.directory, self.command = output, directory, command
         self.env, self.cwd = dict(env), cwd
         self.min_workers, self.restarts_left = min_workers, restarts
+        self.server_restarts, self.server_restarts_left = server_restarts, server_restarts
         self.timeout, self.server_threads = timeout, server_threads
         self.deadline = time.monotonic() + timeout if timeout else None
         self.workers = Job(None, 0, 0, output, cwd=cwd)  # every worker process, all epochs
@@ -176,9 +182,21 @@ class ElasticJob:
         epoch, roles, _ = self.epochs[-1]
         for p in roles.processes:
             code = p.poll()
-            if code and not all(m in self.finished for m in self.members):
-                raise LaunchError(f"{p.name} of elastic epoch {epoch} {describe_exit(code)} "
-                                  "(servers are not elastic); stopped the others", 1, p)
+            if not code or all(m in self.finished for m in self.members):
+                continue
+            name = p.name if p.role == "scheduler" else f"server {p.index}"
+            if self.server_restarts_left <= 0 or any(m in self.finished for m in self.members):
+                why = ("some workers have finished already" if self.server_restarts_left > 0
+                       else f"no server restart left (--elastic-server-restarts "
+                            f"{self.server_restarts} spent)")
+                raise LaunchError(f"{name} of elastic epoch {epoch} {describe_exit(code)}; "
+                                  f"{why}; stopped the others", 1, p)
+            self.server_restarts_left -= 1
+            _say(f"{name} of elastic epoch {epoch} {describe_exit(code)}; the job goes on "
+                 f"with new servers and the same {len(self.members)} worker(s), from their "
+                 f"last commit ({self.server_restarts_left} server restart(s) left)")
+            self._start_epoch(self.members)
+            return
 
     def _admit_joiners(self):
         ready = [j for j in self.joining

@@ -225,6 +225,19 @@ def _reset():
          + f"; averages now divide by {basics.size()}")
 
 
+def _refill_servers():
+    """PS mode: the new epoch's servers hold no parameters; every worker pushes those it
+    gave the old servers (after the restore and the sync: rank 0's committed values).
+    The optimizer slots start afresh (docs/elastic.md)."""
+    ps_mode = sys.modules.get("tf_ps_ops.ps_mode")
+    if ps_mode is None:
+        return
+    count = ps_mode.push_served_variables()
+    if count:
+        _say(f"rank {basics.rank()}: PS mode: pushed {count} parameter(s) of the last "
+             "commit to the new servers (their optimizer slots start afresh)")
+
+
 def run(func):
     """Decorator: runs `func(state, *args, **kwargs)` until it returns, across lost and
     new workers (the module doc). The state is synced from rank 0 before each call."""
@@ -234,10 +247,12 @@ def run(func):
         if _elastic_epoch.current_epoch_number() < 0:
             raise RuntimeError("tf_ps_ops.elastic.run needs elastic membership: init() under "
                                "`tfps-run --elastic` (TFPS_ELASTIC=1); docs/elastic.md")
-        skip_sync = False
+        skip_sync = reset = False
         while True:
             if not skip_sync:
                 state.sync()
+            if reset:
+                _refill_servers()
             try:
                 return func(state, *args, **kwargs)
             except HostsUpdatedInterrupt as e:
@@ -250,6 +265,7 @@ def run(func):
                 state.restore()
                 skip_sync = False
             _reset()
+            reset = True
             state.on_reset()
 
     return wrapper

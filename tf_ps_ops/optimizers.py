@@ -23,7 +23,7 @@ import keras
 import tensorflow as tf
 
 from tf_ps_ops._library import ops as _ops
-from tf_ps_ops.ps_mode import ps_key
+from tf_ps_ops.ps_mode import _remember, ps_key
 
 
 def _key(optimizer, variable):
@@ -54,6 +54,7 @@ class _PsMixin:
         keys = [ps_key(v.path) for v in variables]
         with tf.init_scope():  # also when Keras builds inside a traced train step
             for variable, key in zip(variables, keys):
+                _remember(variable, key)
                 _ops().ps_init_variable(variable.value.handle, tensor_name=key)
 
     def _cast(self, value, variable):

@@ -109,3 +109,74 @@ def test_fewer_than_min_workers_ends_the_job_naming_the_lost_one(tmp_path):
     assert done.returncode == 1, done.stdout + done.stderr
     assert ("worker w1 (rank 1) exited with code 5; 2 left, fewer than --elastic-min-workers 3"
             in done.stderr), done.stdout + done.stderr
+
+
+def assert_replayed(found, log):
+    """Every worker ends with the same vector, bit for bit, equal to a NumPy replay of the
+    members each step was averaged over; returns the members per step."""
+    workers = sorted(found)
+    history = found[workers[0]]["history"]
+    for worker in workers:
+        assert found[worker]["history"] == history, (worker, log[-6000:])
+        assert found[worker]["w"] == found[workers[0]]["w"], (worker, log[-6000:])
+    np.testing.assert_allclose(found[workers[0]]["w"], replay(history), rtol=1e-12)
+    return [tuple(h) for h in history]
+
+
+def test_a_sigkilled_server_is_an_epoch_change_the_workers_go_on(tmp_path):
+    """2 workers, 2 servers; w0 SIGKILLs a server at the start of step 3. The driver starts
+    epoch 1 (new scheduler, 2 new servers, the same workers); the workers restore their
+    last commit and redo the step: 8 steps over {w0, w1}, as a NumPy replay says.
+    (On a driver that does not replace servers the job ends with 'servers are not
+    elastic'.)"""
+    done = tfps_run(tmp_path, ["-np", "2", "-ns", "2", "--elastic"],
+                    WORKERS / "loop_worker.py",
+                    [str(tmp_path), "8", "2", "-", "-1", "--kill-server", "w0:3"])
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, log[-6000:]
+    assert "of elastic epoch 0 was killed by signal 9 (SIGKILL); the job goes on with new " \
+           "servers and the same 2 worker(s), from their last commit (2 server restart(s) " \
+           "left)" in log, log[-6000:]
+    assert "elastic epoch 1: 2 worker(s) [w0, w1]" in log, log[-6000:]
+    found = results(tmp_path)
+    assert sorted(found) == ["w0", "w1"], log[-6000:]
+    assert assert_replayed(found, log) == [("w0", "w1")] * 8
+    assert {found[w]["size"] for w in found} == {2}
+
+
+def test_ps_mode_survives_a_lost_worker_and_a_lost_server(tmp_path):
+    """PS mode (the servers run SGD on the mean gradient): 3 workers, 2 servers; w2
+    SIGKILLs itself at step 2 (epoch 1: w0, w1), then w0 SIGKILLs a server at step 5
+    (epoch 2). Each epoch's new servers get the parameters of the last commit from the
+    workers (tf_ps_ops.elastic -> ps_mode.push_served_variables); the weights equal a NumPy
+    replay of the divisors. On main the new servers hold nothing and the first update
+    fails ('never initialised on this server')."""
+    done = tfps_run(tmp_path, ["-np", "3", "-ns", "2", "--elastic"],
+                    WORKERS / "loop_worker.py",
+                    [str(tmp_path), "8", "2", "w2", "2", "--ps", "--kill-server", "w0:5"])
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, log[-6000:]
+    assert "worker w2 (rank 2) was killed by signal 9 (SIGKILL); the job goes on with 2" in log, \
+        log[-6000:]
+    assert "of elastic epoch 1 was killed by signal 9 (SIGKILL); the job goes on with new " \
+           "servers" in log, log[-6000:]
+    assert "PS mode: pushed 1 parameter(s) of the last commit to the new servers" in log, \
+        log[-6000:]
+    found = results(tmp_path)
+    assert sorted(found) == ["w0", "w1"], log[-6000:]
+    members = assert_replayed(found, log)
+    assert members == [("w0", "w1", "w2")] * 2 + [("w0", "w1")] * 6
+
+
+def test_a_lost_server_with_no_restart_left_ends_the_job_naming_it(tmp_path):
+    """No TensorFlow: w0 SIGKILLs a server of epoch 0; with --elastic-server-restarts 0 the
+    driver ends the job at once, naming the server and the spent budget."""
+    done = tfps_run(tmp_path, ["-np", "2", "-ns", "2", "--elastic",
+                               "--elastic-server-restarts", "0"],
+                    WORKERS / "kill_server.py", [], timeout=60)
+    log = done.stdout + done.stderr
+    assert done.returncode == 1, log[-6000:]
+    assert "of elastic epoch 0 was killed by signal 9 (SIGKILL); no server restart left " \
+           "(--elastic-server-restarts 0 spent); stopped the others" in done.stderr, log[-6000:]
+    assert "a new epoch" not in log, log[-6000:]
+
