@@ -52,6 +52,16 @@ def write_epoch(directory, epoch, scheduler, num_servers, members):
     os.replace(tmp, path)
 
 
+def _heartbeat_timeout(env):
+    """TFPS_HEARTBEAT_TIMEOUT of the job's environment, as the roles read it (default 30,
+    at least 1); a value they would refuse gives the default here (they say why)."""
+    try:
+        value = float(env.get("TFPS_HEARTBEAT_TIMEOUT", "30"))
+    except ValueError:
+        return 30.0
+    return max(value, 1.0) if value == value else 30.0
+
+
 def _say(text):
     print(f"tfps-run: {text}", flush=True)
 
@@ -80,11 +90,21 @@ class ElasticJob:
         self.joining = []  # ids started but not yet in an epoch
         self.finished = set()
         self._next_id = 0
+        self._stopped_since = {}  # member -> when it was first seen stopped
+        self._next_stop_check = 0.0
+        self.hang_limit_s = 30.0  # run() reads it from the job's environment
 
     # --- epochs -----------------------------------------------------------------------
 
     def _start_epoch(self, members):
-        """Starts the next epoch's scheduler and servers for `members` and publishes it."""
+        """Starts the next epoch's scheduler and servers for `members` and publishes it.
+        The epoch before, if some member never completed its rendezvous (a member died
+        in it), is abandoned: its scheduler is stopped once the new epoch is published,
+        and refuses the registrants, who go to the new one instead of waiting
+        TFPS_TIMEOUT (basics.init)."""
+        abandoned = None
+        if self.epochs and not self._acknowledged():
+            abandoned = self.epochs[-1]
         epoch = self.epoch + 1
         roles = Job(self.ps_server, len(members), self.num_servers, self.output,
                     cwd=self.cwd)
@@ -100,6 +120,11 @@ class ElasticJob:
                     self.num_servers, members)
         _say(f"elastic epoch {epoch}: {len(members)} worker(s) "
              f"[{', '.join(members)}] (ranks in this order), scheduler port {port}")
+        if abandoned is not None:
+            old_epoch, old_roles, _ = abandoned
+            _say(f"elastic epoch {old_epoch} is abandoned before its rendezvous completed; "
+                 f"stopped its scheduler, its members go to epoch {epoch}")
+            old_roles.process("scheduler", 0).signal_group(signal.SIGTERM)
 
     def _start_worker(self):
         worker_id = f"w{self._next_id}"
@@ -118,10 +143,12 @@ class ElasticJob:
 
     def run(self, num_workers):
         """Returns 0 once every member of the last epoch exited 0; raises LaunchError."""
+        self.hang_limit_s = _heartbeat_timeout(self.env)
         members = [self._start_worker() for _ in range(num_workers)]
         self._start_epoch(members)
         while True:
             self._check_deadline()
+            self._kill_stopped_members()
             self._watch_workers()
             self._watch_roles()
             self._admit_joiners()
@@ -177,6 +204,28 @@ class ElasticJob:
                 self.joining.append(new_id)
                 _say(f"started worker {new_id} to take the place of a lost one "
                      f"({self.restarts_left} restart(s) left)")
+
+    def _kill_stopped_members(self):
+        """A member stopped (SIGSTOP, Ctrl-Z, a debugger) for TFPS_HEARTBEAT_TIMEOUT, the
+        time after which the others lose it by heartbeat anyway, is killed: its exit is
+        then a lost worker as any (a new epoch for the others, a restart if any left)."""
+        now = time.monotonic()
+        if now < self._next_stop_check:
+            return
+        self._next_stop_check = now + 0.25
+        stopped = {p.index for p in self.workers.stopped_processes()}
+        for member in self.members:
+            if member in stopped and member not in self.finished:
+                self._stopped_since.setdefault(member, now)
+            else:
+                self._stopped_since.pop(member, None)
+        for member, since in list(self._stopped_since.items()):
+            if now - since >= self.hang_limit_s:
+                del self._stopped_since[member]
+                _say(f"worker {member} (rank {self.members.index(member)}) has been stopped "
+                     f"(SIGSTOP, Ctrl-Z or a debugger) for {now - since:.1f} s "
+                     f"(TFPS_HEARTBEAT_TIMEOUT={self.hang_limit_s:g} s): killed it, it is lost")
+                self._worker(member).signal_group(signal.SIGKILL)
 
     def _watch_roles(self):
         epoch, roles, _ = self.epochs[-1]

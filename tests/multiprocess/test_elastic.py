@@ -23,11 +23,13 @@ sys.path.insert(0, str(WORKERS))
 from loop_gradient import LR, gradient  # noqa: E402
 
 
-def tfps_run(tmp_path, flags, worker, args, timeout=180):
+def tfps_run(tmp_path, flags, worker, args, timeout=180, env=None):
     require_build()
+    extra = env or {}
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TFPS_", "DMLC_", "HOROVOD_"))}
     env.update({"PYTHONPATH": str(REPO), "TFPS_HEARTBEAT_TIMEOUT": "5",
                 "TF_CPP_MIN_LOG_LEVEL": "2"})
+    env.update(extra)
     return subprocess.run(
         [sys.executable, str(RUN_PY), *flags, "--timeout", str(timeout - 20),
          sys.executable, str(worker), *args],
@@ -180,3 +182,28 @@ def test_a_lost_server_with_no_restart_left_ends_the_job_naming_it(tmp_path):
            "(--elastic-server-restarts 0 spent); stopped the others" in done.stderr, log[-6000:]
     assert "a new epoch" not in log, log[-6000:]
 
+
+
+def test_a_death_in_the_rendezvous_and_a_stopped_worker_are_lost_workers(tmp_path):
+    """3 workers: w2 SIGKILLs itself while w0 and w1 wait for it in epoch 0's rendezvous
+    (the driver abandons epoch 0: its scheduler refuses them, and they join epoch 1 at
+    once instead of waiting TFPS_TIMEOUT); then w1 SIGSTOPs itself at step 3 (the driver
+    kills it after TFPS_HEARTBEAT_TIMEOUT) and w0 goes on alone. On main both waits end
+    the job: TFPS_TIMEOUT in init(), then run's 30 s wait for an epoch that never comes."""
+    done = tfps_run(tmp_path, ["-np", "3", "-ns", "1", "--elastic"],
+                    WORKERS / "loop_worker.py",
+                    [str(tmp_path), "6", "1", "-", "-1", "--die-in-rendezvous", "w2",
+                     "--workers", "3", "--stop", "w1:3"],
+                    env={"TFPS_TIMEOUT": "40", "TFPS_HEARTBEAT_TIMEOUT": "2"}, timeout=120)
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, log[-6000:]
+    assert "elastic epoch 0 is abandoned before its rendezvous completed" in log, log[-6000:]
+    assert "the rendezvous of epoch 0 was abandoned" in log, log[-6000:]
+    assert "worker w1 (rank 1) has been stopped (SIGSTOP, Ctrl-Z or a debugger) for" in log, \
+        log[-6000:]
+    assert "worker w1 (rank 1) was killed by signal 9 (SIGKILL); the job goes on with 1" in log, \
+        log[-6000:]
+    found = results(tmp_path)
+    assert sorted(found) == ["w0"], log[-6000:]
+    members = assert_replayed(found, log)
+    assert members == [("w0", "w1")] * 3 + [("w0",)] * 3

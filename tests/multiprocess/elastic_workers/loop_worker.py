@@ -1,7 +1,7 @@
 """An elastic training loop under `tfps-run --elastic` (tests/multiprocess/test_elastic.py).
 
     loop_worker.py OUT_DIR MIN_STEPS FINAL_SIZE KILL_ID KILL_STEP [--ps]
-                   [--kill-server ID:STEP]
+                   [--kill-server ID:STEP] [--stop ID:STEP] [--die-in-rendezvous ID]
 
 Trains one float64 vector by SGD on a gradient that depends on the worker's stable id and
 the step, averaged over the workers by hvd.allreduce, inside hvd.elastic.run with a
@@ -15,6 +15,10 @@ OUT_DIR/<id>.json.
 start of step STEP, once. --ps: PS mode, the servers run the SGD update
 (tf.raw_ops.ResourceApplyGradientDescent under the graph rewrite) on the average of the
 workers' gradients, which is the same arithmetic as the allreduce loop.
+--stop ID:STEP: worker ID SIGSTOPs itself at the start of step STEP (the driver kills it).
+--die-in-rendezvous ID: every worker writes OUT_DIR/initing-<id> just before init(); worker
+ID waits until all others have, gives them a second to register, and SIGKILLs itself, so
+that the others wait in the first epoch's rendezvous for it.
 """
 
 import argparse
@@ -46,12 +50,25 @@ def main():
     parser.add_argument("kill_step", type=int)
     parser.add_argument("--ps", action="store_true")
     parser.add_argument("--kill-server", default="-:-1")
+    parser.add_argument("--stop", default="-:-1")
+    parser.add_argument("--die-in-rendezvous", default="-")
+    parser.add_argument("--workers", type=int, default=0, help="for --die-in-rendezvous")
     args = parser.parse_args()
     out_dir, min_steps, final_size = args.out_dir, args.min_steps, args.final_size
     kill_id, kill_step = args.kill_id, args.kill_step
     server_killer, server_kill_step = args.kill_server.split(":")
     server_kill_step = int(server_kill_step)
+    stopper, stop_step = args.stop.split(":")
+    stop_step = int(stop_step)
     me = os.environ["TFPS_ELASTIC_ID"]
+    with open(os.path.join(out_dir, f"initing-{me}"), "w"):
+        pass
+    if me == args.die_in_rendezvous:
+        others = [f"initing-w{k}" for k in range(args.workers) if f"w{k}" != me]
+        while not all(os.path.exists(os.path.join(out_dir, o)) for o in others):
+            time.sleep(0.05)
+        time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGKILL)
     hvd.init()
     w = tf.Variable(np.zeros(4), dtype=tf.float64)
     if args.ps:
@@ -68,6 +85,8 @@ def main():
                 raise RuntimeError(f"no step with {final_size} workers by step {MAX_STEPS}")
             if me == kill_id and state.step == kill_step:
                 os.kill(os.getpid(), signal.SIGKILL)
+            if me == stopper and state.step == stop_step:
+                os.kill(os.getpid(), signal.SIGSTOP)
             if me == server_killer and state.step == server_kill_step and not killed_server:
                 killed_server.append(state.step)
                 kill_a_server()
