@@ -45,6 +45,7 @@ int Scheduler::Run(const std::atomic<bool>& stop) {
   while (true) {
     if (stop && !abandoning) {
       if (ready_ || !conflict_.empty()) break;
+      if (workers_.empty() && servers_.empty()) break;  // nobody to tell
       AbandonRendezvous();
       abandoning = true;
     }
@@ -65,7 +66,8 @@ int Scheduler::Run(const std::atomic<bool>& stop) {
     }
     if (!conflict_.empty()) {
       if (conflict_at == Clock::time_point()) conflict_at = Clock::now();
-      if (Clock::now() - conflict_at > std::chrono::seconds(2)) break;  // refusals are out
+      // Refusals are out (an abandoned rendezvous lingers less: a stop is waiting).
+      if (Clock::now() - conflict_at > std::chrono::seconds(abandoning ? 1 : 2)) break;
       continue;
     }
     if (ready_) CheckLiveness();
@@ -216,8 +218,9 @@ bool Scheduler::ConsistencyAgrees(const std::string& identity, const RegisterReq
 // A stop (SIGTERM, SIGINT) before the cluster is complete: the registrants would otherwise
 // wait TFPS_TIMEOUT for a cluster that never completes (tfps-run --elastic stops the
 // scheduler of an epoch whose member died during its rendezvous, and the others go to the
-// next epoch). Every registrant is told now, and later ones are refused for the 2 s the
-// conflict path lingers; then Run returns kStoppedMidJob as for any stop.
+// next epoch). Every registrant is told now, and later ones are refused for 1 s (one that
+// read the epoch just before the driver replaced it); then Run returns kStoppedMidJob as
+// for any stop. With nobody registered it returns at once.
 void Scheduler::AbandonRendezvous() {
   conflict_ = "the scheduler was stopped before the cluster was complete (still waiting for " +
               Waiting() + "); this rendezvous is abandoned";
