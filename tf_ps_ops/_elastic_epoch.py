@@ -15,6 +15,7 @@ EPOCH_FILE = "epoch.json"  # the driver's name for it (_launch_elastic.EPOCH_FIL
 _POLL_S = 0.05
 
 _last_epoch = -1  # the epoch of this process's last successful init()
+_first_epoch = -1  # the epoch of its first
 
 
 def enabled():
@@ -93,8 +94,18 @@ def wait_for_place(timeout_s, after=None):
 
 def joined(epoch):
     """Records that this process completed the rendezvous of `epoch` and tells the driver."""
-    global _last_epoch
+    global _last_epoch, _first_epoch
     _last_epoch = epoch
+    if _first_epoch < 0:
+        _first_epoch = epoch
     directory, worker_id = _place()
     with open(os.path.join(directory, f"ack-{epoch}-{worker_id}"), "w"):
         pass
+
+
+def joined_late():
+    """Whether this process's first epoch was not the job's first: a newcomer (or a
+    worker whose first rendezvous was abandoned). In PS mode such a worker leaves the
+    servers' parameters to elastic.run, whose first call pushes them as the members'
+    re-initialisation does at the same point (ps_mode.push_served_variables)."""
+    return _first_epoch > 0

@@ -225,6 +225,9 @@ def _reset():
          + f"; averages now divide by {basics.size()}")
 
 
+_late_push_done = False
+
+
 def _refill_servers():
     """PS mode: the new epoch's servers hold no parameters; every worker pushes those it
     gave the old servers (after the restore and the sync: rank 0's committed values).
@@ -247,7 +250,12 @@ def run(func):
         if _elastic_epoch.current_epoch_number() < 0:
             raise RuntimeError("tf_ps_ops.elastic.run needs elastic membership: init() under "
                                "`tfps-run --elastic` (TFPS_ELASTIC=1); docs/elastic.md")
-        skip_sync = reset = False
+        global _late_push_done
+        skip_sync = False
+        # A newcomer pushes its PS parameters in its first call, where the members push
+        # theirs after re-initialising (ps_mode._deferred_to_elastic_run).
+        reset = _elastic_epoch.joined_late() and not _late_push_done
+        _late_push_done = True
         while True:
             if not skip_sync:
                 state.sync()

@@ -195,6 +195,14 @@ def push_served_variables():
     return len(live)
 
 
+def _deferred_to_elastic_run():
+    """A worker that joined an elastic job late (a newcomer) does not init its variables
+    on the servers by itself (a collective the members are not in): elastic.run's first
+    call pushes them, while the members push theirs at the same point (docs/elastic.md)."""
+    from tf_ps_ops import _elastic_epoch
+    return tf.executing_eagerly() and _elastic_epoch.joined_late()
+
+
 def initialize_variables(variables, names=None):
     """Makes every worker start PS-mode training from rank 0's values of `variables`.
 
@@ -206,12 +214,14 @@ def initialize_variables(variables, names=None):
     """
     library = _ops()
     created = []
+    deferred = _deferred_to_elastic_run()
     for i, variable in enumerate(variables):
         handle = getattr(variable, "handle", variable)
         _name_variable(variable)
         name = names[i] if names is not None else key_for(handle)
         _remember(variable, name)
-        created.append(library.ps_init_variable(handle, tensor_name=name))
+        if not deferred:
+            created.append(library.ps_init_variable(handle, tensor_name=name))
     if tf.executing_eagerly():
         return None
     return tf.group(*created, name="ps_initialize_variables")

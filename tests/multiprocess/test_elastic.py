@@ -125,28 +125,33 @@ def assert_replayed(found, log):
     return [tuple(h) for h in history]
 
 
-def test_ps_mode_survives_a_lost_worker_and_a_lost_server(tmp_path):
+def test_ps_mode_survives_a_lost_worker_a_lost_server_and_takes_in_a_newcomer(tmp_path):
     """PS mode (the servers run SGD on the mean gradient): 3 workers, 2 servers; w2
-    SIGKILLs itself at step 2 (epoch 1: w0, w1), then w0 SIGKILLs a server at step 5
-    (epoch 2). Each epoch's new servers get the parameters of the last commit from the
-    workers (tf_ps_ops.elastic -> ps_mode.push_served_variables); the weights equal a NumPy
-    replay of the divisors. On main the new servers hold nothing and the first update
+    SIGKILLs itself at step 2, w3 is started in its place and joins at a commit, and w0
+    SIGKILLs a server at step 5 (before or after the join). Each epoch's new servers get
+    the parameters of the last commit from the workers (tf_ps_ops.elastic ->
+    ps_mode.push_served_variables; the newcomer pushes at the same point instead of its
+    own initialize_variables); the weights equal a NumPy replay of the divisors, bit for
+    bit alike on every worker. On main the new servers hold nothing and the first update
     fails ('never initialised on this server')."""
-    done = tfps_run(tmp_path, ["-np", "3", "-ns", "2", "--elastic"],
+    done = tfps_run(tmp_path, ["-np", "3", "-ns", "2", "--elastic", "--elastic-restarts", "1"],
                     WORKERS / "loop_worker.py",
-                    [str(tmp_path), "8", "2", "w2", "2", "--ps", "--kill-server", "w0:5"])
+                    [str(tmp_path), "8", "3", "w2", "2", "--ps", "--kill-server", "w0:5"])
     log = done.stdout + done.stderr
     assert done.returncode == 0, log[-6000:]
     assert "worker w2 (rank 2) was killed by signal 9 (SIGKILL); the job goes on with 2" in log, \
         log[-6000:]
-    assert "of elastic epoch 1 was killed by signal 9 (SIGKILL); the job goes on with new " \
-           "servers" in log, log[-6000:]
-    assert "PS mode: pushed 1 parameter(s) of the last commit to the new servers" in log, \
+    assert "was killed by signal 9 (SIGKILL); the job goes on with new servers" in log, \
         log[-6000:]
+    assert "[worker w3] tf_ps_ops.elastic: rank 2: PS mode: pushed 1 parameter(s) of the " \
+           "last commit to the new servers" in log, log[-6000:]
     found = results(tmp_path)
-    assert sorted(found) == ["w0", "w1"], log[-6000:]
+    assert sorted(found) == ["w0", "w1", "w3"], log[-6000:]
     members = assert_replayed(found, log)
-    assert members == [("w0", "w1", "w2")] * 2 + [("w0", "w1")] * 6
+    joined = members.index(("w0", "w1", "w3"))
+    assert members == [("w0", "w1", "w2")] * 2 + [("w0", "w1")] * (joined - 2) + \
+        [("w0", "w1", "w3")] * (len(members) - joined), members
+    assert joined > 2 and len(members) >= 8
 
 
 def test_a_lost_server_with_no_restart_left_ends_the_job_naming_it(tmp_path):
