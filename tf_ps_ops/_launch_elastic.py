@@ -90,7 +90,7 @@ class ElasticJob:
         self.joining = []  # ids started but not yet in an epoch
         self.finished = set()
         self._next_id = 0
-        self._stopped_since = {}  # member -> when it was first seen stopped
+        self._stopped_since = {}  # process -> when it was first seen stopped
         self._next_stop_check = 0.0
         self.hang_limit_s = 30.0  # run() reads it from the job's environment
 
@@ -206,26 +206,32 @@ class ElasticJob:
                      f"({self.restarts_left} restart(s) left)")
 
     def _kill_stopped_members(self):
-        """A member stopped (SIGSTOP, Ctrl-Z, a debugger) for TFPS_HEARTBEAT_TIMEOUT, the
-        time after which the others lose it by heartbeat anyway, is killed: its exit is
-        then a lost worker as any (a new epoch for the others, a restart if any left)."""
+        """A member, server or scheduler of the current epoch stopped (SIGSTOP, Ctrl-Z, a
+        debugger) for TFPS_HEARTBEAT_TIMEOUT, the time after which the others lose it by
+        heartbeat anyway, is killed: its exit is then a loss as any (a new epoch; for a
+        worker, a restart if any is left)."""
         now = time.monotonic()
         if now < self._next_stop_check:
             return
         self._next_stop_check = now + 0.25
-        stopped = {p.index for p in self.workers.stopped_processes()}
-        for member in self.members:
-            if member in stopped and member not in self.finished:
-                self._stopped_since.setdefault(member, now)
-            else:
-                self._stopped_since.pop(member, None)
-        for member, since in list(self._stopped_since.items()):
+        epoch, roles, _ = self.epochs[-1]
+        candidates = {}  # process -> how the driver names it
+        for p in self.workers.stopped_processes():
+            if p.index in self.members and p.index not in self.finished:
+                candidates[p] = f"worker {p.index} (rank {self.members.index(p.index)})"
+        for p in roles.stopped_processes():
+            candidates[p] = f"{p.name} of elastic epoch {epoch}"
+        for p in list(self._stopped_since):
+            if p not in candidates:
+                del self._stopped_since[p]
+        for p, name in candidates.items():
+            since = self._stopped_since.setdefault(p, now)
             if now - since >= self.hang_limit_s:
-                del self._stopped_since[member]
-                _say(f"worker {member} (rank {self.members.index(member)}) has been stopped "
-                     f"(SIGSTOP, Ctrl-Z or a debugger) for {now - since:.1f} s "
-                     f"(TFPS_HEARTBEAT_TIMEOUT={self.hang_limit_s:g} s): killed it, it is lost")
-                self._worker(member).signal_group(signal.SIGKILL)
+                del self._stopped_since[p]
+                _say(f"{name} has been stopped (SIGSTOP, Ctrl-Z or a debugger) for "
+                     f"{now - since:.1f} s (TFPS_HEARTBEAT_TIMEOUT={self.hang_limit_s:g} s): "
+                     "killed it, it is lost")
+                p.signal_group(signal.SIGKILL)
 
     def _watch_roles(self):
         epoch, roles, _ = self.epochs[-1]

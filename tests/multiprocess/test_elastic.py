@@ -201,3 +201,21 @@ def test_a_death_in_the_rendezvous_a_lost_server_and_a_stopped_worker(tmp_path):
     assert sorted(found) == ["w0"], log[-6000:]
     members = assert_replayed(found, log)
     assert members == [("w0", "w1")] * 4 + [("w0",)] * 2
+
+
+def test_a_stopped_server_is_killed_and_replaced(tmp_path):
+    """No TensorFlow: w0 SIGSTOPs a server of epoch 0. The driver kills it after
+    TFPS_HEARTBEAT_TIMEOUT (1 s here) and starts epoch 1 with new servers for the same
+    workers, which exit 0 once they see it (on main the stopped server stays, and the
+    workers wait for an epoch that never comes)."""
+    done = tfps_run(tmp_path, ["-np", "2", "-ns", "2", "--elastic"],
+                    WORKERS / "kill_server.py", ["stop"], timeout=60,
+                    env={"TFPS_HEARTBEAT_TIMEOUT": "1"})
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, log[-6000:]
+    assert "of elastic epoch 0 has been stopped (SIGSTOP, Ctrl-Z or a debugger) for" in log, \
+        log[-6000:]
+    assert "of elastic epoch 0 was killed by signal 9 (SIGKILL); the job goes on with new " \
+           "servers and the same 2 worker(s)" in log, log[-6000:]
+    assert "elastic epoch 1: 2 worker(s) [w0, w1]" in log, log[-6000:]
+    assert log.count("a new epoch") == 2, log[-6000:]

@@ -1,8 +1,9 @@
 """Standard library only: SIGKILL a server of the elastic epoch a worker runs in, the test's
 deterministic way to lose a server at a chosen step (tests/multiprocess/test_elastic.py).
 
-    python kill_server.py     (as an elastic worker: kills one server, then waits for the
-                               driver's answer: a new epoch, or the end of the job)
+    python kill_server.py [stop]  (as an elastic worker: kills one server, or SIGSTOPs it,
+                                   then waits for the driver's answer: a new epoch, or
+                                   the end of the job)
 """
 
 import json
@@ -16,9 +17,9 @@ def epoch_file():
     return os.path.join(os.environ["TFPS_ELASTIC_DIR"], "epoch.json")
 
 
-def kill_a_server():
-    """SIGKILLs the first-started server of the current epoch (found by its command line:
-    the epoch's scheduler address); returns that epoch's number."""
+def kill_a_server(sig=signal.SIGKILL):
+    """Sends `sig` to the first-started server of the current epoch (found by its command
+    line: the epoch's scheduler address); returns that epoch's number."""
     with open(epoch_file()) as f:
         epoch = json.load(f)
     scheduler = epoch["scheduler"].encode()
@@ -34,7 +35,7 @@ def kill_a_server():
             pids.append(int(entry))
     if not pids:
         raise RuntimeError(f"no server of scheduler {scheduler} found")
-    os.kill(min(pids), signal.SIGKILL)
+    os.kill(min(pids), sig)
     return int(epoch["epoch"])
 
 
@@ -44,7 +45,8 @@ if __name__ == "__main__":
     deadline = time.monotonic() + 50
     while not os.path.exists(epoch_file()) and time.monotonic() < deadline:
         time.sleep(0.05)
-    killed = kill_a_server() if os.environ["TFPS_ELASTIC_ID"] == "w0" else 0
+    how = signal.SIGSTOP if sys.argv[1:] == ["stop"] else signal.SIGKILL
+    killed = kill_a_server(how) if os.environ["TFPS_ELASTIC_ID"] == "w0" else 0
     while time.monotonic() < deadline:
         with open(epoch_file()) as f:
             if json.load(f)["epoch"] > killed:
