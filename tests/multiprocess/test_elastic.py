@@ -183,7 +183,7 @@ def test_a_death_in_the_rendezvous_a_lost_server_and_a_stopped_worker(tmp_path):
                     WORKERS / "loop_worker.py",
                     [str(tmp_path), "6", "1", "-", "-1", "--die-in-rendezvous", "w2",
                      "--workers", "3", "--kill-server", "w0:2", "--stop", "w1:4"],
-                    env={"TFPS_TIMEOUT": "40", "TFPS_HEARTBEAT_TIMEOUT": "2"}, timeout=120)
+                    env={"TFPS_TIMEOUT": "40", "TFPS_HEARTBEAT_TIMEOUT": "3"}, timeout=120)
     log = done.stdout + done.stderr
     assert done.returncode == 0, log[-6000:]
     assert "elastic epoch 0 is abandoned before its rendezvous completed" in log, log[-6000:]
