@@ -61,7 +61,7 @@ def init(comm=None, consistency=None, elastic=None, process_sets=None):
         # A member died during this epoch's rendezvous: the driver published the next
         # epoch and stopped this one's scheduler, which refused us (docs/elastic.md).
         print(f"tf_ps_ops.elastic: the rendezvous of epoch {epoch} was abandoned "
-              f"({error.value.decode(errors='replace').splitlines()[0][:300]}); "
+              f"({(error.value.decode(errors='replace').splitlines() or [''])[0][:300]}); "
               "joining the next", file=sys.stderr, flush=True)
         epoch = _elastic_place(after=epoch)
         cluster = _config.read_cluster()

@@ -22,6 +22,10 @@ Semantics, as Horovod's:
   failed is redone by the survivors.
 - After HostsUpdatedInterrupt nothing is restored (the state was just committed): the
   workers re-initialise with the newcomers, who receive the state from rank 0.
+- A lost server (or scheduler) is handled as a lost worker: the driver starts new servers
+  for the same workers. In PS mode every re-initialisation is followed by a push of the
+  parameters the servers were given (ps_mode.push_served_variables): the new servers
+  start from the last commit, their optimizer slots afresh.
 """
 
 import functools
