@@ -157,9 +157,59 @@ def check_adasum_gradient(hvd):
         np.testing.assert_allclose(g, want, rtol=1e-12)
 
 
+# 3. backward_passes_per_step > 1 with algorithm=: the gradients add up locally, and every
+# N-th pass runs one step of the algorithm (here D-PSGD on a ring) on the sums, divided by
+# N with average_aggregated_gradients. Oracle: every worker simulated in NumPy.
+def check_aggregation_with_algorithm(hvd):
+    import keras
+    from tf_ps_ops.algorithms import Decentralized
+
+    size, me = hvd.size(), hvd.rank()
+    passes, steps, lr = 2, 2, 0.125  # exact in float32 (Keras keeps it so)
+
+    def data(rank, step, p):
+        rng = np.random.default_rng(100 * rank + 10 * step + p)
+        return rng.standard_normal([5, 3]), rng.standard_normal([5])
+
+    def grad_of(w, a, b):
+        return a.T @ (a @ w - b)
+
+    held = [np.full(3, r + 1.0) for r in range(size)]  # each worker starts elsewhere
+    for step in range(steps):
+        sums = [sum(grad_of(held[r], *data(r, step, p)) for p in range(passes)) / passes
+                for r in range(size)]
+        mixed = [(held[r] + held[(r - 1) % size] + held[(r + 1) % size]) / 3.0
+                 for r in range(size)]
+        held = [mixed[r] - lr * sums[r] for r in range(size)]
+
+    w = tf.Variable(np.full(3, me + 1.0))
+    opt = hvd.DistributedOptimizer(keras.optimizers.SGD(lr), algorithm=Decentralized("ring"),
+                                   backward_passes_per_step=passes,
+                                   average_aggregated_gradients=True, name="agg.alg")
+    for step in range(steps):
+        for p in range(passes):
+            a, b = data(me, step, p)
+            before = w.numpy().copy()
+            with tf.GradientTape() as tape:
+                loss = 0.5 * tf.reduce_sum(tf.square(tf.linalg.matvec(a, w) - b))
+            opt.apply([tape.gradient(loss, w)], [w])
+            if p < passes - 1:
+                np.testing.assert_array_equal(w.numpy(), before)  # no step between
+    np.testing.assert_allclose(w.numpy(), held[me], rtol=1e-12)
+    assert int(opt.iterations.numpy()) == steps * passes, opt.iterations
+    assert int(opt._tfps_algorithm.step_count.numpy()) == steps
+    try:
+        hvd.DistributedGradientTape(tf.GradientTape(), algorithm=Decentralized("ring"),
+                                    backward_passes_per_step=2)
+    except ValueError as error:
+        assert "DistributedOptimizer" in str(error), error
+    else:
+        raise AssertionError("the tape took backward_passes_per_step=2 with an algorithm")
+
+
 CHECKS = [check_reducescatter_exact_and_only_its_rows,
           check_reducescatter_in_function_scaled_and_grouped, check_reducescatter_gradient,
-          check_adasum_halving, check_adasum_gradient]
+          check_adasum_halving, check_adasum_gradient, check_aggregation_with_algorithm]
 
 if __name__ == "__main__":
     run_checks(CHECKS)
