@@ -111,7 +111,7 @@ def _vhdd(flat, key, size, rank):
     return tf.concat([pieces[starts[r]:starts[r] + where[r][1]] for r in order], 0)
 
 
-def _adasum(x, key, process_set):
+def _adasum(x, key, process_set, halving=True):
     from tf_ps_ops import process_sets
     from tf_ps_ops.basics import rank
     from tf_ps_ops.ops import allgather
@@ -119,7 +119,7 @@ def _adasum(x, key, process_set):
     size = process_sets.set_size(process_set)
     flat = tf.reshape(tf.cast(x, tf.float64), [-1])
     power_of_two = size & (size - 1) == 0
-    if (size > 1 and power_of_two and flat.shape.is_fully_defined() and
+    if (halving and size > 1 and power_of_two and flat.shape.is_fully_defined() and
             not process_sets.key_prefix(process_set)):
         result = _vhdd(flat, key, size, rank())
     else:

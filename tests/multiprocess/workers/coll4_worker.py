@@ -53,8 +53,9 @@ def value_of(rank, shape, dtype, salt=0):
 # servers.
 def check_reducescatter_exact_and_only_its_rows(hvd):
     size, me = hvd.size(), hvd.rank()
-    for rows in (2 * size + 3, size - 1, 1):
-        for dtype in (tf.int32, tf.int64, tf.float32, tf.float64, tf.float16):
+    for rows, dtypes in ((2 * size + 3, (tf.int32, tf.float64, tf.float16)),
+                         (size - 1, (tf.int64, tf.float32)), (1, (tf.float32,))):
+        for dtype in dtypes:
             x = [value_of(r, [rows, 3], dtype, salt=rows) for r in range(size)]
             total = x[0].copy()
             for r in range(1, size):
@@ -119,7 +120,7 @@ def check_reducescatter_gradient(hvd):
 # formula; a worker receives about 2 (size - 1) / size of the tensor, not size - 1 times it.
 def check_adasum_halving(hvd):
     size, me = hvd.size(), hvd.rank()
-    for dtype, shape in ((tf.float64, [37, 11]), (tf.float32, [4, 5]), (tf.float64, [3])):
+    for dtype, shape in ((tf.float64, [37, 11]), (tf.float32, [3])):
         x = [np.random.default_rng(r).standard_normal(shape) * (r + 1) for r in range(size)]
         x[1 % size] = -x[0] * 0.5  # a pair with a negative dot product
         want = adasum_reference.adasum(x).reshape(shape)
