@@ -17,14 +17,16 @@ this runs as Horovod's CPU Adasum does, by recursive vector halving and distance
   - at the end every worker holds 1/size of the result; an allgather puts it together.
 A worker receives about 2 (size - 1) / size of the tensor's bytes (half of it on the way
 down, the rest on the way up) plus 24 bytes per level and peer, where gathering every
-worker's whole tensor received size - 1 times it (benchmarks/adasum_bytes.py).
+worker's whole tensor received size - 1 times it (benchmarks/collective_bytes.py).
 
 Otherwise (a non-power-of-two size, a process set, a shape unknown at trace time) every
 worker allgathers every gradient and evaluates the same tree, an odd one out at a level
 carried up unchanged. Horovod refuses a non-power-of-two number of nodes only for GPU
 Adasum; on CPUs it reduces any size, and so does this.
 
-Everything is computed in float64 and cast back. The gradient is the Adasum of the
+Tensors travel in their own dtype (float16/bfloat16 as float32); dot products and
+combinations are computed in float64 (by halving: rounded to the dtype at each level, as
+Horovod's buffer is). The gradient is the Adasum of the
 upstream gradients, as Horovod 0.28's _allreduce_grad (the forward op on the gradient).
 """
 
@@ -72,6 +74,8 @@ def segments(length, size):
 
 
 def _vhdd(flat, key, size, rank):
+    # `flat` travels in its own dtype; dot products and combinations are float64, cast
+    # back to it at each level (as Horovod keeps its buffer in the tensor's dtype).
     from tf_ps_ops import _library
     from tf_ps_ops.ops import allgather
 
@@ -89,7 +93,8 @@ def _vhdd(flat, key, size, rank):
         splits[partner] = count - keep_count
         received, _ = ops.ps_alltoall(give, tf.constant(splits, tf.int64),
                                       tensor_name=f"{key}.vhdd.{level}")
-        mine = held[keep_from:keep_from + keep_count]
+        mine = tf.cast(held[keep_from:keep_from + keep_count], tf.float64)
+        received = tf.cast(received, tf.float64)
         a, b = (mine, received) if lower else (received, mine)
         partial = tf.stack([tf.reduce_sum(a * b), tf.reduce_sum(a * a), tf.reduce_sum(b * b)])
         every = allgather(tf.reshape(partial, [1, 3]), name=f"{key}.vhdd.{level}.dots")
@@ -98,7 +103,7 @@ def _vhdd(flat, key, size, rank):
         for member in range(first + 1, first + 2 * distance):
             group = group + every[member]
         a_coeff, b_coeff = _coefficients(group[0], group[1], group[2])
-        held = a_coeff * a + b_coeff * b
+        held = tf.cast(a_coeff * a + b_coeff * b, flat.dtype)
         offset, count = offset + keep_from, keep_count
         distance, level = distance * 2, level + 1
     pieces = allgather(held, name=f"{key}.vhdd.gather")
@@ -117,7 +122,9 @@ def _adasum(x, key, process_set, halving=True):
     from tf_ps_ops.ops import allgather
 
     size = process_sets.set_size(process_set)
-    flat = tf.reshape(tf.cast(x, tf.float64), [-1])
+    # What travels: the tensor's own dtype (16-bit floats as float32).
+    wire = x.dtype if x.dtype in (tf.float32, tf.float64) else tf.float32
+    flat = tf.reshape(tf.cast(x, wire), [-1])
     power_of_two = size & (size - 1) == 0
     if (halving and size > 1 and power_of_two and flat.shape.is_fully_defined() and
             not process_sets.key_prefix(process_set)):
@@ -125,6 +132,7 @@ def _adasum(x, key, process_set, halving=True):
     else:
         gathered = allgather(tf.reshape(flat, [1, -1]), name=key + ".adasum",
                              process_set=process_set)
+        gathered = tf.cast(gathered, tf.float64)
         result = _tree([gathered[i] for i in range(size)])
     return tf.reshape(tf.cast(result, x.dtype), tf.shape(x))
 

@@ -130,7 +130,7 @@ def check_adasum_halving(hvd):
             assert out.dtype == dtype
             np.testing.assert_allclose(out, want, rtol=1e-5 if dtype == tf.float32 else 1e-12,
                                        atol=1e-12)
-            n = int(np.prod(shape)) * 8  # float64 on the wire
+            n = int(np.prod(shape)) * dtype.size  # travels in its own dtype
             levels = size.bit_length() - 1
             # Halving and doubling (one element of rounding per level each way), plus the
             # three dot products per level from each peer.
