@@ -174,10 +174,29 @@ def _reducescatter_by_servers(tensor, compression, key, process_set, members, pr
     return summed[start:start + count]
 
 
+def _agreed_rows(rows, key):
+    # Every worker's first dimension, gathered (8 bytes from each peer): with different
+    # ones the split would differ between workers, and a worker could get a wrong slice
+    # without noticing. Every worker sees the same list, so all fail together, before the
+    # exchange (the servers' path reports this as its shape mismatch).
+    every = allgather(tf.reshape(rows, [1]), name=key + ".rows")
+    message = (f"reducescatter {key!r}: the workers' first dimensions differ (rank order): "
+               "every worker must pass a tensor of the same shape")
+    if tf.executing_eagerly():
+        values = every.numpy().tolist()
+        if any(v != values[0] for v in values):
+            raise tf.errors.FailedPreconditionError(None, None, f"{message}: {values}")
+        return rows
+    check = tf.debugging.assert_equal(every, tf.fill(tf.shape(every), every[0]),
+                                      message=message)
+    with tf.control_dependencies([check]):
+        return tf.identity(rows)
+
+
 def _reducescatter_by_peers(tensor, compression, key, prescale):
     size_, me = size(), rank()
     sent, ctx = compression.compress(_scale(tensor, prescale))
-    rows = tf.shape(sent, out_type=tf.int64)[0]
+    rows = _agreed_rows(tf.shape(sent, out_type=tf.int64)[0], key)
     splits = tf.stack([_rows_of(r, size_, rows)[1] for r in range(size_)])
     received, _ = _library.ops().ps_alltoall(sent, splits, tensor_name=key)
     # Every worker sent this one the same number of rows (its slice): sum them in rank

@@ -68,7 +68,8 @@ def check_reducescatter_exact_and_only_its_rows(hvd):
             row_bytes = 3 * dtype.size
             # Nothing through the servers; from each peer exactly this worker's rows.
             assert received[0] == 0, f"{received[0]} bytes came from the servers"
-            assert received[1] == (size - 1) * count * row_bytes, (received, count)
+            # (and each peer's first dimension, int64, checked against this one's)
+            assert received[1] == (size - 1) * (count * row_bytes + 8), (received, count)
             out = hvd.reducescatter(tf.constant(x[me]))  # Average, Horovod's default
             want = total // size if dtype.is_integer else total / np.array(size, total.dtype)
             np.testing.assert_array_equal(out, want[start:start + count])
@@ -90,6 +91,22 @@ def check_reducescatter_scaled_and_grouped(hvd):
     np.testing.assert_array_equal(outs[0], total[start:start + count])
     s2, c2 = rows_of(me, size, size + 2)
     np.testing.assert_array_equal(outs[1], np.full([c2], sum(range(size)), np.int32))
+
+
+def check_reducescatter_shape_mismatch(hvd):
+    # Different first dimensions: every worker fails at once (FailedPrecondition, as
+    # Horovod's mismatches), not only those whose slice came out the wrong size, and
+    # the next call works.
+    size, me = hvd.size(), hvd.rank()
+    rows = 4 if me != size - 1 else 5  # the last worker's extra row lands in rank 0's part
+    try:
+        hvd.reducescatter(tf.ones([rows, 2]), op=hvd.Sum, name="rs.mismatch")
+    except tf.errors.FailedPreconditionError as error:
+        assert "first dimensions differ" in str(error) and "[4, " in str(error), error
+    else:
+        raise AssertionError(f"rank {me}: no FailedPreconditionError")
+    out = hvd.reducescatter(tf.ones([size, 2]), op=hvd.Sum, name="rs.mismatch")
+    np.testing.assert_array_equal(out, np.full([1, 2], size, np.float32))
 
 
 def check_reducescatter_gradient(hvd):
@@ -209,7 +226,8 @@ def check_aggregation_with_algorithm(hvd):
 
 
 CHECKS = [check_reducescatter_exact_and_only_its_rows,
-          check_reducescatter_scaled_and_grouped, check_reducescatter_gradient,
+          check_reducescatter_scaled_and_grouped, check_reducescatter_shape_mismatch,
+          check_reducescatter_gradient,
           check_adasum_halving, check_adasum_gradient, check_aggregation_with_algorithm]
 
 if __name__ == "__main__":
