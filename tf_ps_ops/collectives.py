@@ -178,8 +178,10 @@ def _agreed_rows(rows, key):
     # Every worker's first dimension, gathered (8 bytes from each peer): with different
     # ones the split would differ between workers, and a worker could get a wrong slice
     # without noticing. Every worker sees the same list, so all fail together, before the
-    # exchange (the servers' path reports this as its shape mismatch).
-    every = allgather(tf.reshape(rows, [1]), name=key + ".rows")
+    # exchange (the servers' path reports this as its shape mismatch). It goes under the
+    # call's own key: a worker that raised before the call (_abort.guarded) tells the
+    # others under that key, and they are waiting here.
+    every = allgather(tf.reshape(rows, [1]), name=key)
     message = (f"reducescatter {key!r}: the workers' first dimensions differ (rank order): "
                "every worker must pass a tensor of the same shape")
     if tf.executing_eagerly():
@@ -198,7 +200,7 @@ def _reducescatter_by_peers(tensor, compression, key, prescale):
     sent, ctx = compression.compress(_scale(tensor, prescale))
     rows = _agreed_rows(tf.shape(sent, out_type=tf.int64)[0], key)
     splits = tf.stack([_rows_of(r, size_, rows)[1] for r in range(size_)])
-    received, _ = _library.ops().ps_alltoall(sent, splits, tensor_name=key)
+    received, _ = _library.ops().ps_alltoall(sent, splits, tensor_name=key + ".data")
     # Every worker sent this one the same number of rows (its slice): sum them in rank
     # order, so the result is what NumPy's sum over the workers' arrays gives.
     count = _rows_of(me, size_, rows)[1]
