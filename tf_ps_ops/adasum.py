@@ -19,10 +19,10 @@ A worker receives about 2 (size - 1) / size of the tensor's bytes (half of it on
 down, the rest on the way up) plus 24 bytes per level and peer, where gathering every
 worker's whole tensor received size - 1 times it (benchmarks/collective_bytes.py).
 
-Otherwise (a non-power-of-two size, a process set, a shape unknown at trace time) every
-worker allgathers every gradient and evaluates the same tree, an odd one out at a level
-carried up unchanged. Horovod refuses a non-power-of-two number of nodes only for GPU
-Adasum; on CPUs it reduces any size, and so does this.
+Inside a process set, or for a shape unknown when the graph is built, every member
+allgathers every gradient and evaluates the same tree. A number of workers (or members)
+that is not a power of two is refused with NotImplementedError, as Horovod's VHDD refuses
+it ("Running Adasum with non-power-of-two ranks is not supported yet", adasum.h).
 
 Tensors travel in their own dtype (float16/bfloat16 as float32); dot products and
 combinations are computed in float64 (by halving: rounded to the dtype at each level, as
@@ -140,8 +140,18 @@ def _adasum(x, key, process_set, halving=True):
 def adasum_allreduce(tensor, key, process_set=None):
     """The Adasum of every worker's `tensor` (a floating-point tensor), under `key`: of
     every worker, or of `process_set`'s members (in rank order)."""
+    from tf_ps_ops import process_sets
+
     if not tensor.dtype.is_floating:
         raise ValueError(f"op=Adasum needs a floating-point tensor, got {tensor.dtype.name}")
+    size = process_sets.set_size(process_set)
+    if size & (size - 1):
+        raise NotImplementedError(
+            f"op=Adasum needs a power-of-two number of workers, got {size}"
+            f"{'' if process_sets.key_prefix(process_set) == '' else ' in this process set'}: "
+            "as Horovod (\"Running Adasum with non-power-of-two ranks is not supported "
+            "yet\"), the recursive halving pairs every rank at every level; use op=Average "
+            "or a process set of 2, 4, 8, ... workers")
 
     @tf.custom_gradient
     def reduce(x):

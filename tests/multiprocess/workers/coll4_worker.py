@@ -157,6 +157,23 @@ def check_adasum_halving(hvd):
                 assert received[1] < (size - 1) * n, (received, (size - 1) * n)
 
 
+def check_adasum_needs_a_power_of_two(hvd):
+    # Horovod's VHDD throws "Running Adasum with non-power-of-two ranks is not supported
+    # yet"; so do we, on every member at once (nothing is sent), and the set stays usable.
+    size, me = hvd.size(), hvd.rank()
+    three = hvd.add_process_set(list(range(size - 1)))
+    if three.included():
+        try:
+            hvd.allreduce(tf.ones([4], tf.float64), op=hvd.Adasum, process_set=three)
+        except NotImplementedError as error:
+            assert "power-of-two" in str(error) and f"got {size - 1}" in str(error), error
+        else:
+            raise AssertionError("Adasum over 3 workers did not fail")
+        out = hvd.allreduce(tf.ones([4]), op=hvd.Sum, process_set=three)
+        np.testing.assert_array_equal(out, np.full([4], size - 1, np.float32))
+    hvd.remove_process_set(three)
+
+
 def check_adasum_gradient(hvd):
     # Horovod 0.28 registers the allreduce's own op for its gradient: the gradient of an
     # Adasum is the Adasum of the upstream gradients.
@@ -228,7 +245,8 @@ def check_aggregation_with_algorithm(hvd):
 CHECKS = [check_reducescatter_exact_and_only_its_rows,
           check_reducescatter_scaled_and_grouped, check_reducescatter_shape_mismatch,
           check_reducescatter_gradient,
-          check_adasum_halving, check_adasum_gradient, check_aggregation_with_algorithm]
+          check_adasum_halving, check_adasum_needs_a_power_of_two,
+          check_adasum_gradient, check_aggregation_with_algorithm]
 
 if __name__ == "__main__":
     run_checks(CHECKS)
