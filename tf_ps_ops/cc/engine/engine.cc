@@ -76,7 +76,7 @@ class Engine::Loop {
     return EngineStats{bytes_sent_.load(), bytes_received_.load(), messages_sent_.load(),
                        mesh_.bytes_sent(), parts_sent_.load(), batches_sent_.load(),
                        batches_received_.load(), codec_.raw_bytes(), codec_.encoded_bytes(),
-                       codec_.micros()};
+                       codec_.micros(), mesh_.bytes_received()};
   }
 
  private:

@@ -96,6 +96,7 @@ struct EngineStats {
   uint64_t codec_raw_bytes = 0;
   uint64_t codec_encoded_bytes = 0;
   uint64_t codec_micros = 0;
+  uint64_t peer_bytes_received = 0;  // peer data payload bytes from other workers
 };
 
 class Engine {
