@@ -58,6 +58,9 @@ class Engine::Loop {
   using TimelineTask = std::function<void(Timeline&, int rank)>;
   bool PostTimelineTask(TimelineTask task);
   void RequestStop();
+  // The codec the engine would push `r` with (PushCodec::Choose; any thread: it reads only
+  // what Init set).
+  CodecSpec ChooseCodec(const PushPullRequest& r) const { return codec_.Choose(r); }
   // Called (on the engine thread) when a member's failure ends the job; at once if it
   // already has. Any thread.
   void OnJobFailed(std::function<void(const Status&)> listener) {
@@ -73,7 +76,7 @@ class Engine::Loop {
     return EngineStats{bytes_sent_.load(), bytes_received_.load(), messages_sent_.load(),
                        mesh_.bytes_sent(), parts_sent_.load(), batches_sent_.load(),
                        batches_received_.load(), codec_.raw_bytes(), codec_.encoded_bytes(),
-                       codec_.micros(), shm_parts_sent_.load()};
+                       codec_.micros(), mesh_.bytes_received(), shm_parts_sent_.load()};
   }
 
  private:
@@ -105,6 +108,7 @@ class Engine::Loop {
     uint64_t row_elems = 1;             // PS mode, rank >= 2: partitions hold whole rows
     std::vector<uint64_t> row_begin;    // sparse: partition i sends request rows
                                         // [row_begin[i], row_begin[i + 1])
+    std::vector<HostBytes> device_encoded;  // request.device_codec: each partition's bytes
     int remaining = 0;
     Clock::time_point deadline;
     Clock::time_point started, first_sent;
@@ -145,6 +149,8 @@ class Engine::Loop {
     return EncodedBytes(op.codec.id, n, SparseK(op.codec.ratio, n));
   }
   Status PrepareSparseOnLoop(Op& op) const;
+  // request.device_codec: every partition encoded on the GPU, into op.device_encoded.
+  Status EncodeOnDeviceOnLoop(Op& op);
   zmq::message_t SparsePayload(const Op& op, uint32_t index) const;
   Status OnSparseReplyOnLoop(Op& op, const Header& h, const zmq::message_t& payload);
   void OnMessageOnLoop(int server, std::vector<zmq::message_t>& frames);
@@ -504,6 +510,13 @@ void Engine::Loop::StartOnLoop(PushPullRequest request) {
       return;
     }
   }
+  if (o.request.device_codec != nullptr) {
+    Status s = EncodeOnDeviceOnLoop(o);
+    if (!s.ok()) {
+      FinishOnLoop(id, s);
+      return;
+    }
+  }
   for (const Partition& p : o.parts) ready_.emplace(o.request.priority, id, p.index);
 }
 
@@ -601,7 +614,13 @@ Status Engine::Loop::SendPartOnLoop(uint64_t op_id, Op& o, uint32_t index) {
   if (sparse) h.count = o.row_begin[index + 1] - o.row_begin[index];
   zmq::message_t payload;
   uint64_t wire_bytes = bytes;
-  if (o.codec.id != CodecId::kNone) {
+  if (!o.device_encoded.empty()) {  // encoded on the GPU (EncodeOnDeviceOnLoop)
+    const HostBytes& encoded = o.device_encoded[index];
+    h.codec = static_cast<uint8_t>(o.codec.id);
+    if (!codec_.FeedbackFor(r)) h.flags |= kFlagNoFeedback;
+    wire_bytes = encoded.size;
+    payload = ZeroCopyMessage(encoded.data, encoded.size, encoded.holder);
+  } else if (o.codec.id != CodecId::kNone) {
     std::shared_ptr<EncodedPart> encoded;
     TFPS_RETURN_IF_ERROR(codec_.EncodePart(r, o.codec, o.key, p.index, o.step,
                                            static_cast<const float*>(r.input) + p.offset,
@@ -811,7 +830,25 @@ void Engine::Loop::OnReplyOnLoop(int server, zmq::message_t& head_frame,
     return;
   }
   char* out = static_cast<char*>(op.request.output) + p.offset * elem;
-  if (h.codec != 0) {
+  if (op.request.device_codec != nullptr && h.codec == 0) {  // output is device memory
+    FinishOnLoop(id, Internal(Describe(server) + " answered partition " +
+                              std::to_string(h.partition) + " of a GPU-encoded call "
+                              "uncompressed"));
+    return;
+  }
+  if (h.codec != 0 && op.request.device_codec != nullptr) {
+    uint64_t k = 0;
+    s = CheckEncoded(static_cast<CodecId>(h.codec), h.count, payload_frame->size(), &k);
+    if (s.ok()) {
+      s = op.request.device_codec->TakeReply(static_cast<CodecId>(h.codec), p, k,
+                                             RandomKSeed(h.key, h.partition, h.step),
+                                             payload_frame->data(), payload_frame->size());
+    }
+    if (!s.ok()) {
+      FinishOnLoop(id, s.WithPrefix(Describe(server) + ": "));
+      return;
+    }
+  } else if (h.codec != 0) {
     s = codec_.DecodeReply(h, payload_frame->data(), payload_frame->size(),
                            reinterpret_cast<float*>(out));
     if (!s.ok()) {
@@ -823,6 +860,41 @@ void Engine::Loop::OnReplyOnLoop(int server, zmq::message_t& head_frame,
   }
   bytes_received_ += payload_frame != nullptr ? payload_frame->size() : 0;
   if (--op.remaining == 0) FinishOnLoop(id, Status::Ok());
+}
+
+Status Engine::Loop::EncodeOnDeviceOnLoop(Op& op) {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
+  const PushPullRequest& r = op.request;
+  if (op.codec.id == CodecId::kNone || !op.row_begin.empty()) {
+    return Internal("'" + r.name + "' came to be encoded on the GPU but is not compressed");
+  }
+  uint64_t raw = 0, encoded = 0;
+  for (const Partition& p : op.parts) {
+    if (p.count > kMaxEncodedElements) {
+      return InvalidArgument("compressing '" + r.name + "': a partition of " +
+                             std::to_string(p.count) + " elements is more than a compressed "
+                             "message may carry (" + std::to_string(kMaxEncodedElements) +
+                             "); lower TFPS_PARTITION_BYTES");
+    }
+  }
+  TFPS_RETURN_IF_ERROR(r.device_codec
+                           ->EncodeParts(op.codec, codec_.FeedbackFor(r), op.key, op.step,
+                                         op.parts, &op.device_encoded)
+                           .WithPrefix("compressing '" + r.name + "' on the GPU: "));
+  bool sizes_ok = op.device_encoded.size() == op.parts.size();
+  for (size_t i = 0; sizes_ok && i < op.parts.size(); ++i) {
+    const uint64_t n = op.parts[i].count;
+    sizes_ok = op.device_encoded[i].size ==
+               EncodedBytes(op.codec.id, n, SparseK(op.codec.ratio, n));
+    raw += 4 * n;
+    encoded += op.device_encoded[i].size;
+  }
+  if (!sizes_ok) {
+    op.device_encoded.clear();
+    return Internal("compressing '" + r.name + "' on the GPU gave parts of the wrong size");
+  }
+  codec_.Count(raw, encoded);
+  return Status::Ok();
 }
 
 // Checks a sparse request and finds each partition's rows. Only whole rows can be cut out
@@ -1230,6 +1302,17 @@ Status Engine::StartHierarchical(const Config& config, const ClusterView& view) 
 EngineStats Engine::stats() {
   std::lock_guard<std::mutex> lock(loop_mu_);
   return loop_ ? loop_->stats() : EngineStats();
+}
+
+bool Engine::EncodesOnDevice(const PushPullRequest& request, CodecSpec* spec) {
+  std::lock_guard<std::mutex> lock(loop_mu_);
+  if (!loop_ || (hierarchical_ && Hierarchical::Eligible(request, job_compresses_))) {
+    return false;
+  }
+  *spec = loop_->ChooseCodec(request);
+  // A PS-mode gradient is answered with the float32 parameter, which the hook cannot take.
+  return spec->id != CodecId::kNone &&
+         PushCodec::ReplyCodec(request, *spec) != CodecId::kNone;
 }
 
 namespace {

@@ -248,6 +248,7 @@ void PeerMesh::OnPeerDataOnLoop(std::vector<zmq::message_t>& frames) {
     shut_down_[h.sender] = true;
     return;
   }
+  bytes_received_ += payload;
   const GatherId id(h.key, h.step);
   const auto last = last_started_.find(h.key);
   if (last != last_started_.end() && h.step <= last->second && gathers_.count(id) == 0) {

@@ -483,6 +483,7 @@ PYBIND11_MODULE(_core, m) {
     d["bytes_received"] = s.bytes_received;
     d["messages_sent"] = s.messages_sent;
     d["peer_bytes_sent"] = s.peer_bytes_sent;
+    d["peer_bytes_received"] = s.peer_bytes_received;
     d["parts_sent"] = s.parts_sent;
     d["batches_sent"] = s.batches_sent;
     d["batches_received"] = s.batches_received;
