@@ -25,12 +25,6 @@ enum WorkerState { kUnseen = 0, kConnected = 1, kDone = 2, kGone = 3 };
 // the reason); fewer reach the workers as warnings.
 constexpr int kCheckpointFailuresFatal = 3;
 
-// A push's payload kept as ZeroMQ received it: no copy, freed with its last reference.
-Buffer BufferOf(zmq::message_t message) {
-  auto held = std::make_shared<zmq::message_t>(std::move(message));
-  return Buffer::Adopt(held->data(), held->size(), held);
-}
-
 // A reply sent from its buffer in place; ZeroMQ holds a reference until the bytes are out.
 zmq::message_t MessageOf(const Buffer& buffer) {
   return ZeroCopyMessage(buffer.data(), buffer.size(), buffer.owner());
@@ -45,6 +39,7 @@ ShardServer::ShardServer(int num_workers, int num_servers, const Config& config)
       context_(2),
       router_(context_, zmq::socket_type::router),
       scheduler_(context_, zmq::socket_type::dealer),
+      budget_(static_cast<uint64_t>(config.server_push_bytes), num_workers),
       worker_state_(num_workers, kUnseen),
       shm_(config.shm_server) {
   SetCommonOptions(router_, config_);
@@ -199,7 +194,7 @@ void ShardServer::SummationWorkOnSummationThread(KeyStore& store, Work& w,
       shm_answers->Expect(WorkerIdentity(w.head.header.sender), w.head.header, std::move(w.shm));
       store.OnPush(w.head, std::move(payload), replies, w.received_us);
     } else if (w.kind == Work::kPush) {
-      store.OnPush(w.head, BufferOf(std::move(w.payload)), replies, w.received_us);
+      store.OnPush(w.head, std::move(w.data), replies, w.received_us);
     } else if (w.kind == Work::kJoin) {
       store.OnJoin(w.head, w.answer, replies);
     } else {
@@ -486,6 +481,7 @@ void ShardServer::AcceptPushesOnIoThread(const std::string& identity, std::vecto
   Batch acks;
   for (Work& w : works) {
     const Header& h = w.head.header;
+    if (!w.shm && !AdmitOnIoThread(identity, &w)) continue;
     if ((h.flags & kFlagAck) != 0) {
       acks.Add(Encoded{EncodeHead(HeadAbout(h, MsgType::kAck, server_id_)), zmq::message_t()});
     }
@@ -503,6 +499,25 @@ void ShardServer::AcceptPushesOnIoThread(const std::string& identity, std::vecto
     TFPS_LOG(Warning) << "could not acknowledge to '" << EscapeForLog(identity)
                       << "': " << s.message() << SuppressedNote(suppressed);
   }
+}
+
+bool ShardServer::AdmitOnIoThread(const std::string& identity, Work* w) {
+  const Header& h = w->head.header;
+  Status s = budget_.Admit(h, w->payload.size(), server_id_);
+  if (s.ok()) {
+    w->data = budget_.Hold(h.sender, std::move(w->payload));
+    return true;
+  }
+  // The push fails at once (not silently, not after TFPS_TIMEOUT); the log is rate-limited
+  // per peer, the answers are not: each refused push is an op its worker waits for.
+  uint64_t suppressed = 0;
+  if (limiter_.Allow(identity, &suppressed)) {
+    TFPS_LOG(Warning) << s.message() << SuppressedNote(suppressed);
+  }
+  Head about = HeadAbout(h, MsgType::kError, server_id_);
+  about.header.status = static_cast<uint16_t>(s.code());
+  (void)SendText(router_, identity, about.header, s.message());
+  return false;
 }
 
 void ShardServer::OnBatchOnIoThread(const std::string& identity, const Header& batch,

@@ -27,6 +27,7 @@
 
 #include "ps_server/checkpoint.h"
 #include "ps_server/key_store.h"
+#include "ps_server/push_budget.h"
 #include "ps_server/shm_peers.h"
 #include "tf_ps_ops/cc/common/config.h"
 #include "tf_ps_ops/cc/common/rate_limit.h"
@@ -53,6 +54,7 @@ class ShardServer {
     enum Kind { kPush, kWorkerLost, kJoin } kind = kPush;
     Head head;
     zmq::message_t payload;
+    Buffer data;  // the payload once accepted, counted in budget_ until freed
     // A kPushPullShm's payload, read in place, and the segment its answer goes into.
     Buffer shm_payload;
     std::shared_ptr<ShmSegment> shm;
@@ -92,6 +94,10 @@ class ShardServer {
   // Queues each push for its summation thread and acknowledges at once those with
   // kFlagAck (the worker's scheduling credit), in one message.
   void AcceptPushesOnIoThread(const std::string& identity, std::vector<Work> works);
+  // Counts a socket push's payload against TFPS_SERVER_PUSH_BYTES (push_budget.h) into
+  // w->data; over the limit, answers the push with an error naming worker and tensor, and
+  // returns false.
+  bool AdmitOnIoThread(const std::string& identity, Work* w);
   // A kPushPullShm's payload out of its sender's segment into *w (then a kPushPull); on
   // failure sends an error about that push, so that it fails at once, and returns false.
   bool ReceiveShmOnIoThread(const std::string& identity, Work* w);
@@ -110,6 +116,7 @@ class ShardServer {
   zmq::socket_t router_;
   zmq::socket_t scheduler_;
   std::unique_ptr<ZapHandler> zap_;  // with a job key: admits only its holders
+  PushBudget budget_;                // TFPS_SERVER_PUSH_BYTES
   std::vector<std::unique_ptr<Inbox>> inboxes_;
   std::vector<ShardParams> restored_;  // per thread, read in Start(); empty: nothing restored
   std::vector<std::thread> threads_;
