@@ -69,12 +69,12 @@ Status PushBudget::Admit(const Header& h, uint64_t payload_bytes, int server_id)
 }
 
 Buffer PushBudget::Hold(int rank, zmq::message_t message) {
-  const uint64_t size = Charge(message.size());
+  const uint64_t charge = Charge(message.size());
   std::atomic<uint64_t>* mine = &counts_->by_rank[rank];
-  counts_->total.fetch_add(size, std::memory_order_relaxed);
-  mine->fetch_add(size, std::memory_order_relaxed);
+  counts_->total.fetch_add(charge, std::memory_order_relaxed);
+  mine->fetch_add(charge, std::memory_order_relaxed);
   auto held = std::make_shared<Held>(std::move(message), counts_, &counts_->total, mine);
-  return Buffer::Adopt(held->message.data(), size, held);
+  return Buffer::Adopt(held->message.data(), held->message.size(), held);
 }
 
 uint64_t PushBudget::held() const { return counts_->total.load(std::memory_order_relaxed); }

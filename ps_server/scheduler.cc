@@ -393,7 +393,8 @@ void Scheduler::OnSilent(const std::string& identity, double seconds) {
       NameOf(identity) + " is hung: it has not answered the scheduler for " + quiet +
       " s (2 x TFPS_HEARTBEAT_TIMEOUT=" + FormatSeconds(liveness_.timeout_s()) +
       " s, + 1 s) although its connection is open: its " +
-      (worker ? "engine thread" : "I/O thread") + " is stuck (a debugger, a deadlock?)";
+      (worker ? "engine thread" : "I/O thread or a summation thread (its log says which)") +
+      " is stuck (a debugger, a deadlock?)";
   TFPS_LOG(Error) << why;
   member->done = true;
   if (worker) ++lost_workers_;

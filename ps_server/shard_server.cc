@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 
 #include "ps_server/exit_codes.h"
 #include "ps_server/thread_shard.h"
@@ -95,6 +97,7 @@ Status ShardServer::Start(const std::string& scheduler_host, int scheduler_port,
   for (int i = 0; i < config_.server_threads; ++i) {
     inboxes_.push_back(std::make_unique<Inbox>());
   }
+  watch_ = std::make_unique<ThreadWatch>(config_.server_threads);
   for (int i = 0; i < config_.server_threads; ++i) {
     threads_.emplace_back([this, i] { SummationLoop(i); });
   }
@@ -158,24 +161,32 @@ void ShardServer::SummationLoop(int index) {
   ShmAnswers shm_answers;  // this thread's shared-memory pushes, answered here
   while (!stopping_) {
     std::deque<Work> batch;
+    watch_->Beat(index, ThreadWatch::kWaiting);
     {
       std::unique_lock<std::mutex> lock(inbox.mu);
       inbox.cv.wait_for(lock, std::chrono::milliseconds(250),
                         [&] { return stopping_ || !inbox.queue.empty(); });
       batch.swap(inbox.queue);
     }
-    for (Work& w : batch) SummationWorkOnSummationThread(store, w, &replies, &shm_answers);
+    for (Work& w : batch) {
+      watch_->Beat(index, ThreadWatch::kPush);
+      SummationWorkOnSummationThread(store, w, &replies, &shm_answers);
+    }
+    watch_->Beat(index, ThreadWatch::kTick);
     try {
       store.OnTick(KeyStore::Clock::now(), &replies);
     } catch (const std::exception& e) {  // e.g. bad_alloc: log, keep serving
       TFPS_LOG(Error) << "summation thread " << index << ": " << e.what();
     }
+    watch_->Beat(index, ThreadWatch::kReplies);
     shm_answers.Fill(&replies);  // the sum into colocated workers' memory, on this thread
     PostReplies(&replies);
     if (checkpoints && store.CheckpointDue(config_.checkpoint_every)) {
+      watch_->Beat(index, ThreadWatch::kCheckpoint);
       CheckpointOnSummationThread(index, store);
     }
   }
+  watch_->Beat(index, ThreadWatch::kExited);
 }
 
 // No exception leaves a summation thread: the push that raised one (an allocation the
@@ -271,9 +282,11 @@ bool ShardServer::ExchangeNoticesOnIoThread(std::string* why) {
       return false;
     }
   }
+  const bool alive = SummationThreadsAliveOnIoThread();
   std::vector<zmq::message_t> frames;
   while (RecvFrames(scheduler_, &frames)) {
-    if (AnswerPing(scheduler_, frames)) continue;  // the I/O thread lives (notice.h)
+    // The I/O thread lives (notice.h), and so do the summation threads (thread_watch.h).
+    if (AnswerPing(scheduler_, frames, alive)) continue;
     Code code = Code::kOk;
     NoticeAbout about;
     std::string text;
@@ -293,6 +306,55 @@ bool ShardServer::ExchangeNoticesOnIoThread(std::string* why) {
     *why = JobFailedMessage(text);  // no job goes on without one of its servers
     return false;
   }
+  return true;
+}
+
+bool ShardServer::SummationThreadsAliveOnIoThread() {
+  if (!watch_ || config_.heartbeat_timeout_s <= 0) return true;
+  double quiet = 0;
+  std::string doing;
+  const int stuck = watch_->Stuck(config_.heartbeat_timeout_s, &quiet, &doing);
+  if (stuck < 0) {
+    if (stuck_reported_ >= 0) {
+      TFPS_LOG(Warning) << "summation thread " << stuck_reported_
+                        << " progresses again; answering heartbeats again";
+    }
+    stuck_reported_ = -1;
+    return true;
+  }
+  if (stuck != stuck_reported_) {
+    stuck_reported_ = stuck;
+    char seconds[32], window[32];
+    std::snprintf(seconds, sizeof(seconds), "%.1f", quiet);
+    std::snprintf(window, sizeof(window), "%g", config_.heartbeat_timeout_s);
+    const std::string why =
+        "summation thread " + std::to_string(stuck) + " of server " +
+        std::to_string(server_id_) + " has made no progress for " + seconds +
+        " s (TFPS_HEARTBEAT_TIMEOUT=" + window + " s) while " + doing + " (a blocked file or disk write, a deadlock?): this server "
+        "no longer answers heartbeats and is named hung unless the thread goes on";
+    TFPS_LOG(Error) << why;
+    (void)SendNotice(scheduler_, Status::Ok(), why);
+  }
+  return false;
+}
+
+bool ShardServer::StopSummationThreadsOnIoThread() {
+  stopping_ = true;
+  for (auto& inbox : inboxes_) inbox->cv.notify_all();
+  // Waits while the threads progress; one silent for TFPS_HEARTBEAT_TIMEOUT is stuck.
+  while (watch_ && !watch_->AllExited()) {
+    double quiet = 0;
+    std::string doing;
+    const int stuck = watch_->Stuck(config_.heartbeat_timeout_s, &quiet, &doing);
+    if (stuck >= 0) {
+      TFPS_LOG(Error) << "summation thread " << stuck << " is stuck (no progress for "
+                      << quiet << " s while " << doing << "): exiting without it";
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  for (auto& t : threads_) t.join();
+  threads_.clear();
   return true;
 }
 
@@ -344,11 +406,14 @@ int ShardServer::Run(const std::atomic<bool>& stop) {
     if (finished == num_workers_) break;
   }
   // Let summation threads post their last replies, then flush them.
-  stopping_ = true;
-  for (auto& inbox : inboxes_) inbox->cv.notify_all();
-  for (auto& t : threads_) t.join();
-  threads_.clear();
+  const bool stopped = StopSummationThreadsOnIoThread();
   SendOutboxOnIoThread();
+  if (!stopped) {  // a thread blocked in the kernel cannot be joined, nor this object freed
+    TFPS_LOG(Error) << (failed.empty() ? std::string("the job ended") : failed)
+                    << "; exiting with 1 without the stuck summation thread";
+    std::fflush(stderr);  // not every stream: the stuck thread may hold one's lock
+    std::_Exit(1);
+  }
   if (!failed.empty()) {
     TFPS_LOG(Error) << failed << "; exiting with 1";
     return 1;

@@ -29,6 +29,7 @@
 #include "ps_server/key_store.h"
 #include "ps_server/push_budget.h"
 #include "ps_server/shm_peers.h"
+#include "ps_server/thread_watch.h"
 #include "tf_ps_ops/cc/common/config.h"
 #include "tf_ps_ops/cc/common/rate_limit.h"
 #include "tf_ps_ops/cc/common/status.h"
@@ -82,6 +83,13 @@ class ShardServer {
   // Sends queued notices; reads the scheduler's. False once the job cannot go on (a
   // member failed or died): *why says so.
   bool ExchangeNoticesOnIoThread(std::string* why);
+  // Whether every summation thread progressed within TFPS_HEARTBEAT_TIMEOUT (thread_watch.h):
+  // only then are the scheduler's pings answered. A stuck thread is logged and named to
+  // the scheduler (a warning every member hears) once.
+  bool SummationThreadsAliveOnIoThread();
+  // Stops and joins the summation threads; false (nothing joined) when one is stuck
+  // (thread_watch.h): the process must then exit without it.
+  bool StopSummationThreadsOnIoThread();
   void SummationWorkOnSummationThread(KeyStore& store, Work& w, std::vector<Outgoing>* replies,
                                       ShmAnswers* shm_answers);
   uint64_t MaxMessageBytes() const;
@@ -120,6 +128,7 @@ class ShardServer {
   std::vector<std::unique_ptr<Inbox>> inboxes_;
   std::vector<ShardParams> restored_;  // per thread, read in Start(); empty: nothing restored
   std::vector<std::thread> threads_;
+  std::unique_ptr<ThreadWatch> watch_;  // the summation threads' progress (set in Start)
   std::atomic<bool> stopping_{false};
   std::mutex outbox_mu_;
   std::vector<Outgoing> outbox_;  // guarded by outbox_mu_
@@ -132,6 +141,7 @@ class ShardServer {
   PeerRateLimiter limiter_;  // what misbehaving peers make us log and answer
   std::vector<int> worker_state_;  // 0 unseen, 1 connected, 2 said goodbye, 3 gone
   ShmPeers shm_;                   // colocated workers' shared memory (TFPS_SHM_SERVER)
+  int stuck_reported_ = -1;        // the summation thread last named stuck; -1: none
 };
 
 }  // namespace tfps

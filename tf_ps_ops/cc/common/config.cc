@@ -24,7 +24,8 @@ const std::vector<ConfigEntry>& ConfigTable() {
        "that vanished without closing its sockets). Also how long a member's serving thread "
        "(a worker's engine thread, a server's I/O thread) may leave the scheduler's pings "
        "unanswered, twice this plus 1 s, before it is named hung to everyone (application "
-       "heartbeats, pinged every quarter of it). At least 1; values above 6553.5 (the largest ZeroMQ can carry) are "
+       "heartbeats, pinged every quarter of it). A server answers only while each of its "
+       "summation threads progressed within this. At least 1; values above 6553.5 (the largest ZeroMQ can carry) are "
        "used as 6553.5, with a warning."},
       {"TFPS_PARTITION_BYTES", "int", "524288",
        "Tensors are split into partitions of at most this many bytes; partitions are spread "
