@@ -27,7 +27,7 @@ Scheduler::Scheduler(int num_workers, int num_servers, const Config& config)
 Status Scheduler::Bind(int port, int* bound_port) {
   TFPS_RETURN_IF_ERROR(CheckBindAllowed(config_, "the scheduler"));
   try {
-    router_.bind(BindEndpoint(config_, port, "the scheduler"));
+    BindTcp(router_, BindEndpoint(config_, port, "the scheduler"));
   } catch (const zmq::error_t& e) {
     return Unavailable("scheduler cannot bind port " + std::to_string(port) + ": " + e.what());
   }

@@ -62,7 +62,7 @@ Status ShardServer::Start(const std::string& scheduler_host, int scheduler_port,
                           const std::string& host) {
   TFPS_RETURN_IF_ERROR(CheckBindAllowed(config_, "this server"));
   try {
-    router_.bind(BindEndpoint(config_, port, "this server"));
+    BindTcp(router_, BindEndpoint(config_, port, "this server"));
   } catch (const zmq::error_t& e) {
     return Unavailable("server cannot bind port " + std::to_string(port) + ": " + e.what());
   }
@@ -75,11 +75,11 @@ Status ShardServer::Start(const std::string& scheduler_host, int scheduler_port,
     TFPS_RETURN_IF_ERROR(ListCheckpoints(config_.checkpoint_dir, &existing));
   }
   const std::string scheduler = TcpAddress(scheduler_host, scheduler_port);
-  scheduler_.connect(scheduler);
+  ConnectTcp(scheduler_, scheduler);
   RegisterRequest request;
   request.role = Role::kServer;
   request.port = bound;
-  request.host = host;
+  request.host = StripBrackets(host);  // the view's "host:port" holds IPv6 bare
   ClusterView view;
   TFPS_RETURN_IF_ERROR(
       RegisterWithScheduler(scheduler_, scheduler, request, config_.timeout_s, &view));

@@ -1,5 +1,7 @@
 #include "tf_ps_ops/cc/common/config.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -70,8 +72,9 @@ const std::vector<ConfigEntry>& ConfigTable() {
        "authenticated (ZeroMQ CURVE + ZAP): a peer without the same key gets nothing and "
        "changes nothing (docs/security.md). Empty: no authentication, plain TCP."},
       {"TFPS_BIND", "string", "*",
-       "The address every role binds its listening socket to: * (every interface), an IPv4 "
-       "address such as 127.0.0.1 (loopback only), or an interface name. A role that binds "
+       "The address every role binds its listening socket to: * (every IPv4 interface), an "
+       "IPv4 address such as 127.0.0.1 (loopback only), an IPv6 address (::1 or [::1] for "
+       "loopback, :: for every interface, IPv4 too), or an interface name. A role that binds "
        "anything but loopback without TFPS_AUTH_KEY_FILE refuses to start (anyone who "
        "reaches the port could join), unless TFPS_INSECURE=1."},
       {"TFPS_INSECURE", "int", "0",
@@ -239,9 +242,17 @@ Status LoadConfig(Config* config) {
                            std::to_string(config->max_message_bytes));
   }
   config->bind = Lookup("TFPS_BIND");
-  if (config->bind.empty() || config->bind.find_first_of(":/[] \t\n") != std::string::npos) {
-    return InvalidArgument("TFPS_BIND='" + config->bind + "' is not *, an IPv4 address or an "
-                           "interface name");
+  std::string bare = config->bind;  // an IPv6 literal, bare or in brackets: ::1, [::1]
+  if (bare.size() >= 2 && bare.front() == '[' && bare.back() == ']') {
+    bare = bare.substr(1, bare.size() - 2);
+  }
+  in6_addr v6;
+  if (bare.find(':') != std::string::npos && inet_pton(AF_INET6, bare.c_str(), &v6) == 1) {
+    config->bind = bare;
+  } else if (config->bind.empty() ||
+             config->bind.find_first_of(":/[] \t\n") != std::string::npos) {
+    return InvalidArgument("TFPS_BIND='" + config->bind + "' is not *, an IPv4 address, an "
+                           "IPv6 address (::1 or [::1]) or an interface name");
   }
   TFPS_RETURN_IF_ERROR(ReadAuthKey(Lookup("TFPS_AUTH_KEY_FILE"), &config->auth_secret_key));
   int64_t insecure = 0;
