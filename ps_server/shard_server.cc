@@ -225,7 +225,8 @@ void ShardServer::SummationWorkOnSummationThread(KeyStore& store, Work& w,
 void ShardServer::CheckpointOnSummationThread(int index, KeyStore& store) {
   const auto start = KeyStore::Clock::now();
   const std::string path = config_.checkpoint_dir + "/" + CheckpointFileName(server_id_, index);
-  Status s = WriteCheckpoint(path, ShardInfoOf(index), store.params());
+  Status s = WriteCheckpoint(path, ShardInfoOf(index), store.params(),
+                             [this, index] { watch_->Beat(index, ThreadWatch::kCheckpoint); });
   store.MarkCheckpointed();  // a failed write is retried at the next due state, not at once
   if (!s.ok()) {
     const int failures = ++checkpoint_failures_;
