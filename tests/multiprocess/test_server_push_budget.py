@@ -11,7 +11,9 @@ The test plays both workers over raw sockets against a real scheduler and ps_ser
 (tests/multiprocess/hostile.py): worker 1 floods, worker 0 is honest.
 """
 
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,6 +27,7 @@ MIB = 1 << 20
 F32 = core.wire_dtype(np.dtype(np.float32))
 LIMIT = 64 * MIB
 FLOOD = 640  # pushes of 1 MiB each: ten times the limit
+FLOOD_WORKER = Path(__file__).parent / "core_workers" / "flood_worker.py"
 
 
 def push(sender, key, data, step=0):
@@ -111,3 +114,34 @@ def test_a_flooding_worker_is_refused_and_the_server_stays_bounded(tmp_path):
         assert job.server.poll() is None
     finally:
         job.close()
+
+
+def test_a_real_worker_pushing_far_ahead_is_bounded_and_the_job_then_sums_exactly(
+        make_cluster, tmp_path):
+    """Real workers (the core engine): rank 1 starts 320 push_pulls of 1 MiB at once that
+    rank 0 never starts; the server holds at most about twice its 32 MiB limit, refuses the
+    rest, and both workers then sum exactly on the same server."""
+    limit, flood = 32 * MIB, 320
+    go, start = tmp_path / "go", tmp_path / "start"
+    cluster = make_cluster(2, 1, timeout=90, env={
+        "TFPS_SERVER_PUSH_BYTES": str(limit), "TFPS_MAX_MESSAGE_BYTES": str(16 * MIB),
+        "TFPS_TIMEOUT": "5", "TFPS_SHM_SERVER": "0"})
+    cluster.start([sys.executable, str(FLOOD_WORKER), str(flood), "5", str(go), str(start)])
+    cluster.wait_for_output("worker", 1, "ready")
+    pid = cluster.process("server", 0).pid
+    before = peak = rss_kib(pid)
+    start.touch()
+    deadline = time.monotonic() + 60
+    while "flood failed" not in cluster.result("worker", 1).stdout:
+        assert time.monotonic() < deadline, cluster.result("worker", 1).describe()
+        assert cluster.result("worker", 1).returncode is None, \
+            cluster.result("worker", 1).describe()
+        peak = max(peak, rss_kib(pid))
+        time.sleep(0.05)
+    print(f"server RSS {before / 1024:.0f} MiB before, peak {peak / 1024:.0f} MiB")
+    assert (peak - before) / 1024 < 3 * limit / MIB, (before, peak)
+    cluster.wait()
+    cluster.assert_ok()
+    for rank in range(2):
+        assert "step 4 ok" in cluster.result("worker", rank).stdout
+    assert "refused worker 1's push" in cluster.result("server", 0).stderr
