@@ -27,7 +27,7 @@ Scheduler::Scheduler(int num_workers, int num_servers, const Config& config)
 Status Scheduler::Bind(int port, int* bound_port) {
   TFPS_RETURN_IF_ERROR(CheckBindAllowed(config_, "the scheduler"));
   try {
-    router_.bind(BindEndpoint(config_, port, "the scheduler"));
+    BindTcp(router_, BindEndpoint(config_, port, "the scheduler"));
   } catch (const zmq::error_t& e) {
     return Unavailable("scheduler cannot bind port " + std::to_string(port) + ": " + e.what());
   }
@@ -419,7 +419,8 @@ void Scheduler::OnSilent(const std::string& identity, double seconds) {
       NameOf(identity) + " is hung: it has not answered the scheduler for " + quiet +
       " s (2 x TFPS_HEARTBEAT_TIMEOUT=" + FormatSeconds(liveness_.timeout_s()) +
       " s, + 1 s) although its connection is open: its " +
-      (worker ? "engine thread" : "I/O thread") + " is stuck (a debugger, a deadlock?)";
+      (worker ? "engine thread" : "I/O thread or a summation thread (its log says which)") +
+      " is stuck (a debugger, a deadlock?)";
   TFPS_LOG(Error) << why;
   member->done = true;
   if (worker) ++lost_workers_;

@@ -1,5 +1,7 @@
 #include "tf_ps_ops/cc/common/config.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -24,7 +26,8 @@ const std::vector<ConfigEntry>& ConfigTable() {
        "that vanished without closing its sockets). Also how long a member's serving thread "
        "(a worker's engine thread, a server's I/O thread) may leave the scheduler's pings "
        "unanswered, twice this plus 1 s, before it is named hung to everyone (application "
-       "heartbeats, pinged every quarter of it). At least 1; values above 6553.5 (the largest ZeroMQ can carry) are "
+       "heartbeats, pinged every quarter of it). A server answers only while each of its "
+       "summation threads progressed within this. At least 1; values above 6553.5 (the largest ZeroMQ can carry) are "
        "used as 6553.5, with a warning."},
       {"TFPS_PARTITION_BYTES", "int", "524288",
        "Tensors are split into partitions of at most this many bytes; partitions are spread "
@@ -56,14 +59,22 @@ const std::vector<ConfigEntry>& ConfigTable() {
        "element count stands for more (also a push that carries no data) is refused before "
        "anything is allocated. TFPS_PARTITION_BYTES and TFPS_FUSION_BYTES may not exceed it; "
        "an allgather's tensor (per worker) must fit in it."},
+      {"TFPS_SERVER_PUSH_BYTES", "int", "2147483648",
+       "ps_server: bytes of pushes a server holds and has not answered yet (queued for its "
+       "summation threads, or waiting in a round for the other workers). Beyond it, a push "
+       "from a worker that holds at least its share (this / workers) fails at once with an "
+       "error naming the worker and the tensor; the others' pushes are still taken, so a "
+       "server holds at most about twice this. Shared-memory pushes do not count. At least "
+       "TFPS_MAX_MESSAGE_BYTES."},
       {"TFPS_AUTH_KEY_FILE", "string", "",
        "A file holding the job's CURVE secret key (40 Z85 characters; `ps_server --gen-key "
        "FILE` writes one). With it every connection of every role is encrypted and "
        "authenticated (ZeroMQ CURVE + ZAP): a peer without the same key gets nothing and "
        "changes nothing (docs/security.md). Empty: no authentication, plain TCP."},
       {"TFPS_BIND", "string", "*",
-       "The address every role binds its listening socket to: * (every interface), an IPv4 "
-       "address such as 127.0.0.1 (loopback only), or an interface name. A role that binds "
+       "The address every role binds its listening socket to: * (every IPv4 interface), an "
+       "IPv4 address such as 127.0.0.1 (loopback only), an IPv6 address (::1 or [::1] for "
+       "loopback, :: for every interface, IPv4 too), or an interface name. A role that binds "
        "anything but loopback without TFPS_AUTH_KEY_FILE refuses to start (anyone who "
        "reaches the port could join), unless TFPS_INSECURE=1."},
       {"TFPS_INSECURE", "int", "0",
@@ -222,6 +233,8 @@ Status LoadConfig(Config* config) {
       ParseInt("TFPS_FUSION_BYTES", 0, int64_t{1} << 31, &config->fusion_bytes));
   TFPS_RETURN_IF_ERROR(ParseInt("TFPS_MAX_MESSAGE_BYTES", 4096, int64_t{1} << 40,
                                 &config->max_message_bytes));
+  TFPS_RETURN_IF_ERROR(ParseInt("TFPS_SERVER_PUSH_BYTES", config->max_message_bytes,
+                                int64_t{1} << 50, &config->server_push_bytes));
   if (config->partition_bytes > config->max_message_bytes ||
       config->fusion_bytes > config->max_message_bytes) {
     return InvalidArgument("TFPS_PARTITION_BYTES=" + std::to_string(config->partition_bytes) +
@@ -230,9 +243,17 @@ Status LoadConfig(Config* config) {
                            std::to_string(config->max_message_bytes));
   }
   config->bind = Lookup("TFPS_BIND");
-  if (config->bind.empty() || config->bind.find_first_of(":/[] \t\n") != std::string::npos) {
-    return InvalidArgument("TFPS_BIND='" + config->bind + "' is not *, an IPv4 address or an "
-                           "interface name");
+  std::string bare = config->bind;  // an IPv6 literal, bare or in brackets: ::1, [::1]
+  if (bare.size() >= 2 && bare.front() == '[' && bare.back() == ']') {
+    bare = bare.substr(1, bare.size() - 2);
+  }
+  in6_addr v6;
+  if (bare.find(':') != std::string::npos && inet_pton(AF_INET6, bare.c_str(), &v6) == 1) {
+    config->bind = bare;
+  } else if (config->bind.empty() ||
+             config->bind.find_first_of(":/[] \t\n") != std::string::npos) {
+    return InvalidArgument("TFPS_BIND='" + config->bind + "' is not *, an IPv4 address, an "
+                           "IPv6 address (::1 or [::1]) or an interface name");
   }
   TFPS_RETURN_IF_ERROR(ReadAuthKey(Lookup("TFPS_AUTH_KEY_FILE"), &config->auth_secret_key));
   int64_t insecure = 0;

@@ -222,7 +222,7 @@ Status Engine::Loop::Connect(const EngineOptions& options, ClusterView* view) {
   const std::string scheduler = TcpAddress(options.scheduler_host, options.scheduler_port);
   scheduler_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
   SetCommonOptions(*scheduler_, config_);
-  scheduler_->connect(scheduler);
+  ConnectTcp(*scheduler_, scheduler);
   int peer_port = 0;
   TFPS_RETURN_IF_ERROR(mesh_.Bind(&peer_port));
   RegisterRequest request;
@@ -349,7 +349,7 @@ Status Engine::Loop::OpenServerOnLoop(size_t i) {
   s.socket->set(zmq::sockopt::routing_id, "w" + std::to_string(rank_));
   s.monitor = std::make_unique<Monitor>(context_, *s.socket, "server-" + std::to_string(i),
                                         ZMQ_EVENT_DISCONNECTED);
-  s.socket->connect("tcp://" + s.address);
+  ConnectTcp(*s.socket, TcpAddressOf(s.address));
   Head hello;
   hello.header.type = static_cast<uint16_t>(MsgType::kHello);
   hello.header.sender = rank_;

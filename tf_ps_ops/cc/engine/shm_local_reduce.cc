@@ -249,7 +249,7 @@ std::optional<Status> ShmLocalReduce::MemberReceiveOnPoll(const LocalTensor& t, 
   switch (code) {  // shared memory is input too: only codes that exist
     case Code::kOk: case Code::kInvalidArgument: case Code::kDeadlineExceeded:
     case Code::kAlreadyExists: case Code::kFailedPrecondition: case Code::kAborted:
-    case Code::kInternal: case Code::kUnavailable:
+    case Code::kInternal: case Code::kUnavailable: case Code::kResourceExhausted:
       break;
     default:
       code = Code::kInternal;
