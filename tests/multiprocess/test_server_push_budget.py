@@ -145,3 +145,21 @@ def test_a_real_worker_pushing_far_ahead_is_bounded_and_the_job_then_sums_exactl
     for rank in range(2):
         assert "step 4 ok" in cluster.result("worker", rank).stdout
     assert "refused worker 1's push" in cluster.result("server", 0).stderr
+
+
+def test_the_limit_defaults_to_a_quarter_of_memory_and_refuses_one_below_a_message():
+    """0 (the default) means a quarter of this machine's memory, at least 2 GiB, so large
+    legitimate jobs are not refused; a limit that could not hold one message is an error."""
+    import subprocess
+    from native import PS_SERVER
+    bad = subprocess.run([PS_SERVER, "--role", "scheduler", "--num-workers", "1",
+                          "--num-servers", "1"],
+                         env={"TFPS_SERVER_PUSH_BYTES": str(MIB),
+                              "TFPS_MAX_MESSAGE_BYTES": str(16 * MIB)},
+                         capture_output=True, text=True, timeout=30)
+    assert bad.returncode == 2, bad
+    assert "TFPS_SERVER_PUSH_BYTES=1048576 is below TFPS_MAX_MESSAGE_BYTES" in bad.stderr, bad
+    negative = subprocess.run([PS_SERVER, "--role", "scheduler", "--num-workers", "1",
+                               "--num-servers", "1"], env={"TFPS_SERVER_PUSH_BYTES": "-1"},
+                              capture_output=True, text=True, timeout=30)
+    assert negative.returncode == 2 and "TFPS_SERVER_PUSH_BYTES" in negative.stderr, negative

@@ -3,7 +3,9 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -59,13 +61,14 @@ const std::vector<ConfigEntry>& ConfigTable() {
        "element count stands for more (also a push that carries no data) is refused before "
        "anything is allocated. TFPS_PARTITION_BYTES and TFPS_FUSION_BYTES may not exceed it; "
        "an allgather's tensor (per worker) must fit in it."},
-      {"TFPS_SERVER_PUSH_BYTES", "int", "2147483648",
+      {"TFPS_SERVER_PUSH_BYTES", "int", "0",
        "ps_server: bytes of pushes a server holds and has not answered yet (queued for its "
        "summation threads, or waiting in a round for the other workers). Beyond it, a push "
        "from a worker that holds at least its share (this / workers) fails at once with an "
        "error naming the worker and the tensor; the others' pushes are still taken, so a "
        "server holds at most about twice this. Shared-memory pushes do not count. At least "
-       "TFPS_MAX_MESSAGE_BYTES."},
+       "TFPS_MAX_MESSAGE_BYTES. 0 (the default): a quarter of the machine's memory, at "
+       "least 2 GiB."},
       {"TFPS_AUTH_KEY_FILE", "string", "",
        "A file holding the job's CURVE secret key (40 Z85 characters; `ps_server --gen-key "
        "FILE` writes one). With it every connection of every role is encrypted and "
@@ -233,8 +236,23 @@ Status LoadConfig(Config* config) {
       ParseInt("TFPS_FUSION_BYTES", 0, int64_t{1} << 31, &config->fusion_bytes));
   TFPS_RETURN_IF_ERROR(ParseInt("TFPS_MAX_MESSAGE_BYTES", 4096, int64_t{1} << 40,
                                 &config->max_message_bytes));
-  TFPS_RETURN_IF_ERROR(ParseInt("TFPS_SERVER_PUSH_BYTES", config->max_message_bytes,
-                                int64_t{1} << 50, &config->server_push_bytes));
+  TFPS_RETURN_IF_ERROR(
+      ParseInt("TFPS_SERVER_PUSH_BYTES", 0, int64_t{1} << 50, &config->server_push_bytes));
+  if (config->server_push_bytes == 0) {  // auto: a quarter of this machine's memory, >= 2 GiB
+    const long pages = sysconf(_SC_PHYS_PAGES);
+    const long page_size = sysconf(_SC_PAGESIZE);
+    const int64_t quarter = pages > 0 && page_size > 0
+                                ? static_cast<int64_t>(pages) * page_size / 4
+                                : int64_t{0};
+    config->server_push_bytes = std::max(int64_t{1} << 31, quarter);
+  }
+  if (config->server_push_bytes < config->max_message_bytes) {
+    return InvalidArgument("TFPS_SERVER_PUSH_BYTES=" +
+                           std::to_string(config->server_push_bytes) +
+                           " is below TFPS_MAX_MESSAGE_BYTES=" +
+                           std::to_string(config->max_message_bytes) +
+                           ": a server could not take even one message; raise it (0: automatic)");
+  }
   if (config->partition_bytes > config->max_message_bytes ||
       config->fusion_bytes > config->max_message_bytes) {
     return InvalidArgument("TFPS_PARTITION_BYTES=" + std::to_string(config->partition_bytes) +
