@@ -18,8 +18,10 @@ within one run.
 """
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -43,6 +45,17 @@ ENV = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "TFPS_TIMEOUT": "30",
 
 def _lines(proc, began):
     return [(time.monotonic() - began, line.rstrip("\n")) for line in proc.stdout]
+
+
+def _end_cut_off(hosts, ssh, limit_s=20.0):
+    """SIGTERMs what the lost host still runs (the cut-off wrappers and workers), so that
+    each wrapper removes its worker's folder before the next run."""
+    for pid in set(hosts.pids(hosts.netns(1))) - ssh.pids():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    give_up = time.monotonic() + limit_s
+    while set(hosts.pids(hosts.netns(1))) - ssh.pids() and time.monotonic() < give_up:
+        time.sleep(0.2)
 
 
 def run_once(name, hosts, ssh):
@@ -81,6 +94,7 @@ def run_once(name, hosts, ssh):
             cutter.join()
             subprocess.run(["ip", "-n", hosts.bridge_ns, "link", "set", "v1", "up"],
                            check=True, timeout=30)
+            _end_cut_off(hosts, ssh)
     if code != 0:
         raise RuntimeError(f"{name}: tfps-run exited {code}:\n" +
                            "\n".join(text for _, text in lines[-40:]))

@@ -96,7 +96,7 @@ class _Relay:
     """An elastic worker's side of the driver's job directory (see the module doc)."""
 
     def __init__(self):
-        self.folder = tempfile.mkdtemp(prefix="tfps-elastic-")  # mode 700
+        self.folder = tempfile.mkdtemp(prefix="tfps-eworker-")  # mode 700
         self.lock = threading.Lock()  # whole lines on stdout
         self.reported = set()
 

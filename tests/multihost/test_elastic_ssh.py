@@ -10,10 +10,13 @@ A lost host (its link down: ssh's keepalive ends the sessions) is opt-in, TFPS_T
 Before: tfps-run refused --elastic with -H ("one host only").
 """
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -71,7 +74,7 @@ def test_a_sigkilled_remote_worker_the_others_go_on_over_ssh(ssh_hosts, tmp_path
     # Each remote worker read its epochs in a folder of its own (the hosts share this
     # file system, so the driver's directory would have been readable): gone after.
     folders = {found[w]["elastic_dir"] for w in found}
-    assert len(folders) == 2 and all(Path(f).name.startswith("tfps-elastic-")
+    assert len(folders) == 2 and all(Path(f).name.startswith("tfps-eworker-")
                                      for f in folders), folders
     assert not any(Path(f).exists() for f in folders), folders
     assert wait_for_no_job_processes(hosts, ssh, launcher.pid) == {0: set(), 1: set()}
@@ -86,6 +89,7 @@ def test_a_lost_host_its_workers_and_server_are_replaced_the_job_goes_on(  # noq
     server it had on host 0; w0 goes on alone (the loop ends once a step had 1 worker)."""
     hosts, ssh = ssh_hosts
     a0, a1 = hosts.address(0), hosts.address(1)
+    folders_before = set(Path(tempfile.gettempdir()).glob("tfps-eworker-*"))
     launcher = tfps_run(hosts, ssh, f"{a0}:1,{a1}:2", [
         "--elastic", sys.executable, WORKERS / "loop_worker.py", tmp_path, "6", "1", "-",
         "-1"], env=ENV)
@@ -114,3 +118,11 @@ def test_a_lost_host_its_workers_and_server_are_replaced_the_job_goes_on(  # noq
             time.monotonic() < give_up:
         time.sleep(0.2)
     assert left == set(), left
+    # Host 1's cut-off workers: SIGTERM, so that their wrappers remove their folders.
+    for pid in job_processes(hosts, ssh)[1]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    while (left := job_processes(hosts, ssh)[1]) and time.monotonic() < give_up + 15:
+        time.sleep(0.2)
+    assert left == set(), left
+    assert set(Path(tempfile.gettempdir()).glob("tfps-eworker-*")) <= folders_before

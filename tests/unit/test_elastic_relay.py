@@ -69,7 +69,7 @@ def test_wrapper_writes_epochs_there_and_relays_acks_back(tmp_path):
     assert f"epoch {json.dumps(epoch, sort_keys=True)}" in got
     assert [line for line in got if line.startswith("\x1e")] == ["\x1etfps-elastic ack-3-w5"]
     folder = Path(next(line.split(" ", 1)[1] for line in got if line.startswith("folder ")))
-    assert folder.name.startswith("tfps-elastic-") and not folder.exists()
+    assert folder.name.startswith("tfps-eworker-") and not folder.exists()
 
 
 def test_driver_side_takes_only_the_workers_own_names(tmp_path):
