@@ -27,6 +27,14 @@ many as before), up to `server_restarts` times; the workers restore their last c
 their state sync fills the new servers (in PS mode: tf_ps_ops.elastic pushes the
 parameters). Once the budget is spent, a dying role ends the job. Standard library only,
 as the rest of the launcher.
+
+On several hosts (`tfps-run --elastic -H`), the scheduler and servers of each epoch go
+where the non-elastic launch puts them and the workers to their slots (a replacement to
+the host of the worker it replaces), over ssh; a remote worker's epochs, joins and acks
+travel in its ssh session (_launch_elastic_ssh.py), and its loss is its session's end
+(its exit code, or ssh's 255 for a lost host). A host some session to which ended with
+ssh's 255 is lost: later epochs put their scheduler and servers on the hosts left (in
+turn), and a replacement worker goes to the first host left.
 """
 
 import json
@@ -35,7 +43,8 @@ import signal
 import time
 
 from tf_ps_ops._launch_job import Job, LaunchError
-from tf_ps_ops._launch_process import LOCAL, describe_exit
+from tf_ps_ops._launch_elastic_ssh import SSH_FAILED, describe_remote_exit, send_epoch
+from tf_ps_ops._launch_process import LOCAL
 
 EPOCH_FILE = "epoch.json"
 _OLD_EPOCH_GRACE_S = 15.0
@@ -43,13 +52,16 @@ _POLL_S = 0.05
 
 
 def write_epoch(directory, epoch, scheduler, num_servers, members):
-    """Writes the epoch file atomically (rename), so that a reader sees it whole."""
+    """Writes the epoch file atomically (rename), so that a reader sees it whole; returns
+    what it wrote."""
     path = os.path.join(directory, EPOCH_FILE)
     tmp = f"{path}.{epoch}.tmp"
+    content = {"epoch": epoch, "scheduler": scheduler, "num_servers": num_servers,
+               "members": list(members)}
     with open(tmp, "w") as f:
-        json.dump({"epoch": epoch, "scheduler": scheduler, "num_servers": num_servers,
-                   "members": list(members)}, f)
+        json.dump(content, f)
     os.replace(tmp, path)
+    return content
 
 
 def _heartbeat_timeout(env):
@@ -75,7 +87,10 @@ class ElasticJob:
 
     def __init__(self, ps_server, num_servers, output, directory, command, env,
                  min_workers=1, restarts=0, timeout=None, server_threads=None, cwd=None,
-                 server_restarts=0):
+                 server_restarts=0, worker_hosts=None, scheduler_host=LOCAL,
+                 server_hosts=None):
+        """`worker_hosts`: the host of each first worker (default: all here);
+        `scheduler_host`, `server_hosts`: where each epoch's roles run."""
         self.ps_server, self.num_servers = ps_server, num_servers
         self.output, self.directory, self.command = output, directory, command
         self.env, self.cwd = dict(env), cwd
@@ -93,6 +108,12 @@ class ElasticJob:
         self._stopped_since = {}  # process -> when it was first seen stopped
         self._next_stop_check = 0.0
         self.hang_limit_s = 30.0  # run() reads it from the job's environment
+        self.worker_hosts = worker_hosts
+        self.scheduler_host = scheduler_host
+        self.server_hosts = server_hosts or [LOCAL] * num_servers
+        self._host_of = {}  # worker id -> its Host
+        self.lost_hosts = set()  # names of remote hosts some ssh session to which failed
+        self._published = None  # the current epoch, as written to epoch.json
 
     # --- epochs -----------------------------------------------------------------------
 
@@ -109,15 +130,21 @@ class ElasticJob:
         roles = Job(self.ps_server, len(members), self.num_servers, self.output,
                     cwd=self.cwd)
         port_file = os.path.join(self.directory, f"port-{epoch}")
-        port = roles.start_scheduler(self.env, port_file, host=LOCAL)
+        scheduler_host, server_hosts = self._role_hosts()
+        port = roles.start_scheduler(self.env, port_file, host=scheduler_host)
         for index in range(self.num_servers):
-            roles.start_server(index, self.env, host=LOCAL, threads=self.server_threads)
+            roles.start_server(index, self.env, host=server_hosts[index],
+                               threads=self.server_threads)
         now = time.monotonic()
         self.epochs = [(e, job, retired or now) for e, job, retired in self.epochs]
         self.epochs.append((epoch, roles, None))
         self.epoch, self.members = epoch, list(members)
-        write_epoch(self.directory, epoch, f"{roles.scheduler_host}:{port}",
-                    self.num_servers, members)
+        self._published = write_epoch(self.directory, epoch,
+                                      f"{roles.scheduler_host}:{port}", self.num_servers,
+                                      members)
+        for p in self.workers.processes:
+            if p.host.remote:
+                send_epoch(p, self._published)
         _say(f"elastic epoch {epoch}: {len(members)} worker(s) "
              f"[{', '.join(members)}] (ranks in this order), scheduler port {port}")
         if abandoned is not None:
@@ -126,13 +153,41 @@ class ElasticJob:
                  f"stopped its scheduler, its members go to epoch {epoch}")
             old_roles.process("scheduler", 0).signal_group(signal.SIGTERM)
 
-    def _start_worker(self):
+    def _usable(self, host):
+        return host.name not in self.lost_hosts
+
+    def _role_hosts(self):
+        """Where this epoch's scheduler and servers go: where they were meant to, but
+        for a lost host, whose place the hosts left take in turn."""
+        planned = [self.scheduler_host, *self.server_hosts]
+        left = []
+        for host in planned + (self.worker_hosts or []):
+            if self._usable(host) and host not in left:
+                left.append(host)
+        if not left:
+            raise LaunchError(f"every host is lost ({', '.join(sorted(self.lost_hosts))}); "
+                              "no place is left for the scheduler and servers", 1)
+        spare = iter(left * len(planned))
+        placed = [host if self._usable(host) else next(spare) for host in planned]
+        return placed[0], placed[1:]
+
+    def _note_lost_host(self, process, code):
+        host = process.host
+        if host.remote and code == SSH_FAILED and host.name not in self.lost_hosts:
+            self.lost_hosts.add(host.name)
+            _say(f"host {host.name} is lost (an ssh session to it failed: exit 255); "
+                 f"no new role goes there")
+
+    def _start_worker(self, host=LOCAL):
         worker_id = f"w{self._next_id}"
         self._next_id += 1
         env = dict(self.env)
         env.update({"TFPS_ELASTIC": "1", "TFPS_ELASTIC_DIR": self.directory,
                     "TFPS_ELASTIC_ID": worker_id, "PYTHONUNBUFFERED": "1"})
-        self.workers.spawn("worker", worker_id, self.command, env)
+        p = self.workers.spawn("worker", worker_id, self.command, env, host=host)
+        self._host_of[worker_id] = host
+        if host.remote and self._published is not None:
+            send_epoch(p, self._published)
         return worker_id
 
     def _acknowledged(self):
@@ -144,7 +199,8 @@ class ElasticJob:
     def run(self, num_workers):
         """Returns 0 once every member of the last epoch exited 0; raises LaunchError."""
         self.hang_limit_s = _heartbeat_timeout(self.env)
-        members = [self._start_worker() for _ in range(num_workers)]
+        hosts = self.worker_hosts or [LOCAL] * num_workers
+        members = [self._start_worker(hosts[i]) for i in range(num_workers)]
         self._start_epoch(members)
         while True:
             self._check_deadline()
@@ -173,6 +229,7 @@ class ElasticJob:
             if code == 0:
                 self.finished.add(worker_id)
                 continue
+            self._note_lost_host(p, code)
             dead.append((worker_id, code))
         if not dead:
             return
@@ -180,13 +237,14 @@ class ElasticJob:
             self.finished.add(worker_id)  # it is over for this id either way
             if worker_id in self.joining:
                 self.joining.remove(worker_id)
-                _say(f"joining worker {worker_id} {describe_exit(code)}")
+                _say(f"joining worker {worker_id} "
+                     f"{describe_remote_exit(self._worker(worker_id), code)}")
         survivors = [m for m in self.members if m not in self.finished]
         lost = [(w, c) for w, c in dead if w in self.members]
         if not lost:
             return
-        names = ", ".join(f"worker {w} (rank {self.members.index(w)}) {describe_exit(c)}"
-                          for w, c in lost)
+        names = ", ".join(f"worker {w} (rank {self.members.index(w)}) "
+                          f"{describe_remote_exit(self._worker(w), c)}" for w, c in lost)
         if any(m in self.finished for m in survivors) or \
                 any(self._worker(m).returncode == 0 for m in self.members):
             # Some member already finished: the job is ending, not shrinking.
@@ -197,10 +255,13 @@ class ElasticJob:
                               1, self._worker(lost[0][0]))
         _say(f"{names}; the job goes on with {len(survivors)} worker(s)")
         self._start_epoch(survivors)
-        for _ in lost:
+        for worker_id, _ in lost:
             if self.restarts_left > 0:
                 self.restarts_left -= 1
-                new_id = self._start_worker()
+                host = self._host_of[worker_id]
+                if not self._usable(host):
+                    host = self._role_hosts()[0]
+                new_id = self._start_worker(host)
                 self.joining.append(new_id)
                 _say(f"started worker {new_id} to take the place of a lost one "
                      f"({self.restarts_left} restart(s) left)")
@@ -240,14 +301,17 @@ class ElasticJob:
             if not code or all(m in self.finished for m in self.members):
                 continue
             name = p.name if p.role == "scheduler" else f"server {p.index}"
+            self._note_lost_host(p, code)
             if self.server_restarts_left <= 0 or any(m in self.finished for m in self.members):
                 why = ("some workers have finished already" if self.server_restarts_left > 0
                        else f"no server restart left (--elastic-server-restarts "
                             f"{self.server_restarts} spent)")
-                raise LaunchError(f"{name} of elastic epoch {epoch} {describe_exit(code)}; "
+                raise LaunchError(f"{name} of elastic epoch {epoch} "
+                                  f"{describe_remote_exit(p, code)}; "
                                   f"{why}; stopped the others", 1, p)
             self.server_restarts_left -= 1
-            _say(f"{name} of elastic epoch {epoch} {describe_exit(code)}; the job goes on "
+            _say(f"{name} of elastic epoch {epoch} {describe_remote_exit(p, code)}; "
+                 f"the job goes on "
                  f"with new servers and the same {len(self.members)} worker(s), from their "
                  f"last commit ({self.server_restarts_left} server restart(s) left)")
             self._start_epoch(self.members)

@@ -119,6 +119,10 @@ class SshHost(Host):
     def stdin_payload(self, argv, env):
         env = forwarded_env(env)
         spec = {"argv": [str(a) for a in argv], "env": env, "cwd": os.getcwd()}
+        if env.pop("TFPS_ELASTIC_DIR", None) is not None:
+            # An elastic worker: its epoch comes through this session, into a folder of
+            # its own over there (_launch_elastic_ssh.py).
+            spec["elastic_relay"] = True
         key_file = env.pop("TFPS_AUTH_KEY_FILE", None)
         if key_file:
             # The job key travels inside the ssh channel, never on a command line; the far

@@ -29,7 +29,8 @@ if not __package__:
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tf_ps_ops._launch_env import LOCAL_ADDRESS, Place  # noqa: E402
 from tf_ps_ops._launch_env import worker_env as _place_env  # noqa: E402
-from tf_ps_ops._launch_elastic import ElasticJob  # noqa: E402
+from tf_ps_ops._launch_elastic import ElasticJob, _heartbeat_timeout  # noqa: E402
+from tf_ps_ops._launch_elastic_ssh import RelayOutput, keepalive_options  # noqa: E402
 from tf_ps_ops._launch_job import Job, LaunchError, run_to_teardown  # noqa: E402
 from tf_ps_ops._launch_process import LOCAL, Prefixed  # noqa: E402
 from tf_ps_ops import _config, _launch_ssh  # noqa: E402
@@ -116,7 +117,7 @@ def parse_args(argv=None):
                              "the same path on every host)")
     parser.add_argument("--elastic", action="store_true",
                         help="elastic membership: a worker that dies does not end the job, "
-                             "the others go on (docs/elastic.md; one host only)")
+                             "the others go on (docs/elastic.md; with -H over ssh too)")
     parser.add_argument("--elastic-min-workers", type=_int_at_least(1), default=1,
                         metavar="N", help="with --elastic: end the job when fewer than N "
                                           "workers are left (default 1)")
@@ -161,8 +162,6 @@ def parse_args(argv=None):
             parser.error(f"-np {args.num_workers} is more than the {slots} slots of the hosts")
         if args.num_servers is None:
             args.num_servers = len(args.host_slots)
-    if args.elastic and args.host_slots is not None:
-        parser.error("--elastic runs on one host only (no -H/--hostfile yet; docs/elastic.md)")
     if not args.command:
         parser.error("no COMMAND given: e.g. tfps-run -np 2 python3 train.py")
     if args.port > 65535:
@@ -186,7 +185,7 @@ def worker_env(base, rank, size, num_servers, port, host=HOST, local_rank=None,
 
 def ssh_args(args):
     """Options for every ssh the launcher runs."""
-    options = []
+    options = list(getattr(args, "ssh_keepalive", []))
     if args.ssh_port:
         options += ["-p", str(args.ssh_port)]
     if args.ssh_identity_file:
@@ -266,8 +265,15 @@ def run_elastic_job(job, args, tmpdir):
     env = dict(os.environ)
     if args.consistency:
         env["TFPS_CONSISTENCY"] = args.consistency
-    env.update(job_env(args, tmpdir, local=True))
+    env.update(job_env(args, tmpdir, local=args.host_slots is None))
     job.env.update(env)
+    if args.host_slots is not None:
+        # A host that stops answering ends its ssh sessions within about the heartbeat
+        # timeout: its workers are then lost (exit 255) and the job goes on without them.
+        args.ssh_keepalive = keepalive_options(_heartbeat_timeout(job.env))
+        hosts, servers, workers = placement(args)
+        job.scheduler_host, job.server_hosts = hosts[0], servers
+        job.worker_hosts = [host for host, _, _ in workers]
     return job.run(args.num_workers)
 
 
@@ -303,7 +309,8 @@ def main(argv=None):
         return check_build(args.ps_server)
     tmpdir = tempfile.mkdtemp(prefix="tfps-run-")
     if args.elastic:
-        job = ElasticJob(args.ps_server, args.num_servers, Prefixed(), tmpdir, args.command,
+        output = Prefixed() if args.host_slots is None else RelayOutput(tmpdir)
+        job = ElasticJob(args.ps_server, args.num_servers, output, tmpdir, args.command,
                          {}, min_workers=args.elastic_min_workers,
                          restarts=args.elastic_restarts, timeout=args.timeout,
                          server_threads=args.server_threads,

@@ -107,7 +107,7 @@ def main():
     train(state)
     with open(os.path.join(out_dir, f"{me}.json"), "w") as f:
         json.dump({"w": w.numpy().tolist(), "history": state.history, "rank": hvd.rank(),
-                   "size": hvd.size()}, f)
+                   "size": hvd.size(), "elastic_dir": os.environ["TFPS_ELASTIC_DIR"]}, f)
 
 
 if __name__ == "__main__":
