@@ -15,13 +15,12 @@ import time
 from pathlib import Path
 
 import pytest
+from shm_names import leftovers, shm_segments
 
 WORKER = Path(__file__).parent / "core_workers" / "hier_worker.py"
 HIER = {"TFPS_HIERARCHICAL": "1", "TFPS_PARTITION_BYTES": "65536", "TFPS_TIMEOUT": "60"}
 
 
-def shm_segments():
-    return sorted(p for p in os.listdir("/dev/shm") if p.startswith("tfps-"))
 
 
 def stats_of(result):
@@ -43,7 +42,7 @@ def test_three_local_workers_sum_exactly_in_rank_order(make_cluster):
     assert stats[1]["bytes_sent"] == stats[2]["bytes_sent"] == 6 * 64 * 2
     summed = 50_003 * 4 + 777 * 8 + 999 * 4 + 2_500_003 * 4  # 'big' goes as 3 chunks
     assert stats[0]["bytes_sent"] == 6 * (summed + 64 * 2 + 5 * 8)
-    assert shm_segments() == before  # nothing left in /dev/shm
+    assert not leftovers(before)  # nothing left in /dev/shm
 
 
 def test_two_workers_flat_and_hierarchical_give_the_same_bits(make_cluster, tmp_path):
@@ -74,7 +73,7 @@ def test_a_local_worker_killed_fails_the_others_naming_it(make_cluster):
                          result.stderr), \
             result.describe()
     assert time.monotonic() - started < 40  # far below TFPS_TIMEOUT=60
-    assert shm_segments() == before  # the survivors removed the dead one's too
+    assert not leftovers(before)  # the survivors removed the dead one's too
 
 
 def test_local_workers_that_disagree_on_a_shape_fail_naming_the_tensor(make_cluster):
@@ -89,7 +88,7 @@ def test_local_workers_that_disagree_on_a_shape_fail_naming_the_tensor(make_clus
     assert "local rank 1 (rank 1)" in leader.stderr, leader.describe()
     assert "shape" in leader.stderr
     # The workers exited without shutdown(): their segments went at exit all the same.
-    assert shm_segments() == before
+    assert not leftovers(before)
 
 
 def test_shared_memory_that_cannot_be_reserved_is_a_clear_error_not_a_crash(make_cluster):
@@ -121,7 +120,7 @@ def test_colocated_servers_through_shared_memory(make_cluster, hierarchical):
     cluster.start([sys.executable, WORKER, "4"] + (["--exact"] if hierarchical == "1" else []))
     cluster.wait()
     cluster.assert_ok()
-    assert shm_segments() == before
+    assert not leftovers(before)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="/proc/self/map_files needs CAP_SYS_ADMIN")
@@ -141,7 +140,7 @@ def test_a_local_member_that_shrinks_the_segments_cannot_kill_its_leader(make_cl
     assert len(tried) == 2, [cluster.result("worker", r).stdout for r in range(3)]
     for m in tried:
         assert int(m[1]) >= 2 and m[2] == "0", m[0]
-    assert shm_segments() == before
+    assert not leftovers(before)
 
 
 def test_a_worker_killed_under_shm_server_fails_the_others_and_no_server_crashes(make_cluster):
@@ -161,4 +160,4 @@ def test_a_worker_killed_under_shm_server_fails_the_others_and_no_server_crashes
     for index in (0, 1):
         result = cluster.wait_for("server", index, timeout=40)
         assert result.returncode in (0, 1), result.describe()
-    assert shm_segments() == before
+    assert not leftovers(before)
