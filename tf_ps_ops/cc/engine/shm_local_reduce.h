@@ -64,13 +64,22 @@ class ShmLocalReduce : public LocalReduce {
     std::function<std::optional<Status>()> step;
     std::function<void(const Status&)> finish;
     Clock::time_point deadline;
+    std::function<void()> on_timeout;  // may be null; runs on the poll thread before finish
   };
   struct Segments {  // one tensor name's: own, and by local rank the peers' this one reads
     std::unique_ptr<ShmSegment> own;
     std::vector<std::unique_ptr<ShmSegment>> peers;
+    // Out-of-step recovery: a step no other local worker took part in (it timed out while
+    // this worker's input was unclaimed) is withdrawn and its number used again, so the
+    // local workers' step numbers of a name stay aligned. `skipped` is how many were.
+    uint64_t skipped = 0;
+    uint64_t withdrawn_step = 0;  // leader: the caller's step whose reduce it withdrew
   };
 
-  void Add(std::function<std::optional<Status>()> step, std::function<void(const Status&)> finish);
+  void Add(std::function<std::optional<Status>()> step, std::function<void(const Status&)> finish,
+           std::function<void()> on_timeout = nullptr);
+  // The caller's step of `t` as the segments number it (after withdrawn ones).
+  LocalTensor MappedOnPoll(const LocalTensor& t);
   void RunPolling();
   std::string Describe(int local_rank) const;
   std::string SegmentName(uint64_t key, int local_rank) const;
