@@ -11,7 +11,10 @@
 //           `result_step` = s when the answer (or the error, `result_code`/`error`) is there.
 // The leader overwrites its sum for step s only when every member acknowledged s-1; a
 // member overwrites its input only after it got the answer of s-1 (the caller orders a
-// name's steps). Segments are unlinked as soon as everyone who needs them has them mapped
+// name's steps). The leader takes the members' inputs of s all at once, setting kTaken in
+// their `ready_step`; a wait that times out with nothing taken withdraws the step (a
+// member: `ready_step` = 0) and its number is used again (Segments::skipped), so workers
+// that went out of step pair up again. Segments are unlinked as soon as everyone who needs them has them mapped
 // (members' by the leader, the leader's by its last member), so a crash later leaks
 // nothing; whatever is still linked at shutdown (or at a crash's next shutdown of another
 // local worker) is unlinked by every local worker that knows its name.
