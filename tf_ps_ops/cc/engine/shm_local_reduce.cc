@@ -10,6 +10,12 @@
 
 namespace tfps {
 
+namespace {
+// Set in a member's `ready_step` by the leader that took its input of that step: the member
+// can no longer withdraw it.
+constexpr uint64_t kTaken = uint64_t{1} << 63;
+}  // namespace
+
 bool LocalSumInto(DType dtype, void* dst, const void* src, uint64_t count) {
   switch (dtype) {
     case DType::kFloat32: {
@@ -64,10 +70,12 @@ std::string ShmLocalReduce::SegmentName(uint64_t key, int local_rank) const {
 }
 
 void ShmLocalReduce::Add(std::function<std::optional<Status>()> step,
-                         std::function<void(const Status&)> finish) {
+                         std::function<void(const Status&)> finish,
+                         std::function<void()> on_timeout) {
   Task task{std::move(step), std::move(finish),
             Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                               std::chrono::duration<double>(timeout_s_))};
+                               std::chrono::duration<double>(timeout_s_)),
+            std::move(on_timeout)};
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!stopping_) {
@@ -83,26 +91,58 @@ void ShmLocalReduce::ReduceToLeader(const LocalTensor& t, const void* input, Red
   auto sum = std::make_shared<void*>(nullptr);
   auto finish = [done, sum](const Status& s) { done(s, s.ok() ? *sum : nullptr); };
   if (local_rank_ == 0) {
-    Add([this, t, input, sum] { return LeaderReduceOnPoll(t, input, sum.get()); }, finish);
+    // Timed out: no member's input was taken (the leader takes all at once), so the step is
+    // withdrawn, and is not answered; members that handed over time out and withdraw too.
+    Add([this, t, input, sum] { return LeaderReduceOnPoll(MappedOnPoll(t), input, sum.get()); },
+        finish, [this, t] {
+          Segments& segs = segments_[t.key];
+          segs.withdrawn_step = t.step;
+          ++segs.skipped;
+        });
     return;
   }
   Add([this, t, input]() -> std::optional<Status> {
+        const LocalTensor m = MappedOnPoll(t);
         ShmSegment* own = nullptr;
-        TFPS_RETURN_IF_ERROR(OwnOnPoll(t, &own));
-        std::memcpy(own->data(), input, t.count * DTypeSize(t.dtype));
-        own->header()->ready_step.store(t.step, std::memory_order_release);
+        TFPS_RETURN_IF_ERROR(OwnOnPoll(m, &own));
+        // `ready_step` is not m here (a withdrawn step left 0), so the leader reads nothing
+        // until the store.
+        std::memcpy(own->data(), input, m.count * DTypeSize(m.dtype));
+        own->header()->ready_step.store(m.step, std::memory_order_release);
         return Status::Ok();
       },
       finish);
 }
 
+LocalTensor ShmLocalReduce::MappedOnPoll(const LocalTensor& t) {
+  LocalTensor m = t;
+  m.step = t.step - segments_[t.key].skipped;
+  return m;
+}
+
 void ShmLocalReduce::BroadcastFromLeader(const LocalTensor& t, const Status& result,
                                          void* output, Done done) {
   if (local_rank_ != 0) {
-    Add([this, t, output] { return MemberReceiveOnPoll(t, output); }, std::move(done));
+    // Timed out: withdraw the input unless the leader took it (then this step counts as
+    // done on both sides, and the leader may overwrite its answer).
+    Add([this, t, output] { return MemberReceiveOnPoll(MappedOnPoll(t), output); },
+        std::move(done), [this, t] {
+          Segments& segs = segments_[t.key];
+          if (!segs.own) return;
+          const uint64_t step = MappedOnPoll(t).step;
+          uint64_t expected = step;
+          if (segs.own->header()->ready_step.compare_exchange_strong(expected, 0,
+                                                                    std::memory_order_acq_rel)) {
+            ++segs.skipped;
+          } else {
+            segs.own->header()->ack_step.store(step, std::memory_order_release);
+          }
+        });
     return;
   }
-  Add([this, t, result, output]() -> std::optional<Status> {
+  Add([this, t0 = t, result, output]() -> std::optional<Status> {
+        if (segments_[t0.key].withdrawn_step == t0.step) return result;  // not answered
+        const LocalTensor t = MappedOnPoll(t0);
         ShmSegment* own = nullptr;
         TFPS_RETURN_IF_ERROR(OwnOnPoll(t, &own));
         ShmHeader* h = own->header();
@@ -216,6 +256,18 @@ std::optional<Status> ShmLocalReduce::LeaderReduceOnPoll(const LocalTensor& t, c
     }
   }
   if (!all_ready) return std::nullopt;
+  // Take every member's input, or none: a member whose own wait timed out meanwhile has
+  // withdrawn it.
+  for (int lr = 1; lr < local_size(); ++lr) {
+    uint64_t expected = t.step;
+    if (!members[lr]->header()->ready_step.compare_exchange_strong(expected, t.step | kTaken,
+                                                                   std::memory_order_acq_rel)) {
+      for (int back = 1; back < lr; ++back) {
+        members[back]->header()->ready_step.store(t.step, std::memory_order_release);
+      }
+      return std::nullopt;
+    }
+  }
   if (own->header()->attached.load(std::memory_order_acquire) + 1 >= ranks_.size()) {
     own->Unlink();  // every member has it mapped
   }
@@ -285,7 +337,8 @@ void ShmLocalReduce::RunPolling() {
     if (check_liveness_) last_liveness_check_ = now;
     for (auto it = tasks.begin(); it != tasks.end();) {
       std::optional<Status> result = it->step();
-      if (!result && now > it->deadline) {
+      const bool timed_out = !result && now > it->deadline;
+      if (timed_out) {
         result = DeadlineExceeded(
             "no local step within " + std::to_string(static_cast<int>(timeout_s_)) +
             " s (TFPS_TIMEOUT) on " + Describe(local_rank_) + " of " +
@@ -298,6 +351,7 @@ void ShmLocalReduce::RunPolling() {
         ++it;
         continue;
       }
+      if (timed_out && it->on_timeout) it->on_timeout();
       progressed = true;
       it->finish(*result);
       it = tasks.erase(it);
