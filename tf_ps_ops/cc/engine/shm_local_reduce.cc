@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -11,10 +12,20 @@
 namespace tfps {
 
 namespace {
-// Set in a member's `ready_step` by the leader that took its input of that step: the member
-// can no longer withdraw it.
+// Set in a member's `ready_step` by the leader: kTaken while it takes the members' inputs
+// of that step (all or none: it may still give a member's back, restoring the step), then
+// kCommitted once it summed them. A member can withdraw only an untaken input; one whose
+// wait times out while its input is kTaken leaves the step undecided (Segments::pending)
+// and its next call of the name waits for the leader's decision before it writes again.
 constexpr uint64_t kTaken = uint64_t{1} << 63;
+constexpr uint64_t kCommitted = uint64_t{1} << 62;
+
+std::atomic<int64_t> take_pause_us{0};  // SetTakePauseForTesting
 }  // namespace
+
+void ShmLocalReduce::SetTakePauseForTesting(double seconds) {
+  take_pause_us.store(static_cast<int64_t>(seconds * 1e6), std::memory_order_relaxed);
+}
 
 bool LocalSumInto(DType dtype, void* dst, const void* src, uint64_t count) {
   switch (dtype) {
@@ -101,17 +112,41 @@ void ShmLocalReduce::ReduceToLeader(const LocalTensor& t, const void* input, Red
         });
     return;
   }
-  Add([this, t, input]() -> std::optional<Status> {
+  // A handover that fails or times out hands nothing over: its number is used again.
+  auto withdraw = [this, t] { ++segments_[t.key].skipped; };
+  Add([this, t, input, withdraw]() -> std::optional<Status> {
+        if (!ResolvePendingOnPoll(t.key)) return std::nullopt;
         const LocalTensor m = MappedOnPoll(t);
         ShmSegment* own = nullptr;
-        TFPS_RETURN_IF_ERROR(OwnOnPoll(m, &own));
-        // `ready_step` is not m here (a withdrawn step left 0), so the leader reads nothing
-        // until the store.
+        Status s = OwnOnPoll(m, &own);
+        if (!s.ok()) {
+          withdraw();
+          return s;
+        }
+        // `ready_step` is not m here (a withdrawn step left 0, a summed one kCommitted), so
+        // the leader reads nothing until the store.
         std::memcpy(own->data(), input, m.count * DTypeSize(m.dtype));
         own->header()->ready_step.store(m.step, std::memory_order_release);
         return Status::Ok();
       },
-      finish);
+      finish, withdraw);
+}
+
+bool ShmLocalReduce::ResolvePendingOnPoll(uint64_t key) {
+  Segments& segs = segments_[key];
+  if (segs.pending == 0) return true;
+  std::atomic<uint64_t>& ready = segs.own->header()->ready_step;
+  uint64_t value = ready.load(std::memory_order_acquire);
+  if (value == (segs.pending | kCommitted)) {  // summed: the step is done on both sides
+    segs.own->header()->ack_step.store(segs.pending, std::memory_order_release);
+  } else if (value == segs.pending && ready.compare_exchange_strong(value, 0,
+                                                                    std::memory_order_acq_rel)) {
+    ++segs.skipped;  // given back, and withdrawn now
+  } else {
+    return false;  // still being taken (or taken again since): the leader reads our input
+  }
+  segs.pending = 0;
+  return true;
 }
 
 LocalTensor ShmLocalReduce::MappedOnPoll(const LocalTensor& t) {
@@ -129,14 +164,9 @@ void ShmLocalReduce::BroadcastFromLeader(const LocalTensor& t, const Status& res
         std::move(done), [this, t] {
           Segments& segs = segments_[t.key];
           if (!segs.own) return;
-          const uint64_t step = MappedOnPoll(t).step;
-          uint64_t expected = step;
-          if (segs.own->header()->ready_step.compare_exchange_strong(expected, 0,
-                                                                    std::memory_order_acq_rel)) {
-            ++segs.skipped;
-          } else {
-            segs.own->header()->ack_step.store(step, std::memory_order_release);
-          }
+          // Undecided while the leader takes it: settled before this name's next handover.
+          segs.pending = MappedOnPoll(t).step;
+          ResolvePendingOnPoll(t.key);
         });
     return;
   }
@@ -262,10 +292,15 @@ std::optional<Status> ShmLocalReduce::LeaderReduceOnPoll(const LocalTensor& t, c
     uint64_t expected = t.step;
     if (!members[lr]->header()->ready_step.compare_exchange_strong(expected, t.step | kTaken,
                                                                    std::memory_order_acq_rel)) {
+      // Given back: a member that timed out meanwhile has waited for this (pending).
       for (int back = 1; back < lr; ++back) {
         members[back]->header()->ready_step.store(t.step, std::memory_order_release);
       }
       return std::nullopt;
+    }
+    if (lr == 1 && local_size() > 2) {
+      const int64_t pause = take_pause_us.exchange(0, std::memory_order_relaxed);
+      if (pause > 0) std::this_thread::sleep_for(std::chrono::microseconds(pause));
     }
   }
   if (own->header()->attached.load(std::memory_order_acquire) + 1 >= ranks_.size()) {
@@ -278,6 +313,10 @@ std::optional<Status> ShmLocalReduce::LeaderReduceOnPoll(const LocalTensor& t, c
       return InvalidArgument(std::string("hierarchical aggregation cannot sum ") +
                              DTypeName(t.dtype));
     }
+  }
+  // The inputs are read: members may overwrite them (one that timed out meanwhile does).
+  for (int lr = 1; lr < local_size(); ++lr) {
+    members[lr]->header()->ready_step.store(t.step | kCommitted, std::memory_order_release);
   }
   *sum = own->data();
   return Status::Ok();

@@ -18,6 +18,7 @@
 #include "tf_ps_ops/cc/engine/device_reduce.h"
 #include "tf_ps_ops/cc/engine/engine.h"
 #include "tf_ps_ops/cc/engine/partition.h"
+#include "tf_ps_ops/cc/engine/shm_local_reduce.h"
 #include "tf_ps_ops/cc/pybind/codec_bindings.h"
 #include "tf_ps_ops/cc/wire/message.h"
 
@@ -437,6 +438,10 @@ PYBIND11_MODULE(_core, m) {
   m.def("size", [] { return Engine::Get().size(); });
   m.def("local_rank", [] { return Engine::Get().local_rank(); });
   m.def("local_size", [] { return Engine::Get().local_size(); });
+  m.def("pause_next_local_take_for_testing", &ShmLocalReduce::SetTakePauseForTesting,
+        py::arg("seconds"),
+        "Tests only: this process's next take of 3+ local workers' inputs (hierarchical "
+        "aggregation, as the leader) pauses after taking local rank 1's.");
   m.def("push_pull", [](const std::string& name, py::array array, int root_rank,
                         const std::string& compression, int error_feedback) {
     return PushPullArrays({name}, {array}, root_rank, compression, error_feedback)[0];
