@@ -190,44 +190,65 @@ void ShmLocalReduce::BroadcastFromLeader(const LocalTensor& t, const Status& res
 Status ShmLocalReduce::OwnOnPoll(const LocalTensor& t, ShmSegment** own) {
   Segments& segs = segments_[t.key];
   const uint64_t bytes = t.count * DTypeSize(t.dtype);
+  uint64_t acked = 0;
+  if (segs.own && !Fits(*segs.own, t)) {
+    // The name's shape changed (e.g. the Horovod shim's one name for every eager call):
+    // a new segment under the same name, which peers re-open when they see this mark.
+    // Its peers are done with the old one (the caller finished the name's last step).
+    acked = segs.own->header()->ack_step.load(std::memory_order_acquire);
+    segs.own->header()->superseded.store(1, std::memory_order_release);
+    segs.own->Unlink();
+    segs.own.reset();
+  }
   if (!segs.own) {
     ShmSegment* created = nullptr;
     TFPS_RETURN_IF_ERROR(ShmSegment::Create(SegmentName(t.key, local_rank_), bytes,
                                             static_cast<uint32_t>(t.dtype), local_rank_,
                                             &created));
+    created->header()->ack_step.store(acked, std::memory_order_release);
     segs.own.reset(created);
     segs.peers.resize(ranks_.size());
   }
-  if (segs.own->header()->bytes != bytes ||
-      segs.own->header()->dtype != static_cast<uint32_t>(t.dtype)) {
-    return InvalidArgument("tensor '" + t.name + "' changed its size or dtype between calls (" +
-                           std::to_string(segs.own->header()->bytes) + " bytes before, " +
-                           std::to_string(bytes) + " now): hierarchical aggregation needs "
-                           "the same shape at every call of a name");
-  }
   *own = segs.own.get();
   return Status::Ok();
+}
+
+bool ShmLocalReduce::Fits(const ShmSegment& segment, const LocalTensor& t) {
+  return segment.capacity() == t.count * DTypeSize(t.dtype) &&
+         segment.header()->dtype == static_cast<uint32_t>(t.dtype);
+}
+
+Status ShmLocalReduce::ShapeMismatch(const ShmSegment& peer, int local_rank,
+                                     const LocalTensor& t) const {
+  const uint32_t dtype = peer.header()->dtype;
+  if (dtype != static_cast<uint32_t>(t.dtype)) {
+    return InvalidArgument(Describe(local_rank) + " has tensor '" + t.name + "' as " +
+                           DTypeName(static_cast<DType>(dtype)) + ", this worker as " +
+                           DTypeName(t.dtype) + " (call " + std::to_string(t.step) + ")");
+  }
+  return InvalidArgument(Describe(local_rank) + ", tensor '" + t.name + "' (call " +
+                         std::to_string(t.step) + "): its tensor has " +
+                         std::to_string(peer.capacity()) + " bytes, this worker's " +
+                         std::to_string(t.count * DTypeSize(t.dtype)) +
+                         ": do the local workers disagree on the tensor's shape or dtype?");
 }
 
 Status ShmLocalReduce::PeerOnPoll(const LocalTensor& t, int local_rank, ShmSegment** peer) {
   Segments& segs = segments_[t.key];
   segs.peers.resize(ranks_.size());
   std::unique_ptr<ShmSegment>& slot = segs.peers[local_rank];
+  if (slot && slot->header()->superseded.load(std::memory_order_acquire) != 0) {
+    slot.reset();  // its owner made a new one for another shape, under the same name
+  }
   if (!slot) {
     ShmSegment* opened = nullptr;
-    Status s = ShmSegment::Open(SegmentName(t.key, local_rank), t.count * DTypeSize(t.dtype),
-                                &opened);
+    Status s = ShmSegment::Open(SegmentName(t.key, local_rank), kShmAnySize, &opened);
     if (!s.ok()) return s.WithPrefix(Describe(local_rank) + ", tensor '" + t.name + "': ");
     if (opened == nullptr) {
       *peer = nullptr;
       return Status::Ok();
     }
     slot.reset(opened);
-    if (opened->header()->dtype != static_cast<uint32_t>(t.dtype)) {
-      return InvalidArgument(Describe(local_rank) + " has tensor '" + t.name + "' as " +
-                             DTypeName(static_cast<DType>(opened->header()->dtype)) +
-                             ", this worker as " + DTypeName(t.dtype));
-    }
     if (local_rank_ == 0) {
       slot->Unlink();  // the leader is a member segment's only reader
     } else if (slot->header()->attached.fetch_add(1, std::memory_order_acq_rel) + 2 >=
@@ -235,6 +256,8 @@ Status ShmLocalReduce::PeerOnPoll(const LocalTensor& t, int local_rank, ShmSegme
       slot->Unlink();  // the last member to map the leader's segment: no one else needs it
     }
   }
+  // Possibly still of an earlier call's shape: the callers tell a peer that has not got
+  // to this call yet from one that disagrees (Fits, ShapeMismatch).
   *peer = slot.get();
   return Status::Ok();
 }
@@ -270,6 +293,18 @@ Status ShmLocalReduce::PeerAlive(const ShmSegment& peer, int local_rank,
 
 std::optional<Status> ShmLocalReduce::LeaderReduceOnPoll(const LocalTensor& t, const void* input,
                                                          void** sum) {
+  Segments& segs = segments_[t.key];
+  if (segs.own && !Fits(*segs.own, t)) {
+    // A new shape: the old segment goes once every member has the previous answer.
+    for (int lr = 1; lr < static_cast<int>(segs.peers.size()); ++lr) {
+      const ShmSegment* m = segs.peers[lr].get();
+      if (m != nullptr && m->header()->superseded.load(std::memory_order_acquire) == 0 &&
+          m->header()->ack_step.load(std::memory_order_acquire) + 1 < t.step) {
+        TFPS_RETURN_IF_ERROR(PeerAlive(*m, lr, t));
+        return std::nullopt;
+      }
+    }
+  }
   ShmSegment* own = nullptr;
   TFPS_RETURN_IF_ERROR(OwnOnPoll(t, &own));
   std::vector<ShmSegment*> members(ranks_.size(), nullptr);
@@ -279,8 +314,9 @@ std::optional<Status> ShmLocalReduce::LeaderReduceOnPoll(const LocalTensor& t, c
     const ShmHeader* h = members[lr] != nullptr ? members[lr]->header() : nullptr;
     // Its input of this step is in place, and it has the answer of the previous one (which
     // lives where the new sum goes).
-    if (h == nullptr || h->ready_step.load(std::memory_order_acquire) != t.step ||
-        h->ack_step.load(std::memory_order_acquire) + 1 < t.step) {
+    const bool handed = h != nullptr && h->ready_step.load(std::memory_order_acquire) == t.step;
+    if (handed && !Fits(*members[lr], t)) return ShapeMismatch(*members[lr], lr, t);
+    if (!handed || h->ack_step.load(std::memory_order_acquire) + 1 < t.step) {
       if (h != nullptr) TFPS_RETURN_IF_ERROR(PeerAlive(*members[lr], lr, t));
       all_ready = false;
     }
@@ -340,14 +376,16 @@ std::optional<Status> ShmLocalReduce::MemberReceiveOnPoll(const LocalTensor& t, 
     default:
       code = Code::kInternal;
   }
+  // Read (an error too): the leader may put the next step's sum in its place.
+  segments_[t.key].own->header()->ack_step.store(t.step, std::memory_order_release);
   if (code != Code::kOk) {
     char text[sizeof(h->error)];
     std::memcpy(text, h->error, sizeof(text));
     text[sizeof(text) - 1] = '\0';
     return Status(code, "the local leader, " + Describe(0) + ", failed: " + text);
   }
+  if (!Fits(*leader, t)) return ShapeMismatch(*leader, 0, t);
   std::memcpy(output, leader->data(), t.count * DTypeSize(t.dtype));
-  segments_[t.key].own->header()->ack_step.store(t.step, std::memory_order_release);
   return Status::Ok();
 }
 

@@ -102,6 +102,9 @@ class ShmLocalReduce : public LocalReduce {
   std::optional<Status> LeaderReduceOnPoll(const LocalTensor& t, const void* input, void** sum);
   std::optional<Status> MemberReceiveOnPoll(const LocalTensor& t, void* output);
   Status PeerAlive(const ShmSegment& peer, int local_rank, const LocalTensor& t) const;
+  // Whether a segment is of `t`'s size and dtype; the error naming a peer's that is not.
+  static bool Fits(const ShmSegment& segment, const LocalTensor& t);
+  Status ShapeMismatch(const ShmSegment& peer, int local_rank, const LocalTensor& t) const;
   void UnlinkAllOnPoll();
 
   const std::string token_;

@@ -95,6 +95,7 @@ Status ShmSegment::Create(const std::string& name, uint64_t bytes, uint32_t dtyp
   h->ack_step.store(0);
   h->result_step.store(0);
   h->result_code.store(0);
+  h->superseded.store(0);
   h->error[0] = '\0';
   h->magic.store(kShmMagic, std::memory_order_release);
   *out = new ShmSegment(name, base, size);
@@ -103,7 +104,8 @@ Status ShmSegment::Create(const std::string& name, uint64_t bytes, uint32_t dtyp
 
 Status ShmSegment::Open(const std::string& name, uint64_t bytes, ShmSegment** out) {
   *out = nullptr;
-  const size_t size = kShmDataOffset + bytes;
+  const bool any_size = bytes == kShmAnySize;
+  size_t size = any_size ? 0 : kShmDataOffset + bytes;
   const int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
   if (fd < 0) return errno == ENOENT ? Status::Ok() : Errno("cannot open", name);
   struct stat st;
@@ -129,6 +131,10 @@ Status ShmSegment::Open(const std::string& name, uint64_t bytes, ShmSegment** ou
   if (h->magic.load(std::memory_order_acquire) != kShmMagic) {  // not filled in yet
     munmap(base, actual);
     return Status::Ok();
+  }
+  if (any_size && actual >= kShmDataOffset && h->bytes == actual - kShmDataOffset) {
+    bytes = h->bytes;
+    size = kShmDataOffset + bytes;
   }
   if (actual != size || h->bytes != bytes) {
     const uint64_t theirs = h->bytes;

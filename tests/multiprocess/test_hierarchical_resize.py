@@ -1,0 +1,23 @@
+"""Hierarchical aggregation (TFPS_HIERARCHICAL=1) of a name whose size or dtype changes
+between calls (issue 12): every eager allreduce of the Horovod shim goes under the one name
+'push_pull.eager'. Each local worker re-creates its segment for the new shape and the others
+re-map it; the sums stay exact and no segment is left behind."""
+
+import sys
+import uuid
+from pathlib import Path
+
+WORKER = Path(__file__).parent / "core_workers" / "resize_worker.py"
+
+
+def test_a_name_that_changes_its_shape_every_call_sums_exactly(make_cluster):
+    name = f"push_pull.eager {uuid.uuid4().hex}"  # its own key: other jobs' segments differ
+    cluster = make_cluster(3, 1, timeout=90, env={"TFPS_HIERARCHICAL": "1", "TFPS_TIMEOUT": "20"})
+    cluster.start([sys.executable, WORKER, name])
+    cluster.wait()
+    cluster.assert_ok()
+    for rank in range(3):
+        out = cluster.result("worker", rank).stdout
+        assert "resize ok" in out, out
+        # Every re-created segment was unlinked once mapped, as the first one is.
+        assert "left 0" in out, out
