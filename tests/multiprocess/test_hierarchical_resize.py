@@ -21,3 +21,17 @@ def test_a_name_that_changes_its_shape_every_call_sums_exactly(make_cluster):
         assert "resize ok" in out, out
         # Every re-created segment was unlinked once mapped, as the first one is.
         assert "left 0" in out, out
+
+
+def test_local_workers_that_disagree_on_a_size_all_fail_that_call_and_go_on(make_cluster):
+    # Local rank 1 sends one element more at call 2 (after the name changed its shape):
+    # every local worker fails that call alike, and none is left a step behind.
+    name = f"push_pull.eager {uuid.uuid4().hex}"
+    cluster = make_cluster(3, 1, timeout=90, env={"TFPS_HIERARCHICAL": "1", "TFPS_TIMEOUT": "20"})
+    cluster.start([sys.executable, WORKER, name, "2"])
+    cluster.wait()
+    cluster.assert_ok()
+    for rank in range(3):
+        out = cluster.result("worker", rank).stdout
+        assert "call 2 disagreed" in out and "resize ok" in out and "left 0" in out, out
+    assert "local rank 1 (rank 1)" in cluster.result("worker", 0).stdout

@@ -3,7 +3,11 @@ push_pull under one name with another size or dtype at (nearly) every call, as t
 shim's eager allreduces do ('push_pull.eager'); every answer must equal, bit for bit,
 NumPy's sum of the ranks' inputs in rank order.
 
-    resize_worker.py NAME
+    resize_worker.py NAME [DISAGREE_AT]
+
+DISAGREE_AT: at that call, local rank 1 sends one element more; every rank must fail that
+call with FailedPrecondition naming the tensor (printing "call C disagreed"), and the next
+calls must still sum exactly (no rank left a step behind).
 
 After the calls and a barrier (a push_pull of another name), prints "left N": how many
 /dev/shm segments of NAME's key are still linked (each is unlinked once mapped). Prints
@@ -22,8 +26,10 @@ SHAPES = [(17, np.float32), (4099, np.float32), (4099, np.float32), (3, np.float
           (0, np.float32), (5000, np.int32), (17, np.float32), (9, np.int64), (4099, np.float32)]
 
 
-def data(rank, call):
+def data(rank, call, disagree_at=-1):
     count, dtype = SHAPES[call]
+    if call == disagree_at and rank == 1:
+        count += 1
     rng = np.random.default_rng(100 * call + rank)
     if np.issubdtype(dtype, np.integer):
         info = np.iinfo(dtype)
@@ -33,14 +39,21 @@ def data(rank, call):
 
 def main():
     name = sys.argv[1]
+    disagree_at = int(sys.argv[2]) if len(sys.argv) > 2 else -1
     core = load_core()
     rank, size = init_from_env(core)
     assert core.local_size() == size, (size, core.local_size())
     for call in range(len(SHAPES)):
         try:
-            got = core.push_pull(name, data(rank, call))
+            got = core.push_pull(name, data(rank, call, disagree_at))
         except RuntimeError as e:
+            if call == disagree_at and "FailedPrecondition" in str(e) and name in str(e):
+                print(f"call {call} disagreed: {e}", flush=True)
+                continue
             print(f"call {call} {SHAPES[call]}: push_pull failed: {e}", file=sys.stderr)
+            sys.exit(3)
+        if call == disagree_at:
+            print(f"call {call}: the disagreement went unnoticed", file=sys.stderr)
             sys.exit(3)
         want = data(0, call)
         for other in range(1, size):

@@ -220,13 +220,14 @@ bool ShmLocalReduce::Fits(const ShmSegment& segment, const LocalTensor& t) {
 
 Status ShmLocalReduce::ShapeMismatch(const ShmSegment& peer, int local_rank,
                                      const LocalTensor& t) const {
+  // FailedPrecondition, as the servers report workers that disagree (and Horovod does).
   const uint32_t dtype = peer.header()->dtype;
   if (dtype != static_cast<uint32_t>(t.dtype)) {
-    return InvalidArgument(Describe(local_rank) + " has tensor '" + t.name + "' as " +
+    return FailedPrecondition(Describe(local_rank) + " has tensor '" + t.name + "' as " +
                            DTypeName(static_cast<DType>(dtype)) + ", this worker as " +
                            DTypeName(t.dtype) + " (call " + std::to_string(t.step) + ")");
   }
-  return InvalidArgument(Describe(local_rank) + ", tensor '" + t.name + "' (call " +
+  return FailedPrecondition(Describe(local_rank) + ", tensor '" + t.name + "' (call " +
                          std::to_string(t.step) + "): its tensor has " +
                          std::to_string(peer.capacity()) + " bytes, this worker's " +
                          std::to_string(t.count * DTypeSize(t.dtype)) +
