@@ -123,6 +123,13 @@ void ShmLocalReduce::ReduceToLeader(const LocalTensor& t, const void* input, Red
           withdraw();
           return s;
         }
+        if (m.abort) {  // no input: the reason, for the leader to fail the step with
+          std::snprintf(own->header()->error, sizeof(own->header()->error), "%s",
+                        m.reason.c_str());
+          own->header()->aborted_step.store(m.step, std::memory_order_release);
+          own->header()->ready_step.store(m.step, std::memory_order_release);
+          return Status::Ok();
+        }
         // `ready_step` is not m here (a withdrawn step left 0, a summed one kCommitted), so
         // the leader reads nothing until the store.
         std::memcpy(own->data(), input, m.count * DTypeSize(m.dtype));
@@ -191,7 +198,7 @@ Status ShmLocalReduce::OwnOnPoll(const LocalTensor& t, ShmSegment** own) {
   Segments& segs = segments_[t.key];
   const uint64_t bytes = t.count * DTypeSize(t.dtype);
   uint64_t acked = 0;
-  if (segs.own && !Fits(*segs.own, t)) {
+  if (segs.own && !Fits(*segs.own, t) && !t.abort) {  // an abort fits any segment
     // The name's shape changed (e.g. the Horovod shim's one name for every eager call):
     // a new segment under the same name, which peers re-open when they see this mark.
     // Its peers are done with the old one (the caller finished the name's last step).
@@ -211,6 +218,14 @@ Status ShmLocalReduce::OwnOnPoll(const LocalTensor& t, ShmSegment** own) {
   }
   *own = segs.own.get();
   return Status::Ok();
+}
+
+Status ShmLocalReduce::AbortStatus(int local_rank, const std::string& reason) const {
+  // The words of the servers' abort (sum_rounds.cc), which callers match.
+  return FailedPrecondition("worker " + std::to_string(ranks_[local_rank]) +
+                            " could not take part in this collective: " + reason +
+                            " (local rank " + std::to_string(local_rank) +
+                            ", hierarchical aggregation); the next collective can proceed");
 }
 
 bool ShmLocalReduce::Fits(const ShmSegment& segment, const LocalTensor& t) {
@@ -294,30 +309,33 @@ Status ShmLocalReduce::PeerAlive(const ShmSegment& peer, int local_rank,
 
 std::optional<Status> ShmLocalReduce::LeaderReduceOnPoll(const LocalTensor& t, const void* input,
                                                          void** sum) {
-  Segments& segs = segments_[t.key];
-  if (segs.own && !Fits(*segs.own, t)) {
-    // A new shape: the old segment goes once every member has the previous answer.
-    for (int lr = 1; lr < static_cast<int>(segs.peers.size()); ++lr) {
-      const ShmSegment* m = segs.peers[lr].get();
-      if (m != nullptr && m->header()->superseded.load(std::memory_order_acquire) == 0 &&
-          m->header()->ack_step.load(std::memory_order_acquire) + 1 < t.step) {
-        TFPS_RETURN_IF_ERROR(PeerAlive(*m, lr, t));
-        return std::nullopt;
-      }
+  // Every member has the previous answer: it lives where this step's sum (or error) goes,
+  // and a new shape replaces the segment. A member without a segment waits for none.
+  std::vector<ShmSegment*> members(ranks_.size(), nullptr);
+  for (int lr = 1; lr < local_size(); ++lr) {
+    TFPS_RETURN_IF_ERROR(PeerOnPoll(t, lr, &members[lr]));
+    if (members[lr] != nullptr &&
+        members[lr]->header()->ack_step.load(std::memory_order_acquire) + 1 < t.step) {
+      TFPS_RETURN_IF_ERROR(PeerAlive(*members[lr], lr, t));
+      return std::nullopt;
     }
   }
   ShmSegment* own = nullptr;
   TFPS_RETURN_IF_ERROR(OwnOnPoll(t, &own));
-  std::vector<ShmSegment*> members(ranks_.size(), nullptr);
+  if (t.abort) return AbortStatus(local_rank_, t.reason);  // answered without the inputs
   bool all_ready = true;
   for (int lr = 1; lr < local_size(); ++lr) {
-    TFPS_RETURN_IF_ERROR(PeerOnPoll(t, lr, &members[lr]));
     const ShmHeader* h = members[lr] != nullptr ? members[lr]->header() : nullptr;
-    // Its input of this step is in place, and it has the answer of the previous one (which
-    // lives where the new sum goes).
+    // Its input (or abort) of this step is in place.
     const bool handed = h != nullptr && h->ready_step.load(std::memory_order_acquire) == t.step;
+    if (handed && h->aborted_step.load(std::memory_order_acquire) == t.step) {
+      char text[sizeof(h->error)];
+      std::memcpy(text, h->error, sizeof(text));
+      text[sizeof(text) - 1] = '\0';
+      return AbortStatus(lr, text);
+    }
     if (handed && !Fits(*members[lr], t)) return ShapeMismatch(*members[lr], lr, t);
-    if (!handed || h->ack_step.load(std::memory_order_acquire) + 1 < t.step) {
+    if (!handed) {
       if (h != nullptr) TFPS_RETURN_IF_ERROR(PeerAlive(*members[lr], lr, t));
       all_ready = false;
     }
@@ -385,6 +403,7 @@ std::optional<Status> ShmLocalReduce::MemberReceiveOnPoll(const LocalTensor& t, 
     text[sizeof(text) - 1] = '\0';
     return Status(code, "the local leader, " + Describe(0) + ", failed: " + text);
   }
+  if (t.abort) return Status::Ok();  // nothing to receive (a leader would have failed it)
   if (!Fits(*leader, t)) return ShapeMismatch(*leader, 0, t);
   std::memcpy(output, leader->data(), t.count * DTypeSize(t.dtype));
   return Status::Ok();

@@ -105,6 +105,8 @@ class ShmLocalReduce : public LocalReduce {
   // Whether a segment is of `t`'s size and dtype; the error naming a peer's that is not.
   static bool Fits(const ShmSegment& segment, const LocalTensor& t);
   Status ShapeMismatch(const ShmSegment& peer, int local_rank, const LocalTensor& t) const;
+  // The step's error when `local_rank` aborted it (PsAbortCollective) for `reason`.
+  Status AbortStatus(int local_rank, const std::string& reason) const;
   void UnlinkAllOnPoll();
 
   const std::string token_;

@@ -26,6 +26,8 @@ struct ShmHeader {
   std::atomic<uint64_t> result_step;    // leader: the answer (or error) of this step is there
   std::atomic<uint32_t> result_code;    // leader: Code of result_step; 0 when ok
   std::atomic<uint32_t> superseded;     // 1: its creator replaced it (another shape): re-open
+  std::atomic<uint64_t> aborted_step;   // member: its step of this number is an abort, the
+                                        // reason in `error` (set before ready_step)
   char error[400];                      // leader: the error's text, NUL-terminated
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "atomics in shared memory");
