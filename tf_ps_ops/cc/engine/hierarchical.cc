@@ -139,6 +139,9 @@ std::shared_ptr<Hierarchical::Call> Hierarchical::NextLocked(const std::string& 
   call->tensor.step = ++q.steps;
   call->tensor.dtype = r.dtype;
   call->tensor.count = r.count;
+  uint64_t digest = 1469598103934665603ull;  // FNV-1a over the dims (a chunk's are its own)
+  for (int64_t d : r.dims) digest = (digest ^ static_cast<uint64_t>(d)) * 1099511628211ull;
+  call->tensor.shape_digest = digest | 1;
   call->tensor.device = r.device;
   call->tensor.device_ready = r.device_ready;
   if ((r.flags & kFlagAbortRound) != 0) {
@@ -152,9 +155,15 @@ std::shared_ptr<Hierarchical::Call> Hierarchical::NextLocked(const std::string& 
 
 namespace {
 
+// The servers' name of a local sum: a key of its own, so that the rounds it stands in for
+// are numbered apart from the flat pushes of the same name (the Horovod shim's eager calls
+// all go under 'push_pull.eager', float16 ones flat, float32 ones here; the members push
+// none of these, so a shared count would differ between leader and members).
+std::string ServerName(const std::string& name) { return name + "#local sum"; }
+
 PushPullRequest LeaderPush(const PushPullRequest& r, const std::vector<int>& ranks) {
   PushPullRequest push;
-  push.name = r.name;
+  push.name = ServerName(r.name);
   push.dtype = r.dtype;
   push.dims = r.dims;
   push.count = r.count;
@@ -172,7 +181,7 @@ PushPullRequest AbortPush(const std::string& name, const std::string& why,
   auto text = std::make_shared<std::string>(why);
   auto answer = std::make_shared<std::string>(text->size(), '\0');
   PushPullRequest push;
-  push.name = name;
+  push.name = ServerName(name);
   push.dtype = DType::kUInt8;
   push.dims = {static_cast<int64_t>(text->size())};
   push.count = text->size();

@@ -34,6 +34,9 @@ struct LocalTensor {
   // `reason` goes to the leader, which fails the step on every local worker.
   bool abort = false;
   std::string reason;
+  // A digest of the tensor's dims: workers whose tensors have the same size but another
+  // shape disagree too (0: not compared).
+  uint64_t shape_digest = 0;
 };
 
 class LocalReduce {

@@ -133,6 +133,7 @@ void ShmLocalReduce::ReduceToLeader(const LocalTensor& t, const void* input, Red
         // `ready_step` is not m here (a withdrawn step left 0, a summed one kCommitted), so
         // the leader reads nothing until the store.
         std::memcpy(own->data(), input, m.count * DTypeSize(m.dtype));
+        own->header()->shape_digest.store(m.shape_digest, std::memory_order_relaxed);
         own->header()->ready_step.store(m.step, std::memory_order_release);
         return Status::Ok();
       },
@@ -335,6 +336,13 @@ std::optional<Status> ShmLocalReduce::LeaderReduceOnPoll(const LocalTensor& t, c
       return AbortStatus(lr, text);
     }
     if (handed && !Fits(*members[lr], t)) return ShapeMismatch(*members[lr], lr, t);
+    if (handed && t.shape_digest != 0 &&
+        h->shape_digest.load(std::memory_order_relaxed) != t.shape_digest) {
+      return FailedPrecondition(Describe(lr) + ", tensor '" + t.name + "' (call " +
+                                std::to_string(t.step) + "): the same number of elements as "
+                                "this worker's but another shape: do the local workers "
+                                "disagree on the tensor's shape?");
+    }
     if (!handed) {
       if (h != nullptr) TFPS_RETURN_IF_ERROR(PeerAlive(*members[lr], lr, t));
       all_ready = false;

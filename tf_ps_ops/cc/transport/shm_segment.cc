@@ -97,6 +97,7 @@ Status ShmSegment::Create(const std::string& name, uint64_t bytes, uint32_t dtyp
   h->result_code.store(0);
   h->superseded.store(0);
   h->aborted_step.store(0);
+  h->shape_digest.store(0);
   h->error[0] = '\0';
   h->magic.store(kShmMagic, std::memory_order_release);
   *out = new ShmSegment(name, base, size);

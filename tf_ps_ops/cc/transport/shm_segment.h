@@ -28,6 +28,7 @@ struct ShmHeader {
   std::atomic<uint32_t> superseded;     // 1: its creator replaced it (another shape): re-open
   std::atomic<uint64_t> aborted_step;   // member: its step of this number is an abort, the
                                         // reason in `error` (set before ready_step)
+  std::atomic<uint64_t> shape_digest;   // member: LocalTensor::shape_digest of its input
   char error[400];                      // leader: the error's text, NUL-terminated
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "atomics in shared memory");
