@@ -277,7 +277,8 @@ std::string CheckpointFileName(int server_id, int thread) {
   return "shard-" + std::to_string(server_id) + "-" + std::to_string(thread) + ".ckpt";
 }
 
-Status WriteCheckpoint(const std::string& path, const ShardInfo& info, const ShardParams& params) {
+Status WriteCheckpoint(const std::string& path, const ShardInfo& info, const ShardParams& params,
+                       const std::function<void()>& progress) {
   const std::string tmp = path + ".tmp";
   std::FILE* file = std::fopen(tmp.c_str(), "wbe");
   if (file == nullptr) return Internal("cannot create checkpoint file " + tmp + ": " + Errno());
@@ -305,6 +306,7 @@ Status WriteCheckpoint(const std::string& path, const ShardInfo& info, const Sha
     r.updates = p.updates;
     ok = ok && w.Put(&r, sizeof(r)) && w.Put(p.value.data(), p.value.size());
     for (const auto& slot : p.slots) ok = ok && w.Put(slot.data(), slot.size());
+    if (progress) progress();
   }
   Trailer t;
   t.body_bytes = w.bytes();

@@ -18,6 +18,7 @@
 #define TFPS_PS_SERVER_CHECKPOINT_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -55,8 +56,11 @@ struct ShardInfo {
 std::string CheckpointFileName(int server_id, int thread);
 
 // Writes `path` atomically: `path`.tmp is written and fsync'ed, renamed over `path`, and the
-// directory is fsync'ed. A crash at any point leaves the previous file intact.
-Status WriteCheckpoint(const std::string& path, const ShardInfo& info, const ShardParams& params);
+// directory is fsync'ed. A crash at any point leaves the previous file intact. `progress`
+// (if set) is called after each record: a long write shows the server's heartbeat that the
+// thread still moves (thread_watch.h).
+Status WriteCheckpoint(const std::string& path, const ShardInfo& info, const ShardParams& params,
+                       const std::function<void()>& progress = nullptr);
 
 // Reads and validates one file. On failure *info and *params are untouched.
 Status ReadCheckpoint(const std::string& path, ShardInfo* info, ShardParams* params);

@@ -191,7 +191,7 @@ int Main(int argc, char** argv) {
     const std::string& a = flags["scheduler"];
     const size_t colon = a.rfind(':');
     if (colon == std::string::npos) return Fail("--scheduler must be HOST:PORT, got '" + a + "'");
-    sched_host = a.substr(0, colon);
+    sched_host = a.substr(0, colon);  // an IPv6 literal in brackets: [::1]:7000
     sched_port_text = a.substr(colon + 1);
   } else {
     sched_host = Env("DMLC_PS_ROOT_URI");

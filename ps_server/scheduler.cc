@@ -27,7 +27,7 @@ Scheduler::Scheduler(int num_workers, int num_servers, const Config& config)
 Status Scheduler::Bind(int port, int* bound_port) {
   TFPS_RETURN_IF_ERROR(CheckBindAllowed(config_, "the scheduler"));
   try {
-    router_.bind(BindEndpoint(config_, port, "the scheduler"));
+    BindTcp(router_, BindEndpoint(config_, port, "the scheduler"));
   } catch (const zmq::error_t& e) {
     return Unavailable("scheduler cannot bind port " + std::to_string(port) + ": " + e.what());
   }
@@ -41,7 +41,14 @@ int Scheduler::Run(const std::atomic<bool>& stop) {
   auto last_progress = Clock::now();
   Clock::time_point conflict_at;  // when workers were found to disagree (conflict_)
   std::vector<zmq::message_t> frames;
-  while (!stop) {
+  bool abandoning = false;  // stopped before the cluster was complete (AbandonRendezvous)
+  while (true) {
+    if (stop && !abandoning) {
+      if (ready_ || !conflict_.empty()) break;
+      if (workers_.empty() && servers_.empty()) break;  // nobody to tell
+      AbandonRendezvous();
+      abandoning = true;
+    }
     zmq::pollitem_t items[] = {{router_.handle(), 0, ZMQ_POLLIN, 0},
                                {monitor.socket().handle(), 0, ZMQ_POLLIN, 0}};
     Poll(items, 2, 200);
@@ -59,7 +66,8 @@ int Scheduler::Run(const std::atomic<bool>& stop) {
     }
     if (!conflict_.empty()) {
       if (conflict_at == Clock::time_point()) conflict_at = Clock::now();
-      if (Clock::now() - conflict_at > std::chrono::seconds(2)) break;  // refusals are out
+      // Refusals are out (an abandoned rendezvous lingers less: a stop is waiting).
+      if (Clock::now() - conflict_at > std::chrono::seconds(abandoning ? 1 : 2)) break;
       continue;
     }
     if (ready_) CheckLiveness();
@@ -205,6 +213,24 @@ bool Scheduler::ConsistencyAgrees(const std::string& identity, const RegisterReq
   for (const auto& w : workers_) Refuse(w.second.identity, Code::kInvalidArgument, conflict_);
   for (const Member& s : servers_) Refuse(s.identity, Code::kInvalidArgument, conflict_);
   return false;
+}
+
+// A stop (SIGTERM, SIGINT) before the cluster is complete: the registrants would otherwise
+// wait TFPS_TIMEOUT for a cluster that never completes (tfps-run --elastic stops the
+// scheduler of an epoch whose member died during its rendezvous, and the others go to the
+// next epoch). Every registrant is told now, and later ones are refused for 1 s (one that
+// read the epoch just before the driver replaced it); then Run returns kStoppedMidJob as
+// for any stop. With nobody registered it returns at once.
+void Scheduler::AbandonRendezvous() {
+  conflict_ = "the scheduler was stopped before the cluster was complete (still waiting for " +
+              Waiting() + "); this rendezvous is abandoned";
+  Header h;
+  h.type = static_cast<uint16_t>(MsgType::kError);
+  h.status = static_cast<uint32_t>(Code::kUnavailable);
+  size_t told = 0;
+  for (const auto& w : workers_) told += SendText(router_, w.second.identity, h, conflict_).ok();
+  for (const Member& s : servers_) told += SendText(router_, s.identity, h, conflict_).ok();
+  TFPS_LOG(Warning) << conflict_ << "; told the " << told << " registered member(s)";
 }
 
 void Scheduler::AnnounceCluster() {
@@ -393,7 +419,8 @@ void Scheduler::OnSilent(const std::string& identity, double seconds) {
       NameOf(identity) + " is hung: it has not answered the scheduler for " + quiet +
       " s (2 x TFPS_HEARTBEAT_TIMEOUT=" + FormatSeconds(liveness_.timeout_s()) +
       " s, + 1 s) although its connection is open: its " +
-      (worker ? "engine thread" : "I/O thread") + " is stuck (a debugger, a deadlock?)";
+      (worker ? "engine thread" : "I/O thread or a summation thread (its log says which)") +
+      " is stuck (a debugger, a deadlock?)";
   TFPS_LOG(Error) << why;
   member->done = true;
   if (worker) ++lost_workers_;

@@ -52,6 +52,7 @@ class Scheduler {
   // "server 1 (host:port)" or "worker 2 (host)" for a registered routing id; empty if none.
   std::string NameOf(const std::string& identity) const;
   // Tells every registrant the cluster, once it is complete.
+  void AbandonRendezvous();
   void AnnounceCluster();
   void Reply(const std::string& identity, const std::string& text);  // a kRegisterReply
   // Logs and answers a refusal, both rate-limited per peer (limiter_).

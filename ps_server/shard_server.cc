@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 
 #include "ps_server/exit_codes.h"
 #include "ps_server/thread_shard.h"
@@ -25,12 +27,6 @@ enum WorkerState { kUnseen = 0, kConnected = 1, kDone = 2, kGone = 3 };
 // the reason); fewer reach the workers as warnings.
 constexpr int kCheckpointFailuresFatal = 3;
 
-// A push's payload kept as ZeroMQ received it: no copy, freed with its last reference.
-Buffer BufferOf(zmq::message_t message) {
-  auto held = std::make_shared<zmq::message_t>(std::move(message));
-  return Buffer::Adopt(held->data(), held->size(), held);
-}
-
 // A reply sent from its buffer in place; ZeroMQ holds a reference until the bytes are out.
 zmq::message_t MessageOf(const Buffer& buffer) {
   return ZeroCopyMessage(buffer.data(), buffer.size(), buffer.owner());
@@ -45,6 +41,7 @@ ShardServer::ShardServer(int num_workers, int num_servers, const Config& config)
       context_(2),
       router_(context_, zmq::socket_type::router),
       scheduler_(context_, zmq::socket_type::dealer),
+      budget_(static_cast<uint64_t>(config.server_push_bytes), num_workers),
       worker_state_(num_workers, kUnseen),
       shm_(config.shm_server) {
   SetCommonOptions(router_, config_);
@@ -65,7 +62,7 @@ Status ShardServer::Start(const std::string& scheduler_host, int scheduler_port,
                           const std::string& host) {
   TFPS_RETURN_IF_ERROR(CheckBindAllowed(config_, "this server"));
   try {
-    router_.bind(BindEndpoint(config_, port, "this server"));
+    BindTcp(router_, BindEndpoint(config_, port, "this server"));
   } catch (const zmq::error_t& e) {
     return Unavailable("server cannot bind port " + std::to_string(port) + ": " + e.what());
   }
@@ -78,11 +75,11 @@ Status ShardServer::Start(const std::string& scheduler_host, int scheduler_port,
     TFPS_RETURN_IF_ERROR(ListCheckpoints(config_.checkpoint_dir, &existing));
   }
   const std::string scheduler = TcpAddress(scheduler_host, scheduler_port);
-  scheduler_.connect(scheduler);
+  ConnectTcp(scheduler_, scheduler);
   RegisterRequest request;
   request.role = Role::kServer;
   request.port = bound;
-  request.host = host;
+  request.host = StripBrackets(host);  // the view's "host:port" holds IPv6 bare
   ClusterView view;
   TFPS_RETURN_IF_ERROR(
       RegisterWithScheduler(scheduler_, scheduler, request, config_.timeout_s, &view));
@@ -100,6 +97,7 @@ Status ShardServer::Start(const std::string& scheduler_host, int scheduler_port,
   for (int i = 0; i < config_.server_threads; ++i) {
     inboxes_.push_back(std::make_unique<Inbox>());
   }
+  watch_ = std::make_unique<ThreadWatch>(config_.server_threads);
   for (int i = 0; i < config_.server_threads; ++i) {
     threads_.emplace_back([this, i] { SummationLoop(i); });
   }
@@ -163,24 +161,32 @@ void ShardServer::SummationLoop(int index) {
   ShmAnswers shm_answers;  // this thread's shared-memory pushes, answered here
   while (!stopping_) {
     std::deque<Work> batch;
+    watch_->Beat(index, ThreadWatch::kWaiting);
     {
       std::unique_lock<std::mutex> lock(inbox.mu);
       inbox.cv.wait_for(lock, std::chrono::milliseconds(250),
                         [&] { return stopping_ || !inbox.queue.empty(); });
       batch.swap(inbox.queue);
     }
-    for (Work& w : batch) SummationWorkOnSummationThread(store, w, &replies, &shm_answers);
+    for (Work& w : batch) {
+      watch_->Beat(index, ThreadWatch::kPush);
+      SummationWorkOnSummationThread(store, w, &replies, &shm_answers);
+    }
+    watch_->Beat(index, ThreadWatch::kTick);
     try {
       store.OnTick(KeyStore::Clock::now(), &replies);
     } catch (const std::exception& e) {  // e.g. bad_alloc: log, keep serving
       TFPS_LOG(Error) << "summation thread " << index << ": " << e.what();
     }
+    watch_->Beat(index, ThreadWatch::kReplies);
     shm_answers.Fill(&replies);  // the sum into colocated workers' memory, on this thread
     PostReplies(&replies);
     if (checkpoints && store.CheckpointDue(config_.checkpoint_every)) {
+      watch_->Beat(index, ThreadWatch::kCheckpoint);
       CheckpointOnSummationThread(index, store);
     }
   }
+  watch_->Beat(index, ThreadWatch::kExited);
 }
 
 // No exception leaves a summation thread: the push that raised one (an allocation the
@@ -199,7 +205,7 @@ void ShardServer::SummationWorkOnSummationThread(KeyStore& store, Work& w,
       shm_answers->Expect(WorkerIdentity(w.head.header.sender), w.head.header, std::move(w.shm));
       store.OnPush(w.head, std::move(payload), replies, w.received_us);
     } else if (w.kind == Work::kPush) {
-      store.OnPush(w.head, BufferOf(std::move(w.payload)), replies, w.received_us);
+      store.OnPush(w.head, std::move(w.data), replies, w.received_us);
     } else if (w.kind == Work::kJoin) {
       store.OnJoin(w.head, w.answer, replies);
     } else {
@@ -219,7 +225,8 @@ void ShardServer::SummationWorkOnSummationThread(KeyStore& store, Work& w,
 void ShardServer::CheckpointOnSummationThread(int index, KeyStore& store) {
   const auto start = KeyStore::Clock::now();
   const std::string path = config_.checkpoint_dir + "/" + CheckpointFileName(server_id_, index);
-  Status s = WriteCheckpoint(path, ShardInfoOf(index), store.params());
+  Status s = WriteCheckpoint(path, ShardInfoOf(index), store.params(),
+                             [this, index] { watch_->Beat(index, ThreadWatch::kCheckpoint); });
   store.MarkCheckpointed();  // a failed write is retried at the next due state, not at once
   if (!s.ok()) {
     const int failures = ++checkpoint_failures_;
@@ -276,9 +283,11 @@ bool ShardServer::ExchangeNoticesOnIoThread(std::string* why) {
       return false;
     }
   }
+  const bool alive = SummationThreadsAliveOnIoThread();
   std::vector<zmq::message_t> frames;
   while (RecvFrames(scheduler_, &frames)) {
-    if (AnswerPing(scheduler_, frames)) continue;  // the I/O thread lives (notice.h)
+    // The I/O thread lives (notice.h), and so do the summation threads (thread_watch.h).
+    if (AnswerPing(scheduler_, frames, alive)) continue;
     Code code = Code::kOk;
     NoticeAbout about;
     std::string text;
@@ -298,6 +307,55 @@ bool ShardServer::ExchangeNoticesOnIoThread(std::string* why) {
     *why = JobFailedMessage(text);  // no job goes on without one of its servers
     return false;
   }
+  return true;
+}
+
+bool ShardServer::SummationThreadsAliveOnIoThread() {
+  if (!watch_ || config_.heartbeat_timeout_s <= 0) return true;
+  double quiet = 0;
+  std::string doing;
+  const int stuck = watch_->Stuck(config_.heartbeat_timeout_s, &quiet, &doing);
+  if (stuck < 0) {
+    if (stuck_reported_ >= 0) {
+      TFPS_LOG(Warning) << "summation thread " << stuck_reported_
+                        << " progresses again; answering heartbeats again";
+    }
+    stuck_reported_ = -1;
+    return true;
+  }
+  if (stuck != stuck_reported_) {
+    stuck_reported_ = stuck;
+    char seconds[32], window[32];
+    std::snprintf(seconds, sizeof(seconds), "%.1f", quiet);
+    std::snprintf(window, sizeof(window), "%g", config_.heartbeat_timeout_s);
+    const std::string why =
+        "summation thread " + std::to_string(stuck) + " of server " +
+        std::to_string(server_id_) + " has made no progress for " + seconds +
+        " s (TFPS_HEARTBEAT_TIMEOUT=" + window + " s) while " + doing + " (a blocked file or disk write, a deadlock?): this server "
+        "no longer answers heartbeats and is named hung unless the thread goes on";
+    TFPS_LOG(Error) << why;
+    (void)SendNotice(scheduler_, Status::Ok(), why);
+  }
+  return false;
+}
+
+bool ShardServer::StopSummationThreadsOnIoThread() {
+  stopping_ = true;
+  for (auto& inbox : inboxes_) inbox->cv.notify_all();
+  // Waits while the threads progress; one silent for TFPS_HEARTBEAT_TIMEOUT is stuck.
+  while (watch_ && !watch_->AllExited()) {
+    double quiet = 0;
+    std::string doing;
+    const int stuck = watch_->Stuck(config_.heartbeat_timeout_s, &quiet, &doing);
+    if (stuck >= 0) {
+      TFPS_LOG(Error) << "summation thread " << stuck << " is stuck (no progress for "
+                      << quiet << " s while " << doing << "): exiting without it";
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  for (auto& t : threads_) t.join();
+  threads_.clear();
   return true;
 }
 
@@ -349,11 +407,14 @@ int ShardServer::Run(const std::atomic<bool>& stop) {
     if (finished == num_workers_) break;
   }
   // Let summation threads post their last replies, then flush them.
-  stopping_ = true;
-  for (auto& inbox : inboxes_) inbox->cv.notify_all();
-  for (auto& t : threads_) t.join();
-  threads_.clear();
+  const bool stopped = StopSummationThreadsOnIoThread();
   SendOutboxOnIoThread();
+  if (!stopped) {  // a thread blocked in the kernel cannot be joined, nor this object freed
+    TFPS_LOG(Error) << (failed.empty() ? std::string("the job ended") : failed)
+                    << "; exiting with 1 without the stuck summation thread";
+    std::fflush(stderr);  // not every stream: the stuck thread may hold one's lock
+    std::_Exit(1);
+  }
   if (!failed.empty()) {
     TFPS_LOG(Error) << failed << "; exiting with 1";
     return 1;
@@ -468,8 +529,13 @@ bool ShardServer::ReceiveShmOnIoThread(const std::string& identity, Work* w) {
   const Header& h = w->head.header;
   Status s = shm_.Receive(identity, h, &w->shm_payload, &w->shm);
   if (!s.ok()) {  // about the push, so that it fails at once
+    // Nothing was counted: the worker sends this partition over the socket instead.
+    s = s.WithPrefix("server " + std::to_string(server_id_) + " refused the shared memory of "
+                     "worker " + std::to_string(h.sender) + " (partition " +
+                     std::to_string(h.partition) + "): ");
     Head about = HeadAbout(h, MsgType::kError, server_id_);
     about.header.status = static_cast<uint16_t>(s.code());
+    about.header.flags |= kFlagShmRefused;
     uint64_t suppressed = 0;
     if (limiter_.Allow(identity, &suppressed)) {
       TFPS_LOG(Warning) << "refused a shared-memory push from '" << EscapeForLog(identity)
@@ -486,6 +552,7 @@ void ShardServer::AcceptPushesOnIoThread(const std::string& identity, std::vecto
   Batch acks;
   for (Work& w : works) {
     const Header& h = w.head.header;
+    if (!w.shm && !AdmitOnIoThread(identity, &w)) continue;
     if ((h.flags & kFlagAck) != 0) {
       acks.Add(Encoded{EncodeHead(HeadAbout(h, MsgType::kAck, server_id_)), zmq::message_t()});
     }
@@ -503,6 +570,25 @@ void ShardServer::AcceptPushesOnIoThread(const std::string& identity, std::vecto
     TFPS_LOG(Warning) << "could not acknowledge to '" << EscapeForLog(identity)
                       << "': " << s.message() << SuppressedNote(suppressed);
   }
+}
+
+bool ShardServer::AdmitOnIoThread(const std::string& identity, Work* w) {
+  const Header& h = w->head.header;
+  Status s = budget_.Admit(h, w->payload.size(), server_id_);
+  if (s.ok()) {
+    w->data = budget_.Hold(h.sender, std::move(w->payload));
+    return true;
+  }
+  // The push fails at once (not silently, not after TFPS_TIMEOUT); the log is rate-limited
+  // per peer, the answers are not: each refused push is an op its worker waits for.
+  uint64_t suppressed = 0;
+  if (limiter_.Allow(identity, &suppressed)) {
+    TFPS_LOG(Warning) << s.message() << SuppressedNote(suppressed);
+  }
+  Head about = HeadAbout(h, MsgType::kError, server_id_);
+  about.header.status = static_cast<uint16_t>(s.code());
+  (void)SendText(router_, identity, about.header, s.message());
+  return false;
 }
 
 void ShardServer::OnBatchOnIoThread(const std::string& identity, const Header& batch,

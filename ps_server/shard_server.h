@@ -27,7 +27,9 @@
 
 #include "ps_server/checkpoint.h"
 #include "ps_server/key_store.h"
+#include "ps_server/push_budget.h"
 #include "ps_server/shm_peers.h"
+#include "ps_server/thread_watch.h"
 #include "tf_ps_ops/cc/common/config.h"
 #include "tf_ps_ops/cc/common/rate_limit.h"
 #include "tf_ps_ops/cc/common/status.h"
@@ -53,6 +55,7 @@ class ShardServer {
     enum Kind { kPush, kWorkerLost, kJoin } kind = kPush;
     Head head;
     zmq::message_t payload;
+    Buffer data;  // the payload once accepted, counted in budget_ until freed
     // A kPushPullShm's payload, read in place, and the segment its answer goes into.
     Buffer shm_payload;
     std::shared_ptr<ShmSegment> shm;
@@ -80,6 +83,13 @@ class ShardServer {
   // Sends queued notices; reads the scheduler's. False once the job cannot go on (a
   // member failed or died): *why says so.
   bool ExchangeNoticesOnIoThread(std::string* why);
+  // Whether every summation thread progressed within TFPS_HEARTBEAT_TIMEOUT (thread_watch.h):
+  // only then are the scheduler's pings answered. A stuck thread is logged and named to
+  // the scheduler (a warning every member hears) once.
+  bool SummationThreadsAliveOnIoThread();
+  // Stops and joins the summation threads; false (nothing joined) when one is stuck
+  // (thread_watch.h): the process must then exit without it.
+  bool StopSummationThreadsOnIoThread();
   void SummationWorkOnSummationThread(KeyStore& store, Work& w, std::vector<Outgoing>* replies,
                                       ShmAnswers* shm_answers);
   uint64_t MaxMessageBytes() const;
@@ -92,6 +102,10 @@ class ShardServer {
   // Queues each push for its summation thread and acknowledges at once those with
   // kFlagAck (the worker's scheduling credit), in one message.
   void AcceptPushesOnIoThread(const std::string& identity, std::vector<Work> works);
+  // Counts a socket push's payload against TFPS_SERVER_PUSH_BYTES (push_budget.h) into
+  // w->data; over the limit, answers the push with an error naming worker and tensor, and
+  // returns false.
+  bool AdmitOnIoThread(const std::string& identity, Work* w);
   // A kPushPullShm's payload out of its sender's segment into *w (then a kPushPull); on
   // failure sends an error about that push, so that it fails at once, and returns false.
   bool ReceiveShmOnIoThread(const std::string& identity, Work* w);
@@ -110,9 +124,11 @@ class ShardServer {
   zmq::socket_t router_;
   zmq::socket_t scheduler_;
   std::unique_ptr<ZapHandler> zap_;  // with a job key: admits only its holders
+  PushBudget budget_;                // TFPS_SERVER_PUSH_BYTES
   std::vector<std::unique_ptr<Inbox>> inboxes_;
   std::vector<ShardParams> restored_;  // per thread, read in Start(); empty: nothing restored
   std::vector<std::thread> threads_;
+  std::unique_ptr<ThreadWatch> watch_;  // the summation threads' progress (set in Start)
   std::atomic<bool> stopping_{false};
   std::mutex outbox_mu_;
   std::vector<Outgoing> outbox_;  // guarded by outbox_mu_
@@ -125,6 +141,7 @@ class ShardServer {
   PeerRateLimiter limiter_;  // what misbehaving peers make us log and answer
   std::vector<int> worker_state_;  // 0 unseen, 1 connected, 2 said goodbye, 3 gone
   ShmPeers shm_;                   // colocated workers' shared memory (TFPS_SHM_SERVER)
+  int stuck_reported_ = -1;        // the summation thread last named stuck; -1: none
 };
 
 }  // namespace tfps

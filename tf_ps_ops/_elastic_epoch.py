@@ -15,6 +15,7 @@ EPOCH_FILE = "epoch.json"  # the driver's name for it (_launch_elastic.EPOCH_FIL
 _POLL_S = 0.05
 
 _last_epoch = -1  # the epoch of this process's last successful init()
+_first_epoch = -1  # the epoch of its first
 
 
 def enabled():
@@ -56,11 +57,23 @@ def current_epoch_number():
     return _last_epoch
 
 
-def wait_for_place(timeout_s):
+def superseded(epoch, wait_s):
+    """Whether the driver published an epoch newer than `epoch` (waiting up to `wait_s`):
+    after a failed rendezvous, it tells an abandoned epoch from another failure."""
+    give_up = time.monotonic() + wait_s
+    while latest_epoch_number() <= epoch:
+        if time.monotonic() > give_up:
+            return False
+        time.sleep(_POLL_S)
+    return True
+
+
+def wait_for_place(timeout_s, after=None):
     """Announces this worker (join-<id>) and waits up to `timeout_s` for an epoch newer
-    than the last it joined that lists it. Returns (epoch, rank, size, scheduler,
-    num_servers)."""
+    than the last it joined (and than `after`) that lists it. Returns (epoch, rank, size,
+    scheduler, num_servers)."""
     directory, worker_id = _place()
+    newer_than = _last_epoch if after is None else max(_last_epoch, after)
     join = os.path.join(directory, f"join-{worker_id}")
     if not os.path.exists(join):
         with open(join, "w"):
@@ -68,12 +81,12 @@ def wait_for_place(timeout_s):
     give_up = time.monotonic() + timeout_s
     while True:
         epoch = read_epoch(directory)
-        if epoch is not None and epoch["epoch"] > _last_epoch and worker_id in epoch["members"]:
+        if epoch is not None and epoch["epoch"] > newer_than and worker_id in epoch["members"]:
             return (int(epoch["epoch"]), epoch["members"].index(worker_id),
                     len(epoch["members"]), epoch["scheduler"], int(epoch["num_servers"]))
         if time.monotonic() > give_up:
             raise RuntimeError(
-                f"elastic worker {worker_id}: no epoch newer than {_last_epoch} lists it "
+                f"elastic worker {worker_id}: no epoch newer than {newer_than} lists it "
                 f"after {timeout_s:g} s (TFPS_TIMEOUT); is the elastic driver (tfps-run "
                 f"--elastic) still running? Its directory: {directory}")
         time.sleep(_POLL_S)
@@ -81,8 +94,18 @@ def wait_for_place(timeout_s):
 
 def joined(epoch):
     """Records that this process completed the rendezvous of `epoch` and tells the driver."""
-    global _last_epoch
+    global _last_epoch, _first_epoch
     _last_epoch = epoch
+    if _first_epoch < 0:
+        _first_epoch = epoch
     directory, worker_id = _place()
     with open(os.path.join(directory, f"ack-{epoch}-{worker_id}"), "w"):
         pass
+
+
+def joined_late():
+    """Whether this process's first epoch was not the job's first: a newcomer (or a
+    worker whose first rendezvous was abandoned). In PS mode such a worker leaves the
+    servers' parameters to elastic.run, whose first call pushes them as the members'
+    re-initialisation does at the same point (ps_mode.push_served_variables)."""
+    return _first_epoch > 0

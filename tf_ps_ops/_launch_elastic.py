@@ -21,8 +21,12 @@ at their next commit (elastic.State.commit -> check_host_updates).
 
 The old epoch's scheduler and servers exit by themselves once the survivors said goodbye;
 those still running _OLD_EPOCH_GRACE_S later are stopped. Their exit codes are no failure
-of the job. A server of the current epoch that fails still ends the job (the servers'
-state is not elastic). Standard library only, as the rest of the launcher.
+of the job. A server (or the scheduler) of the current epoch that dies is an epoch change
+too, with the same members: the driver starts the next epoch's scheduler and servers (as
+many as before), up to `server_restarts` times; the workers restore their last commit and
+their state sync fills the new servers (in PS mode: tf_ps_ops.elastic pushes the
+parameters). Once the budget is spent, a dying role ends the job. Standard library only,
+as the rest of the launcher.
 """
 
 import json
@@ -48,6 +52,16 @@ def write_epoch(directory, epoch, scheduler, num_servers, members):
     os.replace(tmp, path)
 
 
+def _heartbeat_timeout(env):
+    """TFPS_HEARTBEAT_TIMEOUT of the job's environment, as the roles read it (default 30,
+    at least 1); a value they would refuse gives the default here (they say why)."""
+    try:
+        value = float(env.get("TFPS_HEARTBEAT_TIMEOUT", "30"))
+    except ValueError:
+        return 30.0
+    return max(value, 1.0) if value == value else 30.0
+
+
 def _say(text):
     print(f"tfps-run: {text}", flush=True)
 
@@ -60,11 +74,13 @@ class ElasticJob:
     environment of a worker before the elastic variables are added."""
 
     def __init__(self, ps_server, num_servers, output, directory, command, env,
-                 min_workers=1, restarts=0, timeout=None, server_threads=None, cwd=None):
+                 min_workers=1, restarts=0, timeout=None, server_threads=None, cwd=None,
+                 server_restarts=0):
         self.ps_server, self.num_servers = ps_server, num_servers
         self.output, self.directory, self.command = output, directory, command
         self.env, self.cwd = dict(env), cwd
         self.min_workers, self.restarts_left = min_workers, restarts
+        self.server_restarts, self.server_restarts_left = server_restarts, server_restarts
         self.timeout, self.server_threads = timeout, server_threads
         self.deadline = time.monotonic() + timeout if timeout else None
         self.workers = Job(None, 0, 0, output, cwd=cwd)  # every worker process, all epochs
@@ -74,11 +90,21 @@ class ElasticJob:
         self.joining = []  # ids started but not yet in an epoch
         self.finished = set()
         self._next_id = 0
+        self._stopped_since = {}  # process -> when it was first seen stopped
+        self._next_stop_check = 0.0
+        self.hang_limit_s = 30.0  # run() reads it from the job's environment
 
     # --- epochs -----------------------------------------------------------------------
 
     def _start_epoch(self, members):
-        """Starts the next epoch's scheduler and servers for `members` and publishes it."""
+        """Starts the next epoch's scheduler and servers for `members` and publishes it.
+        The epoch before, if some member never completed its rendezvous (a member died
+        in it), is abandoned: its scheduler is stopped once the new epoch is published,
+        and refuses the registrants, who go to the new one instead of waiting
+        TFPS_TIMEOUT (basics.init)."""
+        abandoned = None
+        if self.epochs and not self._acknowledged():
+            abandoned = self.epochs[-1]
         epoch = self.epoch + 1
         roles = Job(self.ps_server, len(members), self.num_servers, self.output,
                     cwd=self.cwd)
@@ -94,6 +120,11 @@ class ElasticJob:
                     self.num_servers, members)
         _say(f"elastic epoch {epoch}: {len(members)} worker(s) "
              f"[{', '.join(members)}] (ranks in this order), scheduler port {port}")
+        if abandoned is not None:
+            old_epoch, old_roles, _ = abandoned
+            _say(f"elastic epoch {old_epoch} is abandoned before its rendezvous completed; "
+                 f"stopped its scheduler, its members go to epoch {epoch}")
+            old_roles.process("scheduler", 0).signal_group(signal.SIGTERM)
 
     def _start_worker(self):
         worker_id = f"w{self._next_id}"
@@ -112,10 +143,12 @@ class ElasticJob:
 
     def run(self, num_workers):
         """Returns 0 once every member of the last epoch exited 0; raises LaunchError."""
+        self.hang_limit_s = _heartbeat_timeout(self.env)
         members = [self._start_worker() for _ in range(num_workers)]
         self._start_epoch(members)
         while True:
             self._check_deadline()
+            self._kill_stopped_members()
             self._watch_workers()
             self._watch_roles()
             self._admit_joiners()
@@ -172,13 +205,53 @@ class ElasticJob:
                 _say(f"started worker {new_id} to take the place of a lost one "
                      f"({self.restarts_left} restart(s) left)")
 
+    def _kill_stopped_members(self):
+        """A member, server or scheduler of the current epoch stopped (SIGSTOP, Ctrl-Z, a
+        debugger) for TFPS_HEARTBEAT_TIMEOUT, the time after which the others lose it by
+        heartbeat anyway, is killed: its exit is then a loss as any (a new epoch; for a
+        worker, a restart if any is left)."""
+        now = time.monotonic()
+        if now < self._next_stop_check:
+            return
+        self._next_stop_check = now + 0.25
+        epoch, roles, _ = self.epochs[-1]
+        candidates = {}  # process -> how the driver names it
+        for p in self.workers.stopped_processes():
+            if p.index in self.members and p.index not in self.finished:
+                candidates[p] = f"worker {p.index} (rank {self.members.index(p.index)})"
+        for p in roles.stopped_processes():
+            candidates[p] = f"{p.name} of elastic epoch {epoch}"
+        for p in list(self._stopped_since):
+            if p not in candidates:
+                del self._stopped_since[p]
+        for p, name in candidates.items():
+            since = self._stopped_since.setdefault(p, now)
+            if now - since >= self.hang_limit_s:
+                del self._stopped_since[p]
+                _say(f"{name} has been stopped (SIGSTOP, Ctrl-Z or a debugger) for "
+                     f"{now - since:.1f} s (TFPS_HEARTBEAT_TIMEOUT={self.hang_limit_s:g} s): "
+                     "killed it, it is lost")
+                p.signal_group(signal.SIGKILL)
+
     def _watch_roles(self):
         epoch, roles, _ = self.epochs[-1]
         for p in roles.processes:
             code = p.poll()
-            if code and not all(m in self.finished for m in self.members):
-                raise LaunchError(f"{p.name} of elastic epoch {epoch} {describe_exit(code)} "
-                                  "(servers are not elastic); stopped the others", 1, p)
+            if not code or all(m in self.finished for m in self.members):
+                continue
+            name = p.name if p.role == "scheduler" else f"server {p.index}"
+            if self.server_restarts_left <= 0 or any(m in self.finished for m in self.members):
+                why = ("some workers have finished already" if self.server_restarts_left > 0
+                       else f"no server restart left (--elastic-server-restarts "
+                            f"{self.server_restarts} spent)")
+                raise LaunchError(f"{name} of elastic epoch {epoch} {describe_exit(code)}; "
+                                  f"{why}; stopped the others", 1, p)
+            self.server_restarts_left -= 1
+            _say(f"{name} of elastic epoch {epoch} {describe_exit(code)}; the job goes on "
+                 f"with new servers and the same {len(self.members)} worker(s), from their "
+                 f"last commit ({self.server_restarts_left} server restart(s) left)")
+            self._start_epoch(self.members)
+            return
 
     def _admit_joiners(self):
         ready = [j for j in self.joining

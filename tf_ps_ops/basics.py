@@ -3,6 +3,7 @@
 import atexit
 import ctypes
 import os
+import sys
 
 import tensorflow as tf
 
@@ -56,6 +57,17 @@ def init(comm=None, consistency=None, elastic=None, process_sets=None):
     status = lib.tfps_init(cluster.scheduler_host.encode(), cluster.scheduler_port,
                            cluster.rank, cluster.size, cluster.num_servers,
                            error, len(error))
+    while status != 0 and epoch is not None and _elastic_epoch.superseded(epoch, 5.0):
+        # A member died during this epoch's rendezvous: the driver published the next
+        # epoch and stopped this one's scheduler, which refused us (docs/elastic.md).
+        print(f"tf_ps_ops.elastic: the rendezvous of epoch {epoch} was abandoned "
+              f"({(error.value.decode(errors='replace').splitlines() or [''])[0][:300]}); "
+              "joining the next", file=sys.stderr, flush=True)
+        epoch = _elastic_place(after=epoch)
+        cluster = _config.read_cluster()
+        status = lib.tfps_init(cluster.scheduler_host.encode(), cluster.scheduler_port,
+                               cluster.rank, cluster.size, cluster.num_servers,
+                               error, len(error))
     if status != 0:
         raise RuntimeError(
             f"tf_ps_ops.init() failed for worker {cluster.rank} of {cluster.size} "
@@ -80,14 +92,14 @@ def init(comm=None, consistency=None, elastic=None, process_sets=None):
         _process_sets.register_at_init(process_sets)
 
 
-def _elastic_place():
+def _elastic_place(after=None):
     """Under elastic membership: waits for this worker's place in the driver's next epoch
     and puts it where read_cluster() looks. Returns the epoch number."""
     try:  # the core validates TFPS_TIMEOUT itself in tfps_init; here only a bound
         timeout = min(float(os.environ.get("TFPS_TIMEOUT", "120")), 3600.0)
     except ValueError:
         timeout = 120.0
-    epoch, rank, size, scheduler, num_servers = _elastic_epoch.wait_for_place(timeout)
+    epoch, rank, size, scheduler, num_servers = _elastic_epoch.wait_for_place(timeout, after)
     os.environ.update({"TFPS_RANK": str(rank), "TFPS_SIZE": str(size),
                        "TFPS_SCHEDULER": scheduler, "TFPS_NUM_SERVERS": str(num_servers)})
     for name in ("TFPS_LOCAL_RANK", "TFPS_LOCAL_SIZE"):

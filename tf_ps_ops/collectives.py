@@ -3,16 +3,20 @@
 Where the data goes:
   - alltoall: peer to peer (the PsAlltoall op over the mesh that serves allgather,
     engine/peer_mesh.h): each worker sends every other worker only the rows meant for it.
-  - reducescatter: through the servers. Each worker pushes its whole tensor (as allreduce
-    does), the servers sum, and each worker keeps its own rows of the sum. A worker
-    receives the whole sum, not only its rows: (size - 1) / size of what it receives is
-    thrown away. That is the price of reusing the summation rounds unchanged; a server-side
-    scatter (replying with a worker's rows only) would remove it.
+  - reducescatter: peer to peer (PsAlltoall): each worker sends every other worker only
+    that worker's rows (Horovod's split) and sums, in rank order, the rows it receives. A
+    worker receives (size - 1) / size of the tensor's bytes, all of them its own rows, where
+    the servers' summation round sent it the whole sum (benchmarks/reducescatter_bytes.py).
+    Inside a non-global process set, or with a core wire codec (int8, onebit, topk, ...),
+    it still goes through the servers: an allreduce of which each worker keeps its rows.
   - grouped_*: one collective per tensor, issued together (Horovod fuses them; here each
     tensor is its own key, and small ones share messages through the engine's fusion).
 Keys follow ops.py: `name`, or the input's name in a graph, or one fixed key per kind
 eagerly (every worker's n-th eager call meets the others' n-th).
 """
+
+import functools
+import inspect
 
 import tensorflow as tf
 
@@ -21,8 +25,8 @@ from tf_ps_ops._abort import guarded
 from tf_ps_ops.basics import rank, size
 from tf_ps_ops.compression import Compression
 from tf_ps_ops.ops import (Average, Sum, _average, _call_key, _check_not_xla,
-                           _check_process_set, _resolve_op, _set_key, allgather, allreduce,
-                           global_process_set)
+                           _check_process_set, _resolve_op, _scale, _set_key, allgather,
+                           allreduce, global_process_set)
 
 _EAGER_KEYS = {"alltoall": "alltoall.eager", "reducescatter": "reducescatter.eager"}
 _GRAPH_PREFIXES = {"alltoall": "HorovodAlltoall_", "reducescatter": "HorovodReducescatter_"}
@@ -95,16 +99,48 @@ def _rows_of(rank_, size_, rows):
     return start, count
 
 
-@guarded("server",
-         _call_key("reducescatter", lambda kind, name, tensor: _key(kind, name, tensor)))
+def _peer_reducescatter_path(arguments):
+    # The path an abort of this call takes: the peer mesh unless the call goes through the
+    # servers (a process set, whose non-members are told nothing anyway, or a core codec).
+    return "server" if _through_servers(arguments.get("compression")) else "peer"
+
+
+def _through_servers(compression):
+    # Horovod's own compressors (none, fp16) apply in TensorFlow around the exchange; the
+    # core codecs (int8, onebit, topk, ...) exist only inside the servers' summation.
+    from tf_ps_ops.compression import HorovodFP16Codec
+    return not isinstance(compression, HorovodFP16Codec) and \
+        getattr(compression, "wire", "") not in ("", "none")
+
+
+def _guarded_reducescatter(function):
+    # _abort.guarded, with the path of the call's own exchange.
+    key_of = _call_key("reducescatter", lambda kind, name, tensor: _key(kind, name, tensor))
+    by_peer = guarded("peer", key_of)(function)
+    by_server = guarded("server", key_of)(function)
+    signature = inspect.signature(function)
+
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        path = _peer_reducescatter_path(bound.arguments)
+        return (by_server if path == "server" else by_peer)(*args, **kwargs)
+
+    return wrapper
+
+
+@_guarded_reducescatter
 def reducescatter(tensor, device_dense="", compression=Compression.none, op=Average,
                   name=None, process_set=global_process_set, prescale_factor=1.0,
                   postscale_factor=1.0, ignore_name_scope=False):
     """Reduces `tensor` over every worker (op=Sum or Average) and returns this worker's
     rows of the result: the first dimension is cut into size() parts, the first
-    (rows % size()) workers getting one row more, as Horovod does. Shapes and dtypes must
-    agree (FailedPreconditionError otherwise). Differentiable: the gradient is every
-    worker's upstream gradient, gathered (and divided by size() for Average)."""
+    (rows % size()) workers getting one row more, as Horovod does (a worker past the rows
+    gets an empty slice). Shapes and dtypes must agree (FailedPreconditionError otherwise).
+    Each worker receives only its rows (peer to peer, module docstring). Differentiable:
+    the gradient is every worker's upstream gradient, gathered (and divided by size() for
+    Average), as Horovod's."""
     op = _resolve_op(op, None)
     if op not in (Average, Sum):
         raise ValueError("reducescatter supports op=Average and op=Sum only (as Horovod)")
@@ -113,18 +149,67 @@ def reducescatter(tensor, device_dense="", compression=Compression.none, op=Aver
         tensor = tf.convert_to_tensor(tensor)
         if tensor.shape.rank == 0:
             raise ValueError("reducescatter needs a tensor with at least one dimension")
+        if tensor.dtype == tf.bool:
+            raise ValueError("reducescatter of a bool tensor is not supported (as Horovod): "
+                             "cast it to an integer type")
         key = _key("reducescatter", name, tensor)
-        summed = allreduce(tensor, op=Sum, compression=compression, name=key,
-                           prescale_factor=prescale_factor, process_set=process_set)
-        me, count_ = (rank(), size()) if members is None else \
-            (members.index(rank()), len(members))
-        start, count = _rows_of(me, count_, tf.shape(summed, out_type=tf.int64)[0])
-        mine = summed[start:start + count]
+        if members is not None or _through_servers(compression):
+            mine = _reducescatter_by_servers(tensor, compression, key, process_set, members,
+                                             prescale_factor)
+        else:
+            mine = _reducescatter_by_peers(tensor, compression, key, prescale_factor)
         if op == Average:
             mine = _average(mine, members)
         if postscale_factor != 1.0:
-            mine = mine * tf.cast(postscale_factor, mine.dtype)
+            mine = _scale(mine, postscale_factor)
         return mine
+
+
+def _reducescatter_by_servers(tensor, compression, key, process_set, members, prescale):
+    summed = allreduce(tensor, op=Sum, compression=compression, name=key,
+                       prescale_factor=prescale, process_set=process_set)
+    me, count_ = (rank(), size()) if members is None else \
+        (members.index(rank()), len(members))
+    start, count = _rows_of(me, count_, tf.shape(summed, out_type=tf.int64)[0])
+    return summed[start:start + count]
+
+
+def _agreed_rows(rows, key):
+    # Every worker's first dimension, gathered (8 bytes from each peer): with different
+    # ones the split would differ between workers, and a worker could get a wrong slice
+    # without noticing. Every worker sees the same list, so all fail together, before the
+    # exchange (the servers' path reports this as its shape mismatch). It goes under the
+    # call's own key: a worker that raised before the call (_abort.guarded) tells the
+    # others under that key, and they are waiting here.
+    every = allgather(tf.reshape(rows, [1]), name=key)
+    message = (f"reducescatter {key!r}: the workers' first dimensions differ (rank order): "
+               "every worker must pass a tensor of the same shape")
+    if tf.executing_eagerly():
+        values = every.numpy().tolist()
+        if any(v != values[0] for v in values):
+            raise tf.errors.FailedPreconditionError(None, None, f"{message}: {values}")
+        return rows
+    check = tf.debugging.assert_equal(every, tf.fill(tf.shape(every), every[0]),
+                                      message=message)
+    with tf.control_dependencies([check]):
+        return tf.identity(rows)
+
+
+def _reducescatter_by_peers(tensor, compression, key, prescale):
+    size_, me = size(), rank()
+    sent, ctx = compression.compress(_scale(tensor, prescale))
+    rows = _agreed_rows(tf.shape(sent, out_type=tf.int64)[0], key)
+    splits = tf.stack([_rows_of(r, size_, rows)[1] for r in range(size_)])
+    received, _ = _library.ops().ps_alltoall(sent, splits, tensor_name=key + ".data")
+    # Every worker sent this one the same number of rows (its slice): sum them in rank
+    # order, so the result is what NumPy's sum over the workers' arrays gives.
+    count = _rows_of(me, size_, rows)[1]
+    parts = tf.reshape(received, tf.concat([[size_, count],
+                                            tf.shape(received, out_type=tf.int64)[1:]], 0))
+    total = parts[0]
+    for r in range(1, size_):
+        total = total + parts[r]
+    return compression.decompress(total, ctx)
 
 
 def _group_keys(tensors, name, kind):

@@ -22,6 +22,10 @@ Semantics, as Horovod's:
   failed is redone by the survivors.
 - After HostsUpdatedInterrupt nothing is restored (the state was just committed): the
   workers re-initialise with the newcomers, who receive the state from rank 0.
+- A lost server (or scheduler) is handled as a lost worker: the driver starts new servers
+  for the same workers. In PS mode every re-initialisation is followed by a push of the
+  parameters the servers were given (ps_mode.push_served_variables): the new servers
+  start from the last commit, their optimizer slots afresh.
 """
 
 import functools
@@ -225,6 +229,22 @@ def _reset():
          + f"; averages now divide by {basics.size()}")
 
 
+_late_push_done = False
+
+
+def _refill_servers():
+    """PS mode: the new epoch's servers hold no parameters; every worker pushes those it
+    gave the old servers (after the restore and the sync: rank 0's committed values).
+    The optimizer slots start afresh (docs/elastic.md)."""
+    ps_mode = sys.modules.get("tf_ps_ops.ps_mode")
+    if ps_mode is None:
+        return
+    count = ps_mode.push_served_variables()
+    if count:
+        _say(f"rank {basics.rank()}: PS mode: pushed {count} parameter(s) of the last "
+             "commit to the new servers (their optimizer slots start afresh)")
+
+
 def run(func):
     """Decorator: runs `func(state, *args, **kwargs)` until it returns, across lost and
     new workers (the module doc). The state is synced from rank 0 before each call."""
@@ -234,10 +254,17 @@ def run(func):
         if _elastic_epoch.current_epoch_number() < 0:
             raise RuntimeError("tf_ps_ops.elastic.run needs elastic membership: init() under "
                                "`tfps-run --elastic` (TFPS_ELASTIC=1); docs/elastic.md")
+        global _late_push_done
         skip_sync = False
+        # A newcomer pushes its PS parameters in its first call, where the members push
+        # theirs after re-initialising (ps_mode._deferred_to_elastic_run).
+        reset = _elastic_epoch.joined_late() and not _late_push_done
+        _late_push_done = True
         while True:
             if not skip_sync:
                 state.sync()
+            if reset:
+                _refill_servers()
             try:
                 return func(state, *args, **kwargs)
             except HostsUpdatedInterrupt as e:
@@ -250,6 +277,7 @@ def run(func):
                 state.restore()
                 skip_sync = False
             _reset()
+            reset = True
             state.on_reset()
 
     return wrapper

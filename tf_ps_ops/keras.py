@@ -85,6 +85,8 @@ class _DistributedOptimizerMixin:
             def optimizer_step(grads_, variables_):
                 return super(_DistributedOptimizerMixin, self).apply(grads_, trainable_variables)
 
+            if self._tfps_aggregation is not None:
+                return self._apply_aggregated_algorithm(grads, variables, keys, optimizer_step)
             return self._tfps_algorithm.run(optimizer_step, grads, variables, keys)
         if self._tfps_aggregation is not None:
             return self._apply_aggregated(grads, variables, keys, trainable_variables)
@@ -105,6 +107,21 @@ class _DistributedOptimizerMixin:
             return super(_DistributedOptimizerMixin, self).apply(reduced, trainable_variables)
 
         return self._tfps_aggregation.apply(grads, variables, reduce, apply,
+                                            lambda: self.iterations.assign_add(1))
+
+    def _apply_aggregated_algorithm(self, grads, variables, keys, optimizer_step):
+        # backward_passes_per_step > 1 with an algorithm: the gradients add up locally (no
+        # reduction: what travels is the algorithm's business), and every N-th pass runs
+        # one step of the algorithm on the sums (divided by N when averaging), as if the N
+        # passes had been one larger batch. The passes between only count `iterations`.
+        if not self.built:
+            with tf.init_scope():
+                self.build(variables)
+
+        def apply(aggregated):
+            return self._tfps_algorithm.run(optimizer_step, aggregated, variables, keys)
+
+        return self._tfps_aggregation.apply(grads, variables, lambda summed: summed, apply,
                                             lambda: self.iterations.assign_add(1))
 
 
@@ -152,7 +169,9 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
       average_aggregated_gradients: with N > 1, divide the aggregated gradients by N.
       algorithm: a tf_ps_ops.algorithms.Algorithm (Decentralized, AsyncModelAverage, QAdam,
         ...) that decides what travels instead of the gradient average; pass
-        `opt.algorithm_callbacks()` to `fit` (docs/algorithms.md).
+        `opt.algorithm_callbacks()` to `fit` (docs/algorithms.md). With
+        backward_passes_per_step N > 1, the gradients add up locally and every N-th pass
+        runs one algorithm step on the sums (its step counter counts those steps).
       process_set: average over that process set's members only (tf_ps_ops/process_sets.py).
       device_sparse, num_groups, groups: accepted for
         Horovod compatibility; they do not change results here.
@@ -170,9 +189,6 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
             f"DistributedOptimizer wraps Keras 3 optimizers and tf.compat.v1.train.Optimizer, "
             f"got {type(optimizer).__name__}")
     aggregation = LocalAggregation(backward_passes_per_step, average_aggregated_gradients)
-    if aggregation.passes > 1 and algorithm is not None:
-        raise ValueError("backward_passes_per_step > 1 cannot be combined with an algorithm: "
-                         "the algorithm decides what travels at every step")
     op = check_gradient_options(op, gradient_predivide_factor)
     cls = _distributed_class(type(optimizer))
     distributed = cls.from_config(optimizer.get_config())

@@ -23,7 +23,7 @@ import keras
 import tensorflow as tf
 
 from tf_ps_ops._library import ops as _ops
-from tf_ps_ops.ps_mode import ps_key
+from tf_ps_ops.ps_mode import _deferred_to_elastic_run, _remember, ps_key
 
 
 def _key(optimizer, variable):
@@ -53,8 +53,11 @@ class _PsMixin:
         super().build(variables)
         keys = [ps_key(v.path) for v in variables]
         with tf.init_scope():  # also when Keras builds inside a traced train step
+            deferred = _deferred_to_elastic_run()
             for variable, key in zip(variables, keys):
-                _ops().ps_init_variable(variable.value.handle, tensor_name=key)
+                _remember(variable, key)
+                if not deferred:
+                    _ops().ps_init_variable(variable.value.handle, tensor_name=key)
 
     def _cast(self, value, variable):
         return tf.cast(value, variable.dtype)

@@ -26,6 +26,7 @@ import inspect
 import logging
 import sys
 import threading
+import weakref
 
 import tensorflow as tf
 from tensorflow.python.framework import ops as tf_ops
@@ -68,6 +69,8 @@ _originals = {}  # (module, attribute) -> original, while the rewrite is on
 _names = {}  # handle.ref() -> key
 _name_counts = {}
 _warned = set()
+_served = []  # (reference to a variable, its key): what the servers were given, in order
+_served_keys = set()
 
 
 def _python_name(module, op_type):
@@ -161,6 +164,45 @@ def _patch(module, attribute, replacement):
     setattr(module, attribute, replacement)
 
 
+def _remember(variable, key):
+    """Records that the servers hold `variable` under `key` (eager variables only), so
+    that push_served_variables can give a fresh set of servers (an elastic epoch) the
+    same parameters. Weak references: a variable the program dropped is not pushed."""
+    if not tf.executing_eagerly():
+        return
+    try:
+        ref = weakref.ref(variable)
+    except TypeError:
+        ref = lambda: variable  # noqa: E731
+    with _lock:
+        if key not in _served_keys:
+            _served_keys.add(key)
+            _served.append((ref, key))
+
+
+def push_served_variables():
+    """Pushes every variable the servers were given so far (by initialize_variables,
+    push_variables or a `tf_ps_ops.optimizers` build), in the order first given, with
+    rank 0's values overwriting the servers' (as push_variables). A collective: every
+    worker calls it at the same point. tf_ps_ops.elastic calls it after each
+    re-initialisation, whose new servers hold nothing (docs/elastic.md); the servers reset
+    the optimizer slots. Returns the number of variables pushed."""
+    with _lock:
+        live = [(ref(), key) for ref, key in _served]
+    live = [(variable, key) for variable, key in live if variable is not None]
+    if live:
+        push_variables([v for v, _ in live], names=[k for _, k in live])
+    return len(live)
+
+
+def _deferred_to_elastic_run():
+    """A worker that joined an elastic job late (a newcomer) does not init its variables
+    on the servers by itself (a collective the members are not in): elastic.run's first
+    call pushes them, while the members push theirs at the same point (docs/elastic.md)."""
+    from tf_ps_ops import _elastic_epoch
+    return tf.executing_eagerly() and _elastic_epoch.joined_late()
+
+
 def initialize_variables(variables, names=None):
     """Makes every worker start PS-mode training from rank 0's values of `variables`.
 
@@ -172,11 +214,14 @@ def initialize_variables(variables, names=None):
     """
     library = _ops()
     created = []
+    deferred = _deferred_to_elastic_run()
     for i, variable in enumerate(variables):
         handle = getattr(variable, "handle", variable)
         _name_variable(variable)
         name = names[i] if names is not None else key_for(handle)
-        created.append(library.ps_init_variable(handle, tensor_name=name))
+        _remember(variable, name)
+        if not deferred:
+            created.append(library.ps_init_variable(handle, tensor_name=name))
     if tf.executing_eagerly():
         return None
     return tf.group(*created, name="ps_initialize_variables")
@@ -211,6 +256,7 @@ def push_variables(variables, names=None):
             name = key_for(handle)
         if names is not None:
             name = names[i]
+        _remember(variable, name)
         created.append(library.ps_init_variable(handle, tensor_name=name, overwrite=True))
     if tf.executing_eagerly():
         return None

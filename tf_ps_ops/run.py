@@ -123,6 +123,11 @@ def parse_args(argv=None):
     parser.add_argument("--elastic-restarts", type=_int_at_least(0), default=0, metavar="R",
                         help="with --elastic: replace up to R dead workers by new ones, "
                              "which join at the others' next commit (default 0)")
+    parser.add_argument("--elastic-server-restarts", type=_int_at_least(0), default=3,
+                        metavar="S", help="with --elastic: a server (or the scheduler) that "
+                             "dies starts a new epoch with new servers and the same workers, "
+                             "who go on from their last commit, up to S times; then it ends "
+                             "the job (default 3)")
     parser.add_argument("--check-build", action="store_true",
                         help="print what the build contains and exit")
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND",
@@ -301,7 +306,8 @@ def main(argv=None):
         job = ElasticJob(args.ps_server, args.num_servers, Prefixed(), tmpdir, args.command,
                          {}, min_workers=args.elastic_min_workers,
                          restarts=args.elastic_restarts, timeout=args.timeout,
-                         server_threads=args.server_threads)
+                         server_threads=args.server_threads,
+                         server_restarts=args.elastic_server_restarts)
         body = lambda: run_elastic_job(job, args, tmpdir)  # noqa: E731
     else:
         job = Job(args.ps_server, args.num_workers, args.num_servers, Prefixed(),

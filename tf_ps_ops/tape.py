@@ -172,7 +172,13 @@ def DistributedGradientTape(gradtape, device_dense="", device_sparse="",
     tape._tfps_algorithm = algorithm
     passes = LocalAggregation(backward_passes_per_step, average_aggregated_gradients).passes
     if passes > 1 and algorithm is not None:
-        raise ValueError("backward_passes_per_step > 1 cannot be combined with an algorithm")
+        raise ValueError(
+            "DistributedGradientTape(backward_passes_per_step > 1) cannot be combined with an "
+            "algorithm: the tape hands back the local sums on the passes between, and you "
+            "apply them, so the weights the algorithm's step would see every N-th pass have "
+            "already moved. Use DistributedOptimizer(opt, algorithm=..., "
+            "backward_passes_per_step=N), which aggregates locally and runs one algorithm "
+            "step every N-th pass")
     tape._tfps_aggregation = (passes, bool(average_aggregated_gradients))
     return tape
 

@@ -37,6 +37,10 @@ class Lib:
                  ctypes.c_uint64, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
         for name in ("tfps_cpu_encode", "tfps_cpu_decode", "tfps_gpu_encode", "tfps_gpu_decode"):
             getattr(self.lib, name).argtypes = coder
+        for name in ("tfps_cpu_encode_feedback", "tfps_gpu_encode_feedback"):
+            getattr(self.lib, name).argtypes = [
+                ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int,
+                ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
         for name, t in (("tfps_gpu_sfb_rebuild_f32", ctypes.c_float),
                         ("tfps_gpu_sfb_rebuild_f64", ctypes.c_double)):
             getattr(self.lib, name).argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
@@ -118,6 +122,42 @@ def check_codecs(lib, report):
                     report(name, same, "" if same else "decodings differ")
                 except RuntimeError as e:
                     report(name, False, str(e))
+
+
+def check_feedback(lib, report):
+    """Five steps of error feedback (the residual on the GPU between steps, as a GPU
+    push_pull keeps it): every step's bytes and the final residual equal the CPU's
+    ErrorFeedback. NaN residuals are dropped to 0 on both, so the bits must match."""
+    rng = np.random.default_rng(17)
+    steps = 5
+    for codec in ("onebit", "topk", "randomk", "int8", "fp16"):
+        for n in (9, 1024, 3 * 1024 + 17, 1 << 18):
+            x = (rng.standard_normal((steps, n)) * 3).astype(np.float32)
+            if n > 1024 and codec not in ("topk", "randomk"):
+                # A NaN's payload bits are not specified by IEEE adds (x86 keeps an
+                # operand's, CUDA gives 0x7fffffff): topk/randomk carry p = e + g's NaN as
+                # it is, so only the codecs that write a canonical NaN chunk get one here.
+                x[2, 5] = np.nan
+            k = sparse_k(0.05, n) if codec in ("topk", "randomk") else 0
+            per = lib.lib.tfps_checks_encoded_bytes(CODECS[codec], n, k)
+            name = "error feedback %s, %d elements, %d steps" % (codec, n, steps)
+            try:
+                got = {}
+                for side in ("cpu", "gpu"):
+                    out = np.zeros(per * steps, np.uint8)
+                    e = np.zeros(n, np.float32)
+                    lib.call("tfps_%s_encode_feedback" % side, CODECS[codec], x.ctypes.data, n,
+                             k, steps, out.ctypes.data, e.ctypes.data)
+                    got[side] = (out, e)
+                same_bytes = np.array_equal(got["cpu"][0], got["gpu"][0])
+                same_e = np.array_equal(got["cpu"][1].view(np.uint32),
+                                        got["gpu"][1].view(np.uint32))
+                report(name, same_bytes and same_e,
+                       "" if same_bytes and same_e else
+                       "bytes %s, residual %s" % ("equal" if same_bytes else "differ",
+                                                  "equal" if same_e else "differs"))
+            except RuntimeError as e:
+                report(name, False, str(e))
 
 
 def numpy_rebuild(rows, m, n, divisor):
@@ -211,6 +251,7 @@ def main():
 
     start = time.time()
     check_codecs(lib, report)
+    check_feedback(lib, report)
     check_sfb(lib, report)
     check_nccl(lib, report)
     check_overlap(lib, report, results)

@@ -16,6 +16,13 @@
 #    workers with a GPU each (tests/gpu/nccl_worker.py: exact sums against NumPy, chunked
 #    tensors included, and the local leader's line saying NCCL sums). NCCL refuses two ranks
 #    on one GPU ("Duplicate GPU detected"), so with 1 GPU this part is SKIPPED, saying so.
+# 4. with TensorFlow and a GPU: compressed push_pull on GPU tensors (issue 16, the GPU encodes
+#    and decodes; tests/gpu/codec_worker.py): every codec, 2 workers and 2 servers, small
+#    partitions, 3 steps with error feedback, run three times: all tensors on the CPU, all
+#    on the GPU, and rank 0 on the GPU with rank 1 on the CPU. Each run checks step 1 against
+#    the CPU codecs applied as the servers do (bit-exact) and NumPy (the codec's bound);
+#    compare_codec_runs.py then asserts the gpu and mixed runs equal the cpu run bit for
+#    bit, every step (same bytes on the wire, same residuals).
 # Installs nothing (no pip, no network). PYTHON picks the interpreter (default python3);
 # TFPS_CUDA_ARCHS the GPU code (default: the compute capability nvidia-smi reports).
 # Prints a summary; exits 1 if any check failed, 0 otherwise (skips included).
@@ -65,6 +72,14 @@ if TF_CPP_MIN_LOG_LEVEL=3 "$PY" -c "$TF_PROBE" >"$OUT_DIR/tf_probe.log" 2>&1; th
     step tf_gpu_workers env TFPS_GPU_OUT="$OUT_DIR" TFPS_TIMELINE="$OUT_DIR/timeline_%r.json" \
       "$PY" -m tf_ps_ops.run -np 2 -ns 1 --timeout 480 "$PY" tests/gpu/tf_gpu_worker.py
   fi
+  codec_ok=1
+  for mode in cpu gpu mixed; do
+    step "codec_$mode" env CODEC_WORKER_DEVICE=$mode TFPS_GPU_OUT="$OUT_DIR" \
+      TFPS_PARTITION_BYTES=262144 "$PY" -m tf_ps_ops.run -np 2 -ns 2 --timeout 300 \
+      "$PY" tests/gpu/codec_worker.py || codec_ok=0
+  done
+  step codec_gpu_equals_cpu "$PY" tests/gpu/compare_codec_runs.py "$OUT_DIR" gpu mixed
+  [ "$codec_ok" -eq 1 ] || echo "(a codec run failed: see its log)"
   gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
   nccl=$("$PY" -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null \
          || ldconfig -p 2>/dev/null | grep -o '/.*libnccl.so.2' | head -1)

@@ -92,15 +92,12 @@ def test_local_workers_that_disagree_on_a_shape_fail_naming_the_tensor(make_clus
     assert shm_segments() == before
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small /dev/shm needs root")
-def test_a_dev_shm_too_small_is_a_clear_error_not_a_crash(make_cluster):
-    # Each worker gets its own 1 MB /dev/shm (a private mount namespace): the 10 MB
-    # tensor's 4 MB chunks cannot be reserved. Without the reservation a write into the
-    # mapping would die of SIGBUS once the tmpfs is full.
+def test_shared_memory_that_cannot_be_reserved_is_a_clear_error_not_a_crash(make_cluster):
+    # Segments are memfds: ulimit -f 1 MB keeps the 10 MB tensor's 4 MB chunks from being
+    # reserved (Python ignores SIGXFSZ, so ftruncate fails). Without the reservation a
+    # write into the mapping would die of SIGBUS once memory runs out.
     cluster = make_cluster(2, 1, timeout=120, env={**HIER, "TFPS_TIMEOUT": "20"})
-    shell = ("mount -t tmpfs -o size=1m,mode=1777 tmpfs /dev/shm && exec \"$@\"")
-    cluster.start(["unshare", "--mount", "--propagation", "private", "sh", "-c", shell, "sh",
-                   sys.executable, WORKER, "1", "--only", "big"])
+    cluster.start(["prlimit", "--fsize=1048576", sys.executable, WORKER, "1", "--only", "big"])
     reserved = 0
     for rank in (0, 1):
         result = cluster.wait_for("worker", rank, timeout=60)
@@ -124,6 +121,26 @@ def test_colocated_servers_through_shared_memory(make_cluster, hierarchical):
     cluster.start([sys.executable, WORKER, "4"] + (["--exact"] if hierarchical == "1" else []))
     cluster.wait()
     cluster.assert_ok()
+    assert shm_segments() == before
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="/proc/self/map_files needs CAP_SYS_ADMIN")
+def test_a_local_member_that_shrinks_the_segments_cannot_kill_its_leader(make_cluster):
+    # Before step 1 both members ftruncate every segment they have mapped (their own, which
+    # the leader sums out of, and the leader's) to 0, as a hostile local worker would. The
+    # segments are sealed: the kernel refuses, and the leader (and everyone) goes on with
+    # exact sums. Unsealed, the leader would die of SIGBUS at its next read.
+    before = shm_segments()
+    cluster = make_cluster(3, 1, timeout=120, env=HIER)
+    cluster.start([sys.executable, WORKER, "3", "--exact", "--shrink-at", "1"])
+    cluster.wait()
+    cluster.assert_ok()
+    tried = [re.search(r"shrink refused (\d+) shrunk (\d+)", cluster.result("worker", r).stdout)
+             for r in range(3)]
+    tried = [m for m in tried if m is not None]
+    assert len(tried) == 2, [cluster.result("worker", r).stdout for r in range(3)]
+    for m in tried:
+        assert int(m[1]) >= 2 and m[2] == "0", m[0]
     assert shm_segments() == before
 
 

@@ -119,11 +119,14 @@ def test_a_shared_memory_push_needs_the_offer_and_the_segment(tmp_path):
         fields, offer = reply(asked)
         assert fields["type"] == T["HELLO_REPLY"] and offer.startswith(b"shm=")
         # 128 random bits: the names are the server's to pick; then the probe's nonce,
-        # which the server wrote into /tfps-q<token> (after the 512-byte header).
+        # which the server wrote into its sealed memfd (after the 512-byte header) that
+        # /tfps-q<token> points at ("tfps-memfd <pid> <fd> <inode>").
         token, nonce = offer[4:].decode().split(" probe=")
         assert len(token) == 32 and len(nonce) == 32, offer
         probe = f"/dev/shm/tfps-q{token}"
-        with open(probe, "rb") as f:
+        with open(probe) as f:
+            _, pid, fd, _ = f.read().split()
+        with open(f"/proc/{pid}/fd/{fd}", "rb") as f:
             assert f.read()[512:] == nonce.encode()
         asked.send_multipart(shm_push(1, 4))  # no segment by that name exists
         fields, payload = reply(asked)

@@ -4,13 +4,18 @@ used: the worker must notice and take the socket, with correct sums and no error
 - A worker in its own /dev/shm (a container with host networking shares the server's
   address, not its /dev/shm): the server's probe segment is not there, so the worker logs
   why once and pushes over the socket.
-- A /dev/shm too small for the tensor, shared by the workers and the server: the
-  partitions whose segments fit go through shared memory, the others over the socket,
-  logged once per server.
+- Segments that cannot be reserved (memory limit; here ulimit -f, smaller than one
+  partition): the partitions go over the socket, logged once per server.
+- A segment still in use: several calls of one tensor in flight at once; while a
+  partition's segment waits for its answer, the later calls' pushes of it take the socket.
+- A server that refuses the segments mid-job (the workers' memfds cannot be reached
+  through /proc/<pid>/fd: here each worker runs in its own PID namespace): the refused
+  push (kFlagShmRefused, nothing counted) goes again over the socket, exact sums.
 Workers use the C++ core without TensorFlow (core_workers/hier_worker.py checks every
 answer against NumPy).
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -46,7 +51,7 @@ def test_a_worker_without_the_servers_dev_shm_takes_the_socket(make_cluster):
     assert shm_segments() == before  # the servers unlinked the probes no one opened
 
 
-# Runs a whole cluster (1 server, 2 workers) in this mount namespace; prints each
+# Runs a whole cluster (1 server, 2 workers) under this process's limits; prints each
 # process's stderr and exits 1 when one failed.
 DRIVER = r"""
 import os, sys
@@ -67,16 +72,51 @@ finally:
 """
 
 
-def test_a_dev_shm_smaller_than_the_tensor_sends_the_rest_over_the_socket(tmp_path):
-    # 1 MB of /dev/shm for everyone: one of the 10 MB tensor's 512 KB partitions fits.
-    shell = ("mount -t tmpfs -o size=1m,mode=1777 tmpfs /dev/shm && exec \"$@\"")
+def test_segments_that_cannot_be_reserved_send_the_partitions_over_the_socket(tmp_path):
+    # Segments are memfds (no /dev/shm space): ulimit -f 256 KB keeps every 512 KB
+    # partition's segment from being reserved (Python ignores SIGXFSZ: ftruncate fails).
     result = subprocess.run(
-        ["unshare", "--mount", "--propagation", "private", "sh", "-c", shell, "sh",
-         sys.executable, "-c", DRIVER, str(HERE.parent), str(tmp_path / "cluster"), repr(ENV),
-         str(WORKER)], capture_output=True, text=True, timeout=180)
+        ["prlimit", "--fsize=262144", sys.executable, "-c", DRIVER, str(HERE.parent),
+         str(tmp_path / "cluster"), repr(ENV), str(WORKER)],
+        capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, result.stdout + result.stderr
     for rank in (0, 1):
         part = result.stdout.split(f"=== worker {rank}")[1].split("=== worker")[0]
-        assert NOT_SHARED not in part, part  # the probe passed: they share /dev/shm
+        assert NOT_SHARED not in part, part  # the probe passed
         assert part.count(SMALL_SHM) == 1, part  # once per server
-        assert "cannot reserve" in part and "/dev/shm" in part, part
+        assert "cannot reserve" in part and "ulimit -f" in part, part
+
+
+def test_a_server_that_refuses_the_segments_gets_the_partitions_over_the_socket(make_cluster):
+    # Each worker in its own PID namespace, /proc left as it is: the worker opens the
+    # server's probe, but the server finds no worker memory at /proc/<its pid>/fd/<fd> (the
+    # pid is the namespace's). Each refused push goes again over the socket, the next
+    # ones go there at once; the sums are exact.
+    before = shm_segments()
+    cluster = make_cluster(2, 2, timeout=120, env=ENV)
+    cluster.start(["unshare", "--pid", "--fork", sys.executable, WORKER, "3", "--exact"])
+    cluster.wait()
+    cluster.assert_ok()  # hier_worker exits 4 on a wrong sum, 3 on an error
+    for rank in (0, 1):
+        stderr = cluster.result("worker", rank).stderr
+        assert NOT_SHARED not in stderr, stderr  # the probe passed: shm was on
+        assert stderr.count(SMALL_SHM) == 2, stderr  # once per server
+        assert "refused the shared memory of worker" in stderr, stderr
+        assert "/proc/1/fd/" in stderr, stderr
+    assert shm_segments() == before
+
+
+def test_a_segment_still_in_use_sends_the_next_calls_over_the_socket(make_cluster):
+    # Three calls of one 4 MB tensor started together, 4 times: steps 1-3 of each partition
+    # are in flight at once, so its segment is busy (step 1's answer is not back) when
+    # steps 2 and 3 are sent. The sums must be exact, and both paths must have been taken.
+    before = shm_segments()
+    cluster = make_cluster(2, 2, timeout=120, env={**ENV, "TFPS_SHM_SERVER": "1"})
+    cluster.start([sys.executable, HERE / "core_workers" / "shm_busy_worker.py", "4", "3"])
+    cluster.wait()
+    cluster.assert_ok()  # exits 4 on a wrong sum, 3 on an error
+    for rank in (0, 1):
+        out = cluster.result("worker", rank).stdout
+        stats = json.loads(out.split("stats ", 1)[1])
+        assert 0 < stats["shm_parts_sent"] < stats["parts_sent"], stats
+    assert shm_segments() == before

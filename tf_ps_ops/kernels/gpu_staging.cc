@@ -68,6 +68,12 @@ absl::Status ComputeStream(OpKernelContext* ctx, void** stream) {
   return absl::OkStatus();
 }
 
+absl::Status WhenStreamDone(OpKernelContext* ctx, std::function<void()> fn) {
+  tensorflow::DeviceContext* context = ctx->op_device_context();
+  if (context == nullptr || context->stream() == nullptr) return NoContext(ctx);
+  return context->ThenExecute(DeviceOf(ctx), context->stream(), std::move(fn));
+}
+
 }  // namespace tfps
 
 #endif  // TFPS_WITH_CUDA

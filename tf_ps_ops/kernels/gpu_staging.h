@@ -51,6 +51,10 @@ void CopyToDevice(tensorflow::OpKernelContext* ctx, const tensorflow::Tensor& ho
 // queued there is ordered with the op's inputs and outputs as TF's own GPU kernels are.
 absl::Status ComputeStream(tensorflow::OpKernelContext* ctx, void** stream);
 
+// Runs `fn` (on TF's event thread) once the work queued so far on the op's compute stream
+// has finished: the input's producers included. An error when the device cannot say.
+absl::Status WhenStreamDone(tensorflow::OpKernelContext* ctx, std::function<void()> fn);
+
 // Completion for a GPU async kernel: sets the status and calls done().
 inline void FinishAsync(tensorflow::OpKernelContext* ctx,
                         tensorflow::AsyncOpKernel::DoneCallback done, const absl::Status& s) {

@@ -14,6 +14,7 @@
 
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tf_ps_ops/kernels/comm_attrs.h"
+#include "tf_ps_ops/kernels/gpu_push_codec.h"
 #include "tf_ps_ops/kernels/nccl_local_reduce.h"
 #include "tf_ps_ops/kernels/tf_adapter.h"
 
@@ -40,6 +41,7 @@ class PsCommGpuOp : public AsyncOpKernel {
     OP_REQUIRES_OK_ASYNC(
         ctx, ctx->forward_input_or_allocate_output({0}, 0, input.shape(), &output), done);
     if (PushPullOnDevice(ctx, input, output, done)) return;
+    if (PushPullCompressedOnDevice(ctx, input, output, done)) return;
     auto host = std::make_shared<Tensor>();
     StageToHost(ctx, input, host.get(), [this, ctx, done, host, output](const absl::Status& s) {
       if (!s.ok()) return FinishAsync(ctx, done, s);
@@ -84,6 +86,54 @@ class PsCommGpuOp : public AsyncOpKernel {
       FinishAsync(ctx, done, ToTfStatus(status));
     };
     Engine::Get().Enqueue(std::move(request));
+    return true;
+  }
+
+  // When the engine would compress this call (its codec, or TFPS_COMPRESSION), the GPU
+  // encodes and decodes (gpu_push_codec.h): only the encoded bytes cross PCIe. True when it
+  // took the call.
+  bool PushPullCompressedOnDevice(OpKernelContext* ctx, const Tensor& input, Tensor* output,
+                                  DoneCallback done) {
+    PushPullRequest request = attrs_.Request(input, output);
+    CodecSpec spec;
+    if (input.NumElements() == 0 || input.dtype() != tensorflow::DT_FLOAT ||
+        !Engine::Get().EncodesOnDevice(request, &spec)) {
+      return false;
+    }
+    void* stream = nullptr;
+    void* ready = nullptr;
+    const absl::Status got = ComputeStream(ctx, &stream);
+    if (!got.ok()) {
+      FinishAsync(ctx, done, got);
+      return true;
+    }
+    int device = -1;
+    Status s = DeviceOfPointer(request.input, &device);
+    if (s.ok()) s = RecordReadyEvent(stream, &ready);  // after the input's producers
+    if (!s.ok()) {
+      FinishAsync(ctx, done, ToTfStatus(s.WithPrefix(type_string() + " of '" +
+                                                     attrs_.tensor_name + "' on the GPU: ")));
+      return true;
+    }
+    auto codec = std::make_shared<GpuPushCodec>(
+        attrs_.tensor_name, device, static_cast<const float*>(request.input),
+        static_cast<float*>(request.output), request.count, ready);
+    request.device_codec = codec;
+    request.input_holder = std::make_shared<Tensor>(input);
+    auto holder = std::make_shared<Tensor>(*output);  // the output, alive until decoded
+    request.done = [ctx, done, ready, codec, holder](const Status& status) {
+      Status decoded = status;
+      if (decoded.ok()) decoded = codec->DecodeInto();
+      ReleaseReadyEvent(ready);
+      FinishAsync(ctx, done, ToTfStatus(decoded));
+    };
+    // Handed to the engine once the gradient is there, so the engine thread never waits
+    // for TF's kernels (where the device cannot say, at once: the codec's stream waits on
+    // `ready` either way).
+    auto shared = std::make_shared<PushPullRequest>(std::move(request));
+    const absl::Status later = WhenStreamDone(
+        ctx, [shared]() { Engine::Get().Enqueue(std::move(*shared)); });
+    if (!later.ok()) Engine::Get().Enqueue(std::move(*shared));
     return true;
   }
 

@@ -11,6 +11,9 @@ at once, and checks every answer against NumPy.
 --die-at N: rank size-1 kills itself (SIGKILL) instead of calling step N.
 --count-of-rank R:N: rank R uses N elements for 'f32' (a shape mismatch).
 --only NAME: push_pull only that tensor (no checks).
+--shrink-at N: before step N, every rank but local rank 0 tries to ftruncate each
+  tf_ps_ops memfd it has mapped (/proc/self/map_files: root) to 0, as a hostile local
+  worker would, and prints "shrink refused R shrunk S".
 Prints "step N ok" after each step and "stats {json}" at the end; on an error prints it
 to stderr and exits 3.
 """
@@ -59,6 +62,23 @@ def expected(size, step):
     return out
 
 
+def shrink_own_segments():
+    refused = shrunk = 0
+    for entry in os.listdir("/proc/self/map_files"):
+        path = os.path.join("/proc/self/map_files", entry)
+        if not os.readlink(path).startswith("/memfd:tfps"):
+            continue
+        fd = os.open(path, os.O_RDWR)
+        try:
+            os.ftruncate(fd, 0)
+            shrunk += 1
+        except PermissionError:  # EPERM: sealed against shrinking
+            refused += 1
+        finally:
+            os.close(fd)
+    print(f"shrink refused {refused} shrunk {shrunk}", flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("steps", type=int)
@@ -67,6 +87,7 @@ def main():
     parser.add_argument("--die-at", type=int, default=-1)
     parser.add_argument("--count-of-rank", default="")
     parser.add_argument("--only")
+    parser.add_argument("--shrink-at", type=int, default=-1)
     args = parser.parse_args()
     core = load_core()
     digest = hashlib.sha256()
@@ -80,6 +101,8 @@ def main():
         for step in range(args.steps):
             if step == args.die_at and rank == size - 1:
                 os.kill(os.getpid(), signal.SIGKILL)
+            if step == args.shrink_at and core.local_rank() != 0:
+                shrink_own_segments()
             x = inputs(rank, step, count_f32)
             if args.only:
                 core.push_pull(args.only, x[args.only])

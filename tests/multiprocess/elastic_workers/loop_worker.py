@@ -1,6 +1,7 @@
 """An elastic training loop under `tfps-run --elastic` (tests/multiprocess/test_elastic.py).
 
-    loop_worker.py OUT_DIR MIN_STEPS FINAL_SIZE KILL_ID KILL_STEP
+    loop_worker.py OUT_DIR MIN_STEPS FINAL_SIZE KILL_ID KILL_STEP [--ps]
+                   [--kill-server ID:STEP] [--stop ID:STEP] [--die-in-rendezvous ID]
 
 Trains one float64 vector by SGD on a gradient that depends on the worker's stable id and
 the step, averaged over the workers by hvd.allreduce, inside hvd.elastic.run with a
@@ -9,8 +10,18 @@ that took part (an allgather_object), so the test can replay the run with NumPy.
 KILL_ID SIGKILLs itself at the start of step KILL_STEP. The loop ends once MIN_STEPS steps
 are done and the last step had FINAL_SIZE workers; each worker then writes
 OUT_DIR/<id>.json.
+
+--kill-server ID:STEP: worker ID SIGKILLs a server of its epoch (kill_server.py) at the
+start of step STEP, once. --ps: PS mode, the servers run the SGD update
+(tf.raw_ops.ResourceApplyGradientDescent under the graph rewrite) on the average of the
+workers' gradients, which is the same arithmetic as the allreduce loop.
+--stop ID:STEP: worker ID SIGSTOPs itself at the start of step STEP (the driver kills it).
+--die-in-rendezvous ID: every worker writes OUT_DIR/initing-<id> just before init(); worker
+ID waits until all others have, gives them a second to register, and SIGKILLs itself, so
+that the others wait in the first epoch's rendezvous for it.
 """
 
+import argparse
 import json
 import os
 import signal
@@ -24,18 +35,48 @@ tf.config.threading.set_intra_op_parallelism_threads(1)
 tf.config.threading.set_inter_op_parallelism_threads(1)
 
 import tf_ps_ops as hvd  # noqa: E402
+from kill_server import kill_a_server  # noqa: E402
 from loop_gradient import LR, gradient  # noqa: E402
 
 MAX_STEPS = 3000  # a bound, so that a broken join cannot loop for ever
 
 
 def main():
-    out_dir, min_steps, final_size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    kill_id, kill_step = sys.argv[4], int(sys.argv[5])
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out_dir")
+    parser.add_argument("min_steps", type=int)
+    parser.add_argument("final_size", type=int)
+    parser.add_argument("kill_id")
+    parser.add_argument("kill_step", type=int)
+    parser.add_argument("--ps", action="store_true")
+    parser.add_argument("--kill-server", default="-:-1")
+    parser.add_argument("--stop", default="-:-1")
+    parser.add_argument("--die-in-rendezvous", default="-")
+    parser.add_argument("--workers", type=int, default=0, help="for --die-in-rendezvous")
+    args = parser.parse_args()
+    out_dir, min_steps, final_size = args.out_dir, args.min_steps, args.final_size
+    kill_id, kill_step = args.kill_id, args.kill_step
+    server_killer, server_kill_step = args.kill_server.split(":")
+    server_kill_step = int(server_kill_step)
+    stopper, stop_step = args.stop.split(":")
+    stop_step = int(stop_step)
     me = os.environ["TFPS_ELASTIC_ID"]
+    with open(os.path.join(out_dir, f"initing-{me}"), "w"):
+        pass
+    if me == args.die_in_rendezvous:
+        others = [f"initing-w{k}" for k in range(args.workers) if f"w{k}" != me]
+        while not all(os.path.exists(os.path.join(out_dir, o)) for o in others):
+            time.sleep(0.05)
+        time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGKILL)
     hvd.init()
     w = tf.Variable(np.zeros(4), dtype=tf.float64)
+    if args.ps:
+        import tf_ps_ops.ps_mode as ps_mode
+        ps_mode.enable_graph_rewrite()
+        ps_mode.initialize_variables([w])
     state = hvd.elastic.TensorFlowState([w], step=0, history=())
+    killed_server = []
 
     @hvd.elastic.run
     def train(state):
@@ -44,9 +85,20 @@ def main():
                 raise RuntimeError(f"no step with {final_size} workers by step {MAX_STEPS}")
             if me == kill_id and state.step == kill_step:
                 os.kill(os.getpid(), signal.SIGKILL)
-            g = hvd.allreduce(tf.constant(gradient(me, state.step)), name="grad")
+            if me == stopper and state.step == stop_step:
+                os.kill(os.getpid(), signal.SIGSTOP)
+            if me == server_killer and state.step == server_kill_step and not killed_server:
+                killed_server.append(state.step)
+                kill_a_server()
+            if args.ps:
+                tf.raw_ops.ResourceApplyGradientDescent(
+                    var=w.handle, alpha=tf.constant(LR, tf.float64),
+                    delta=tf.constant(gradient(me, state.step)))
+            else:
+                g = hvd.allreduce(tf.constant(gradient(me, state.step)), name="grad")
             ids = hvd.allgather_object(me, name="ids")
-            w.assign_sub(LR * g)
+            if not args.ps:
+                w.assign_sub(LR * g)
             state.history = state.history + (tuple(ids),)
             state.step += 1
             state.commit()

@@ -88,7 +88,8 @@ Status SendPing(zmq::socket_t& router, const std::string& identity, uint64_t seq
   return SendMessage(router, identity, head, zmq::message_t());
 }
 
-bool AnswerPing(zmq::socket_t& scheduler, const std::vector<zmq::message_t>& frames) {
+bool AnswerPing(zmq::socket_t& scheduler, const std::vector<zmq::message_t>& frames,
+                bool answer) {
   if (frames.empty() || frames.size() > 2) return false;
   Head head;
   const size_t payload = frames.size() == 2 ? frames[1].size() : 0;
@@ -96,6 +97,7 @@ bool AnswerPing(zmq::socket_t& scheduler, const std::vector<zmq::message_t>& fra
       head.header.type != static_cast<uint16_t>(MsgType::kPing)) {
     return false;
   }
+  if (!answer) return true;
   Head pong;
   pong.header.type = static_cast<uint16_t>(MsgType::kPong);
   pong.header.step = head.header.step;

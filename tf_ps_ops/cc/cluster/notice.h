@@ -46,8 +46,10 @@ bool ReadNotice(const std::vector<zmq::message_t>& frames, Code* code, NoticeAbo
 // thread, a server's I/O thread) while the process lives: the scheduler pings each member
 // and the serving thread answers (ps_server/liveness.h keeps the times).
 Status SendPing(zmq::socket_t& router, const std::string& identity, uint64_t sequence);
-// A member's side: if `frames` (from the scheduler) are a kPing, answers it and returns true.
-bool AnswerPing(zmq::socket_t& scheduler, const std::vector<zmq::message_t>& frames);
+// A member's side: if `frames` (from the scheduler) are a kPing, answers it (unless
+// `answer` is false: the member knows one of its threads is stuck) and returns true.
+bool AnswerPing(zmq::socket_t& scheduler, const std::vector<zmq::message_t>& frames,
+                bool answer = true);
 // The scheduler's side: whether a message's decoded header is a kPong.
 bool IsPong(const Header& header);
 

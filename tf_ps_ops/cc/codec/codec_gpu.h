@@ -2,6 +2,8 @@
 // memory, queued on a CUDA stream. CUDA builds only (codec_gpu.cu.cc; docs/gpu.md); the
 // header needs no CUDA header, so TF kernels and tests include it as it is.
 //
+// The per-element and per-chunk math is codec_math.h's, shared with a host twin
+// (codec_shared.h) that a CPU test holds to the CPU codecs' bytes.
 // Bit-identical to the CPU codecs, for every input (NaN and Inf included):
 //  - fp16/bf16, decoding, int8's quantisation and onebit's signs are per element: the same
 //    integer operations, and the float ones spelled with round-to-nearest intrinsics
@@ -37,6 +39,14 @@ Status EncodeOnDevice(CodecId id, const float* in, uint64_t n, uint64_t k, uint6
 // `in` must have passed CheckEncoded.
 Status DecodeOnDevice(CodecId id, const uint8_t* in, uint64_t n, uint64_t k, uint64_t seed,
                       float* out, void* stream);
+
+// Error feedback on the device, as ErrorFeedback::Encode (error_feedback.h) on the host:
+// e[0, n) is the residual of one (key, partition), device memory that the caller keeps
+// between steps (zeros at first); it becomes p = e + g, C(p) goes into out, and e is left
+// holding Residual(p, D(C(p))) (codec_math.h). `scratch` holds n device floats. Codecs
+// without feedback (CodecWantsErrorFeedback false) encode g and leave e alone.
+Status EncodeFeedbackOnDevice(CodecId id, const float* g, float* e, uint64_t n, uint64_t k,
+                              uint64_t seed, uint8_t* out, float* scratch, void* stream);
 
 }  // namespace gpu
 }  // namespace tfps

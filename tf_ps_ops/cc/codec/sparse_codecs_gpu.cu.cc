@@ -8,6 +8,7 @@
 
 #include "tf_ps_ops/cc/codec/codec.h"
 #include "tf_ps_ops/cc/codec/codec_gpu_internal.h"
+#include "tf_ps_ops/cc/codec/codec_math.h"
 #include "tf_ps_ops/cc/codec/codec_internal.h"
 #include "tf_ps_ops/cc/common/cuda_status.h"
 
@@ -15,7 +16,7 @@ namespace tfps {
 namespace gpu {
 namespace {
 
-__device__ uint32_t Key(float x) { return Bits(x) & 0x7fffffffu; }
+__device__ uint32_t Key(float x) { return codec_math::TopKKey(x); }  // codec_math.h
 
 // Counts the keys under `prefix` (on the bits of `prefix_mask`) by their bits at `shift`.
 __global__ void HistogramKernel(const float* in, uint64_t n, uint32_t prefix,

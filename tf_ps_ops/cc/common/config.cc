@@ -1,7 +1,11 @@
 #include "tf_ps_ops/cc/common/config.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -24,7 +28,8 @@ const std::vector<ConfigEntry>& ConfigTable() {
        "that vanished without closing its sockets). Also how long a member's serving thread "
        "(a worker's engine thread, a server's I/O thread) may leave the scheduler's pings "
        "unanswered, twice this plus 1 s, before it is named hung to everyone (application "
-       "heartbeats, pinged every quarter of it). At least 1; values above 6553.5 (the largest ZeroMQ can carry) are "
+       "heartbeats, pinged every quarter of it). A server answers only while each of its "
+       "summation threads progressed within this. At least 1; values above 6553.5 (the largest ZeroMQ can carry) are "
        "used as 6553.5, with a warning."},
       {"TFPS_PARTITION_BYTES", "int", "524288",
        "Tensors are split into partitions of at most this many bytes; partitions are spread "
@@ -56,14 +61,23 @@ const std::vector<ConfigEntry>& ConfigTable() {
        "element count stands for more (also a push that carries no data) is refused before "
        "anything is allocated. TFPS_PARTITION_BYTES and TFPS_FUSION_BYTES may not exceed it; "
        "an allgather's tensor (per worker) must fit in it."},
+      {"TFPS_SERVER_PUSH_BYTES", "int", "0",
+       "ps_server: bytes of pushes a server holds and has not answered yet (queued for its "
+       "summation threads, or waiting in a round for the other workers). Beyond it, a push "
+       "from a worker that holds at least its share (this / workers) fails at once with an "
+       "error naming the worker and the tensor; the others' pushes are still taken, so a "
+       "server holds at most about twice this. Shared-memory pushes do not count. At least "
+       "TFPS_MAX_MESSAGE_BYTES. 0 (the default): a quarter of the machine's memory, at "
+       "least 2 GiB."},
       {"TFPS_AUTH_KEY_FILE", "string", "",
        "A file holding the job's CURVE secret key (40 Z85 characters; `ps_server --gen-key "
        "FILE` writes one). With it every connection of every role is encrypted and "
        "authenticated (ZeroMQ CURVE + ZAP): a peer without the same key gets nothing and "
        "changes nothing (docs/security.md). Empty: no authentication, plain TCP."},
       {"TFPS_BIND", "string", "*",
-       "The address every role binds its listening socket to: * (every interface), an IPv4 "
-       "address such as 127.0.0.1 (loopback only), or an interface name. A role that binds "
+       "The address every role binds its listening socket to: * (every IPv4 interface), an "
+       "IPv4 address such as 127.0.0.1 (loopback only), an IPv6 address (::1 or [::1] for "
+       "loopback, :: for every interface, IPv4 too), or an interface name. A role that binds "
        "anything but loopback without TFPS_AUTH_KEY_FILE refuses to start (anyone who "
        "reaches the port could join), unless TFPS_INSECURE=1."},
       {"TFPS_INSECURE", "int", "0",
@@ -104,11 +118,12 @@ const std::vector<ConfigEntry>& ConfigTable() {
        "pushes its own gradient (the flat path)."},
       {"TFPS_SHM_SERVER", "int", "1",
        "1: a worker and the ps_server on its own host exchange dense uncompressed partitions "
-       "through shared memory (a segment per partition, 0600, named after a random token the "
-       "server hands out) instead of loopback TCP; only the 64-byte heads cross the socket "
-       "(docs/hierarchical.md). Read by workers and servers. Used only after the server's "
-       "probe segment proved both share /dev/shm; a partition whose segment cannot be "
-       "reserved (a small /dev/shm) takes the socket. 0: loopback TCP."},
+       "through shared memory (a sealed memfd per partition, named in /dev/shm after a random "
+       "token the server hands out) instead of loopback TCP; only the 64-byte heads cross "
+       "the socket (docs/hierarchical.md). Read by workers and servers. Used only after the "
+       "server's probe segment proved both share /dev/shm; a partition whose segment cannot "
+       "be reserved (memory limit) or that the server refuses takes the socket. 0: loopback "
+       "TCP."},
       {"TFPS_NCCL_LIBRARY", "string", "",
        "CUDA builds: the path of libnccl.so.2 that sums the GPU tensors of one host's workers "
        "in hierarchical aggregation (docs/gpu.md). Empty: the dynamic linker's search path, "
@@ -221,6 +236,23 @@ Status LoadConfig(Config* config) {
       ParseInt("TFPS_FUSION_BYTES", 0, int64_t{1} << 31, &config->fusion_bytes));
   TFPS_RETURN_IF_ERROR(ParseInt("TFPS_MAX_MESSAGE_BYTES", 4096, int64_t{1} << 40,
                                 &config->max_message_bytes));
+  TFPS_RETURN_IF_ERROR(
+      ParseInt("TFPS_SERVER_PUSH_BYTES", 0, int64_t{1} << 50, &config->server_push_bytes));
+  if (config->server_push_bytes == 0) {  // auto: a quarter of this machine's memory, >= 2 GiB
+    const long pages = sysconf(_SC_PHYS_PAGES);
+    const long page_size = sysconf(_SC_PAGESIZE);
+    const int64_t quarter = pages > 0 && page_size > 0
+                                ? static_cast<int64_t>(pages) * page_size / 4
+                                : int64_t{0};
+    config->server_push_bytes = std::max(int64_t{1} << 31, quarter);
+  }
+  if (config->server_push_bytes < config->max_message_bytes) {
+    return InvalidArgument("TFPS_SERVER_PUSH_BYTES=" +
+                           std::to_string(config->server_push_bytes) +
+                           " is below TFPS_MAX_MESSAGE_BYTES=" +
+                           std::to_string(config->max_message_bytes) +
+                           ": a server could not take even one message; raise it (0: automatic)");
+  }
   if (config->partition_bytes > config->max_message_bytes ||
       config->fusion_bytes > config->max_message_bytes) {
     return InvalidArgument("TFPS_PARTITION_BYTES=" + std::to_string(config->partition_bytes) +
@@ -229,9 +261,17 @@ Status LoadConfig(Config* config) {
                            std::to_string(config->max_message_bytes));
   }
   config->bind = Lookup("TFPS_BIND");
-  if (config->bind.empty() || config->bind.find_first_of(":/[] \t\n") != std::string::npos) {
-    return InvalidArgument("TFPS_BIND='" + config->bind + "' is not *, an IPv4 address or an "
-                           "interface name");
+  std::string bare = config->bind;  // an IPv6 literal, bare or in brackets: ::1, [::1]
+  if (bare.size() >= 2 && bare.front() == '[' && bare.back() == ']') {
+    bare = bare.substr(1, bare.size() - 2);
+  }
+  in6_addr v6;
+  if (bare.find(':') != std::string::npos && inet_pton(AF_INET6, bare.c_str(), &v6) == 1) {
+    config->bind = bare;
+  } else if (config->bind.empty() ||
+             config->bind.find_first_of(":/[] \t\n") != std::string::npos) {
+    return InvalidArgument("TFPS_BIND='" + config->bind + "' is not *, an IPv4 address, an "
+                           "IPv6 address (::1 or [::1]) or an interface name");
   }
   TFPS_RETURN_IF_ERROR(ReadAuthKey(Lookup("TFPS_AUTH_KEY_FILE"), &config->auth_secret_key));
   int64_t insecure = 0;

@@ -38,6 +38,7 @@ struct Config {
   int64_t scheduling_credit = 0;   // TFPS_SCHEDULING_CREDIT (0: unlimited)
   int64_t fusion_bytes = 0;        // TFPS_FUSION_BYTES (0: no batches)
   int64_t max_message_bytes = 0;   // TFPS_MAX_MESSAGE_BYTES
+  int64_t server_push_bytes = 0;   // TFPS_SERVER_PUSH_BYTES (ps_server)
   std::string timeline;            // TFPS_TIMELINE
   std::string compression;         // TFPS_COMPRESSION (engine: cc/codec's ParseCodec)
   bool error_feedback = true;      // TFPS_ERROR_FEEDBACK

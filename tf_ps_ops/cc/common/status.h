@@ -14,6 +14,7 @@ enum class Code : int {
   kInvalidArgument = 3,
   kDeadlineExceeded = 4,
   kAlreadyExists = 6,
+  kResourceExhausted = 8,
   kFailedPrecondition = 9,
   kAborted = 10,
   kInternal = 13,
@@ -43,6 +44,7 @@ class Status {
 
 inline Status InvalidArgument(std::string m) { return Status(Code::kInvalidArgument, std::move(m)); }
 inline Status DeadlineExceeded(std::string m) { return Status(Code::kDeadlineExceeded, std::move(m)); }
+inline Status ResourceExhausted(std::string m) { return Status(Code::kResourceExhausted, std::move(m)); }
 inline Status FailedPrecondition(std::string m) { return Status(Code::kFailedPrecondition, std::move(m)); }
 inline Status Unavailable(std::string m) { return Status(Code::kUnavailable, std::move(m)); }
 inline Status Internal(std::string m) { return Status(Code::kInternal, std::move(m)); }
@@ -54,6 +56,7 @@ inline std::string Status::ToString() const {
     case Code::kInvalidArgument: return "InvalidArgument: " + message_;
     case Code::kDeadlineExceeded: return "DeadlineExceeded: " + message_;
     case Code::kAlreadyExists: return "AlreadyExists: " + message_;
+    case Code::kResourceExhausted: return "ResourceExhausted: " + message_;
     case Code::kFailedPrecondition: return "FailedPrecondition: " + message_;
     case Code::kAborted: return "Aborted: " + message_;
     case Code::kInternal: return "Internal: " + message_;

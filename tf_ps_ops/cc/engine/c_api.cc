@@ -73,6 +73,9 @@ int tfps_num_servers(void) { return tfps::Engine::Get().num_servers(); }
 unsigned long long tfps_bytes_sent(void) { return tfps::Engine::Get().stats().bytes_sent; }
 unsigned long long tfps_bytes_received(void) { return tfps::Engine::Get().stats().bytes_received; }
 unsigned long long tfps_peer_bytes_sent(void) { return tfps::Engine::Get().stats().peer_bytes_sent; }
+unsigned long long tfps_peer_bytes_received(void) {
+  return tfps::Engine::Get().stats().peer_bytes_received;
+}
 unsigned long long tfps_codec_raw_bytes(void) { return tfps::Engine::Get().stats().codec_raw_bytes; }
 unsigned long long tfps_codec_encoded_bytes(void) {
   return tfps::Engine::Get().stats().codec_encoded_bytes;

@@ -31,6 +31,7 @@ int tfps_num_servers(void);
 unsigned long long tfps_bytes_sent(void);
 unsigned long long tfps_bytes_received(void);
 unsigned long long tfps_peer_bytes_sent(void);
+unsigned long long tfps_peer_bytes_received(void);
 /* Compression (docs/compression.md): float32 bytes the compressed pushes stood for, their
  * encoded bytes, and microseconds the engine thread spent encoding and decoding. */
 unsigned long long tfps_codec_raw_bytes(void);

@@ -58,6 +58,9 @@ class Engine::Loop {
   using TimelineTask = std::function<void(Timeline&, int rank)>;
   bool PostTimelineTask(TimelineTask task);
   void RequestStop();
+  // The codec the engine would push `r` with (PushCodec::Choose; any thread: it reads only
+  // what Init set).
+  CodecSpec ChooseCodec(const PushPullRequest& r) const { return codec_.Choose(r); }
   // Called (on the engine thread) when a member's failure ends the job; at once if it
   // already has. Any thread.
   void OnJobFailed(std::function<void(const Status&)> listener) {
@@ -73,7 +76,7 @@ class Engine::Loop {
     return EngineStats{bytes_sent_.load(), bytes_received_.load(), messages_sent_.load(),
                        mesh_.bytes_sent(), parts_sent_.load(), batches_sent_.load(),
                        batches_received_.load(), codec_.raw_bytes(), codec_.encoded_bytes(),
-                       codec_.micros()};
+                       codec_.micros(), mesh_.bytes_received(), shm_parts_sent_.load()};
   }
 
  private:
@@ -105,6 +108,7 @@ class Engine::Loop {
     uint64_t row_elems = 1;             // PS mode, rank >= 2: partitions hold whole rows
     std::vector<uint64_t> row_begin;    // sparse: partition i sends request rows
                                         // [row_begin[i], row_begin[i + 1])
+    std::vector<HostBytes> device_encoded;  // request.device_codec: each partition's bytes
     int remaining = 0;
     Clock::time_point deadline;
     Clock::time_point started, first_sent;
@@ -133,6 +137,10 @@ class Engine::Loop {
   ShmSegment* ShmOfOnLoop(int server, const Op& op, uint32_t index, Status* status);
   // The same, or nullptr when it cannot be reserved: that partition then takes the socket.
   ShmSegment* ShmOrSocketOnLoop(int server, const Op& op, uint32_t index);
+  // The server refused a partition's segment (kFlagShmRefused: nothing counted): that
+  // partition goes over the socket, now and for the rest of the job.
+  void ResendOverSocketOnLoop(int server, uint64_t op_id, Op& op, uint32_t index,
+                              const std::string& why);
   // What the partition weighs on the wire: its encoded size when compressed, so that the
   // scheduling credit and fusion count what is sent (docs/compression.md).
   uint64_t WireBytes(const Op& op, uint32_t index) const {
@@ -141,6 +149,8 @@ class Engine::Loop {
     return EncodedBytes(op.codec.id, n, SparseK(op.codec.ratio, n));
   }
   Status PrepareSparseOnLoop(Op& op) const;
+  // request.device_codec: every partition encoded on the GPU, into op.device_encoded.
+  Status EncodeOnDeviceOnLoop(Op& op);
   zmq::message_t SparsePayload(const Op& op, uint32_t index) const;
   Status OnSparseReplyOnLoop(Op& op, const Header& h, const zmq::message_t& payload);
   void OnMessageOnLoop(int server, std::vector<zmq::message_t>& frames);
@@ -206,7 +216,7 @@ class Engine::Loop {
   PushCodec codec_;
 
   std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0}, messages_sent_{0},
-      parts_sent_{0}, batches_sent_{0}, batches_received_{0};
+      parts_sent_{0}, batches_sent_{0}, batches_received_{0}, shm_parts_sent_{0};
 };
 
 Status Engine::Loop::Connect(const EngineOptions& options, ClusterView* view) {
@@ -214,7 +224,7 @@ Status Engine::Loop::Connect(const EngineOptions& options, ClusterView* view) {
   const std::string scheduler = TcpAddress(options.scheduler_host, options.scheduler_port);
   scheduler_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
   SetCommonOptions(*scheduler_, config_);
-  scheduler_->connect(scheduler);
+  ConnectTcp(*scheduler_, scheduler);
   int peer_port = 0;
   TFPS_RETURN_IF_ERROR(mesh_.Bind(&peer_port));
   RegisterRequest request;
@@ -341,7 +351,7 @@ Status Engine::Loop::OpenServerOnLoop(size_t i) {
   s.socket->set(zmq::sockopt::routing_id, "w" + std::to_string(rank_));
   s.monitor = std::make_unique<Monitor>(context_, *s.socket, "server-" + std::to_string(i),
                                         ZMQ_EVENT_DISCONNECTED);
-  s.socket->connect("tcp://" + s.address);
+  ConnectTcp(*s.socket, TcpAddressOf(s.address));
   Head hello;
   hello.header.type = static_cast<uint16_t>(MsgType::kHello);
   hello.header.sender = rank_;
@@ -516,6 +526,13 @@ void Engine::Loop::StartOnLoop(PushPullRequest request) {
       return;
     }
   }
+  if (o.request.device_codec != nullptr) {
+    Status s = EncodeOnDeviceOnLoop(o);
+    if (!s.ok()) {
+      FinishOnLoop(id, s);
+      return;
+    }
+  }
   for (const Partition& p : o.parts) ready_.emplace(o.request.priority, id, p.index);
 }
 
@@ -613,7 +630,13 @@ Status Engine::Loop::SendPartOnLoop(uint64_t op_id, Op& o, uint32_t index) {
   if (sparse) h.count = o.row_begin[index + 1] - o.row_begin[index];
   zmq::message_t payload;
   uint64_t wire_bytes = bytes;
-  if (o.codec.id != CodecId::kNone) {
+  if (!o.device_encoded.empty()) {  // encoded on the GPU (EncodeOnDeviceOnLoop)
+    const HostBytes& encoded = o.device_encoded[index];
+    h.codec = static_cast<uint8_t>(o.codec.id);
+    if (!codec_.FeedbackFor(r)) h.flags |= kFlagNoFeedback;
+    wire_bytes = encoded.size;
+    payload = ZeroCopyMessage(encoded.data, encoded.size, encoded.holder);
+  } else if (o.codec.id != CodecId::kNone) {
     std::shared_ptr<EncodedPart> encoded;
     TFPS_RETURN_IF_ERROR(codec_.EncodePart(r, o.codec, o.key, p.index, o.step,
                                            static_cast<const float*>(r.input) + p.offset,
@@ -626,6 +649,7 @@ Status Engine::Loop::SendPartOnLoop(uint64_t op_id, Op& o, uint32_t index) {
     std::memcpy(segment->data(), static_cast<const char*>(r.input) + p.offset * elem, bytes);
     h.type = static_cast<uint16_t>(MsgType::kPushPullShm);  // the head alone travels
     servers_[p.server].shm_busy[{o.key, index}] = o.step;
+    ++shm_parts_sent_;
   } else {
     payload = sparse ? SparsePayload(o, index)
                      : ZeroCopyMessage(static_cast<const char*>(r.input) + p.offset * elem,
@@ -663,6 +687,27 @@ ShmSegment* Engine::Loop::ShmOrSocketOnLoop(int server, const Op& op, uint32_t i
   }
   s.shm_refused.insert({op.key, index});
   return nullptr;
+}
+
+void Engine::Loop::ResendOverSocketOnLoop(int server, uint64_t op_id, Op& op, uint32_t index,
+                                          const std::string& why) {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
+  Server& s = servers_[server];
+  if (s.shm_refused.empty()) {
+    TFPS_LOG(Warning) << "TFPS_SHM_SERVER: partition " << index << " of tensor "
+                      << op.request.name << " goes to " << Describe(server)
+                      << " over the socket: " << why
+                      << " (logged once per server; such partitions stay on the socket)";
+  }
+  s.shm_refused.insert({op.key, index});
+  auto segment = s.shm.find({op.key, index});
+  if (segment != s.shm.end()) {
+    segment->second->Unlink();
+    s.shm.erase(segment);
+  }
+  Status st = SendPartOnLoop(op_id, op, index);  // now over the socket: nothing was counted
+  if (st.ok() && ops_.count(op_id) != 0) FlushOnLoop(op.parts[index].server);
+  if (!st.ok() && ops_.count(op_id) != 0) FinishOnLoop(op_id, st);
 }
 
 ShmSegment* Engine::Loop::ShmOfOnLoop(int server, const Op& op, uint32_t index,
@@ -727,10 +772,15 @@ void Engine::Loop::OnReplyOnLoop(int server, zmq::message_t& head_frame,
     return;
   }
   const Header& h = head.header;
+  bool pushed_in_shm = false;  // this answers a push that went through shared memory
   if (h.type != static_cast<uint16_t>(MsgType::kAck)) {  // answered: the segment is free
     auto busy = servers_[server].shm_busy.find({h.key, h.partition});
     if (busy != servers_[server].shm_busy.end() && busy->second == h.step) {
+      pushed_in_shm = true;
       servers_[server].shm_busy.erase(busy);
+      // The server has opened the segment (or refused it): no one needs the memfd now.
+      auto segment = servers_[server].shm.find({h.key, h.partition});
+      if (segment != servers_[server].shm.end()) segment->second->CloseFd();
     }
   }
   auto it = pending_.find(PartId(h.key, h.step, h.partition));
@@ -754,6 +804,12 @@ void Engine::Loop::OnReplyOnLoop(int server, zmq::message_t& head_frame,
   }
   pending_.erase(it);
   op.part_state[h.partition] = kDone;
+  if (h.type == static_cast<uint16_t>(MsgType::kError) && (h.flags & kFlagShmRefused) != 0 &&
+      pushed_in_shm && h.partition < op.parts.size() && op.row_begin.empty() &&
+      servers_[server].shm_refused.count({h.key, h.partition}) == 0) {  // once, not a loop
+    ResendOverSocketOnLoop(server, id, op, h.partition, text);
+    return;
+  }
   if (h.type == static_cast<uint16_t>(MsgType::kError)) {
     FinishOnLoop(id, Status(static_cast<Code>(h.status), text));
     return;
@@ -790,7 +846,25 @@ void Engine::Loop::OnReplyOnLoop(int server, zmq::message_t& head_frame,
     return;
   }
   char* out = static_cast<char*>(op.request.output) + p.offset * elem;
-  if (h.codec != 0) {
+  if (op.request.device_codec != nullptr && h.codec == 0) {  // output is device memory
+    FinishOnLoop(id, Internal(Describe(server) + " answered partition " +
+                              std::to_string(h.partition) + " of a GPU-encoded call "
+                              "uncompressed"));
+    return;
+  }
+  if (h.codec != 0 && op.request.device_codec != nullptr) {
+    uint64_t k = 0;
+    s = CheckEncoded(static_cast<CodecId>(h.codec), h.count, payload_frame->size(), &k);
+    if (s.ok()) {
+      s = op.request.device_codec->TakeReply(static_cast<CodecId>(h.codec), p, k,
+                                             RandomKSeed(h.key, h.partition, h.step),
+                                             payload_frame->data(), payload_frame->size());
+    }
+    if (!s.ok()) {
+      FinishOnLoop(id, s.WithPrefix(Describe(server) + ": "));
+      return;
+    }
+  } else if (h.codec != 0) {
     s = codec_.DecodeReply(h, payload_frame->data(), payload_frame->size(),
                            reinterpret_cast<float*>(out));
     if (!s.ok()) {
@@ -802,6 +876,41 @@ void Engine::Loop::OnReplyOnLoop(int server, zmq::message_t& head_frame,
   }
   bytes_received_ += payload_frame != nullptr ? payload_frame->size() : 0;
   if (--op.remaining == 0) FinishOnLoop(id, Status::Ok());
+}
+
+Status Engine::Loop::EncodeOnDeviceOnLoop(Op& op) {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
+  const PushPullRequest& r = op.request;
+  if (op.codec.id == CodecId::kNone || !op.row_begin.empty()) {
+    return Internal("'" + r.name + "' came to be encoded on the GPU but is not compressed");
+  }
+  uint64_t raw = 0, encoded = 0;
+  for (const Partition& p : op.parts) {
+    if (p.count > kMaxEncodedElements) {
+      return InvalidArgument("compressing '" + r.name + "': a partition of " +
+                             std::to_string(p.count) + " elements is more than a compressed "
+                             "message may carry (" + std::to_string(kMaxEncodedElements) +
+                             "); lower TFPS_PARTITION_BYTES");
+    }
+  }
+  TFPS_RETURN_IF_ERROR(r.device_codec
+                           ->EncodeParts(op.codec, codec_.FeedbackFor(r), op.key, op.step,
+                                         op.parts, &op.device_encoded)
+                           .WithPrefix("compressing '" + r.name + "' on the GPU: "));
+  bool sizes_ok = op.device_encoded.size() == op.parts.size();
+  for (size_t i = 0; sizes_ok && i < op.parts.size(); ++i) {
+    const uint64_t n = op.parts[i].count;
+    sizes_ok = op.device_encoded[i].size ==
+               EncodedBytes(op.codec.id, n, SparseK(op.codec.ratio, n));
+    raw += 4 * n;
+    encoded += op.device_encoded[i].size;
+  }
+  if (!sizes_ok) {
+    op.device_encoded.clear();
+    return Internal("compressing '" + r.name + "' on the GPU gave parts of the wrong size");
+  }
+  codec_.Count(raw, encoded);
+  return Status::Ok();
 }
 
 // Checks a sparse request and finds each partition's rows. Only whole rows can be cut out
@@ -1209,6 +1318,17 @@ Status Engine::StartHierarchical(const Config& config, const ClusterView& view) 
 EngineStats Engine::stats() {
   std::lock_guard<std::mutex> lock(loop_mu_);
   return loop_ ? loop_->stats() : EngineStats();
+}
+
+bool Engine::EncodesOnDevice(const PushPullRequest& request, CodecSpec* spec) {
+  std::lock_guard<std::mutex> lock(loop_mu_);
+  if (!loop_ || (hierarchical_ && Hierarchical::Eligible(request, job_compresses_))) {
+    return false;
+  }
+  *spec = loop_->ChooseCodec(request);
+  // A PS-mode gradient is answered with the float32 parameter, which the hook cannot take.
+  return spec->id != CodecId::kNone &&
+         PushCodec::ReplyCodec(request, *spec) != CodecId::kNone;
 }
 
 namespace {

@@ -23,6 +23,7 @@
 #include "tf_ps_ops/cc/codec/codec.h"
 #include "tf_ps_ops/cc/common/config.h"
 #include "tf_ps_ops/cc/common/status.h"
+#include "tf_ps_ops/cc/engine/device_codec.h"
 #include "tf_ps_ops/cc/engine/peer_mesh.h"
 #include "tf_ps_ops/cc/wire/message.h"
 
@@ -76,6 +77,10 @@ struct PushPullRequest {
   // `device_ready` is a cudaEvent_t after which `input` holds the data.
   int device = -1;
   void* device_ready = nullptr;
+  // Set by a GPU kernel when EncodesOnDevice said yes: the partitions are encoded and the
+  // replies decoded on the GPU through this hook (device_codec.h); `input` and `output`
+  // are then device memory that the engine never reads or writes.
+  std::shared_ptr<DeviceCodec> device_codec;
 };
 
 struct EngineStats {
@@ -91,6 +96,8 @@ struct EngineStats {
   uint64_t codec_raw_bytes = 0;
   uint64_t codec_encoded_bytes = 0;
   uint64_t codec_micros = 0;
+  uint64_t peer_bytes_received = 0;  // peer data payload bytes from other workers
+  uint64_t shm_parts_sent = 0;  // of parts_sent: through the colocated server's shared memory
 };
 
 class Engine {
@@ -124,6 +131,10 @@ class Engine {
   // Whether `request` may hand device memory (request.device >= 0): its host sums GPU
   // tensors with NCCL and the request goes the hierarchical way (device_reduce.cc).
   bool TakesDeviceTensor(const PushPullRequest& request);
+  // Whether the engine would compress `request` (its codec, else TFPS_COMPRESSION; not
+  // through hierarchical aggregation), so a GPU kernel may encode it on the device
+  // (request.device_codec); *spec gets the codec. False when the engine is not running.
+  bool EncodesOnDevice(const PushPullRequest& request, CodecSpec* spec);
 
   ~Engine();
 

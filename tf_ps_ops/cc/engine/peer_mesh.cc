@@ -4,6 +4,7 @@
 
 #include "tf_ps_ops/cc/common/logging.h"
 #include "tf_ps_ops/cc/transport/auth.h"
+#include "tf_ps_ops/cc/transport/zmq_util.h"
 
 namespace tfps {
 
@@ -39,7 +40,7 @@ PeerMesh::PeerMesh(zmq::context_t& context, const Config& config, int rank, int 
 Status PeerMesh::Bind(int* port) {
   TFPS_RETURN_IF_ERROR(CheckBindAllowed(config_, "this worker's peer port"));
   try {
-    incoming_.bind(BindEndpoint(config_, 0, "this worker's peer port"));
+    BindTcp(incoming_, BindEndpoint(config_, 0, "this worker's peer port"));
   } catch (const zmq::error_t& e) {
     return Unavailable(std::string("cannot bind a port for peer traffic: ") + e.what());
   }
@@ -62,7 +63,7 @@ Status PeerMesh::Connect(const std::vector<std::string>& peers) {
     socket->set(zmq::sockopt::routing_id, "w" + std::to_string(rank_));
     monitors_[r] = std::make_unique<Monitor>(context_, *socket, "peer-" + std::to_string(r),
                                              ZMQ_EVENT_DISCONNECTED);
-    socket->connect("tcp://" + peers[r]);
+    ConnectTcp(*socket, TcpAddressOf(peers[r]));
     outgoing_[r] = std::move(socket);
   }
   return Status::Ok();
@@ -248,6 +249,7 @@ void PeerMesh::OnPeerDataOnLoop(std::vector<zmq::message_t>& frames) {
     shut_down_[h.sender] = true;
     return;
   }
+  bytes_received_ += payload;
   const GatherId id(h.key, h.step);
   const auto last = last_started_.find(h.key);
   if (last != last_started_.end() && h.step <= last->second && gathers_.count(id) == 0) {

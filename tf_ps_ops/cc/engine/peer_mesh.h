@@ -83,6 +83,8 @@ class PeerMesh {
   void CloseOnLoop();
 
   uint64_t bytes_sent() const { return bytes_sent_.load(); }  // any thread
+  // Payload bytes of well-formed peer data that arrived (any thread).
+  uint64_t bytes_received() const { return bytes_received_.load(); }
 
  private:
   struct Gather {
@@ -130,6 +132,7 @@ class PeerMesh {
   std::unordered_map<uint64_t, uint64_t> last_started_;
   std::map<GatherId, Gather> gathers_;
   std::atomic<uint64_t> bytes_sent_{0};  // read by stats() on other threads
+  std::atomic<uint64_t> bytes_received_{0};
 };
 
 }  // namespace tfps

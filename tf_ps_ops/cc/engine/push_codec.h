@@ -58,6 +58,12 @@ class PushCodec {
   // out[0, h.count).
   Status DecodeReply(const Header& h, const void* payload, size_t size, float* out);
 
+  // Adds to the counters what was encoded elsewhere (on the GPU: device_codec.h).
+  void Count(uint64_t raw, uint64_t encoded) {
+    raw_bytes_ += raw;
+    encoded_bytes_ += encoded;
+  }
+
   // Counters for EngineStats (read from any thread).
   uint64_t raw_bytes() const { return raw_bytes_.load(); }
   uint64_t encoded_bytes() const { return encoded_bytes_.load(); }

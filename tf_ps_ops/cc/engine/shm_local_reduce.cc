@@ -260,7 +260,10 @@ Status ShmLocalReduce::PeerOnPoll(const LocalTensor& t, int local_rank, ShmSegme
   if (!slot) {
     ShmSegment* opened = nullptr;
     Status s = ShmSegment::Open(SegmentName(t.key, local_rank), kShmAnySize, &opened);
-    if (!s.ok()) return s.WithPrefix(Describe(local_rank) + ", tensor '" + t.name + "': ");
+    if (!s.ok()) {
+      return s.WithPrefix(Describe(local_rank) + ", tensor '" + t.name + "' (hierarchical "
+                          "aggregation; TFPS_HIERARCHICAL=0 turns it off): ");
+    }
     if (opened == nullptr) {
       *peer = nullptr;
       return Status::Ok();
@@ -394,11 +397,19 @@ std::optional<Status> ShmLocalReduce::MemberReceiveOnPoll(const LocalTensor& t, 
     TFPS_RETURN_IF_ERROR(PeerAlive(*leader, 0, t));
     return std::nullopt;
   }
+  // The leader summed this member's input, so it has the segment mapped: no one needs the
+  // memfd. (An answer without the inputs, an abort's or a disagreement's, may come before
+  // the leader mapped it: then the memfd stays open for the next step.)
+  ShmSegment* mine = segments_[t.key].own.get();
+  if (mine != nullptr &&
+      mine->header()->ready_step.load(std::memory_order_acquire) == (t.step | kCommitted)) {
+    mine->CloseFd();
+  }
   auto code = static_cast<Code>(h->result_code.load(std::memory_order_relaxed));
   switch (code) {  // shared memory is input too: only codes that exist
     case Code::kOk: case Code::kInvalidArgument: case Code::kDeadlineExceeded:
     case Code::kAlreadyExists: case Code::kFailedPrecondition: case Code::kAborted:
-    case Code::kInternal: case Code::kUnavailable:
+    case Code::kInternal: case Code::kUnavailable: case Code::kResourceExhausted:
       break;
     default:
       code = Code::kInternal;

@@ -13,6 +13,7 @@
 
 #include "tf_ps_ops/cc/codec/codec.h"
 #include "tf_ps_ops/cc/codec/codec_gpu.h"
+#include "tf_ps_ops/cc/codec/error_feedback.h"
 #include "tf_ps_ops/cc/common/cuda_status.h"
 #include "tf_ps_ops/cc/gpu/nccl_local.h"
 #include "tf_ps_ops/cc/gpu/sfb_rebuild.h"
@@ -97,6 +98,50 @@ int tfps_gpu_encode(int codec, const float* in, uint64_t n, uint64_t k, uint64_t
   if (s.ok()) s = gpu::EncodeOnDevice(id, static_cast<const float*>(d_in.p), n, k, seed,
                                       static_cast<uint8_t*>(d_out.p), nullptr);
   if (s.ok()) s = Download(out, d_out, bytes);
+  return Report(s, err, err_len);
+}
+
+// `steps` steps of error feedback on one (key, partition): in holds steps x n floats (one
+// gradient per step), out steps x EncodedBytes(codec, n, k) bytes, residual n floats (the
+// residual after the last step); seeds RandomKSeed(7, 3, step + 1). CPU: ErrorFeedback;
+// GPU: EncodeFeedbackOnDevice with the residual kept on the device between steps.
+int tfps_cpu_encode_feedback(int codec, const float* in, uint64_t n, uint64_t k, int steps,
+                             uint8_t* out, float* residual, char* err, size_t err_len) {
+  using namespace tfps;  // NOLINT
+  const CodecId id = static_cast<CodecId>(codec);
+  const uint64_t bytes = EncodedBytes(id, n, k);
+  ErrorFeedback ef;
+  Status s;
+  for (int t = 0; s.ok() && t < steps; ++t) {
+    s = ef.Encode(7, 3, id, in + n * t, n, k, RandomKSeed(7, 3, t + 1), out + bytes * t);
+  }
+  const std::vector<float> e = ef.Residual(7, 3);
+  for (uint64_t i = 0; i < n; ++i) residual[i] = e.size() == n ? e[i] : 0.0f;
+  return Report(s, err, err_len);
+}
+
+int tfps_gpu_encode_feedback(int codec, const float* in, uint64_t n, uint64_t k, int steps,
+                             uint8_t* out, float* residual, char* err, size_t err_len) {
+  using namespace tfps;  // NOLINT
+  const CodecId id = static_cast<CodecId>(codec);
+  const uint64_t bytes = EncodedBytes(id, n, k);
+  DeviceBuffer d_in, d_out, d_e, d_scratch;
+  Status s = Upload(&d_in, in, 4 * n * steps);
+  if (s.ok()) s = d_out.Alloc(bytes * steps + 4);
+  if (s.ok()) s = d_scratch.Alloc(4 * n);
+  const std::vector<float> zeros(n, 0.0f);
+  if (s.ok()) s = Upload(&d_e, zeros.data(), 4 * n);
+  // Each step's bytes at a 4-aligned offset, copied out one by one.
+  DeviceBuffer d_step;
+  if (s.ok()) s = d_step.Alloc(bytes + 4);
+  for (int t = 0; s.ok() && t < steps; ++t) {
+    s = gpu::EncodeFeedbackOnDevice(id, static_cast<const float*>(d_in.p) + n * t,
+                                    static_cast<float*>(d_e.p), n, k, RandomKSeed(7, 3, t + 1),
+                                    static_cast<uint8_t*>(d_step.p),
+                                    static_cast<float*>(d_scratch.p), nullptr);
+    if (s.ok()) s = Download(out + bytes * t, d_step, bytes);
+  }
+  if (s.ok()) s = Download(residual, d_e, 4 * n);
   return Report(s, err, err_len);
 }
 

@@ -109,6 +109,7 @@ void BindCodecs(py::module_& m) {
   for (int i = 0; i <= kMaxCodecId; ++i) ids[CodecIdName(static_cast<CodecId>(i))] = i;
   m.attr("CODECS") = ids;
   m.attr("CODEC_CHUNK") = kChunk;
+  BindSharedCodecMath(m);
   m.def("parse_codec", [](const std::string& text) {
     CodecSpec spec;
     Check(ParseCodec(text, &spec));

@@ -6,6 +6,8 @@
 
 namespace tfps {
 void BindCodecs(pybind11::module_& m);
+// The GPU codecs' shared math on the host (codec_shared_bindings.cc), called by BindCodecs.
+void BindSharedCodecMath(pybind11::module_& m);
 }  // namespace tfps
 
 #endif  // TFPS_CC_PYBIND_CODEC_BINDINGS_H_

@@ -5,6 +5,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <chrono>
 #include <cstring>
 #include <future>
 #include <optional>
@@ -98,6 +99,19 @@ py::tuple DecodeHeadPy(const py::bytes& frame, size_t payload_size) {
   return py::make_tuple(py::none(), d);
 }
 
+// A call that failed early (one partition's error ends it) can return while ZeroMQ still
+// holds unsent pushes of its input (another server's, or a batch not yet flushed): the
+// arrays must outlive them, or ZeroMQ sends from freed memory (EFAULT: it aborts). So
+// wait, bounded, until ZeroMQ let go of every holder; GIL released.
+void WaitUntilReleased(const std::vector<std::shared_ptr<void>>& holders) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (const auto& holder : holders) {
+    while (holder.use_count() > 1 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+}
+
 // Blocking push_pull of arrays enqueued together (one engine wake-up, like a grouped
 // allreduce: small ones share messages, TFPS_FUSION_BYTES); returns the sums (or, with
 // root_rank >= 0, root's arrays).
@@ -116,6 +130,7 @@ std::vector<py::array> PushPullArrays(const std::vector<std::string>& names,
   std::vector<py::array> ins, outs;
   std::vector<PushPullRequest> requests(names.size());
   std::vector<std::promise<Status>> promises(names.size());
+  std::vector<std::shared_ptr<void>> holders;
   for (size_t k = 0; k < names.size(); ++k) {
     ins.push_back(py::array::ensure(inputs[k], py::array::c_style));
     const py::array& in = ins.back();
@@ -133,6 +148,7 @@ std::vector<py::array> PushPullArrays(const std::vector<std::string>& names,
     // `ins` and `outs` stay referenced until the waits below return; the holder only has
     // to outlive ZeroMQ's use of the input, which ends before the reply arrives.
     request.input_holder = std::make_shared<int>(0);
+    holders.push_back(request.input_holder);
     std::promise<Status>* promise = &promises[k];
     request.done = [promise](const Status& s) { promise->set_value(s); };
   }
@@ -144,6 +160,7 @@ std::vector<py::array> PushPullArrays(const std::vector<std::string>& names,
       Status s = promise.get_future().get();
       if (status.ok()) status = s;
     }
+    WaitUntilReleased(holders);
   }
   ThrowIfError(status);
   return outs;
@@ -167,6 +184,7 @@ py::array PsPushPullPy(const std::string& name, py::array input, int optimizer,
   request.input = in.data();
   request.output = out.mutable_data();
   request.input_holder = std::make_shared<int>(0);  // `in` outlives the wait below
+  const std::vector<std::shared_ptr<void>> holders = {request.input_holder};
   if (optimizer == 0) {
     request.root_rank = 0;
     request.flags = kFlagPsInit;
@@ -188,6 +206,7 @@ py::array PsPushPullPy(const std::string& name, py::array input, int optimizer,
     py::gil_scoped_release release;
     Engine::Get().Enqueue(std::move(request));
     status = promise.get_future().get();
+    WaitUntilReleased(holders);
   }
   ThrowIfError(status);
   return out;
@@ -306,6 +325,7 @@ PYBIND11_MODULE(_core, m) {
   m.attr("FLAG_ABORT") = kFlagAbort;
   m.attr("FLAG_ABORT_ROUND") = kFlagAbortRound;
   m.attr("FLAG_HIERARCHICAL") = kFlagHierarchical;
+  m.attr("FLAG_SHM_REFUSED") = kFlagShmRefused;
   m.attr("FLAG_PROCESS_SET") = kFlagProcessSet;
   m.attr("MAX_BATCH") = kMaxBatch;
   BindCodecs(m);
@@ -491,12 +511,14 @@ PYBIND11_MODULE(_core, m) {
     d["bytes_received"] = s.bytes_received;
     d["messages_sent"] = s.messages_sent;
     d["peer_bytes_sent"] = s.peer_bytes_sent;
+    d["peer_bytes_received"] = s.peer_bytes_received;
     d["parts_sent"] = s.parts_sent;
     d["batches_sent"] = s.batches_sent;
     d["batches_received"] = s.batches_received;
     d["codec_raw_bytes"] = s.codec_raw_bytes;
     d["codec_encoded_bytes"] = s.codec_encoded_bytes;
     d["codec_micros"] = s.codec_micros;
+    d["shm_parts_sent"] = s.shm_parts_sent;
     return d;
   });
 }

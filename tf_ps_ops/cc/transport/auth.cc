@@ -1,6 +1,8 @@
 #include "tf_ps_ops/cc/transport/auth.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -22,7 +24,10 @@ std::string PublicKeyOf(const std::string& secret_z85) {
 }
 
 bool IsLoopback(const std::string& bind) {
-  return bind == "localhost" || bind == "lo" || bind.rfind("127.", 0) == 0;
+  if (bind == "localhost" || bind == "lo" || bind.rfind("127.", 0) == 0) return true;
+  in6_addr v6;  // ::1, or an IPv4-mapped 127.x.y.z
+  if (inet_pton(AF_INET6, StripBrackets(bind).c_str(), &v6) != 1) return false;
+  return IN6_IS_ADDR_LOOPBACK(&v6) || (IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127);
 }
 
 }  // namespace
@@ -122,7 +127,7 @@ std::string BindEndpoint(const Config& config, int port, const char* what) {
                       << " can join the job or read its tensors; set TFPS_AUTH_KEY_FILE "
                       << "(docs/security.md) or TFPS_BIND=127.0.0.1 for one host";
   }
-  return "tcp://" + config.bind + ":" + std::to_string(port);
+  return TcpAddress(config.bind, port);
 }
 
 Status WriteNewKeyFile(const std::string& path) {

@@ -53,38 +53,59 @@ Status Errno(const std::string& what, const std::string& name) {
 
 ShmSegment::~ShmSegment() {
   if (base_ != nullptr) munmap(base_, size_);
+  CloseFd();
 }
+
+void ShmSegment::CloseFd() {
+  if (fd_ >= 0) close(fd_);
+  fd_ = -1;
+}
+
+namespace {
+
+constexpr unsigned kSeals = F_SEAL_SHRINK | F_SEAL_GROW;
+constexpr size_t kMaxPointer = 128;  // "tfps-memfd <pid> <fd> <inode>\n" fits
+
+}  // namespace
 
 Status ShmSegment::Create(const std::string& name, uint64_t bytes, uint32_t dtype,
                           int local_rank, ShmSegment** out, const char* purpose,
                           const char* off) {
   *out = nullptr;
   const size_t size = kShmDataOffset + bytes;
-  const int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  const std::string prefix = std::string(purpose) + " (" + off + " turns it off): ";
+  // The name first (O_EXCL: the name is this process's), empty until the memfd is ready.
+  const int name_fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (name_fd < 0) return Errno("cannot create", name).WithPrefix(prefix);
+  const int fd = memfd_create(("tfps" + name).c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) {
-    return Errno("cannot create", name).WithPrefix(
-        std::string(purpose) + " (" + off + " turns it off): ");
-  }
-  // Reserve the pages now: a tmpfs that runs out later kills the process with SIGBUS on a
-  // write (Docker gives containers 64 MB of /dev/shm unless --shm-size says more).
-  int err = ftruncate(fd, static_cast<off_t>(size)) != 0 ? errno : 0;
-  if (err == 0) err = posix_fallocate(fd, 0, static_cast<off_t>(size));
-  if (err != 0) {
-    close(fd);
-    shm_unlink(name.c_str());
-    return FailedPrecondition("cannot reserve " + std::to_string(size) + " bytes of shared "
-                             "memory for " + purpose + " (" + name + "): " +
-                             std::strerror(err) + ". Is /dev/shm too small (df /dev/shm; "
-                             "Docker: --shm-size)? " + off + " turns it off");
-  }
-  void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (base == MAP_FAILED) {
-    Status s = Errno("cannot map", name);
+    Status s = Errno("cannot create a memfd for", name).WithPrefix(prefix);
+    close(name_fd);
     shm_unlink(name.c_str());
     return s;
   }
-  RememberForExit(name);
+  auto fail = [&](Status s) {
+    close(fd);
+    close(name_fd);
+    shm_unlink(name.c_str());
+    return s;
+  };
+  // Reserve the pages now: memory that runs out later kills the process with SIGBUS on a
+  // write (a memfd counts against the memory limit of the process's cgroup).
+  int err = ftruncate(fd, static_cast<off_t>(size)) != 0 ? errno : 0;
+  if (err == 0) err = posix_fallocate(fd, 0, static_cast<off_t>(size));
+  if (err != 0) {
+    return fail(FailedPrecondition(
+        "cannot reserve " + std::to_string(size) + " bytes of shared memory for " + purpose +
+        " (" + name + "): " + std::strerror(err) + ". Is memory short (a container's memory "
+        "limit, ulimit -f)? " + off + " turns it off"));
+  }
+  // Sealed before anyone else can reach it: from here on no one can change its size.
+  if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    return fail(Errno("cannot seal", name).WithPrefix(prefix));
+  }
+  void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) return fail(Errno("cannot map", name));
   auto* h = new (base) ShmHeader();
   h->bytes = bytes;
   h->dtype = dtype;
@@ -100,7 +121,23 @@ Status ShmSegment::Create(const std::string& name, uint64_t bytes, uint32_t dtyp
   h->shape_digest.store(0);
   h->error[0] = '\0';
   h->magic.store(kShmMagic, std::memory_order_release);
-  *out = new ShmSegment(name, base, size);
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    munmap(base, size);
+    return fail(Errno("cannot stat", name));
+  }
+  char pointer[kMaxPointer];
+  const int n = std::snprintf(pointer, sizeof(pointer), "tfps-memfd %d %d %llu\n",
+                              static_cast<int>(getpid()), fd,
+                              static_cast<unsigned long long>(st.st_ino));
+  if (pwrite(name_fd, pointer, static_cast<size_t>(n), 0) != n) {
+    Status s = Errno("cannot write", name);
+    munmap(base, size);
+    return fail(s);
+  }
+  close(name_fd);
+  RememberForExit(name);
+  *out = new ShmSegment(name, base, size, fd);
   return Status::Ok();
 }
 
@@ -108,31 +145,95 @@ Status ShmSegment::Open(const std::string& name, uint64_t bytes, ShmSegment** ou
   *out = nullptr;
   const bool any_size = bytes == kShmAnySize;
   size_t size = any_size ? 0 : kShmDataOffset + bytes;
-  const int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
-  if (fd < 0) return errno == ENOENT ? Status::Ok() : Errno("cannot open", name);
+  const int name_fd = shm_open(name.c_str(), O_RDONLY | O_CLOEXEC, 0);
+  if (name_fd < 0) return errno == ENOENT ? Status::Ok() : Errno("cannot open", name);
   struct stat st;
-  if (fstat(fd, &st) != 0) {
+  if (fstat(name_fd, &st) != 0) {
     Status s = Errno("cannot stat", name);
-    close(fd);
+    close(name_fd);
     return s;
   }
   if (st.st_uid != geteuid() || (st.st_mode & 077) != 0) {
-    close(fd);
+    close(name_fd);
     return FailedPrecondition("shared memory " + name + " belongs to another user or others "
                               "may access it: refusing to use it");
   }
-  const size_t actual = static_cast<size_t>(st.st_size);
-  if (actual < sizeof(ShmHeader)) {  // still being set up by its creator
-    close(fd);
-    return Status::Ok();
+  char pointer[kMaxPointer + 1];
+  const ssize_t got = st.st_size > static_cast<off_t>(kMaxPointer)
+                          ? 0 : pread(name_fd, pointer, kMaxPointer, 0);
+  close(name_fd);
+  if (st.st_size > static_cast<off_t>(kMaxPointer)) {
+    return FailedPrecondition("shared memory " + name + " holds " +
+                              std::to_string(st.st_size) + " bytes itself, not a sealed "
+                              "segment (a tf_ps_ops from before sealed segments on this "
+                              "host?): refusing it, since its owner could shrink it under "
+                              "this process's mapping");
   }
+  if (got <= 0 || pointer[got - 1] != '\n') return Status::Ok();  // still being set up
+  pointer[got] = '\0';
+  int pid = 0;
+  int fd_number = -1;
+  unsigned long long inode = 0;
+  char end = 0;
+  if (std::sscanf(pointer, "tfps-memfd %d %d %llu%c", &pid, &fd_number, &inode, &end) != 4 ||
+      end != '\n' || pid <= 0 || fd_number < 0) {
+    return FailedPrecondition("shared memory " + name + " does not say where its sealed "
+                              "memory is: refusing it");
+  }
+  const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd_number);
+  // The pointer is the peer's word: look before opening. O_PATH opens nothing (a device,
+  // a FIFO or a socket another process holds there is never opened for real); only a
+  // regular file with the inode the pointer names is then reopened for reading and writing.
+  const int pinned = open(path.c_str(), O_PATH | O_CLOEXEC);
+  int fd = -1;
+  if (pinned >= 0) {
+    struct stat pst;
+    if (fstat(pinned, &pst) != 0 || !S_ISREG(pst.st_mode) ||
+        static_cast<unsigned long long>(pst.st_ino) != inode) {
+      close(pinned);
+      return FailedPrecondition("shared memory " + name + " (" + path + ") is not the memory "
+                                "its name points to (not a regular file, or another inode: "
+                                "another process by that PID?): refusing it");
+    }
+    fd = open(("/proc/self/fd/" + std::to_string(pinned)).c_str(),
+              O_RDWR | O_CLOEXEC | O_NONBLOCK);
+    const int saved = errno;
+    close(pinned);
+    errno = saved;
+  }
+  if (fd < 0) {
+    return FailedPrecondition("cannot open the memory of shared memory " + name + " through " +
+                              path + " (" + std::strerror(errno) + "): did its creator exit, "
+                              "or does it run as another user or in another PID namespace "
+                              "(processes that share memory must see each other in /proc: "
+                              "containers need a shared PID namespace, e.g. docker --pid=host)?");
+  }
+  auto refuse = [&](const std::string& why) {
+    close(fd);
+    return FailedPrecondition("shared memory " + name + " (" + path + ") " + why +
+                              ": refusing it");
+  };
+  struct stat mst;
+  if (fstat(fd, &mst) != 0) return refuse(std::string("cannot be inspected: ") + std::strerror(errno));
+  if (static_cast<unsigned long long>(mst.st_ino) != inode) {
+    return refuse("is not the memory its name points to (another process by that PID?)");
+  }
+  if (mst.st_uid != geteuid()) return refuse("belongs to another user");
+  const int seals = fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || (static_cast<unsigned>(seals) & kSeals) != kSeals) {
+    return refuse("is not sealed against shrinking and growing (F_SEAL_SHRINK, F_SEAL_GROW): "
+                  "its creator could shrink it under this process's mapping and kill it "
+                  "with SIGBUS");
+  }
+  const size_t actual = static_cast<size_t>(mst.st_size);
+  if (actual < sizeof(ShmHeader)) return refuse("is smaller than its header");
   void* base = mmap(nullptr, actual, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
   if (base == MAP_FAILED) return Errno("cannot map", name);
   const auto* h = static_cast<const ShmHeader*>(base);
-  if (h->magic.load(std::memory_order_acquire) != kShmMagic) {  // not filled in yet
+  if (h->magic.load(std::memory_order_acquire) != kShmMagic) {  // cannot happen: set first
     munmap(base, actual);
-    return Status::Ok();
+    return FailedPrecondition("shared memory " + name + " has no header: refusing it");
   }
   if (any_size && actual >= kShmDataOffset && h->bytes == actual - kShmDataOffset) {
     bytes = h->bytes;
@@ -145,7 +246,7 @@ Status ShmSegment::Open(const std::string& name, uint64_t bytes, ShmSegment** ou
                            "worker's " + std::to_string(bytes) + ": do the local workers "
                            "disagree on the tensor's shape or dtype?");
   }
-  *out = new ShmSegment(name, base, size);
+  *out = new ShmSegment(name, base, size, -1);
   return Status::Ok();
 }
 
@@ -154,6 +255,7 @@ void ShmSegment::Unlink() {
   linked_ = false;
   shm_unlink(name_.c_str());
   ForgetForExit(name_);
+  CloseFd();  // with the name gone no one can find the memfd
 }
 
 void UnlinkShm(const std::string& name) { shm_unlink(name.c_str()); }

@@ -1,8 +1,15 @@
-// One POSIX shared-memory segment of hierarchical aggregation: a header that the local
-// workers use to hand steps over, then the bytes of one tensor (shm_local_reduce.h says
-// who writes what). Created O_EXCL with mode 0600; opened only when it belongs to this
-// user, is readable by no one else and has exactly the expected size, so a segment planted
-// by another user, or one still being set up, is never read.
+// One shared-memory segment of hierarchical aggregation or of the colocated server
+// (TFPS_SHM_SERVER): a header that the local workers use to hand steps over, then the bytes
+// of one tensor (shm_local_reduce.h says who writes what).
+//
+// The bytes live in a memfd sealed against shrinking and growing (F_SEAL_SHRINK |
+// F_SEAL_GROW | F_SEAL_SEAL) before anyone else can map it: a process that maps a peer's
+// segment can never die of SIGBUS because the peer truncated it under the mapping. The
+// POSIX shm name (/dev/shm/<name>, created O_EXCL with mode 0600) holds only where the
+// memfd is: "tfps-memfd <pid> <fd> <inode>\n"; an opener reaches it through
+// /proc/<pid>/fd/<fd> (same user: the kernel's ptrace-read check), checks inode, owner,
+// seals and size, and refuses anything unsealed, so a segment planted by another user, a
+// plain file (the format before sealing), or one still being set up is never mapped.
 #ifndef TFPS_CC_TRANSPORT_SHM_SEGMENT_H_
 #define TFPS_CC_TRANSPORT_SHM_SEGMENT_H_
 
@@ -61,13 +68,17 @@ class ShmSegment {
   // The data bytes this process mapped: unlike header()->bytes, no peer can change it.
   uint64_t capacity() const { return size_ - kShmDataOffset; }
   const std::string& name() const { return name_; }
+  // The creator's memfd, which openers reach through /proc/<pid>/fd: closed once no one
+  // needs to open the segment any more (the mapping stays). Unlink closes it too.
+  void CloseFd();
 
  private:
-  ShmSegment(std::string name, void* base, size_t size) : name_(std::move(name)), base_(base),
-                                                          size_(size) {}
+  ShmSegment(std::string name, void* base, size_t size, int fd)
+      : name_(std::move(name)), base_(base), size_(size), fd_(fd) {}
   std::string name_;
   void* base_ = nullptr;
   size_t size_ = 0;
+  int fd_ = -1;  // the creator's memfd; -1 in an opener
   bool linked_ = true;
 };
 

@@ -156,8 +156,49 @@ bool Monitor::Read(int* event, int* value, std::string* address) {
   return true;
 }
 
+std::string StripBrackets(const std::string& host) {
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    return host.substr(1, host.size() - 2);
+  }
+  return host;
+}
+
+namespace {
+
+std::string TcpEndpoint(const std::string& host, const std::string& port) {
+  const std::string bare = StripBrackets(host);
+  const bool v6 = bare.find(':') != std::string::npos;
+  return "tcp://" + (v6 ? "[" + bare + "]" : bare) + ":" + port;
+}
+
+}  // namespace
+
 std::string TcpAddress(const std::string& host, int port) {
-  return "tcp://" + host + ":" + std::to_string(port);
+  return TcpEndpoint(host, std::to_string(port));
+}
+
+std::string TcpAddressOf(const std::string& host_port) {
+  const size_t colon = host_port.rfind(':');
+  if (colon == std::string::npos) return "tcp://" + host_port;  // ZeroMQ refuses it, named
+  return TcpEndpoint(host_port.substr(0, colon), host_port.substr(colon + 1));
+}
+
+namespace {
+
+void SetIpv6For(zmq::socket_t& socket, const std::string& endpoint) {
+  if (endpoint.rfind("tcp://[", 0) == 0) socket.set(zmq::sockopt::ipv6, 1);
+}
+
+}  // namespace
+
+void BindTcp(zmq::socket_t& socket, const std::string& endpoint) {
+  SetIpv6For(socket, endpoint);
+  socket.bind(endpoint);
+}
+
+void ConnectTcp(zmq::socket_t& socket, const std::string& endpoint) {
+  SetIpv6For(socket, endpoint);
+  socket.connect(endpoint);
 }
 
 int BoundPort(zmq::socket_t& socket) {

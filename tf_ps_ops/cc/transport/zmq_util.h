@@ -84,8 +84,18 @@ class Monitor {
   zmq::socket_t pair_;
 };
 
-// "tcp://host:port"
+// "tcp://host:port"; an IPv6 literal host (bare or in brackets) goes in brackets:
+// "tcp://[::1]:7000".
 std::string TcpAddress(const std::string& host, int port);
+// The same from "host:port" (the port follows the last colon: "::1:7000" is [::1]:7000).
+std::string TcpAddressOf(const std::string& host_port);
+// "[::1]" -> "::1"; anything else as it is.
+std::string StripBrackets(const std::string& host);
+// bind() / connect() to a "tcp://..." endpoint, with ZMQ_IPV6 on exactly when its host is
+// an IPv6 literal: an IPv4 or named endpoint behaves as before (a name such as localhost
+// keeps resolving to IPv4 only).
+void BindTcp(zmq::socket_t& socket, const std::string& endpoint);
+void ConnectTcp(zmq::socket_t& socket, const std::string& endpoint);
 // The port a socket bound to "tcp://*:0" got.
 int BoundPort(zmq::socket_t& socket);
 // The peer's IP address of a received message (ZeroMQ's "Peer-Address" property).

@@ -225,6 +225,9 @@ Status CheckCollectiveFields(const Head& head) {
                              "text, whole in every partition");
     }
   }
+  if ((h.flags & kFlagShmRefused) != 0 && type != MsgType::kError) {
+    return InvalidArgument("the shared-memory-refused flag is only valid on an error reply");
+  }
   // A PS init push is a broadcast too (kFlagBroadcast keeps it a BSP round); it has rules
   // of its own and carries no root.
   if ((h.flags & kFlagBroadcast) != 0 && (h.flags & kFlagPsInit) == 0) {

@@ -182,6 +182,11 @@ constexpr uint32_t kFlagAbort = 1u << 13;  // peer data: the sender cannot take 
                                            // call (its own input was refused); payload: why,
                                            // UTF-8 as uint8[length]. Its peers fail the call
                                            // at once instead of waiting for data
+constexpr uint32_t kFlagShmRefused = 1u << 14;  // kError reply to a kPushPullShm: the
+                                               // server refused the segment (unsealed,
+                                               // not openable, wrong size) and counted
+                                               // nothing; the worker sends that partition
+                                               // over the socket from then on
 constexpr uint32_t kFlagHierarchical = 1u << 15;  // summation push of a local leader
                                                   // (TFPS_HIERARCHICAL): the payload is
                                                   // the sum of its host's workers; params =
@@ -190,7 +195,7 @@ constexpr uint32_t kFlagHierarchical = 1u << 15;  // summation push of a local l
 constexpr uint32_t kKnownFlags = kFlagNoData | kFlagPsInit | kFlagPsApply | kFlagPsOverwrite |
                                  kFlagSparse | kFlagTimed | kFlagAck | kFlagNoFeedback |
                                  kFlagBroadcast | kFlagAbort | kFlagHierarchical |
-                                 kFlagProcessSet | kFlagAbortRound;
+                                 kFlagProcessSet | kFlagAbortRound | kFlagShmRefused;
 
 // PS-mode hyperparameters (Head::params) of a kFlagPsApply push: the values that
 // optimizer_spec.h's table lists for Header::optimizer, in its order, then the initial
