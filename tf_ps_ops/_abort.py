@@ -11,8 +11,11 @@ re-raises the error. Every worker then counts the call, so the next one meets.
 Errors of the op itself (tf.errors.OpError) are already every worker's and pass through.
 In a tf.function the abort runs when tracing fails, eagerly: it meets the others' first
 run of the traced op. In a v1 graph (no eager context to run it in) nothing is sent.
-Hierarchical aggregation (TFPS_HIERARCHICAL, several workers on a host) is not covered:
-the abort goes to the server, while the local leader waits for this worker's tensor.
+Under hierarchical aggregation (TFPS_HIERARCHICAL, several workers on a host) the abort of
+a name this worker has aggregated locally before goes to its local leader, which fails the
+step on every local worker and the servers' rounds for the other hosts; the abort of a name
+never called here before still goes to the servers only, and the local leader waits for
+this worker's tensor until TFPS_TIMEOUT (docs/hierarchical.md).
 Every worker must call the collective (as Horovod requires): a call made on one worker
 only would, on error, use up a call number the others never use.
 """

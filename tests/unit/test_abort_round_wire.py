@@ -1,5 +1,6 @@
 """Protocol 5's kFlagAbortRound (issue 12): a worker that raised before a collective's op
-uses up its call with a one-partition uint8 push carrying the reason. The flag is valid
+uses up its call with a uint8 push carrying the reason, whole, to every partition of the
+name (a local leader's lists the ranks of its host, kFlagHierarchical). The flag is valid
 there (and echoed on errors and acks), refused anywhere else."""
 
 import numpy as np
@@ -37,9 +38,24 @@ def test_abort_push_carries_its_reason():
     assert err is None, err
 
 
+def test_abort_goes_whole_to_every_partition():
+    # Each partition of the name (each on its server) gets the whole reason.
+    err, decoded = decode(abort_push(partition=2, num_partitions=3))
+    assert err is None and decoded["num_partitions"] == 3, err
+
+
+def test_a_local_leaders_abort_lists_its_hosts_ranks():
+    # A local step failed under hierarchical aggregation: the leader stands for its host.
+    err, decoded = decode(abort_push(flags=core.FLAG_ABORT_ROUND | core.FLAG_HIERARCHICAL,
+                                     sender=0), params=(0.0, 1.0, 2.0))
+    assert err is None, err
+
+
 @pytest.mark.parametrize("overrides, extra", [
     (dict(dtype=core.wire_dtype(np.dtype(np.float32))), dict(payload=4 * len(WHY))),
-    (dict(num_partitions=2), {}),
+    (dict(num_partitions=2, total_count=2 * len(WHY)), {}),  # the text is whole in each
+    (dict(flags=core.FLAG_ABORT_ROUND | core.FLAG_HIERARCHICAL), {}),  # lists no ranks
+    ({}, dict(params=(1.0,))),  # ranks without the hierarchical flag
     (dict(reduce_op=2), {}),
     (dict(flags=core.FLAG_ABORT_ROUND | core.FLAG_BROADCAST), dict(params=(0.0,))),
     (dict(flags=core.FLAG_ABORT_ROUND | core.FLAG_NO_DATA), dict(payload=0)),

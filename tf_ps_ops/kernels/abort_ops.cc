@@ -3,8 +3,10 @@
 // collective's key, telling the others why, so that they fail that call at once
 // (FailedPrecondition) instead of waiting TFPS_TIMEOUT, and the next call under the key
 // meets on every worker.
-//   path "server": allreduce and broadcast. A one-partition push flagged kFlagAbortRound
-//     carrying the reason; the server of partition 0 fails the round on every worker.
+//   path "server": allreduce and broadcast. A push flagged kFlagAbortRound carrying the
+//     reason, whole, to every partition the name's last push had (one for a name never
+//     pushed); each of those servers fails its round on every worker. Under hierarchical
+//     aggregation it goes to the local leader instead (hierarchical.h).
 //   path "peer": allgather and alltoall. The peer mesh's abort (kFlagAbort): every peer
 //     gets the reason instead of data.
 // The op itself always succeeds: the caller raises its own error after it.

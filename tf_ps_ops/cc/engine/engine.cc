@@ -200,6 +200,8 @@ class Engine::Loop {
 
   // Engine-thread state.
   std::unordered_map<std::string, uint64_t> steps_;  // per-name call count
+  // Per name, how many partitions its last push had: where an abort of the name goes.
+  std::unordered_map<std::string, uint32_t> partitions_;
   uint64_t next_op_id_ = 1;
   std::map<uint64_t, Op> ops_;  // by id: ids grow with time, so deadlines are in order
   std::map<PartId, uint64_t> pending_;  // partition sent, answer awaited -> op id
@@ -486,6 +488,20 @@ void Engine::Loop::StartOnLoop(PushPullRequest request) {
   }
   op.parts = PartitionTensor(op.key, request.count, elem, partition_bytes,
                              static_cast<int>(servers_.size()), op.row_elems);
+  if ((request.flags & kFlagAbortRound) != 0) {
+    // The reason goes whole to every partition the name's last push had (on different
+    // servers, each with a round of its own to fail): partition 0's alone left the others'
+    // rounds to time out on their servers.
+    const auto last = partitions_.find(request.name);
+    const uint32_t n = last == partitions_.end() ? 1 : last->second;
+    op.parts.clear();
+    for (uint32_t i = 0; i < n; ++i) {
+      op.parts.push_back(Partition{i, 0, request.count,
+                                   ServerOfPartition(op.key, i, static_cast<int>(servers_.size()))});
+    }
+  } else if (!request.join) {
+    partitions_[request.name] = static_cast<uint32_t>(op.parts.size());
+  }
   op.part_state.assign(op.parts.size(), kQueued);
   op.codec = codec_.Choose(request);
   op.remaining = static_cast<int>(op.parts.size());
@@ -1346,6 +1362,9 @@ void Engine::EnqueueAll(std::vector<PushPullRequest> requests) {
       request.done(NotInitialised("push_pull", request.name));
     } else if (hierarchical && Hierarchical::Eligible(request, job_compresses_)) {
       hierarchical->Enqueue(std::move(request));
+    } else if (hierarchical && (request.flags & kFlagAbortRound) != 0 &&
+               hierarchical->TakesAbort(request.name)) {
+      hierarchical->EnqueueAbort(std::move(request));
     } else {
       queued.emplace_back(std::move(request));
     }

@@ -38,6 +38,10 @@ struct Chunked {
 void Hierarchical::Enqueue(PushPullRequest request) {
   const size_t elem = DTypeSize(request.dtype);
   const uint64_t per_chunk = std::max<uint64_t>(1, kChunkBytes / elem);
+  if (request.device < 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    chunks_[request.name] = std::max<uint64_t>(1, (request.count + per_chunk - 1) / per_chunk);
+  }
   if (request.count <= per_chunk) {
     EnqueueChunk(std::move(request));
     return;
@@ -76,6 +80,41 @@ void Hierarchical::Enqueue(PushPullRequest request) {
   }
 }
 
+bool Hierarchical::TakesAbort(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return chunks_.count(name) != 0;
+}
+
+void Hierarchical::EnqueueAbort(PushPullRequest request) {
+  uint64_t chunks = 1;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    chunks = chunks_[request.name];
+  }
+  if (chunks <= 1) {
+    EnqueueChunk(std::move(request));
+    return;
+  }
+  auto shared = std::make_shared<Chunked>();
+  shared->remaining = static_cast<int>(chunks);
+  shared->done = std::move(request.done);
+  for (uint64_t i = 0; i < chunks; ++i) {
+    PushPullRequest chunk = request;
+    chunk.name = request.name + "#chunk " + std::to_string(i + 1) + "/" + std::to_string(chunks);
+    chunk.done = [shared](const Status& s) {
+      std::function<void(const Status&)> done;
+      {
+        std::lock_guard<std::mutex> lock(shared->mu);
+        if (!s.ok() && shared->status.ok()) shared->status = s;
+        if (--shared->remaining > 0) return;
+        done = std::move(shared->done);
+      }
+      done(shared->status);
+    };
+    EnqueueChunk(std::move(chunk));
+  }
+}
+
 void Hierarchical::EnqueueChunk(PushPullRequest request) {
   std::shared_ptr<Call> next;
   {
@@ -95,17 +134,36 @@ std::shared_ptr<Hierarchical::Call> Hierarchical::NextLocked(const std::string& 
   call->request = std::move(q.waiting.front());
   q.waiting.pop_front();
   const PushPullRequest& r = call->request;
-  call->tensor = LocalTensor{r.name, KeyOfName(r.name), ++q.steps, r.dtype, r.count};
+  call->tensor.name = r.name;
+  call->tensor.key = KeyOfName(r.name);
+  call->tensor.step = ++q.steps;
+  call->tensor.dtype = r.dtype;
+  call->tensor.count = r.count;
+  uint64_t digest = 1469598103934665603ull;  // FNV-1a over the dims (a chunk's are its own)
+  for (int64_t d : r.dims) digest = (digest ^ static_cast<uint64_t>(d)) * 1099511628211ull;
+  call->tensor.shape_digest = digest | 1;
   call->tensor.device = r.device;
   call->tensor.device_ready = r.device_ready;
+  if ((r.flags & kFlagAbortRound) != 0) {
+    call->tensor.abort = true;
+    call->tensor.reason.assign(static_cast<const char*>(r.input), r.count);
+    call->tensor.dtype = DType::kUInt8;
+    call->tensor.count = 0;
+  }
   return call;
 }
 
 namespace {
 
+// The servers' name of a local sum: a key of its own, so that the rounds it stands in for
+// are numbered apart from the flat pushes of the same name (the Horovod shim's eager calls
+// all go under 'push_pull.eager', float16 ones flat, float32 ones here; the members push
+// none of these, so a shared count would differ between leader and members).
+std::string ServerName(const std::string& name) { return name + "#local sum"; }
+
 PushPullRequest LeaderPush(const PushPullRequest& r, const std::vector<int>& ranks) {
   PushPullRequest push;
-  push.name = r.name;
+  push.name = ServerName(r.name);
   push.dtype = r.dtype;
   push.dims = r.dims;
   push.count = r.count;
@@ -116,9 +174,34 @@ PushPullRequest LeaderPush(const PushPullRequest& r, const std::vector<int>& ran
   return push;
 }
 
+// The servers' rounds of a local step that failed here (the error answered on this host):
+// an abort standing for every local rank, so that other hosts fail at once too.
+PushPullRequest AbortPush(const std::string& name, const std::string& why,
+                          const std::vector<int>& ranks) {
+  auto text = std::make_shared<std::string>(why);
+  auto answer = std::make_shared<std::string>(text->size(), '\0');
+  PushPullRequest push;
+  push.name = ServerName(name);
+  push.dtype = DType::kUInt8;
+  push.dims = {static_cast<int64_t>(text->size())};
+  push.count = text->size();
+  push.input = text->data();
+  push.output = answer->data();
+  push.input_holder = text;
+  push.flags = kFlagAbortRound | kFlagHierarchical;
+  push.params.assign(ranks.begin(), ranks.end());
+  push.done = [answer](const Status&) {};  // the servers' error is the expected answer
+  return push;
+}
+
 }  // namespace
 
 void Hierarchical::Run(std::shared_ptr<Call> call) {
+  if (!reduce_ && call->tensor.abort) {  // alone: the abort goes to the servers as it is
+    submit_(AbortPush(call->request.name, call->tensor.reason, ranks_));
+    Finish(call, Status::Ok());
+    return;
+  }
   if (!reduce_) {  // alone: its own data, straight to the servers
     PushPullRequest push = LeaderPush(call->request, ranks_);
     push.input = call->request.input;
@@ -146,6 +229,11 @@ void Hierarchical::Run(std::shared_ptr<Call> call) {
                                    [this, call](const Status& got) { Finish(call, got); });
     };
     if (!s.ok()) {
+      // Answered with an error (not a step withdrawn for lack of a local worker, nor a
+      // shutdown): the servers' rounds of this step are failed too, for every host.
+      if (s.code() != Code::kDeadlineExceeded && s.code() != Code::kAborted) {
+        submit_(AbortPush(call->request.name, s.message(), ranks_));
+      }
       broadcast(s);
       return;
     }

@@ -42,6 +42,12 @@ class Hierarchical {
   static bool Eligible(const PushPullRequest& request, bool job_compresses);
 
   void Enqueue(PushPullRequest request);
+  // PsAbortCollective (kFlagAbortRound) of a name this worker has aggregated locally
+  // before: each of its names (chunks) gets a local step that fails on every local worker
+  // (the leader's FailedPrecondition), and the leader fails the servers' rounds too.
+  // False, and `request` untouched, for a name never seen here (it goes flat).
+  bool TakesAbort(const std::string& name);
+  void EnqueueAbort(PushPullRequest request);
   // The job cannot go on: local reductions waiting for a (stopped) local worker fail now.
   void Fail(const Status& why);
   void Shutdown();
@@ -69,6 +75,8 @@ class Hierarchical {
     std::deque<PushPullRequest> waiting;
   };
   std::unordered_map<std::string, Queue> queues_;  // guarded by mu_
+  // Per name aggregated on the CPU: the chunks of its last call (1: whole). Guarded by mu_.
+  std::unordered_map<std::string, uint64_t> chunks_;
 };
 
 }  // namespace tfps

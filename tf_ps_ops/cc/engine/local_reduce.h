@@ -30,6 +30,13 @@ struct LocalTensor {
   uint64_t count = 0;  // elements
   int device = -1;     // >= 0: input/output are on this CUDA device (NCCL's LocalReduce)
   void* device_ready = nullptr;  // a cudaEvent_t after which input holds the data
+  // PsAbortCollective: this worker cannot take part in the step (no input, no output);
+  // `reason` goes to the leader, which fails the step on every local worker.
+  bool abort = false;
+  std::string reason;
+  // A digest of the tensor's dims: workers whose tensors have the same size but another
+  // shape disagree too (0: not compared).
+  uint64_t shape_digest = 0;
 };
 
 class LocalReduce {

@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -9,6 +10,22 @@
 #include "tf_ps_ops/cc/common/logging.h"
 
 namespace tfps {
+
+namespace {
+// Set in a member's `ready_step` by the leader: kTaken while it takes the members' inputs
+// of that step (all or none: it may still give a member's back, restoring the step), then
+// kCommitted once it summed them. A member can withdraw only an untaken input; one whose
+// wait times out while its input is kTaken leaves the step undecided (Segments::pending)
+// and its next call of the name waits for the leader's decision before it writes again.
+constexpr uint64_t kTaken = uint64_t{1} << 63;
+constexpr uint64_t kCommitted = uint64_t{1} << 62;
+
+std::atomic<int64_t> take_pause_us{0};  // SetTakePauseForTesting
+}  // namespace
+
+void ShmLocalReduce::SetTakePauseForTesting(double seconds) {
+  take_pause_us.store(static_cast<int64_t>(seconds * 1e6), std::memory_order_relaxed);
+}
 
 bool LocalSumInto(DType dtype, void* dst, const void* src, uint64_t count) {
   switch (dtype) {
@@ -64,10 +81,12 @@ std::string ShmLocalReduce::SegmentName(uint64_t key, int local_rank) const {
 }
 
 void ShmLocalReduce::Add(std::function<std::optional<Status>()> step,
-                         std::function<void(const Status&)> finish) {
+                         std::function<void(const Status&)> finish,
+                         std::function<void()> on_timeout) {
   Task task{std::move(step), std::move(finish),
             Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                               std::chrono::duration<double>(timeout_s_))};
+                               std::chrono::duration<double>(timeout_s_)),
+            std::move(on_timeout)};
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!stopping_) {
@@ -83,26 +102,85 @@ void ShmLocalReduce::ReduceToLeader(const LocalTensor& t, const void* input, Red
   auto sum = std::make_shared<void*>(nullptr);
   auto finish = [done, sum](const Status& s) { done(s, s.ok() ? *sum : nullptr); };
   if (local_rank_ == 0) {
-    Add([this, t, input, sum] { return LeaderReduceOnPoll(t, input, sum.get()); }, finish);
+    // Timed out: no member's input was taken (the leader takes all at once), so the step is
+    // withdrawn, and is not answered; members that handed over time out and withdraw too.
+    Add([this, t, input, sum] { return LeaderReduceOnPoll(MappedOnPoll(t), input, sum.get()); },
+        finish, [this, t] {
+          Segments& segs = segments_[t.key];
+          segs.withdrawn_step = t.step;
+          ++segs.skipped;
+        });
     return;
   }
-  Add([this, t, input]() -> std::optional<Status> {
+  // A handover that fails or times out hands nothing over: its number is used again.
+  auto withdraw = [this, t] { ++segments_[t.key].skipped; };
+  Add([this, t, input, withdraw]() -> std::optional<Status> {
+        if (!ResolvePendingOnPoll(t.key)) return std::nullopt;
+        const LocalTensor m = MappedOnPoll(t);
         ShmSegment* own = nullptr;
-        TFPS_RETURN_IF_ERROR(OwnOnPoll(t, &own));
-        std::memcpy(own->data(), input, t.count * DTypeSize(t.dtype));
-        own->header()->ready_step.store(t.step, std::memory_order_release);
+        Status s = OwnOnPoll(m, &own);
+        if (!s.ok()) {
+          withdraw();
+          return s;
+        }
+        if (m.abort) {  // no input: the reason, for the leader to fail the step with
+          std::snprintf(own->header()->error, sizeof(own->header()->error), "%s",
+                        m.reason.c_str());
+          own->header()->aborted_step.store(m.step, std::memory_order_release);
+          own->header()->ready_step.store(m.step, std::memory_order_release);
+          return Status::Ok();
+        }
+        // `ready_step` is not m here (a withdrawn step left 0, a summed one kCommitted), so
+        // the leader reads nothing until the store.
+        std::memcpy(own->data(), input, m.count * DTypeSize(m.dtype));
+        own->header()->shape_digest.store(m.shape_digest, std::memory_order_relaxed);
+        own->header()->ready_step.store(m.step, std::memory_order_release);
         return Status::Ok();
       },
-      finish);
+      finish, withdraw);
+}
+
+bool ShmLocalReduce::ResolvePendingOnPoll(uint64_t key) {
+  Segments& segs = segments_[key];
+  if (segs.pending == 0) return true;
+  std::atomic<uint64_t>& ready = segs.own->header()->ready_step;
+  uint64_t value = ready.load(std::memory_order_acquire);
+  if (value == (segs.pending | kCommitted)) {  // summed: the step is done on both sides
+    segs.own->header()->ack_step.store(segs.pending, std::memory_order_release);
+  } else if (value == segs.pending && ready.compare_exchange_strong(value, 0,
+                                                                    std::memory_order_acq_rel)) {
+    ++segs.skipped;  // given back, and withdrawn now
+  } else {
+    return false;  // still being taken (or taken again since): the leader reads our input
+  }
+  segs.pending = 0;
+  return true;
+}
+
+LocalTensor ShmLocalReduce::MappedOnPoll(const LocalTensor& t) {
+  LocalTensor m = t;
+  m.step = t.step - segments_[t.key].skipped;
+  return m;
 }
 
 void ShmLocalReduce::BroadcastFromLeader(const LocalTensor& t, const Status& result,
                                          void* output, Done done) {
   if (local_rank_ != 0) {
-    Add([this, t, output] { return MemberReceiveOnPoll(t, output); }, std::move(done));
+    // Timed out: withdraw the input unless the leader took it (then this step counts as
+    // done on both sides, and the leader may overwrite its answer).
+    Add([this, t, output] { return MemberReceiveOnPoll(MappedOnPoll(t), output); },
+        std::move(done), [this, t] {
+          Segments& segs = segments_[t.key];
+          if (!segs.own) return;
+          // Undecided while the leader takes it: settled before this name's next handover.
+          segs.pending = MappedOnPoll(t).step;
+          ResolvePendingOnPoll(t.key);
+        });
     return;
   }
-  Add([this, t, result, output]() -> std::optional<Status> {
+  Add([this, t0 = t, result, output]() -> std::optional<Status> {
+        if (segments_[t0.key].withdrawn_step == t0.step) return result;  // not answered
+        const LocalTensor t = MappedOnPoll(t0);
         ShmSegment* own = nullptr;
         TFPS_RETURN_IF_ERROR(OwnOnPoll(t, &own));
         ShmHeader* h = own->header();
@@ -120,33 +198,68 @@ void ShmLocalReduce::BroadcastFromLeader(const LocalTensor& t, const Status& res
 Status ShmLocalReduce::OwnOnPoll(const LocalTensor& t, ShmSegment** own) {
   Segments& segs = segments_[t.key];
   const uint64_t bytes = t.count * DTypeSize(t.dtype);
+  uint64_t acked = 0;
+  if (segs.own && !Fits(*segs.own, t) && !t.abort) {  // an abort fits any segment
+    // The name's shape changed (e.g. the Horovod shim's one name for every eager call):
+    // a new segment under the same name, which peers re-open when they see this mark.
+    // Its peers are done with the old one (the caller finished the name's last step).
+    acked = segs.own->header()->ack_step.load(std::memory_order_acquire);
+    segs.own->header()->superseded.store(1, std::memory_order_release);
+    segs.own->Unlink();
+    segs.own.reset();
+  }
   if (!segs.own) {
     ShmSegment* created = nullptr;
     TFPS_RETURN_IF_ERROR(ShmSegment::Create(SegmentName(t.key, local_rank_), bytes,
                                             static_cast<uint32_t>(t.dtype), local_rank_,
                                             &created));
+    created->header()->ack_step.store(acked, std::memory_order_release);
     segs.own.reset(created);
     segs.peers.resize(ranks_.size());
   }
-  if (segs.own->header()->bytes != bytes ||
-      segs.own->header()->dtype != static_cast<uint32_t>(t.dtype)) {
-    return InvalidArgument("tensor '" + t.name + "' changed its size or dtype between calls (" +
-                           std::to_string(segs.own->header()->bytes) + " bytes before, " +
-                           std::to_string(bytes) + " now): hierarchical aggregation needs "
-                           "the same shape at every call of a name");
-  }
   *own = segs.own.get();
   return Status::Ok();
+}
+
+Status ShmLocalReduce::AbortStatus(int local_rank, const std::string& reason) const {
+  // The words of the servers' abort (sum_rounds.cc), which callers match.
+  return FailedPrecondition("worker " + std::to_string(ranks_[local_rank]) +
+                            " could not take part in this collective: " + reason +
+                            " (local rank " + std::to_string(local_rank) +
+                            ", hierarchical aggregation); the next collective can proceed");
+}
+
+bool ShmLocalReduce::Fits(const ShmSegment& segment, const LocalTensor& t) {
+  return segment.capacity() == t.count * DTypeSize(t.dtype) &&
+         segment.header()->dtype == static_cast<uint32_t>(t.dtype);
+}
+
+Status ShmLocalReduce::ShapeMismatch(const ShmSegment& peer, int local_rank,
+                                     const LocalTensor& t) const {
+  // FailedPrecondition, as the servers report workers that disagree (and Horovod does).
+  const uint32_t dtype = peer.header()->dtype;
+  if (dtype != static_cast<uint32_t>(t.dtype)) {
+    return FailedPrecondition(Describe(local_rank) + " has tensor '" + t.name + "' as " +
+                           DTypeName(static_cast<DType>(dtype)) + ", this worker as " +
+                           DTypeName(t.dtype) + " (call " + std::to_string(t.step) + ")");
+  }
+  return FailedPrecondition(Describe(local_rank) + ", tensor '" + t.name + "' (call " +
+                         std::to_string(t.step) + "): its tensor has " +
+                         std::to_string(peer.capacity()) + " bytes, this worker's " +
+                         std::to_string(t.count * DTypeSize(t.dtype)) +
+                         ": do the local workers disagree on the tensor's shape or dtype?");
 }
 
 Status ShmLocalReduce::PeerOnPoll(const LocalTensor& t, int local_rank, ShmSegment** peer) {
   Segments& segs = segments_[t.key];
   segs.peers.resize(ranks_.size());
   std::unique_ptr<ShmSegment>& slot = segs.peers[local_rank];
+  if (slot && slot->header()->superseded.load(std::memory_order_acquire) != 0) {
+    slot.reset();  // its owner made a new one for another shape, under the same name
+  }
   if (!slot) {
     ShmSegment* opened = nullptr;
-    Status s = ShmSegment::Open(SegmentName(t.key, local_rank), t.count * DTypeSize(t.dtype),
-                                &opened);
+    Status s = ShmSegment::Open(SegmentName(t.key, local_rank), kShmAnySize, &opened);
     if (!s.ok()) {
       return s.WithPrefix(Describe(local_rank) + ", tensor '" + t.name + "' (hierarchical "
                           "aggregation; TFPS_HIERARCHICAL=0 turns it off): ");
@@ -156,11 +269,6 @@ Status ShmLocalReduce::PeerOnPoll(const LocalTensor& t, int local_rank, ShmSegme
       return Status::Ok();
     }
     slot.reset(opened);
-    if (opened->header()->dtype != static_cast<uint32_t>(t.dtype)) {
-      return InvalidArgument(Describe(local_rank) + " has tensor '" + t.name + "' as " +
-                             DTypeName(static_cast<DType>(opened->header()->dtype)) +
-                             ", this worker as " + DTypeName(t.dtype));
-    }
     if (local_rank_ == 0) {
       slot->Unlink();  // the leader is a member segment's only reader
     } else if (slot->header()->attached.fetch_add(1, std::memory_order_acq_rel) + 2 >=
@@ -168,6 +276,8 @@ Status ShmLocalReduce::PeerOnPoll(const LocalTensor& t, int local_rank, ShmSegme
       slot->Unlink();  // the last member to map the leader's segment: no one else needs it
     }
   }
+  // Possibly still of an earlier call's shape: the callers tell a peer that has not got
+  // to this call yet from one that disagrees (Fits, ShapeMismatch).
   *peer = slot.get();
   return Status::Ok();
 }
@@ -203,22 +313,62 @@ Status ShmLocalReduce::PeerAlive(const ShmSegment& peer, int local_rank,
 
 std::optional<Status> ShmLocalReduce::LeaderReduceOnPoll(const LocalTensor& t, const void* input,
                                                          void** sum) {
-  ShmSegment* own = nullptr;
-  TFPS_RETURN_IF_ERROR(OwnOnPoll(t, &own));
+  // Every member has the previous answer: it lives where this step's sum (or error) goes,
+  // and a new shape replaces the segment. A member without a segment waits for none.
   std::vector<ShmSegment*> members(ranks_.size(), nullptr);
-  bool all_ready = true;
   for (int lr = 1; lr < local_size(); ++lr) {
     TFPS_RETURN_IF_ERROR(PeerOnPoll(t, lr, &members[lr]));
+    if (members[lr] != nullptr &&
+        members[lr]->header()->ack_step.load(std::memory_order_acquire) + 1 < t.step) {
+      TFPS_RETURN_IF_ERROR(PeerAlive(*members[lr], lr, t));
+      return std::nullopt;
+    }
+  }
+  ShmSegment* own = nullptr;
+  TFPS_RETURN_IF_ERROR(OwnOnPoll(t, &own));
+  if (t.abort) return AbortStatus(local_rank_, t.reason);  // answered without the inputs
+  bool all_ready = true;
+  for (int lr = 1; lr < local_size(); ++lr) {
     const ShmHeader* h = members[lr] != nullptr ? members[lr]->header() : nullptr;
-    // Its input of this step is in place, and it has the answer of the previous one (which
-    // lives where the new sum goes).
-    if (h == nullptr || h->ready_step.load(std::memory_order_acquire) != t.step ||
-        h->ack_step.load(std::memory_order_acquire) + 1 < t.step) {
+    // Its input (or abort) of this step is in place.
+    const bool handed = h != nullptr && h->ready_step.load(std::memory_order_acquire) == t.step;
+    if (handed && h->aborted_step.load(std::memory_order_acquire) == t.step) {
+      char text[sizeof(h->error)];
+      std::memcpy(text, h->error, sizeof(text));
+      text[sizeof(text) - 1] = '\0';
+      return AbortStatus(lr, text);
+    }
+    if (handed && !Fits(*members[lr], t)) return ShapeMismatch(*members[lr], lr, t);
+    if (handed && t.shape_digest != 0 &&
+        h->shape_digest.load(std::memory_order_relaxed) != t.shape_digest) {
+      return FailedPrecondition(Describe(lr) + ", tensor '" + t.name + "' (call " +
+                                std::to_string(t.step) + "): the same number of elements as "
+                                "this worker's but another shape: do the local workers "
+                                "disagree on the tensor's shape?");
+    }
+    if (!handed) {
       if (h != nullptr) TFPS_RETURN_IF_ERROR(PeerAlive(*members[lr], lr, t));
       all_ready = false;
     }
   }
   if (!all_ready) return std::nullopt;
+  // Take every member's input, or none: a member whose own wait timed out meanwhile has
+  // withdrawn it.
+  for (int lr = 1; lr < local_size(); ++lr) {
+    uint64_t expected = t.step;
+    if (!members[lr]->header()->ready_step.compare_exchange_strong(expected, t.step | kTaken,
+                                                                   std::memory_order_acq_rel)) {
+      // Given back: a member that timed out meanwhile has waited for this (pending).
+      for (int back = 1; back < lr; ++back) {
+        members[back]->header()->ready_step.store(t.step, std::memory_order_release);
+      }
+      return std::nullopt;
+    }
+    if (lr == 1 && local_size() > 2) {
+      const int64_t pause = take_pause_us.exchange(0, std::memory_order_relaxed);
+      if (pause > 0) std::this_thread::sleep_for(std::chrono::microseconds(pause));
+    }
+  }
   if (own->header()->attached.load(std::memory_order_acquire) + 1 >= ranks_.size()) {
     own->Unlink();  // every member has it mapped
   }
@@ -229,6 +379,10 @@ std::optional<Status> ShmLocalReduce::LeaderReduceOnPoll(const LocalTensor& t, c
       return InvalidArgument(std::string("hierarchical aggregation cannot sum ") +
                              DTypeName(t.dtype));
     }
+  }
+  // The inputs are read: members may overwrite them (one that timed out meanwhile does).
+  for (int lr = 1; lr < local_size(); ++lr) {
+    members[lr]->header()->ready_step.store(t.step | kCommitted, std::memory_order_release);
   }
   *sum = own->data();
   return Status::Ok();
@@ -243,8 +397,14 @@ std::optional<Status> ShmLocalReduce::MemberReceiveOnPoll(const LocalTensor& t, 
     TFPS_RETURN_IF_ERROR(PeerAlive(*leader, 0, t));
     return std::nullopt;
   }
-  // The leader answered, so it has this member's segment mapped: no one needs the memfd.
-  if (segments_[t.key].own) segments_[t.key].own->CloseFd();
+  // The leader summed this member's input, so it has the segment mapped: no one needs the
+  // memfd. (An answer without the inputs, an abort's or a disagreement's, may come before
+  // the leader mapped it: then the memfd stays open for the next step.)
+  ShmSegment* mine = segments_[t.key].own.get();
+  if (mine != nullptr &&
+      mine->header()->ready_step.load(std::memory_order_acquire) == (t.step | kCommitted)) {
+    mine->CloseFd();
+  }
   auto code = static_cast<Code>(h->result_code.load(std::memory_order_relaxed));
   switch (code) {  // shared memory is input too: only codes that exist
     case Code::kOk: case Code::kInvalidArgument: case Code::kDeadlineExceeded:
@@ -254,14 +414,17 @@ std::optional<Status> ShmLocalReduce::MemberReceiveOnPoll(const LocalTensor& t, 
     default:
       code = Code::kInternal;
   }
+  // Read (an error too): the leader may put the next step's sum in its place.
+  segments_[t.key].own->header()->ack_step.store(t.step, std::memory_order_release);
   if (code != Code::kOk) {
     char text[sizeof(h->error)];
     std::memcpy(text, h->error, sizeof(text));
     text[sizeof(text) - 1] = '\0';
     return Status(code, "the local leader, " + Describe(0) + ", failed: " + text);
   }
+  if (t.abort) return Status::Ok();  // nothing to receive (a leader would have failed it)
+  if (!Fits(*leader, t)) return ShapeMismatch(*leader, 0, t);
   std::memcpy(output, leader->data(), t.count * DTypeSize(t.dtype));
-  segments_[t.key].own->header()->ack_step.store(t.step, std::memory_order_release);
   return Status::Ok();
 }
 
@@ -290,7 +453,8 @@ void ShmLocalReduce::RunPolling() {
     if (check_liveness_) last_liveness_check_ = now;
     for (auto it = tasks.begin(); it != tasks.end();) {
       std::optional<Status> result = it->step();
-      if (!result && now > it->deadline) {
+      const bool timed_out = !result && now > it->deadline;
+      if (timed_out) {
         result = DeadlineExceeded(
             "no local step within " + std::to_string(static_cast<int>(timeout_s_)) +
             " s (TFPS_TIMEOUT) on " + Describe(local_rank_) + " of " +
@@ -303,6 +467,7 @@ void ShmLocalReduce::RunPolling() {
         ++it;
         continue;
       }
+      if (timed_out && it->on_timeout) it->on_timeout();
       progressed = true;
       it->finish(*result);
       it = tasks.erase(it);

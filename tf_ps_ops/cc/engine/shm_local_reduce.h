@@ -11,7 +11,12 @@
 //           `result_step` = s when the answer (or the error, `result_code`/`error`) is there.
 // The leader overwrites its sum for step s only when every member acknowledged s-1; a
 // member overwrites its input only after it got the answer of s-1 (the caller orders a
-// name's steps). Segments are unlinked as soon as everyone who needs them has them mapped
+// name's steps). The leader takes the members' inputs of s all at once, setting kTaken in
+// their `ready_step` (and kCommitted once summed; it gives them back if one was withdrawn
+// meanwhile); a wait that times out with nothing taken withdraws the step (a member:
+// `ready_step` = 0) and its number is used again (Segments::skipped), so workers that went
+// out of step pair up again. A member that times out while its input is kTaken leaves
+// the step pending until the leader decides (Segments::pending). Segments are unlinked as soon as everyone who needs them has them mapped
 // (members' by the leader, the leader's by its last member), so a crash later leaks
 // nothing; whatever is still linked at shutdown (or at a crash's next shutdown of another
 // local worker) is unlinked by every local worker that knows its name.
@@ -56,6 +61,9 @@ class ShmLocalReduce : public LocalReduce {
 
   // A fresh token: 128 bits from the kernel's random source, as 32 hex digits.
   static Status NewToken(std::string* token);
+  // Tests only: the leader's next take of three or more local workers' inputs sleeps this
+  // long after taking local rank 1's (the window in which members may time out).
+  static void SetTakePauseForTesting(double seconds);
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -64,13 +72,26 @@ class ShmLocalReduce : public LocalReduce {
     std::function<std::optional<Status>()> step;
     std::function<void(const Status&)> finish;
     Clock::time_point deadline;
+    std::function<void()> on_timeout;  // may be null; runs on the poll thread before finish
   };
   struct Segments {  // one tensor name's: own, and by local rank the peers' this one reads
     std::unique_ptr<ShmSegment> own;
     std::vector<std::unique_ptr<ShmSegment>> peers;
+    // Out-of-step recovery: a step no other local worker took part in (it timed out while
+    // this worker's input was unclaimed) is withdrawn and its number used again, so the
+    // local workers' step numbers of a name stay aligned. `skipped` is how many were.
+    uint64_t skipped = 0;
+    uint64_t withdrawn_step = 0;  // leader: the caller's step whose reduce it withdrew
+    uint64_t pending = 0;  // member: a step that timed out while the leader was taking it
   };
 
-  void Add(std::function<std::optional<Status>()> step, std::function<void(const Status&)> finish);
+  void Add(std::function<std::optional<Status>()> step, std::function<void(const Status&)> finish,
+           std::function<void()> on_timeout = nullptr);
+  // The caller's step of `t` as the segments number it (after withdrawn ones).
+  LocalTensor MappedOnPoll(const LocalTensor& t);
+  // Member: settles a `pending` step of `key` (done, or withdrawn); false while the leader
+  // still holds the input taken.
+  bool ResolvePendingOnPoll(uint64_t key);
   void RunPolling();
   std::string Describe(int local_rank) const;
   std::string SegmentName(uint64_t key, int local_rank) const;
@@ -81,6 +102,11 @@ class ShmLocalReduce : public LocalReduce {
   std::optional<Status> LeaderReduceOnPoll(const LocalTensor& t, const void* input, void** sum);
   std::optional<Status> MemberReceiveOnPoll(const LocalTensor& t, void* output);
   Status PeerAlive(const ShmSegment& peer, int local_rank, const LocalTensor& t) const;
+  // Whether a segment is of `t`'s size and dtype; the error naming a peer's that is not.
+  static bool Fits(const ShmSegment& segment, const LocalTensor& t);
+  Status ShapeMismatch(const ShmSegment& peer, int local_rank, const LocalTensor& t) const;
+  // The step's error when `local_rank` aborted it (PsAbortCollective) for `reason`.
+  Status AbortStatus(int local_rank, const std::string& reason) const;
   void UnlinkAllOnPoll();
 
   const std::string token_;

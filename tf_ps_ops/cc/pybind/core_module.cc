@@ -19,6 +19,7 @@
 #include "tf_ps_ops/cc/engine/device_reduce.h"
 #include "tf_ps_ops/cc/engine/engine.h"
 #include "tf_ps_ops/cc/engine/partition.h"
+#include "tf_ps_ops/cc/engine/shm_local_reduce.h"
 #include "tf_ps_ops/cc/pybind/codec_bindings.h"
 #include "tf_ps_ops/cc/wire/message.h"
 
@@ -457,6 +458,33 @@ PYBIND11_MODULE(_core, m) {
   m.def("size", [] { return Engine::Get().size(); });
   m.def("local_rank", [] { return Engine::Get().local_rank(); });
   m.def("local_size", [] { return Engine::Get().local_size(); });
+  m.def("abort_collective", [](const std::string& name, const std::string& reason) {
+    // What PsAbortCollective (path "server") enqueues; blocks until the servers (or the
+    // local leader) answered, as the op does.
+    auto text = std::make_shared<std::string>(reason);
+    auto answer = std::make_shared<std::string>(text->size(), '\0');
+    PushPullRequest request;
+    request.name = name;
+    request.dtype = DType::kUInt8;
+    request.dims = {static_cast<int64_t>(text->size())};
+    request.count = text->size();
+    request.input = text->data();
+    request.output = answer->data();
+    request.input_holder = text;
+    request.flags = kFlagAbortRound;
+    auto finished = std::make_shared<std::promise<void>>();
+    std::future<void> done = finished->get_future();
+    request.done = [finished, answer](const Status&) { finished->set_value(); };
+    py::gil_scoped_release release;
+    Engine::Get().Enqueue(std::move(request));
+    done.wait();
+  }, py::arg("name"), py::arg("reason"),
+        "Uses up this worker's next call of `name` without data (PsAbortCollective's "
+        "server path): the others' call fails with FailedPrecondition naming `reason`.");
+  m.def("pause_next_local_take_for_testing", &ShmLocalReduce::SetTakePauseForTesting,
+        py::arg("seconds"),
+        "Tests only: this process's next take of 3+ local workers' inputs (hierarchical "
+        "aggregation, as the leader) pauses after taking local rank 1's.");
   m.def("push_pull", [](const std::string& name, py::array array, int root_rank,
                         const std::string& compression, int error_feedback) {
     return PushPullArrays({name}, {array}, root_rank, compression, error_feedback)[0];

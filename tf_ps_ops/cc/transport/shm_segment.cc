@@ -116,6 +116,9 @@ Status ShmSegment::Create(const std::string& name, uint64_t bytes, uint32_t dtyp
   h->ack_step.store(0);
   h->result_step.store(0);
   h->result_code.store(0);
+  h->superseded.store(0);
+  h->aborted_step.store(0);
+  h->shape_digest.store(0);
   h->error[0] = '\0';
   h->magic.store(kShmMagic, std::memory_order_release);
   struct stat st;
@@ -140,7 +143,8 @@ Status ShmSegment::Create(const std::string& name, uint64_t bytes, uint32_t dtyp
 
 Status ShmSegment::Open(const std::string& name, uint64_t bytes, ShmSegment** out) {
   *out = nullptr;
-  const size_t size = kShmDataOffset + bytes;
+  const bool any_size = bytes == kShmAnySize;
+  size_t size = any_size ? 0 : kShmDataOffset + bytes;
   const int name_fd = shm_open(name.c_str(), O_RDONLY | O_CLOEXEC, 0);
   if (name_fd < 0) return errno == ENOENT ? Status::Ok() : Errno("cannot open", name);
   struct stat st;
@@ -230,6 +234,10 @@ Status ShmSegment::Open(const std::string& name, uint64_t bytes, ShmSegment** ou
   if (h->magic.load(std::memory_order_acquire) != kShmMagic) {  // cannot happen: set first
     munmap(base, actual);
     return FailedPrecondition("shared memory " + name + " has no header: refusing it");
+  }
+  if (any_size && actual >= kShmDataOffset && h->bytes == actual - kShmDataOffset) {
+    bytes = h->bytes;
+    size = kShmDataOffset + bytes;
   }
   if (actual != size || h->bytes != bytes) {
     const uint64_t theirs = h->bytes;

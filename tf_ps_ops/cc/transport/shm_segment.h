@@ -32,11 +32,16 @@ struct ShmHeader {
   std::atomic<uint64_t> ack_step;       // member: it copied the answer of this step
   std::atomic<uint64_t> result_step;    // leader: the answer (or error) of this step is there
   std::atomic<uint32_t> result_code;    // leader: Code of result_step; 0 when ok
+  std::atomic<uint32_t> superseded;     // 1: its creator replaced it (another shape): re-open
+  std::atomic<uint64_t> aborted_step;   // member: its step of this number is an abort, the
+                                        // reason in `error` (set before ready_step)
+  std::atomic<uint64_t> shape_digest;   // member: LocalTensor::shape_digest of its input
   char error[400];                      // leader: the error's text, NUL-terminated
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "atomics in shared memory");
 constexpr uint64_t kShmMagic = 0x31424d4853535046ull;  // "FPSSHMB1"
 constexpr size_t kShmDataOffset = 512;
+constexpr uint64_t kShmAnySize = ~uint64_t{0};
 static_assert(sizeof(ShmHeader) <= kShmDataOffset, "the header fits before the data");
 
 class ShmSegment {
@@ -51,7 +56,8 @@ class ShmSegment {
                        ShmSegment** out, const char* purpose = "hierarchical aggregation",
                        const char* off = "TFPS_HIERARCHICAL=0");
   // Maps an existing one. *out stays nullptr (and Ok) while it does not exist or is not
-  // set up yet; an error when it exists but is not what it must be.
+  // set up yet; an error when it exists but is not what it must be. `bytes` kShmAnySize:
+  // any size whose header agrees with the file's (capacity() tells which).
   static Status Open(const std::string& name, uint64_t bytes, ShmSegment** out);
 
   // Removes the name (mappings stay valid); once, and ENOENT is fine (someone else did).

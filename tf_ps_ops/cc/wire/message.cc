@@ -212,14 +212,17 @@ Status CheckCollectiveFields(const Head& head) {
   }
   if ((h.flags & kFlagAbortRound) != 0) {
     // The push carries the reason as text; a reply or error about it may echo the flag.
-    constexpr uint32_t kMayAccompany = kFlagAbortRound | kFlagAck | kFlagTimed;
+    // Every partition of the name gets the whole text; a local leader's (kFlagHierarchical)
+    // lists the ranks of its host it stands for.
+    constexpr uint32_t kMayAccompany = kFlagAbortRound | kFlagAck | kFlagTimed | kFlagHierarchical;
     const bool push = type == MsgType::kPushPull;
+    const bool lists = (h.flags & kFlagHierarchical) != 0;
     if ((!push && type != MsgType::kError && type != MsgType::kAck) ||
         (push && (h.dtype != static_cast<uint8_t>(DType::kUInt8) || h.ndims != 1 ||
-                  h.codec != 0 || h.reduce_op != 0 || h.nparams != 0 ||
-                  h.num_partitions != 1 || (h.flags & ~kMayAccompany) != 0))) {
-      return InvalidArgument("the abort-round flag is only valid on a plain one-partition push "
-                             "carrying text");
+                  h.codec != 0 || h.reduce_op != 0 || (h.nparams != 0) != lists ||
+                  h.count != h.total_count || (h.flags & ~kMayAccompany) != 0))) {
+      return InvalidArgument("the abort-round flag is only valid on a plain push carrying "
+                             "text, whole in every partition");
     }
   }
   if ((h.flags & kFlagShmRefused) != 0 && type != MsgType::kError) {

@@ -174,7 +174,10 @@ constexpr uint32_t kFlagAbortRound = 1u << 11;  // summation push: the sender ca
                                                 // The round fails on every worker at once
                                                 // (FailedPrecondition) and the call number
                                                 // is used up, so the next call meets
-                                                // the next round
+                                                // the next round. Whole in every partition
+                                                // (count == total_count); with
+                                                // kFlagHierarchical, params = the local
+                                                // leader's host's ranks it stands for
 constexpr uint32_t kFlagAbort = 1u << 13;  // peer data: the sender cannot take part in this
                                            // call (its own input was refused); payload: why,
                                            // UTF-8 as uint8[length]. Its peers fail the call
