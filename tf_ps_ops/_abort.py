@@ -46,9 +46,15 @@ def tell_peers(key, path, error):
     reason = f"{type(error).__name__}: {error}"
     try:
         with tf.init_scope():
-            if not tf.executing_eagerly():
+            if tf.executing_eagerly():
+                _library.ops().ps_abort_collective(reason, tensor_name=key, path=path)
                 return
-            _library.ops().ps_abort_collective(reason, tensor_name=key, path=path)
+        # A tf.compat.v1 graph: the others run the call in their Session, so the abort
+        # runs now, in a graph and Session of its own (the engine is per process).
+        with tf.Graph().as_default():
+            abort = _library.ops().ps_abort_collective(reason, tensor_name=key, path=path)
+            with tf.compat.v1.Session() as session:
+                session.run(abort)
     except Exception as failure:  # noqa: BLE001  (the caller's error is what matters)
         _log.warning("tf_ps_ops: could not tell the other workers that the call under %r "
                      "failed here (%s); they will wait for it until TFPS_TIMEOUT", key, failure)

@@ -20,7 +20,7 @@ import tensorflow as tf
 from harness import run_checks
 from local_error_worker import (check_allgather, check_allreduce_eager,
                                 check_allreduce_tf_function, check_alltoall_and_reducescatter,
-                                check_broadcast, check_tape)
+                                check_broadcast, check_tape, check_v1_session)
 
 FEATURES, UNITS = 3, 2
 
@@ -334,7 +334,7 @@ def check_fp16_compression(hvd):
 # One cluster for both files (every TF start costs seconds): the rank-local error checks
 # first, then this file's.
 CHECKS = [check_allreduce_eager, check_allreduce_tf_function, check_broadcast,
-          check_allgather, check_alltoall_and_reducescatter, check_tape,
+          check_allgather, check_alltoall_and_reducescatter, check_tape, check_v1_session,
           check_optimizer_aggregation_eager, check_optimizer_aggregation_fit,
           check_tape_aggregation_tf_function, check_v1_optimizer_aggregation,
           check_partial_optimizer, check_partial_tape,

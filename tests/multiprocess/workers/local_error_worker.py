@@ -126,6 +126,24 @@ def check_tape(hvd):
     np.testing.assert_allclose(grads[0], [2.0, 4.0])
 
 
+def check_v1_session(hvd):
+    # A tf.compat.v1 graph: rank FAILING raises while building the op; the others build it
+    # and run it in a Session, which must fail at once, not after TFPS_TIMEOUT.
+    me = hvd.rank()
+    with tf.Graph().as_default():
+        def build():
+            reduced = hvd.allreduce(tf.ones([3]), op=99 if me == FAILING else hvd.Sum,
+                                    name="local.v1")
+            with tf.compat.v1.Session() as session:
+                return session.run(reduced)
+
+        expect(hvd, "v1 session", build, ValueError, "local.v1")
+        again = hvd.allreduce(tf.fill([3], float(me)), op=hvd.Sum, name="local.v1")
+        with tf.compat.v1.Session() as session:
+            np.testing.assert_array_equal(session.run(again),
+                                          np.full(3, ranks_sum(hvd, 0), np.float32))
+
+
 class _Broken:
     """A user compressor that fails on one rank."""
     wire = ""
@@ -141,7 +159,7 @@ class _Broken:
 
 
 CHECKS = [check_allreduce_eager, check_allreduce_tf_function, check_broadcast,
-          check_allgather, check_alltoall_and_reducescatter, check_tape]
+          check_allgather, check_alltoall_and_reducescatter, check_tape, check_v1_session]
 
 if __name__ == "__main__":
     run_checks(CHECKS)
