@@ -16,6 +16,7 @@
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
+#include "tf_ps_ops/cc/engine/abort_request.h"
 #include "tf_ps_ops/kernels/tf_adapter.h"
 
 namespace tfps {
@@ -53,20 +54,9 @@ class PsAbortCollectiveOp : public AsyncOpKernel {
       Engine::Get().EnqueueGather(std::move(request));
       return;
     }
-    auto text = std::make_shared<std::string>(std::move(reason));
-    auto answer = std::make_shared<std::string>(text->size(), '\0');
-    PushPullRequest request;
-    request.name = tensor_name_;
-    request.dtype = DType::kUInt8;
-    request.dims = {static_cast<int64_t>(text->size())};
-    request.count = text->size();
-    request.input = text->data();
-    request.output = answer->data();
-    request.input_holder = text;
-    request.flags = kFlagAbortRound;
     // The server answers with the error it gives every worker; that is the expected end.
-    request.done = [done, answer](const Status&) { done(); };
-    Engine::Get().Enqueue(std::move(request));
+    Engine::Get().Enqueue(
+        AbortRoundRequest(tensor_name_, std::move(reason), [done](const Status&) { done(); }));
   }
 
  private:

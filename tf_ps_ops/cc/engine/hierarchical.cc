@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "tf_ps_ops/cc/engine/abort_request.h"
+
 namespace tfps {
 
 struct Hierarchical::Call {
@@ -178,19 +180,10 @@ PushPullRequest LeaderPush(const PushPullRequest& r, const std::vector<int>& ran
 // an abort standing for every local rank, so that other hosts fail at once too.
 PushPullRequest AbortPush(const std::string& name, const std::string& why,
                           const std::vector<int>& ranks) {
-  auto text = std::make_shared<std::string>(why);
-  auto answer = std::make_shared<std::string>(text->size(), '\0');
-  PushPullRequest push;
-  push.name = ServerName(name);
-  push.dtype = DType::kUInt8;
-  push.dims = {static_cast<int64_t>(text->size())};
-  push.count = text->size();
-  push.input = text->data();
-  push.output = answer->data();
-  push.input_holder = text;
-  push.flags = kFlagAbortRound | kFlagHierarchical;
+  // The servers' error is the expected answer.
+  PushPullRequest push = AbortRoundRequest(ServerName(name), why, [](const Status&) {});
+  push.flags |= kFlagHierarchical;
   push.params.assign(ranks.begin(), ranks.end());
-  push.done = [answer](const Status&) {};  // the servers' error is the expected answer
   return push;
 }
 

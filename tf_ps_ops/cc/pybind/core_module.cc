@@ -16,6 +16,7 @@
 #include "tf_ps_ops/cc/common/logging.h"
 #include "tf_ps_ops/cc/common/loop_thread.h"
 #include "tf_ps_ops/cc/common/rate_limit.h"
+#include "tf_ps_ops/cc/engine/abort_request.h"
 #include "tf_ps_ops/cc/engine/device_reduce.h"
 #include "tf_ps_ops/cc/engine/engine.h"
 #include "tf_ps_ops/cc/engine/partition.h"
@@ -461,20 +462,10 @@ PYBIND11_MODULE(_core, m) {
   m.def("abort_collective", [](const std::string& name, const std::string& reason) {
     // What PsAbortCollective (path "server") enqueues; blocks until the servers (or the
     // local leader) answered, as the op does.
-    auto text = std::make_shared<std::string>(reason);
-    auto answer = std::make_shared<std::string>(text->size(), '\0');
-    PushPullRequest request;
-    request.name = name;
-    request.dtype = DType::kUInt8;
-    request.dims = {static_cast<int64_t>(text->size())};
-    request.count = text->size();
-    request.input = text->data();
-    request.output = answer->data();
-    request.input_holder = text;
-    request.flags = kFlagAbortRound;
     auto finished = std::make_shared<std::promise<void>>();
     std::future<void> done = finished->get_future();
-    request.done = [finished, answer](const Status&) { finished->set_value(); };
+    PushPullRequest request =
+        AbortRoundRequest(name, reason, [finished](const Status&) { finished->set_value(); });
     py::gil_scoped_release release;
     Engine::Get().Enqueue(std::move(request));
     done.wait();
