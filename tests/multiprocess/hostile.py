@@ -76,14 +76,16 @@ class Job:
             s.setsockopt(zmq.ROUTING_ID, routing_id)
         return s
 
-    def register_workers(self, num_workers):
-        """Registers ranks 0..num_workers-1 with the scheduler; returns the server address."""
+    def register_workers(self, num_workers, consistency=None):
+        """Registers ranks 0..num_workers-1 with the scheduler (with the workers'
+        consistency model when given); returns the server address."""
+        extra = () if consistency is None else (consistency,)
         for rank in range(num_workers):
             s = self.socket(zmq.DEALER)
             s.connect(f"tcp://127.0.0.1:{self.scheduler_port}")
             s.send_multipart([core.encode_head(dict(type=T["REGISTER"])),
                               core.format_register("worker", "127.0.0.1", 1, rank,
-                                                   num_workers).encode()])
+                                                   num_workers, *extra).encode()])
             self.registrants.append(s)
         view = None
         for s in self.registrants:

@@ -24,28 +24,6 @@ pytestmark = pytest.mark.timeout(120)
 F32 = core.wire_dtype(np.dtype(np.float32))
 
 
-def register(job, num_workers, consistency):
-    """As Job.register_workers, with the workers' consistency model; the server address."""
-    for rank in range(num_workers):
-        s = job.socket(__import__("zmq").DEALER)
-        s.connect(f"tcp://127.0.0.1:{job.scheduler_port}")
-        s.send_multipart([core.encode_head(dict(type=T["REGISTER"])),
-                          core.format_register("worker", "127.0.0.1", 1, rank, num_workers,
-                                               consistency).encode()])
-        job.registrants.append(s)
-    view = None
-    for s in job.registrants:
-        ready = False
-        while not ready:
-            assert s.poll(30000), "the scheduler never answered"
-            head, text = s.recv_multipart()
-            err, fields = core.decode_head(head, len(text))
-            assert err is None and fields["type"] == T["REGISTER_REPLY"], (err, text)
-            view = core.parse_register_reply(text.decode())
-            ready = view["ready"]
-    return view["servers"][0]
-
-
 def pump(socket, notices):
     """Answers the scheduler's pings on `socket` (a healthy worker), keeps its notices."""
     while socket.poll(0):
@@ -69,7 +47,7 @@ def test_a_wedged_summation_thread_makes_its_server_hung(tmp_path):
               env={"TFPS_HEARTBEAT_TIMEOUT": "2", "TFPS_TIMEOUT": "60", "TFPS_SERVER_THREADS": "2",
                    "TFPS_CONSISTENCY_TRACE": str(trace), "TFPS_SHM_SERVER": "0"})
     try:
-        address = register(job, 2, "asp")
+        address = job.register_workers(2, "asp")
         w0, w1 = [job.connect_worker(address, rank) for rank in range(2)]
         notices = [[], []]
         one = np.ones(1, np.float32)
