@@ -85,7 +85,7 @@ int Main(int argc, char** argv);
 
 // No exception ends the process with an abort: what escapes a role is logged, exit 1.
 int main(int argc, char** argv) {
-  // Received pushes are fresh buffers of partition size (512 KB by default) every step.
+  // Received pushes are fresh buffers of partition size (1 MB by default) every step.
   // glibc would return them to the kernel (mmap above its threshold, or a heap trim on
   // free) and page-fault them in again at the next step: 10-12% of a server's CPU at
   // 10 Gbit/s (benchmarks/RESULTS.md, "Shared memory to the local server"). Keep freed

@@ -26,7 +26,8 @@ from shm_names import leftovers, shm_segments
 
 HERE = Path(__file__).parent
 WORKER = HERE / "core_workers" / "hier_worker.py"
-ENV = {"TFPS_HIERARCHICAL": "0", "TFPS_TIMEOUT": "60"}  # 512 KB partitions: not fused
+ENV = {"TFPS_HIERARCHICAL": "0", "TFPS_TIMEOUT": "60",
+       "TFPS_PARTITION_BYTES": "524288"}  # 512 KB partitions: not fused
 NOT_SHARED = "is not in this process's /dev/shm"
 SMALL_SHM = "over the socket: "
 

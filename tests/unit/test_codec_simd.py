@@ -124,7 +124,7 @@ def test_feedback_encoder_is_the_numpy_rule_to_the_bit(simd, n):
 
 
 def test_every_instruction_set_gives_the_same_bytes_on_a_large_partition():
-    # One 512 KiB partition (the default TFPS_PARTITION_BYTES) of gradient-like values, each
+    # One 512 KiB partition of gradient-like values, each
     # path through feedback, decode and decode-add: identical across instruction sets.
     n = (1 << 19) // 4 + 333
     rng = np.random.default_rng(5)

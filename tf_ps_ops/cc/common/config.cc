@@ -31,7 +31,7 @@ const std::vector<ConfigEntry>& ConfigTable() {
        "heartbeats, pinged every quarter of it). A server answers only while each of its "
        "summation threads progressed within this. At least 1; values above 6553.5 (the largest ZeroMQ can carry) are "
        "used as 6553.5, with a warning."},
-      {"TFPS_PARTITION_BYTES", "int", "524288",
+      {"TFPS_PARTITION_BYTES", "int", "1048576",
        "Tensors are split into partitions of at most this many bytes; partitions are spread "
        "over the servers so one large tensor uses every server's link."},
       {"TFPS_SERVER_THREADS", "int", "2",
