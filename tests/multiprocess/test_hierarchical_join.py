@@ -35,3 +35,13 @@ def test_join_with_uneven_data_under_hierarchical_aggregation(make_cluster):
         if rank > 0:
             assert "local rank 0 (rank 0), has joined" in out, out
     assert not leftovers(before)  # nothing left in /dev/shm
+
+
+def test_join_through_the_horovod_api(make_cluster):
+    # TensorFlow workers (workers/hier_join_worker.py): Average, Min, float16 and float64.
+    sys.path.insert(0, str(Path(__file__).parent / "workers"))
+    import harness
+
+    cluster = make_cluster(3, 1, timeout=120,
+                           env={"TFPS_HIERARCHICAL": "1", "TFPS_TIMEOUT": "300"})
+    harness.run_and_check(cluster, Path(__file__).parent / "workers" / "hier_join_worker.py")
