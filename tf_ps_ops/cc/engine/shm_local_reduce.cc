@@ -338,6 +338,11 @@ std::optional<Status> ShmLocalReduce::LeaderReduceOnPoll(const LocalTensor& t, c
     if (joined[lr]) joined_mask |= 1u << lr;
   }
   if (t.joined) *t.joined = joined_mask;
+  if (t.serving && joined_mask + 2 == (2u << (local_size() - 1))) {
+    // Asked for by a member that has joined since (after its call failed): nothing to
+    // push. Answered (not withdrawn), so the step counts on the leader as on the members.
+    return Aborted("every local worker has joined: no step to run for them");
+  }
   for (int lr = 1; lr < local_size(); ++lr) {
     if (joined[lr]) continue;
     TFPS_RETURN_IF_ERROR(PeerOnPoll(t, lr, &members[lr]));
