@@ -1,7 +1,7 @@
 """A worker without TensorFlow for test_hierarchical_join.py: Horovod's join() with uneven
 data under hierarchical aggregation (TFPS_HIERARCHICAL=1, every worker on one host).
 
-    join_worker.py EPOCHS
+    join_worker.py EPOCHS [--integers]
 
 EPOCHS: epochs separated by '/', each the number of steps of every rank, comma-separated
 (e.g. "4,2,3/1,4,3": in epoch 1 rank 1 joins first, in epoch 2 rank 0, the local leader).
@@ -17,7 +17,8 @@ all ranks call every name twice more (the same names as the next epoch's: their 
 must pair up again), also bit-exact. A member (local rank > 0) sends the servers only its
 flat pushes and its joins (checked with the engine's byte counter): its local sums went
 through its leader. Prints "epoch E ok" and, at the end, "join ok"; on an error prints it
-to stderr and exits 3.
+to stderr and exits 3. --integers: float inputs are small integers, whose sums are exact
+in any order (several hosts: the servers add the host sums as they arrive).
 """
 
 import os
@@ -31,12 +32,17 @@ from native import init_from_env, load_core  # noqa: E402
 BIG = 1_100_003  # 4.4 MB of float32: 2 chunks (4 MB each at most)
 
 
+INTEGERS = "--integers" in sys.argv[2:]
+
+
 def inputs(rank, epoch, step):
     rng = np.random.default_rng(10_000 * epoch + 100 * step + rank)
+    normal = (lambda n: rng.integers(-1000, 1000, n).astype(np.float64)) if INTEGERS else \
+        rng.standard_normal
     return {
-        "h32": rng.standard_normal(1001).astype(np.float32),
-        "h64": rng.standard_normal(77),
-        "big": rng.standard_normal(BIG).astype(np.float32),
+        "h32": normal(1001).astype(np.float32),
+        "h64": normal(77),
+        "big": normal(BIG).astype(np.float32),
         # small integers: exact in float16 whatever order the server adds them in
         "f16": rng.integers(-50, 50, 33).astype(np.float16),
     }

@@ -128,14 +128,13 @@ void ShmLocalReduce::ServeJoinedOnPoll() {
     segs.peers.resize(ranks_.size());
     for (int lr = 1; lr < local_size(); ++lr) {
       if (joined[lr]) continue;
-      if (!segs.peers[lr]) {
-        if (!check_liveness_) continue;
-        LocalTensor t;
-        t.name = segs.name;
-        t.key = kv.first;
-        ShmSegment* peer = nullptr;
-        if (!PeerOnPoll(t, lr, &peer).ok() || peer == nullptr) continue;
-      }
+      // Not there yet (opened every 50 ms), or replaced for another shape (re-opened).
+      if (!segs.peers[lr] && !check_liveness_) continue;
+      LocalTensor t;
+      t.name = segs.name;
+      t.key = kv.first;
+      ShmSegment* peer = nullptr;
+      if (!PeerOnPoll(t, lr, &peer).ok() || peer == nullptr) continue;
       if (segs.peers[lr]->header()->ready_step.load(std::memory_order_acquire) == next) {
         segs.served_step = next;
         serve_(kv.first);
