@@ -9,7 +9,9 @@ they have joined; the servers count it as joined in the flat float16 rounds at o
 (kFlagJoinLeads, then kFlagJoinRelease). After each epoch every worker calls the same
 names again and the steps pair up (the members counted as zeros take up the leader's step
 count). Epoch 3: the leader joins first again, and the members call a name it never
-called: each fails at once with FailedPrecondition, and the job goes on in step. join()
+called: each fails at once with FailedPrecondition, and the job goes on in step. Epoch 4:
+the same, but the members call a name the leader knows with another size: that step fails
+on both at once. join()
 returns the rank with the most steps, on every worker. TFPS_TIMEOUT is far above the
 test's own limit: a wait that ran into it fails the test."""
 
@@ -26,12 +28,12 @@ def test_join_with_uneven_data_under_hierarchical_aggregation(make_cluster):
     cluster = make_cluster(3, 2, timeout=60,
                            env={"TFPS_HIERARCHICAL": "1", "TFPS_TIMEOUT": "300",
                                 "TFPS_PARTITION_BYTES": "65536"})
-    cluster.start([sys.executable, WORKER, "4,2,3/1,4,3/1,3,2!"])
+    cluster.start([sys.executable, WORKER, "4,2,3/1,4,3/1,3,2!/1,3,3?"])
     cluster.wait()
     cluster.assert_ok()
     for rank in range(3):
         out = cluster.result("worker", rank).stdout
-        assert "epoch 2 ok" in out and "join ok" in out, out
+        assert "epoch 3 ok" in out and "join ok" in out, out
         if rank > 0:
             assert "local rank 0 (rank 0), has joined" in out, out
     assert not leftovers(before)  # nothing left in /dev/shm
