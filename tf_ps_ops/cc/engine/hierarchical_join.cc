@@ -59,10 +59,11 @@ void Hierarchical::ServeJoined(uint64_t key) {
   request.input_holder = zeros;
   request.join_zeros = true;
   request.enqueued = std::chrono::steady_clock::now();
-  const std::string name = request.name;
-  request.done = [name](const Status& s) {
+  request.done = [](const Status& s) {
     // The members that handed their inputs over get the same error through the segment.
-    if (!s.ok()) TFPS_LOG(Warning) << "join(): the local leader's step for its members: " << s.message();
+    if (!s.ok() && s.code() != Code::kAborted) {
+      TFPS_LOG(Warning) << "join(): the local leader's step for its members: " << s.message();
+    }
   };
   EnqueueChunk(std::move(request));
 }

@@ -340,7 +340,12 @@ std::optional<Status> ShmLocalReduce::LeaderReduceOnPoll(const LocalTensor& t, c
   if (t.joined) *t.joined = joined_mask;
   if (t.serving && joined_mask + 2 == (2u << (local_size() - 1))) {
     // Asked for by a member that has joined since (after its call failed): nothing to
-    // push. Answered (not withdrawn), so the step counts on the leader as on the members.
+    // push. Withdrawn, not answered, so the members' steps after the join (taken up from
+    // the leader's last answer) stay in step with the leader's.
+    Segments& segs = segments_[t.key];
+    segs.withdrawn_step = t.step + segs.skipped;  // the caller's number of it
+    ++segs.skipped;
+    segs.served_step = 0;
     return Aborted("every local worker has joined: no step to run for them");
   }
   for (int lr = 1; lr < local_size(); ++lr) {
