@@ -69,8 +69,12 @@ uint64_t ShmLocalReduce::JoinsBegunOnPoll(int local_rank, bool now) {
   Segments& segs = segments_[JoinControl().key];
   segs.peers.resize(ranks_.size());
   if (!segs.peers[local_rank]) {
-    // Not there until that worker first joins: look again every 50 ms, not every poll.
-    if (!now && !check_liveness_) return 0;
+    // Not there until that worker first joins: look again every 50 ms, not at every
+    // step of every name.
+    control_tried_.resize(ranks_.size());
+    const Clock::time_point time = Clock::now();
+    if (!now && time - control_tried_[local_rank] < std::chrono::milliseconds(50)) return 0;
+    control_tried_[local_rank] = time;
     ShmSegment* peer = nullptr;
     Status s = PeerOnPoll(JoinControl(), local_rank, &peer);
     if (!s.ok()) {

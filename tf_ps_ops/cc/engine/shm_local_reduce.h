@@ -158,6 +158,7 @@ class ShmLocalReduce : public LocalReduce {
   uint64_t joins_completed_ = 0;
   Serve serve_;
   std::atomic<bool> members_joined_{false};
+  std::vector<Clock::time_point> control_tried_;  // per local rank: last open attempt
   bool check_liveness_ = false;             // poll thread: look at peers' pids this round
   Clock::time_point last_liveness_check_;   // (every 50 ms: it reads /proc)
 };
