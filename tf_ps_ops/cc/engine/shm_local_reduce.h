@@ -21,6 +21,10 @@
 // nothing; whatever is still linked at shutdown (or at a crash's next shutdown of another
 // local worker) is unlinked by every local worker that knows its name.
 //
+// hvd.join() (shm_local_join.cc): a local worker that joined says so in a control segment
+// of its own; the leader counts a joined member as zeros, a joined leader keeps running the
+// steps its members hand over, and a member re-aligns its steps of a name after a join.
+//
 // One thread owns every segment and polls the pending calls (a spin, then sleeps of up to
 // 500 us): no futex on memory that a hostile or dead peer shares. Every wait has the
 // deadline TFPS_TIMEOUT, and a peer whose process is gone (its pid in the header) fails
