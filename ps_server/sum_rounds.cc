@@ -37,7 +37,9 @@ Round& SumRounds::Open(const Head& head, const RoundId& id) {
     if (!InProcessSet(r.members, rank)) r.answered[rank] = true;  // never pushes, gets nothing
   }
   for (int rank : join_order_) {
-    if (InProcessSet(r.members, rank) && rank != head.header.sender) MarkJoined(r, rank);
+    if (InProcessSet(r.members, rank) && rank != head.header.sender && CountsJoined(r, rank)) {
+      MarkJoined(r, rank);
+    }
   }
   auto lost = lost_.begin();  // a step that needs a worker already gone cannot complete
   while (lost != lost_.end() && !InProcessSet(r.members, lost->first)) ++lost;
@@ -400,26 +402,16 @@ void SumRounds::ReduceJoinedZeros(Round& r) {
   ReduceInto(op, dtype, r.sum.data(), zeros.data(), r.first.count);
 }
 
-void SumRounds::OnJoin(const Head& join, bool answer, std::vector<Outgoing>* out,
-                       std::vector<Round>* complete) {
-  const int rank = join.header.sender;
-  join_answers_ = answer;
-  if (std::find(join_order_.begin(), join_order_.end(), rank) != join_order_.end()) {
-    if (answer) {
-      out->push_back(ErrorReply(join.header, rank, server_id_,
-                                FailedPrecondition("worker " + std::to_string(rank) +
-                                                   " called join() twice before every "
-                                                   "worker joined")));
-    }
-    return;
-  }
-  if (join_order_.empty()) join_started_ = Clock::now();
-  join_order_.push_back(rank);
-  joins_.resize(num_workers_);
-  joins_[rank] = join.header;
+bool SumRounds::CountsJoined(const Round& r, int rank) const {
+  return (r.first.flags & kFlagHierarchical) == 0 ||
+         std::find(leading_.begin(), leading_.end(), rank) == leading_.end();
+}
+
+void SumRounds::MarkJoinedInOpenRounds(int rank, std::vector<Outgoing>* out,
+                                       std::vector<Round>* complete) {
   for (auto it = rounds_.begin(); it != rounds_.end();) {
     Round& r = it->second;
-    if (r.arrived[rank] || !InProcessSet(r.members, rank)) {
+    if (r.arrived[rank] || !InProcessSet(r.members, rank) || !CountsJoined(r, rank)) {
       ++it;
       continue;
     }
@@ -436,7 +428,66 @@ void SumRounds::OnJoin(const Head& join, bool answer, std::vector<Outgoing>* out
     }
     it = rounds_.erase(it);
   }
+}
+
+void SumRounds::OnJoinRelease(const Head& release, bool answer, std::vector<Outgoing>* out,
+                              std::vector<Round>* complete) {
+  const int rank = release.header.sender;
+  auto late = std::find(late_release_.begin(), late_release_.end(), rank);
+  auto leading = std::find(leading_.begin(), leading_.end(), rank);
+  Status status;
+  if (leading != leading_.end()) {
+    leading_.erase(leading);
+    MarkJoinedInOpenRounds(rank, out, complete);
+  } else if (late != late_release_.end()) {
+    late_release_.erase(late);  // the join completed first: nothing left to count
+  } else {
+    status = FailedPrecondition("worker " + std::to_string(rank) + " released a leading "
+                                "join() it did not make (kFlagJoinRelease without an earlier "
+                                "kFlagJoinLeads; server " + std::to_string(server_id_) + ")");
+    TFPS_LOG(Warning) << status.message();
+  }
+  if (!answer) return;
+  if (!status.ok()) {
+    out->push_back(ErrorReply(release.header, rank, server_id_, status));
+    return;
+  }
+  Head reply = HeadAbout(release.header, MsgType::kPushPullReply, server_id_);
+  reply.header.dtype = static_cast<uint8_t>(DType::kInt32);
+  reply.header.count = 1;
+  reply.header.total_count = release.header.total_count;
+  const int32_t value = rank;
+  Buffer payload = Buffer::Allocate(sizeof(value));
+  std::memcpy(payload.data(), &value, sizeof(value));
+  out->push_back(Outgoing{WorkerIdentity(rank), EncodeHead(reply), payload});
+}
+
+void SumRounds::OnJoin(const Head& join, bool answer, std::vector<Outgoing>* out,
+                       std::vector<Round>* complete) {
+  if ((join.header.flags & kFlagJoinRelease) != 0) {
+    OnJoinRelease(join, answer, out, complete);
+    return;
+  }
+  const int rank = join.header.sender;
+  join_answers_ = answer;
+  if (std::find(join_order_.begin(), join_order_.end(), rank) != join_order_.end()) {
+    if (answer) {
+      out->push_back(ErrorReply(join.header, rank, server_id_,
+                                FailedPrecondition("worker " + std::to_string(rank) +
+                                                   " called join() twice before every "
+                                                   "worker joined")));
+    }
+    return;
+  }
+  if (join_order_.empty()) join_started_ = Clock::now();
+  join_order_.push_back(rank);
+  joins_.resize(num_workers_);
+  joins_[rank] = join.header;
+  if ((join.header.flags & kFlagJoinLeads) != 0) leading_.push_back(rank);
+  MarkJoinedInOpenRounds(rank, out, complete);
   if (static_cast<int>(join_order_.size()) < num_workers_) return;
+  late_release_ = leading_;
+  leading_.clear();
   if (answer) {
     const int32_t last = join_order_.back();
     for (int worker : join_order_) {
@@ -460,6 +511,8 @@ void SumRounds::FailJoins(const Status& status, std::vector<Outgoing>* out) {
   }
   TFPS_LOG(Warning) << status.message();
   join_order_.clear();
+  late_release_ = leading_;
+  leading_.clear();
 }
 
 }  // namespace tfps

@@ -75,6 +75,10 @@ class SumRounds {
   // completes go to *complete, for the caller to answer. Once every worker has joined,
   // `answer` (one summation thread per server) answers each join with the last rank to
   // join; every thread then forgets the joins.
+  // Under hierarchical aggregation (docs/hierarchical.md, "join()"): a local leader whose
+  // members still train joins with kFlagJoinLeads: it takes its place in the join order
+  // and counts as zeros in flat rounds, but not in kFlagHierarchical rounds, which it still
+  // pushes for its members, until its kFlagJoinRelease (answered at once by `answer`).
   void OnJoin(const Head& join, bool answer, std::vector<Outgoing>* out,
               std::vector<Round>* complete);
   // Answers every worker of `round` not yet answered with `status`.
@@ -95,6 +99,15 @@ class SumRounds {
   const Head& InRoundSteps(const Head& head, Head* shifted) const;
   // Min/max/product rounds: a joined worker's zeros take part (Horovod's join semantics).
   void ReduceJoinedZeros(Round& round);
+  // kFlagJoinRelease: the leading joiner counts as joined in hierarchical rounds too.
+  void OnJoinRelease(const Head& release, bool answer, std::vector<Outgoing>* out,
+                     std::vector<Round>* complete);
+  // Whether a joined `rank` counts as zeros in `round` (a leading joiner: not in a
+  // hierarchical round).
+  bool CountsJoined(const Round& round, int rank) const;
+  // Marks `rank` joined in every open round it is due in (and CountsJoined); rounds that
+  // completes go to *complete, failed ones are answered.
+  void MarkJoinedInOpenRounds(int rank, std::vector<Outgoing>* out, std::vector<Round>* complete);
   // The joins so far fail with `status` (a timeout, a worker gone) and are forgotten.
   void FailJoins(const Status& status, std::vector<Outgoing>* out);
   // Marks the ranks a local leader's push stands for (kFlagHierarchical) as arrived.
@@ -112,6 +125,9 @@ class SumRounds {
   // hvd.join(): who has joined, in order, the join pushes to answer, and since when.
   std::vector<int> join_order_;
   std::vector<Header> joins_;  // by rank: the kJoin each joined worker sent
+  std::vector<int> leading_;       // joined with kFlagJoinLeads, not released yet
+  std::vector<int> late_release_;  // were leading when the join completed: a release
+                                   // still on its way is expected, and ignored
   bool join_answers_ = false;  // this thread answers the joins (see OnJoin)
   // (rank, key, partition) -> rounds that rank was counted in while joined, for good.
   std::map<std::tuple<int, uint64_t, uint32_t>, uint64_t> behind_;

@@ -16,6 +16,15 @@ broadcast from a joined root gives zeros), and PS mode. A joined worker's own ca
 stay behind for the keys it was counted in; the servers remember by how much and keep its
 later pushes in step (SumRounds::InRoundSteps), so the next epoch can reuse the names.
 
+Under hierarchical aggregation (several workers on a host, TFPS_HIERARCHICAL=1, the
+default) it works the same way, with the same results as TFPS_HIERARCHICAL=0
+(docs/hierarchical.md, "join()"): the local leader counts a joined worker of its host as
+zeros, and a local leader that joins while its host's other workers still train keeps
+pushing their local sums, with zeros as its own part, for every name it called before (a
+name it never called fails at once on those workers with FailedPreconditionError). Not
+for GPU tensors summed with NCCL: there join() raises FailedPreconditionError naming
+TFPS_HIERARCHICAL=0.
+
 barrier(): returns once every worker (of `process_set`) has reached it; a worker that does
 not come within TFPS_TIMEOUT makes it fail on the others with DeadlineExceededError naming
 the missing ranks.
@@ -34,19 +43,15 @@ def _join_now():
     lib = _library.c_api()
     if not lib.tfps_is_initialized():
         raise ValueError("join() needs tf_ps_ops.init() first")
-    if lib.tfps_hierarchical():
-        # The local leader would wait for this worker's tensors: it pushes for the host.
-        raise RuntimeError(
-            f"join() of worker {lib.tfps_rank()}: not available with hierarchical "
-            "aggregation (several workers on this host and TFPS_HIERARCHICAL=1, the "
-            "default): set TFPS_HIERARCHICAL=0 on every worker to use join()")
     error = ctypes.create_string_buffer(4096)
     last = lib.tfps_join(error, len(error))
     if last < 0:
         code = -last
+        where = f"worker {lib.tfps_rank()}"
+        if lib.tfps_hierarchical():
+            where += f" (local rank {lib.tfps_local_rank()}, hierarchical aggregation)"
         raise errors_impl.exception_type_from_error_code(code)(
-            None, None, f"join() of worker {lib.tfps_rank()}: "
-                        f"{error.value.decode(errors='replace')}")
+            None, None, f"join() of {where}: {error.value.decode(errors='replace')}")
     return last
 
 

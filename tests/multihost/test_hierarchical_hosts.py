@@ -114,3 +114,28 @@ def test_two_workers_and_one_alone_sum_exactly_with_chunked_tensors(tmp_path):
     results = job.worker_results()
     assert "local rank 1 of 2" in results[1].stdout
     assert "local rank 0 of 1" in results[2].stdout
+
+
+def test_join_with_uneven_data_on_two_hosts(tmp_path):
+    # 2 workers on each of two hosts (ranks 0, 1 and 2, 3). Epoch 1: host 1's leader (rank
+    # 0) joins first and pushes its member's local sums until rank 1 has joined, then
+    # releases its join; host 2 trains on, its local sums counted without host 1's
+    # (kFlagJoinLeads / kFlagJoinRelease). Epoch 2: the same on host 2 while host 1's
+    # member joined first. Sums of small integers: exact whatever the order.
+    require_build("_core*.so")
+    worker = REPO / "tests" / "multiprocess" / "core_workers" / "join_worker.py"
+    with Hosts(3, rate="10gbit") as hosts:
+        names = set(hosts.names + [hosts.bridge_ns])
+        job = TwoHostJob(hosts, tmp_path / "logs", {"TFPS_HIERARCHICAL": "1",
+                                                    "TFPS_PARTITION_BYTES": "65536",
+                                                    "TFPS_TIMEOUT": "300"})
+        try:
+            job.start([sys.executable, worker, "1,2,4,5/5,1,2,3", "--integers"])
+            job.wait()
+            failed = job.failures()
+            assert not failed, "\n".join(r.describe() for r in failed)
+        finally:
+            job.close()
+    assert not names & namespaces()
+    for result in job.worker_results():
+        assert "epoch 1 ok" in result.stdout and "join ok" in result.stdout, result.describe()

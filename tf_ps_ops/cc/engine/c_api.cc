@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tf_ps_ops/cc/engine/engine.h"
+#include "tf_ps_ops/cc/engine/join.h"
 #include "tf_ps_ops/cc/engine/timeline_control.h"
 
 namespace {
@@ -42,25 +43,9 @@ void tfps_shutdown(void) { tfps::Engine::Get().Shutdown(); }
 int tfps_hierarchical(void) { return tfps::Engine::Get().hierarchical() ? 1 : 0; }
 
 int tfps_join(char* err, int err_len) {
-  tfps::Engine& engine = tfps::Engine::Get();
-  const int servers = engine.num_servers();
-  auto input = std::make_shared<std::vector<int32_t>>(servers, engine.rank());
-  auto output = std::make_shared<std::vector<int32_t>>(servers, -1);
-  auto finished = std::make_shared<std::promise<tfps::Status>>();
-  std::future<tfps::Status> status = finished->get_future();
-  tfps::PushPullRequest request;
-  request.name = "tfps.join";
-  request.join = true;
-  request.dtype = tfps::DType::kInt32;
-  request.dims = {servers};
-  request.count = static_cast<uint64_t>(servers);
-  request.input = input->data();
-  request.output = output->data();
-  request.input_holder = input;
-  request.done = [finished, output](const tfps::Status& s) { finished->set_value(s); };
-  engine.Enqueue(std::move(request));
-  tfps::Status s = status.get();  // the engine's deadline bounds the wait
-  if (s.ok()) return (*output)[0];
+  int last = -1;
+  tfps::Status s = tfps::JoinJob(tfps::Engine::Get(), &last);
+  if (s.ok()) return last;
   CopyError(s.message(), err, err_len);
   return -std::max(1, static_cast<int>(s.code()));
 }

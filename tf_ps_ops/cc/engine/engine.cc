@@ -614,7 +614,7 @@ Status Engine::Loop::SendPartOnLoop(uint64_t op_id, Op& o, uint32_t index) {
   head.members = r.members;
   if (r.join) {  // no acknowledgement, no timeline: a join is answered when all joined
     h.type = static_cast<uint16_t>(MsgType::kJoin);
-    h.flags = 0;
+    h.flags = r.flags & (kFlagJoinLeads | kFlagJoinRelease);
   }
   h.optimizer = static_cast<uint8_t>(r.optimizer);
   head.params = r.params;

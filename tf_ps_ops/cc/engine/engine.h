@@ -50,8 +50,12 @@ struct PushPullRequest {
   int root_rank = -1;           // >= 0: broadcast, only root_rank's data is summed
   std::vector<int32_t> members;  // a process set's ranks (kFlagProcessSet); empty: all workers
   // hvd.join() (MsgType::kJoin): int32, one element per server, each its own partition
-  // for that server; each answer is the last rank to join. Nothing else is set.
+  // for that server; each answer is the last rank to join. Nothing else is set but
+  // flags: kFlagJoinLeads or kFlagJoinRelease (join.h).
   bool join = false;
+  // Hierarchical aggregation: a step a joined local leader runs with zeros for the
+  // members that still train (hierarchical_join.cc), not a call of its own.
+  bool join_zeros = false;
   ReduceOp reduce_op = ReduceOp::kSum;  // how the servers combine the pushes (min, max, ...)
   uint32_t flags = 0;           // kFlagPsInit / kFlagPsApply (PS mode), see wire/message.h
   Optimizer optimizer = Optimizer::kNone;
@@ -122,6 +126,11 @@ class Engine {
     return hierarchical_ != nullptr;
   }
   EngineStats stats();
+  // This worker's hierarchical aggregation, or null (join.cc).
+  std::shared_ptr<Hierarchical> hierarchical_aggregation() {
+    std::lock_guard<std::mutex> lock(loop_mu_);
+    return hierarchical_;
+  }
 
   // Thread-safe. Fail the request at once when the engine is not running.
   void Enqueue(PushPullRequest request);

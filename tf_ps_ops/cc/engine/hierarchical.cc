@@ -43,6 +43,9 @@ void Hierarchical::Enqueue(PushPullRequest request) {
   if (request.device < 0) {
     std::lock_guard<std::mutex> lock(mu_);
     chunks_[request.name] = std::max<uint64_t>(1, (request.count + per_chunk - 1) / per_chunk);
+  } else {
+    std::lock_guard<std::mutex> lock(mu_);
+    device_tensors_ = true;
   }
   if (request.count <= per_chunk) {
     EnqueueChunk(std::move(request));
@@ -122,6 +125,7 @@ void Hierarchical::EnqueueChunk(PushPullRequest request) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     const std::string name = request.name;
+    RememberLocked(request);
     queues_[name].waiting.push_back(std::move(request));
     next = NextLocked(name);
   }
@@ -146,6 +150,8 @@ std::shared_ptr<Hierarchical::Call> Hierarchical::NextLocked(const std::string& 
   call->tensor.shape_digest = digest | 1;
   call->tensor.device = r.device;
   call->tensor.device_ready = r.device_ready;
+  call->tensor.joined = std::make_shared<uint32_t>(0);
+  call->tensor.serving = r.join_zeros;
   if ((r.flags & kFlagAbortRound) != 0) {
     call->tensor.abort = true;
     call->tensor.reason.assign(static_cast<const char*>(r.input), r.count);
@@ -162,6 +168,16 @@ namespace {
 // all go under 'push_pull.eager', float16 ones flat, float32 ones here; the members push
 // none of these, so a shared count would differ between leader and members).
 std::string ServerName(const std::string& name) { return name + "#local sum"; }
+
+// The ranks a leader's push stands for: its host's, less the members counted as joined
+// (join()), whom the servers count through their own join bookkeeping.
+std::vector<int> Pushing(const std::vector<int>& ranks, uint32_t joined) {
+  std::vector<int> out;
+  for (size_t lr = 0; lr < ranks.size(); ++lr) {
+    if (lr == 0 || (joined & (1u << lr)) == 0) out.push_back(ranks[lr]);
+  }
+  return out;
+}
 
 PushPullRequest LeaderPush(const PushPullRequest& r, const std::vector<int>& ranks) {
   PushPullRequest push;
@@ -225,14 +241,15 @@ void Hierarchical::Run(std::shared_ptr<Call> call) {
       // Answered with an error (not a step withdrawn for lack of a local worker, nor a
       // shutdown): the servers' rounds of this step are failed too, for every host.
       if (s.code() != Code::kDeadlineExceeded && s.code() != Code::kAborted) {
-        submit_(AbortPush(call->request.name, s.message(), ranks_));
+        submit_(AbortPush(call->request.name, s.message(),
+                          Pushing(ranks_, *call->tensor.joined)));
       }
       broadcast(s);
       return;
     }
     // The local sum goes to the servers as one push standing for every local rank; the
     // answer comes back into the same shared memory, which the broadcast hands out.
-    PushPullRequest push = LeaderPush(call->request, ranks_);
+    PushPullRequest push = LeaderPush(call->request, Pushing(ranks_, *call->tensor.joined));
     push.input = sum;
     push.output = sum;
     push.done = broadcast;

@@ -48,6 +48,14 @@ class Hierarchical {
   // False, and `request` untouched, for a name never seen here (it goes flat).
   bool TakesAbort(const std::string& name);
   void EnqueueAbort(PushPullRequest request);
+  // hvd.join() (hierarchical_join.cc, docs/hierarchical.md "join()"): this worker has
+  // joined; the other local workers count it as zeros until EndJoin. *leads: this is the
+  // local leader and some member still trains, so it keeps running the steps those members
+  // hand over, with zeros as its input, for names it called before; its join then goes to
+  // the servers with kFlagJoinLeads, and MembersJoined() says when to release it.
+  Status BeginJoin(bool* leads);
+  bool MembersJoined();
+  void EndJoin();
   // The job cannot go on: local reductions waiting for a (stopped) local worker fail now.
   void Fail(const Status& why);
   void Shutdown();
@@ -63,6 +71,11 @@ class Hierarchical {
   std::shared_ptr<Call> NextLocked(const std::string& name);
   void Run(std::shared_ptr<Call> call);
   void Finish(std::shared_ptr<Call> call, const Status& status);
+  // A joined leader's step of the name with key `key`, zeros as its input (on the local
+  // reduction's thread).
+  void ServeJoined(uint64_t key);
+  // Remembers a CPU call, for ServeJoined.
+  void RememberLocked(const PushPullRequest& request);
 
   std::unique_ptr<LocalReduce> reduce_;
   std::unique_ptr<LocalReduce> device_reduce_;  // set before the first Enqueue; may be null
@@ -77,6 +90,10 @@ class Hierarchical {
   std::unordered_map<std::string, Queue> queues_;  // guarded by mu_
   // Per name aggregated on the CPU: the chunks of its last call (1: whole). Guarded by mu_.
   std::unordered_map<std::string, uint64_t> chunks_;
+  // Per key (name or chunk) aggregated on the CPU: its last call (name, dtype, count, dims,
+  // priority; no data), which a joined leader repeats with zeros. Guarded by mu_.
+  std::unordered_map<uint64_t, PushPullRequest> known_;
+  bool device_tensors_ = false;  // guarded by mu_: a GPU tensor went through here
 };
 
 }  // namespace tfps

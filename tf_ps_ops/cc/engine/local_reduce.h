@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "tf_ps_ops/cc/common/status.h"
@@ -37,6 +38,12 @@ struct LocalTensor {
   // A digest of the tensor's dims: workers whose tensors have the same size but another
   // shape disagree too (0: not compared).
   uint64_t shape_digest = 0;
+  // hvd.join() (docs/hierarchical.md, "join()"). `joined`, leader, out: bit lr set for each
+  // local rank counted as joined in this step (it added nothing, and the leader's push must
+  // not list it); may be null. `serving`: a step the joined leader runs with zeros for its
+  // members that still train.
+  std::shared_ptr<uint32_t> joined;
+  bool serving = false;
 };
 
 class LocalReduce {
@@ -66,6 +73,26 @@ class LocalReduce {
   virtual void Fail(const Status& why) = 0;
   // Fails what is pending (Aborted), stops the thread, releases what it holds.
   virtual void Shutdown() = 0;
+
+  // hvd.join() under hierarchical aggregation (docs/hierarchical.md, "join()").
+  // BeginJoin: this worker has joined; until the join completes (EndJoin) the others count
+  // it as zeros. *members_joined: whether every other local worker had joined already. On
+  // the leader, `serve` (called on the implementation's thread) names a tensor key for
+  // which a member that still trains handed over its input of the leader's next step:
+  // the caller runs that step with zeros as the leader's input.
+  using Serve = std::function<void(uint64_t key)>;
+  virtual Status BeginJoin(Serve serve, bool* members_joined) {
+    (void)serve;
+    (void)members_joined;
+    return FailedPrecondition("join() is not available with this local reduction (GPU "
+                              "tensors through NCCL): set TFPS_HIERARCHICAL=0 to use join()");
+  }
+  // Leader, between BeginJoin and EndJoin: every other local worker has joined too.
+  virtual bool MembersJoined() { return true; }
+  // This worker's join returned (or failed): the leader stops serving, and each name's
+  // next call pairs with the other local workers' again (a member that was counted as
+  // zeros for some steps of a name takes up the leader's step count of it).
+  virtual void EndJoin() {}
 };
 
 // dst[i] += src[i], exactly as ps_server's SumInto does for the types hierarchical

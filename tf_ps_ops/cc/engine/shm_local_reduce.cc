@@ -109,6 +109,7 @@ void ShmLocalReduce::ReduceToLeader(const LocalTensor& t, const void* input, Red
           Segments& segs = segments_[t.key];
           segs.withdrawn_step = t.step;
           ++segs.skipped;
+          segs.served_step = 0;  // a joined leader serves that step again when asked
         });
     return;
   }
@@ -116,12 +117,19 @@ void ShmLocalReduce::ReduceToLeader(const LocalTensor& t, const void* input, Red
   auto withdraw = [this, t] { ++segments_[t.key].skipped; };
   Add([this, t, input, withdraw]() -> std::optional<Status> {
         if (!ResolvePendingOnPoll(t.key)) return std::nullopt;
+        AlignAfterJoinOnPoll(t);
         const LocalTensor m = MappedOnPoll(t);
         ShmSegment* own = nullptr;
-        Status s = OwnOnPoll(m, &own);
+        Status s = LeaderCanServeOnPoll(m, false);
+        if (s.ok()) s = OwnOnPoll(m, &own);
         if (!s.ok()) {
           withdraw();
           return s;
+        }
+        // Every earlier step of the name is done here (the caller orders them), also those
+        // a join counted this worker as zeros in: the leader need not wait for their acks.
+        if (own->header()->ack_step.load(std::memory_order_acquire) + 1 < m.step) {
+          own->header()->ack_step.store(m.step - 1, std::memory_order_release);
         }
         if (m.abort) {  // no input: the reason, for the leader to fail the step with
           std::snprintf(own->header()->error, sizeof(own->header()->error), "%s",
@@ -199,11 +207,14 @@ Status ShmLocalReduce::OwnOnPoll(const LocalTensor& t, ShmSegment** own) {
   Segments& segs = segments_[t.key];
   const uint64_t bytes = t.count * DTypeSize(t.dtype);
   uint64_t acked = 0;
+  uint64_t answered = 0;  // the leader's last answer, which a member re-aligns to after a join
+  segs.name = t.name;
   if (segs.own && !Fits(*segs.own, t) && !t.abort) {  // an abort fits any segment
     // The name's shape changed (e.g. the Horovod shim's one name for every eager call):
     // a new segment under the same name, which peers re-open when they see this mark.
     // Its peers are done with the old one (the caller finished the name's last step).
     acked = segs.own->header()->ack_step.load(std::memory_order_acquire);
+    answered = segs.own->header()->result_step.load(std::memory_order_acquire);
     segs.own->header()->superseded.store(1, std::memory_order_release);
     segs.own->Unlink();
     segs.own.reset();
@@ -214,6 +225,7 @@ Status ShmLocalReduce::OwnOnPoll(const LocalTensor& t, ShmSegment** own) {
                                             static_cast<uint32_t>(t.dtype), local_rank_,
                                             &created));
     created->header()->ack_step.store(acked, std::memory_order_release);
+    created->header()->result_step.store(answered, std::memory_order_release);
     segs.own.reset(created);
     segs.peers.resize(ranks_.size());
   }
@@ -316,7 +328,28 @@ std::optional<Status> ShmLocalReduce::LeaderReduceOnPoll(const LocalTensor& t, c
   // Every member has the previous answer: it lives where this step's sum (or error) goes,
   // and a new shape replaces the segment. A member without a segment waits for none.
   std::vector<ShmSegment*> members(ranks_.size(), nullptr);
+  // A member that has joined (join()) adds nothing and is not waited for; its segment of
+  // this name may not even exist. The push then does not list it: the servers count it
+  // through their own join bookkeeping.
+  std::vector<bool> joined(ranks_.size(), false);
+  uint32_t joined_mask = 0;
   for (int lr = 1; lr < local_size(); ++lr) {
+    joined[lr] = JoinedOnPoll(lr);
+    if (joined[lr]) joined_mask |= 1u << lr;
+  }
+  if (t.joined) *t.joined = joined_mask;
+  if (t.serving && joined_mask + 2 == (2u << (local_size() - 1))) {
+    // Asked for by a member that has joined since (after its call failed): nothing to
+    // push. Withdrawn, not answered, so the members' steps after the join (taken up from
+    // the leader's last answer) stay in step with the leader's.
+    Segments& segs = segments_[t.key];
+    segs.withdrawn_step = t.step + segs.skipped;  // the caller's number of it
+    ++segs.skipped;
+    segs.served_step = 0;
+    return Aborted("every local worker has joined: no step to run for them");
+  }
+  for (int lr = 1; lr < local_size(); ++lr) {
+    if (joined[lr]) continue;
     TFPS_RETURN_IF_ERROR(PeerOnPoll(t, lr, &members[lr]));
     if (members[lr] != nullptr &&
         members[lr]->header()->ack_step.load(std::memory_order_acquire) + 1 < t.step) {
@@ -329,6 +362,7 @@ std::optional<Status> ShmLocalReduce::LeaderReduceOnPoll(const LocalTensor& t, c
   if (t.abort) return AbortStatus(local_rank_, t.reason);  // answered without the inputs
   bool all_ready = true;
   for (int lr = 1; lr < local_size(); ++lr) {
+    if (joined[lr]) continue;
     const ShmHeader* h = members[lr] != nullptr ? members[lr]->header() : nullptr;
     // Its input (or abort) of this step is in place.
     const bool handed = h != nullptr && h->ready_step.load(std::memory_order_acquire) == t.step;
@@ -338,7 +372,13 @@ std::optional<Status> ShmLocalReduce::LeaderReduceOnPoll(const LocalTensor& t, c
       text[sizeof(text) - 1] = '\0';
       return AbortStatus(lr, text);
     }
-    if (handed && !Fits(*members[lr], t)) return ShapeMismatch(*members[lr], lr, t);
+    if (handed && !Fits(*members[lr], t)) {
+      Status mismatch = ShapeMismatch(*members[lr], lr, t);
+      if (!t.serving) return mismatch;
+      return FailedPrecondition("the local leader, " + Describe(0) + ", has joined (join()) "
+                                "and adds zeros of its own last call of '" + t.name +
+                                "' for the workers still training: " + mismatch.message());
+    }
     if (handed && t.shape_digest != 0 &&
         h->shape_digest.load(std::memory_order_relaxed) != t.shape_digest) {
       return FailedPrecondition(Describe(lr) + ", tensor '" + t.name + "' (call " +
@@ -355,11 +395,13 @@ std::optional<Status> ShmLocalReduce::LeaderReduceOnPoll(const LocalTensor& t, c
   // Take every member's input, or none: a member whose own wait timed out meanwhile has
   // withdrawn it.
   for (int lr = 1; lr < local_size(); ++lr) {
+    if (joined[lr]) continue;
     uint64_t expected = t.step;
     if (!members[lr]->header()->ready_step.compare_exchange_strong(expected, t.step | kTaken,
                                                                    std::memory_order_acq_rel)) {
       // Given back: a member that timed out meanwhile has waited for this (pending).
       for (int back = 1; back < lr; ++back) {
+        if (joined[back]) continue;
         members[back]->header()->ready_step.store(t.step, std::memory_order_release);
       }
       return std::nullopt;
@@ -375,6 +417,7 @@ std::optional<Status> ShmLocalReduce::LeaderReduceOnPoll(const LocalTensor& t, c
   const uint64_t bytes = t.count * DTypeSize(t.dtype);
   std::memcpy(own->data(), input, bytes);
   for (int lr = 1; lr < local_size(); ++lr) {
+    if (joined[lr]) continue;
     if (!LocalSumInto(t.dtype, own->data(), members[lr]->data(), t.count)) {
       return InvalidArgument(std::string("hierarchical aggregation cannot sum ") +
                              DTypeName(t.dtype));
@@ -382,6 +425,7 @@ std::optional<Status> ShmLocalReduce::LeaderReduceOnPoll(const LocalTensor& t, c
   }
   // The inputs are read: members may overwrite them (one that timed out meanwhile does).
   for (int lr = 1; lr < local_size(); ++lr) {
+    if (joined[lr]) continue;
     members[lr]->header()->ready_step.store(t.step | kCommitted, std::memory_order_release);
   }
   *sum = own->data();
@@ -391,12 +435,22 @@ std::optional<Status> ShmLocalReduce::LeaderReduceOnPoll(const LocalTensor& t, c
 std::optional<Status> ShmLocalReduce::MemberReceiveOnPoll(const LocalTensor& t, void* output) {
   ShmSegment* leader = nullptr;
   TFPS_RETURN_IF_ERROR(PeerOnPoll(t, 0, &leader));
-  if (leader == nullptr) return std::nullopt;
-  const ShmHeader* h = leader->header();
-  if (h->result_step.load(std::memory_order_acquire) != t.step) {
-    TFPS_RETURN_IF_ERROR(PeerAlive(*leader, 0, t));
+  if (leader == nullptr || leader->header()->result_step.load(std::memory_order_acquire) != t.step) {
+    // A leader that has joined serves only names it called before: withdraw the input
+    // (unless it was taken meanwhile) and fail, instead of waiting out TFPS_TIMEOUT.
+    Status serve = check_liveness_ ? LeaderCanServeOnPoll(t, false) : Status::Ok();
+    ShmSegment* mine = segments_[t.key].own.get();
+    uint64_t handed = t.step;
+    if (!serve.ok() && mine != nullptr &&
+        mine->header()->ready_step.compare_exchange_strong(handed, 0,
+                                                           std::memory_order_acq_rel)) {
+      ++segments_[t.key].skipped;
+      return serve;
+    }
+    if (leader != nullptr) TFPS_RETURN_IF_ERROR(PeerAlive(*leader, 0, t));
     return std::nullopt;
   }
+  const ShmHeader* h = leader->header();
   // The leader summed this member's input, so it has the segment mapped: no one needs the
   // memfd. (An answer without the inputs, an abort's or a disagreement's, may come before
   // the leader mapped it: then the memfd stays open for the next step.)
@@ -436,7 +490,8 @@ void ShmLocalReduce::RunPolling() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       if (tasks.empty() && incoming_.empty() && !stopping_) {
-        wake_.wait_for(lock, std::chrono::milliseconds(100));
+        // A joined leader watches its members' segments for steps to serve.
+        wake_.wait_for(lock, std::chrono::milliseconds(serve_ ? 1 : 100));
       }
       tasks.splice(tasks.end(), incoming_);
       if (stopping_) break;
@@ -472,6 +527,7 @@ void ShmLocalReduce::RunPolling() {
       it->finish(*result);
       it = tasks.erase(it);
     }
+    if (serve_) ServeJoinedOnPoll();
     // Spin briefly while work is pending, then sleep longer the longer nothing happens: a
     // member waits a whole server round trip for its answer, and must not burn a core
     // meanwhile (the latency added stays under 0.5 ms, against steps of milliseconds).

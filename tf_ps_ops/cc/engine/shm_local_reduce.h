@@ -21,6 +21,10 @@
 // nothing; whatever is still linked at shutdown (or at a crash's next shutdown of another
 // local worker) is unlinked by every local worker that knows its name.
 //
+// hvd.join() (shm_local_join.cc): a local worker that joined says so in a control segment
+// of its own; the leader counts a joined member as zeros, a joined leader keeps running the
+// steps its members hand over, and a member re-aligns its steps of a name after a join.
+//
 // One thread owns every segment and polls the pending calls (a spin, then sleeps of up to
 // 500 us): no futex on memory that a hostile or dead peer shares. Every wait has the
 // deadline TFPS_TIMEOUT, and a peer whose process is gone (its pid in the header) fails
@@ -28,6 +32,7 @@
 #ifndef TFPS_CC_ENGINE_SHM_LOCAL_REDUCE_H_
 #define TFPS_CC_ENGINE_SHM_LOCAL_REDUCE_H_
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -58,6 +63,10 @@ class ShmLocalReduce : public LocalReduce {
                            Done done) override;
   void Fail(const Status& why) override;
   void Shutdown() override;
+  // hvd.join() (shm_local_join.cc).
+  Status BeginJoin(Serve serve, bool* members_joined) override;
+  bool MembersJoined() override { return members_joined_.load(std::memory_order_acquire); }
+  void EndJoin() override;
 
   // A fresh token: 128 bits from the kernel's random source, as 32 hex digits.
   static Status NewToken(std::string* token);
@@ -83,6 +92,12 @@ class ShmLocalReduce : public LocalReduce {
     uint64_t skipped = 0;
     uint64_t withdrawn_step = 0;  // leader: the caller's step whose reduce it withdrew
     uint64_t pending = 0;  // member: a step that timed out while the leader was taking it
+    // hvd.join() (shm_local_join.cc). Member: the joins completed when this name's steps
+    // were last aligned with the leader's. Leader: the step it last asked the caller to
+    // serve for its members (0: none), and the name, for errors.
+    uint64_t aligned_joins = 0;
+    uint64_t served_step = 0;
+    std::string name;
   };
 
   void Add(std::function<std::optional<Status>()> step, std::function<void(const Status&)> finish,
@@ -109,6 +124,26 @@ class ShmLocalReduce : public LocalReduce {
   Status AbortStatus(int local_rank, const std::string& reason) const;
   void UnlinkAllOnPoll();
 
+  // hvd.join() (shm_local_join.cc), on the poll thread. Each local worker that joined has
+  // a control segment (kJoinControlKey) whose `ready_step` counts the joins it began; a
+  // local worker is joined while that count is above the joins this one completed.
+  static const LocalTensor& JoinControl();
+  // The joins `local_rank` began (0 while it has no control segment); opening a peer's
+  // segment is tried only on liveness rounds (every 50 ms) unless `now`.
+  uint64_t JoinsBegunOnPoll(int local_rank, bool now = false);
+  bool JoinedOnPoll(int local_rank, bool now = false) {
+    return JoinsBegunOnPoll(local_rank, now) > joins_completed_;
+  }
+  // Member, before handing over a step of `t`'s name: after a completed join, takes up
+  // the leader's step count of the name (the steps it was counted as zeros in).
+  void AlignAfterJoinOnPoll(const LocalTensor& t);
+  // Member: an error when the leader has joined and never called `t`'s name (it cannot
+  // serve it); Ok otherwise.
+  Status LeaderCanServeOnPoll(const LocalTensor& t, bool now);
+  // Leader, joined: asks `serve_` for each name whose next step a member that still trains
+  // has handed its input for; updates members_joined_.
+  void ServeJoinedOnPoll();
+
   const std::string token_;
   const std::vector<int> ranks_;
   const int local_rank_;
@@ -121,6 +156,13 @@ class ShmLocalReduce : public LocalReduce {
   Status failed_;             // guarded by mu_: set by Fail()
   std::thread thread_;
   std::map<uint64_t, Segments> segments_;  // poll thread only
+  // hvd.join(), poll thread: joins this worker began and completed, and the leader's
+  // serving callback while it is joined (null otherwise).
+  uint64_t joins_begun_ = 0;
+  uint64_t joins_completed_ = 0;
+  Serve serve_;
+  std::atomic<bool> members_joined_{false};
+  std::vector<Clock::time_point> control_tried_;  // per local rank: last open attempt
   bool check_liveness_ = false;             // poll thread: look at peers' pids this round
   Clock::time_point last_liveness_check_;   // (every 50 ms: it reads /proc)
 };

@@ -19,6 +19,7 @@
 #include "tf_ps_ops/cc/engine/abort_request.h"
 #include "tf_ps_ops/cc/engine/device_reduce.h"
 #include "tf_ps_ops/cc/engine/engine.h"
+#include "tf_ps_ops/cc/engine/join.h"
 #include "tf_ps_ops/cc/engine/partition.h"
 #include "tf_ps_ops/cc/engine/shm_local_reduce.h"
 #include "tf_ps_ops/cc/pybind/codec_bindings.h"
@@ -328,6 +329,8 @@ PYBIND11_MODULE(_core, m) {
   m.attr("FLAG_HIERARCHICAL") = kFlagHierarchical;
   m.attr("FLAG_SHM_REFUSED") = kFlagShmRefused;
   m.attr("FLAG_PROCESS_SET") = kFlagProcessSet;
+  m.attr("FLAG_JOIN_LEADS") = kFlagJoinLeads;
+  m.attr("FLAG_JOIN_RELEASE") = kFlagJoinRelease;
   m.attr("MAX_BATCH") = kMaxBatch;
   BindCodecs(m);
 
@@ -472,6 +475,16 @@ PYBIND11_MODULE(_core, m) {
   }, py::arg("name"), py::arg("reason"),
         "Uses up this worker's next call of `name` without data (PsAbortCollective's "
         "server path): the others' call fails with FailedPrecondition naming `reason`.");
+  m.def("join", [] {
+    int last = -1;
+    Status s;
+    {
+      py::gil_scoped_release release;
+      s = JoinJob(Engine::Get(), &last);
+    }
+    ThrowIfError(s);
+    return last;
+  }, "hvd.join(): waits until every worker has joined; returns the last rank to join.");
   m.def("pause_next_local_take_for_testing", &ShmLocalReduce::SetTakePauseForTesting,
         py::arg("seconds"),
         "Tests only: this process's next take of 3+ local workers' inputs (hierarchical "

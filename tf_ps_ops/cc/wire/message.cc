@@ -432,11 +432,18 @@ Status DecodeHeadAsSent(const void* data, size_t size, size_t payload_size, Head
                              Hex(h.flags) + ")");
     }
   }
+  constexpr uint32_t kJoinFlags = kFlagJoinLeads | kFlagJoinRelease;
   if (static_cast<MsgType>(h.type) == MsgType::kJoin &&
-      (h.flags != 0 || h.nparams != 0 || h.codec != 0 || h.reduce_op != 0 ||
-       h.dtype != static_cast<uint8_t>(DType::kInt32) || h.count != 1 || h.total_count == 0)) {
+      ((h.flags & ~kJoinFlags) != 0 || h.flags == kJoinFlags || h.nparams != 0 ||
+       h.codec != 0 || h.reduce_op != 0 || h.dtype != static_cast<uint8_t>(DType::kInt32) ||
+       h.count != 1 || h.total_count == 0)) {
     return InvalidArgument("a join carries int32[1] (its rank), one partition per server, "
-                           "and nothing else");
+                           "at most one of the leading-join and release flags, and nothing "
+                           "else (flags " + Hex(h.flags) + ")");
+  }
+  if (static_cast<MsgType>(h.type) != MsgType::kJoin && (h.flags & kJoinFlags) != 0) {
+    return InvalidArgument("the leading-join and release flags are only valid on a join "
+                           "(type " + std::to_string(h.type) + ", flags " + Hex(h.flags) + ")");
   }
   if (CarriesTensor(static_cast<MsgType>(h.type))) return CheckTensorFields(*head, payload_size);
   return Status::Ok();

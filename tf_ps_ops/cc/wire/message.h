@@ -38,7 +38,8 @@ constexpr uint32_t kMagic = 0x53504654;  // "TFPS" read as little-endian bytes
 // 5: application heartbeats (kPing / kPong: a member's serving thread answers the scheduler),
 //    a batch to a server may hold kPushPullShm heads (TFPS_SHM_SERVER), process sets
 //    (kFlagProcessSet: a push lists the members of its set, Head::members), join (kJoin),
-//    kFlagAbortRound (a worker that raised before a collective still takes its call number)
+//    kFlagAbortRound (a worker that raised before a collective still takes its call number),
+//    join under hierarchical aggregation (kJoin with kFlagJoinLeads / kFlagJoinRelease)
 constexpr uint16_t kProtocolVersion = 5;
 constexpr int kMaxDims = 32;
 constexpr uint32_t kMaxPartitions = 1u << 24;
@@ -168,6 +169,13 @@ constexpr uint32_t kFlagProcessSet = 1u << 9;  // summation push of a Horovod pr
                                               // uint32 n and then n int32 member ranks,
                                               // strictly increasing (Head::members); the
                                               // round completes when those have pushed
+constexpr uint32_t kFlagJoinLeads = 1u << 10;  // kJoin of a local leader whose host's
+                                              // other workers still train (hierarchical
+                                              // aggregation): the server records its join
+                                              // (its place in the join order) and counts it
+                                              // as zeros in flat rounds, but not in
+                                              // kFlagHierarchical ones, which it still
+                                              // pushes for its members
 constexpr uint32_t kFlagAbortRound = 1u << 11;  // summation push: the sender cannot take
                                                 // part in this call (it raised before the
                                                 // op); payload: why, UTF-8 as uint8[length].
@@ -178,6 +186,12 @@ constexpr uint32_t kFlagAbortRound = 1u << 11;  // summation push: the sender ca
                                                 // (count == total_count); with
                                                 // kFlagHierarchical, params = the local
                                                 // leader's host's ranks it stands for
+constexpr uint32_t kFlagJoinRelease = 1u << 12;  // kJoin of that leader once its members
+                                                // have all joined: count it as joined in
+                                                // kFlagHierarchical rounds too. Answered at
+                                                // once (int32[1]: the sender's rank); one
+                                                // without a leading join is refused, one
+                                                // after the join completed is ignored
 constexpr uint32_t kFlagAbort = 1u << 13;  // peer data: the sender cannot take part in this
                                            // call (its own input was refused); payload: why,
                                            // UTF-8 as uint8[length]. Its peers fail the call
@@ -195,7 +209,8 @@ constexpr uint32_t kFlagHierarchical = 1u << 15;  // summation push of a local l
 constexpr uint32_t kKnownFlags = kFlagNoData | kFlagPsInit | kFlagPsApply | kFlagPsOverwrite |
                                  kFlagSparse | kFlagTimed | kFlagAck | kFlagNoFeedback |
                                  kFlagBroadcast | kFlagAbort | kFlagHierarchical |
-                                 kFlagProcessSet | kFlagAbortRound | kFlagShmRefused;
+                                 kFlagProcessSet | kFlagAbortRound | kFlagShmRefused |
+                                 kFlagJoinLeads | kFlagJoinRelease;
 
 // PS-mode hyperparameters (Head::params) of a kFlagPsApply push: the values that
 // optimizer_spec.h's table lists for Header::optimizer, in its order, then the initial

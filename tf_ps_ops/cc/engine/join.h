@@ -1,0 +1,24 @@
+// hvd.join() (c_api.h's tfps_join, the core binding's join): tells every server that this
+// worker has run out of data and waits until every worker has joined (at most TFPS_TIMEOUT
+// after the first join: the servers' deadline, and the engine's behind it).
+//
+// Under hierarchical aggregation (docs/hierarchical.md, "join()") the local workers first
+// learn of it through shared memory (Hierarchical::BeginJoin). A local leader whose members
+// still train joins with kFlagJoinLeads: it keeps pushing their local sums, and once they
+// have all joined it sends kFlagJoinRelease, so that the servers count it as joined in the
+// hierarchical rounds of other hosts too.
+#ifndef TFPS_CC_ENGINE_JOIN_H_
+#define TFPS_CC_ENGINE_JOIN_H_
+
+#include "tf_ps_ops/cc/common/status.h"
+
+namespace tfps {
+
+class Engine;
+
+// *last: the last rank to join.
+Status JoinJob(Engine& engine, int* last);
+
+}  // namespace tfps
+
+#endif  // TFPS_CC_ENGINE_JOIN_H_
