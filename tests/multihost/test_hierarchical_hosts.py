@@ -45,18 +45,25 @@ class TwoHostJob(LoggedCluster):
         return self._on[1 + (index if role == "server" else self.worker_hosts[index])]
 
 
-def train(hosts, tmp_path, hierarchical):
-    out = tmp_path / f"hierarchical{hierarchical}"
-    out.mkdir()
-    before = [hosts.link_bytes(i)[0] for i in range(3)]
-    job = TwoHostJob(hosts, out / "logs", {"TFPS_HIERARCHICAL": str(hierarchical)})
+def run_job(job, argv):
+    """Runs `argv` on every worker of `job` to the end; fails the test naming any role that
+    failed. Returns the job (closed) for its results."""
     try:
-        job.start([sys.executable, WORKER, out])
+        job.start(argv)
         job.wait()
         failed = job.failures()
         assert not failed, "\n".join(r.describe() for r in failed)
     finally:
         job.close()
+    return job
+
+
+def train(hosts, tmp_path, hierarchical):
+    out = tmp_path / f"hierarchical{hierarchical}"
+    out.mkdir()
+    before = [hosts.link_bytes(i)[0] for i in range(3)]
+    job = run_job(TwoHostJob(hosts, out / "logs", {"TFPS_HIERARCHICAL": str(hierarchical)}),
+                  [sys.executable, WORKER, out])
     sent = [hosts.link_bytes(i)[0] - b for i, b in zip(range(3), before)]
     results = job.worker_results()
     for rank, result in enumerate(results):
@@ -100,16 +107,10 @@ def test_two_workers_and_one_alone_sum_exactly_with_chunked_tensors(tmp_path):
     require_build("_core*.so")
     with Hosts(3, rate="10gbit") as hosts:
         names = set(hosts.names + [hosts.bridge_ns])
-        job = TwoHostJob(hosts, tmp_path / "logs", {"TFPS_HIERARCHICAL": "1",
-                                                    "TFPS_PARTITION_BYTES": "65536"},
-                         worker_hosts=(0, 0, 1))
-        try:
-            job.start([sys.executable, SUM_WORKER, "3", "--exact"])
-            job.wait()
-            failed = job.failures()
-            assert not failed, "\n".join(r.describe() for r in failed)
-        finally:
-            job.close()
+        job = run_job(TwoHostJob(hosts, tmp_path / "logs", {"TFPS_HIERARCHICAL": "1",
+                                                            "TFPS_PARTITION_BYTES": "65536"},
+                                 worker_hosts=(0, 0, 1)),
+                      [sys.executable, SUM_WORKER, "3", "--exact"])
     assert not names & namespaces()
     results = job.worker_results()
     assert "local rank 1 of 2" in results[1].stdout
@@ -126,16 +127,10 @@ def test_join_with_uneven_data_on_two_hosts(tmp_path):
     worker = REPO / "tests" / "multiprocess" / "core_workers" / "join_worker.py"
     with Hosts(3, rate="10gbit") as hosts:
         names = set(hosts.names + [hosts.bridge_ns])
-        job = TwoHostJob(hosts, tmp_path / "logs", {"TFPS_HIERARCHICAL": "1",
-                                                    "TFPS_PARTITION_BYTES": "65536",
-                                                    "TFPS_TIMEOUT": "300"})
-        try:
-            job.start([sys.executable, worker, "1,2,4,5/5,1,2,3", "--integers"])
-            job.wait()
-            failed = job.failures()
-            assert not failed, "\n".join(r.describe() for r in failed)
-        finally:
-            job.close()
+        job = run_job(TwoHostJob(hosts, tmp_path / "logs", {"TFPS_HIERARCHICAL": "1",
+                                                            "TFPS_PARTITION_BYTES": "65536",
+                                                            "TFPS_TIMEOUT": "300"}),
+                      [sys.executable, worker, "1,2,4,5/5,1,2,3", "--integers"])
     assert not names & namespaces()
     for result in job.worker_results():
         assert "epoch 1 ok" in result.stdout and "join ok" in result.stdout, result.describe()
