@@ -46,19 +46,25 @@ class Job(LoggedCluster):
         return env
 
 
-def run(hosts, workdir, hierarchical, sizes, target_s):
-    job = Job(hosts, workdir, {"TFPS_HIERARCHICAL": str(hierarchical)})
+def worker_rows(job, argv):
+    """Runs `argv` (hierarchical_worker.py) on every worker of `job` to the end and returns
+    the JSON rows the workers printed; exits naming any role that failed."""
     try:
-        job.start([sys.executable, HERE / "hierarchical_worker.py", "--sizes",
-                   ",".join(map(str, sizes)), "--target-seconds", str(target_s)])
+        job.start(argv)
         job.wait()
         failed = job.failures()
         if failed:
             raise SystemExit("\n".join(r.describe() for r in failed))
     finally:
         job.close()
-    rows = [json.loads(line) for r in job.worker_results() for line in r.stdout.splitlines()
+    return [json.loads(line) for r in job.worker_results() for line in r.stdout.splitlines()
             if line.startswith("{")]
+
+
+def run(hosts, workdir, hierarchical, sizes, target_s):
+    rows = worker_rows(Job(hosts, workdir, {"TFPS_HIERARCHICAL": str(hierarchical)}),
+                       [sys.executable, HERE / "hierarchical_worker.py", "--sizes",
+                        ",".join(map(str, sizes)), "--target-seconds", str(target_s)])
     out = {}
     for nbytes in sizes:
         mine = [r for r in rows if r["bytes"] == nbytes]

@@ -23,6 +23,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 from tf_ps_ops._launch_cluster import LoggedCluster  # noqa: E402
+from hierarchical_bench import worker_rows  # noqa: E402 (this folder: the script's)
 
 WORKERS = 3
 
@@ -37,17 +38,8 @@ class Job(LoggedCluster):
 def run(tree, workdir, sizes, target_s):
     job = Job(str(tree / "tf_ps_ops" / "bin" / "ps_server"), workdir, WORKERS, 1, timeout=600,
               env={"TFPS_HIERARCHICAL": "1"}, cwd=tree, defaults={"TFPS_TIMEOUT": "120", "TFPS_BIND": "127.0.0.1"})
-    try:
-        job.start([sys.executable, tree / "benchmarks" / "hierarchical_worker.py", "--sizes",
-                   ",".join(map(str, sizes)), "--target-seconds", str(target_s)])
-        job.wait()
-        failed = job.failures()
-        if failed:
-            raise SystemExit("\n".join(r.describe() for r in failed))
-    finally:
-        job.close()
-    rows = [json.loads(line) for r in job.worker_results() for line in r.stdout.splitlines()
-            if line.startswith("{")]
+    rows = worker_rows(job, [sys.executable, tree / "benchmarks" / "hierarchical_worker.py",
+                             "--sizes", ",".join(map(str, sizes)), "--target-seconds", str(target_s)])
     out = {}
     for nbytes in sizes:
         mine = [r for r in rows if r["bytes"] == nbytes]
