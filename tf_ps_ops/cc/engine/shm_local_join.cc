@@ -140,6 +140,14 @@ void ShmLocalReduce::ServeJoinedOnPoll() {
       ShmSegment* peer = nullptr;
       if (!PeerOnPoll(t, lr, &peer).ok() || peer == nullptr) continue;
       if (segs.peers[lr]->header()->ready_step.load(std::memory_order_acquire) == next) {
+        // `joined` may be stale (a peer's control segment is looked for every 50 ms): this
+        // member may have joined since, and the join completed on the servers without this
+        // leader's release (every rank was in their join order), so that this input is its
+        // first call after the join, which this leader's own next call must take, with
+        // its own data, not zeros. A member writes its control segment before its kJoin
+        // leaves, so read after its input, the count is current (CI saw the race: a sum
+        // without the leader's data on a loaded machine).
+        if (JoinedOnPoll(lr, /*now=*/true)) continue;
         segs.served_step = next;
         serve_(kv.first);
         break;
