@@ -39,6 +39,23 @@ def test_join_with_uneven_data_under_hierarchical_aggregation(make_cluster):
     assert not leftovers(before)  # nothing left in /dev/shm
 
 
+def test_a_leader_still_serving_when_the_join_completes_takes_no_first_call(make_cluster):
+    # The leader (1 step) joins first and serves its members; rank 2 (3 steps) joins last,
+    # which completes the join on the servers at once (every rank is in their join order),
+    # and calls again at once. The leader takes the servers' answer 1.5 s late (a test hook
+    # standing for a loaded machine), still serving: it must not take rank 2's first call
+    # after the join as one more step to serve with zeros (the wrong sum CI once saw).
+    cluster = make_cluster(3, 1, timeout=60,
+                           env={"TFPS_HIERARCHICAL": "1", "TFPS_TIMEOUT": "300",
+                                "TFPS_PARTITION_BYTES": "65536"})
+    cluster.start([sys.executable, WORKER, "1,2,3/1,2,3", "--pause-join-end", "1.5"])
+    cluster.wait()
+    cluster.assert_ok()
+    for rank in range(3):
+        out = cluster.result("worker", rank).stdout
+        assert "epoch 1 ok" in out and "join ok" in out, out
+
+
 def test_join_through_the_horovod_api(make_cluster):
     # TensorFlow workers (workers/hier_join_worker.py): Average, Min, float16 and float64.
     sys.path.insert(0, str(Path(__file__).parent / "workers"))

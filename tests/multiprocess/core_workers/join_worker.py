@@ -1,7 +1,7 @@
 """A worker without TensorFlow for test_hierarchical_join.py: Horovod's join() with uneven
 data under hierarchical aggregation (TFPS_HIERARCHICAL=1, every worker on one host).
 
-    join_worker.py EPOCHS [--integers]
+    join_worker.py EPOCHS [--integers] [--pause-join-end SECONDS]
 
 EPOCHS: epochs separated by '/', each the number of steps of every rank, comma-separated
 (e.g. "4,2,3/1,4,3": in epoch 1 rank 1 joins first, in epoch 2 rank 0, the local leader).
@@ -21,6 +21,9 @@ flat pushes and its joins (checked with the engine's byte counter): its local su
 through its leader. Prints "epoch E ok" and, at the end, "join ok"; on an error prints it
 to stderr and exits 3. --integers: float inputs are small integers, whose sums are exact
 in any order (several hosts: the servers add the host sums as they arrive).
+--pause-join-end S: the local leader's every join() waits S seconds after the servers'
+answer before it stops serving its members (core.pause_next_join_end_for_testing), so the
+members' first calls after the join reach a leader that still serves.
 """
 
 import os
@@ -35,6 +38,8 @@ BIG = 1_100_003  # 4.4 MB of float32: 2 chunks (4 MB each at most)
 
 
 INTEGERS = "--integers" in sys.argv[2:]
+PAUSE_JOIN_END = (float(sys.argv[sys.argv.index("--pause-join-end") + 1])
+                  if "--pause-join-end" in sys.argv else 0.0)
 
 
 def inputs(rank, epoch, step):
@@ -96,6 +101,8 @@ def main():
                 print(f"rank {rank} got: {text}", flush=True)
             else:
                 fail(f"rank {rank}: a name the joined leader never called was summed")
+        if PAUSE_JOIN_END and core.local_rank() == 0:
+            core.pause_next_join_end_for_testing(PAUSE_JOIN_END)
         last = core.join()
         flat_bytes += 4 * servers
         longest = [r for r in range(size) if steps[r] == max(steps)]  # the last to join

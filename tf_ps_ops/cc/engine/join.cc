@@ -1,9 +1,11 @@
 #include "tf_ps_ops/cc/engine/join.h"
 
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tf_ps_ops/cc/common/logging.h"
@@ -13,6 +15,8 @@
 namespace tfps {
 
 namespace {
+
+std::atomic<int64_t> join_end_pause_us{0};  // SetJoinEndPauseForTesting
 
 struct Sent {
   std::future<Status> status;
@@ -43,6 +47,10 @@ Sent SendJoin(Engine& engine, const std::string& name, uint32_t flags) {
 
 }  // namespace
 
+void SetJoinEndPauseForTesting(double seconds) {
+  join_end_pause_us.store(static_cast<int64_t>(seconds * 1e6), std::memory_order_relaxed);
+}
+
 Status JoinJob(Engine& engine, int* last) {
   std::shared_ptr<Hierarchical> hierarchical = engine.hierarchical_aggregation();
   bool leads = false;
@@ -63,6 +71,8 @@ Status JoinJob(Engine& engine, int* last) {
     }
   }
   Status s = join.status.get();  // the engine's deadline bounds the wait
+  const int64_t pause = join_end_pause_us.exchange(0, std::memory_order_relaxed);
+  if (pause > 0) std::this_thread::sleep_for(std::chrono::microseconds(pause));
   if (hierarchical) hierarchical->EndJoin();
   if (s.ok()) *last = (*join.output)[0];
   return s;

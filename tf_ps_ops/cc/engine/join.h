@@ -19,6 +19,11 @@ class Engine;
 // *last: the last rank to join.
 Status JoinJob(Engine& engine, int* last);
 
+// Tests only: this process's next join() waits `seconds` after the servers' answer before
+// it stops serving its members' steps (as a loaded machine may): the window in which a
+// member's first call after the join reaches a local leader that still serves.
+void SetJoinEndPauseForTesting(double seconds);
+
 }  // namespace tfps
 
 #endif  // TFPS_CC_ENGINE_JOIN_H_

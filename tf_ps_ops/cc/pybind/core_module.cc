@@ -489,6 +489,9 @@ PYBIND11_MODULE(_core, m) {
         py::arg("seconds"),
         "Tests only: this process's next take of 3+ local workers' inputs (hierarchical "
         "aggregation, as the leader) pauses after taking local rank 1's.");
+  m.def("pause_next_join_end_for_testing", &SetJoinEndPauseForTesting, py::arg("seconds"),
+        "Tests only: this process's next join() waits this long after the servers' answer "
+        "before it stops serving its local members' steps (hierarchical aggregation).");
   m.def("push_pull", [](const std::string& name, py::array array, int root_rank,
                         const std::string& compression, int error_feedback) {
     return PushPullArrays({name}, {array}, root_rank, compression, error_feedback)[0];
