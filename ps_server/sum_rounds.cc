@@ -452,14 +452,17 @@ void SumRounds::OnJoinRelease(const Head& release, bool answer, std::vector<Outg
     out->push_back(ErrorReply(release.header, rank, server_id_, status));
     return;
   }
-  Head reply = HeadAbout(release.header, MsgType::kPushPullReply, server_id_);
+  out->push_back(JoinAnswer(release.header, rank, rank));
+}
+
+Outgoing SumRounds::JoinAnswer(const Header& join, int worker, int32_t value) const {
+  Head reply = HeadAbout(join, MsgType::kPushPullReply, server_id_);
   reply.header.dtype = static_cast<uint8_t>(DType::kInt32);
   reply.header.count = 1;
-  reply.header.total_count = release.header.total_count;
-  const int32_t value = rank;
+  reply.header.total_count = join.total_count;
   Buffer payload = Buffer::Allocate(sizeof(value));
   std::memcpy(payload.data(), &value, sizeof(value));
-  out->push_back(Outgoing{WorkerIdentity(rank), EncodeHead(reply), payload});
+  return Outgoing{WorkerIdentity(worker), EncodeHead(reply), payload};
 }
 
 void SumRounds::OnJoin(const Head& join, bool answer, std::vector<Outgoing>* out,
@@ -490,15 +493,7 @@ void SumRounds::OnJoin(const Head& join, bool answer, std::vector<Outgoing>* out
   leading_.clear();
   if (answer) {
     const int32_t last = join_order_.back();
-    for (int worker : join_order_) {
-      Head reply = HeadAbout(joins_[worker], MsgType::kPushPullReply, server_id_);
-      reply.header.dtype = static_cast<uint8_t>(DType::kInt32);
-      reply.header.count = 1;
-      reply.header.total_count = joins_[worker].total_count;
-      Buffer value = Buffer::Allocate(sizeof(last));
-      std::memcpy(value.data(), &last, sizeof(last));
-      out->push_back(Outgoing{WorkerIdentity(worker), EncodeHead(reply), value});
-    }
+    for (int worker : join_order_) out->push_back(JoinAnswer(joins_[worker], worker, last));
   }
   join_order_.clear();
 }

@@ -108,6 +108,8 @@ class SumRounds {
   // Marks `rank` joined in every open round it is due in (and CountsJoined); rounds that
   // completes go to *complete, failed ones are answered.
   void MarkJoinedInOpenRounds(int rank, std::vector<Outgoing>* out, std::vector<Round>* complete);
+  // The answer to `worker`'s kJoin (or release) `join`: int32 `value`.
+  Outgoing JoinAnswer(const Header& join, int worker, int32_t value) const;
   // The joins so far fail with `status` (a timeout, a worker gone) and are forgotten.
   void FailJoins(const Status& status, std::vector<Outgoing>* out);
   // Marks the ranks a local leader's push stands for (kFlagHierarchical) as arrived.

@@ -3,10 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
-#include <future>
-#include <memory>
 #include <string>
-#include <vector>
 
 #include "tf_ps_ops/cc/engine/engine.h"
 #include "tf_ps_ops/cc/engine/join.h"

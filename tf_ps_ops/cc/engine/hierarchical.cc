@@ -35,30 +35,55 @@ struct Chunked {
   std::function<void(const Status&)> done;
 };
 
+// `done` shared by the `chunks` chunks of one request: the returned function is each
+// chunk's `done`; `done` runs once, when the last chunk finished, with the first error.
+std::function<void(const Status&)> SharedDone(std::function<void(const Status&)> done,
+                                              uint64_t chunks) {
+  auto shared = std::make_shared<Chunked>();
+  shared->remaining = static_cast<int>(chunks);
+  shared->done = std::move(done);
+  return [shared](const Status& s) {
+    std::function<void(const Status&)> finish;
+    Status status;
+    {
+      std::lock_guard<std::mutex> lock(shared->mu);
+      if (!s.ok() && shared->status.ok()) shared->status = s;
+      if (--shared->remaining > 0) return;
+      finish = std::move(shared->done);
+      status = shared->status;
+    }
+    finish(status);
+  };
+}
+
+// Chunk i (0-based) of `chunks`: its own name, so its own key, on every worker.
+std::string ChunkName(const std::string& name, uint64_t i, uint64_t chunks) {
+  return name + "#chunk " + std::to_string(i + 1) + "/" + std::to_string(chunks);
+}
+
 }  // namespace
 
 void Hierarchical::Enqueue(PushPullRequest request) {
   const size_t elem = DTypeSize(request.dtype);
   const uint64_t per_chunk = std::max<uint64_t>(1, kChunkBytes / elem);
-  if (request.device < 0) {
+  const uint64_t chunks = std::max<uint64_t>(1, (request.count + per_chunk - 1) / per_chunk);
+  {
     std::lock_guard<std::mutex> lock(mu_);
-    chunks_[request.name] = std::max<uint64_t>(1, (request.count + per_chunk - 1) / per_chunk);
-  } else {
-    std::lock_guard<std::mutex> lock(mu_);
-    device_tensors_ = true;
+    if (request.device < 0) {
+      chunks_[request.name] = chunks;
+    } else {
+      device_tensors_ = true;
+    }
   }
-  if (request.count <= per_chunk) {
+  if (chunks == 1) {
     EnqueueChunk(std::move(request));
     return;
   }
-  const uint64_t chunks = (request.count + per_chunk - 1) / per_chunk;
-  auto shared = std::make_shared<Chunked>();
-  shared->remaining = static_cast<int>(chunks);
-  shared->done = std::move(request.done);
+  const auto chunk_done = SharedDone(std::move(request.done), chunks);
   for (uint64_t i = 0; i < chunks; ++i) {
     PushPullRequest chunk;
     const uint64_t first = i * per_chunk;
-    chunk.name = request.name + "#chunk " + std::to_string(i + 1) + "/" + std::to_string(chunks);
+    chunk.name = ChunkName(request.name, i, chunks);
     chunk.dtype = request.dtype;
     chunk.count = std::min(per_chunk, request.count - first);
     chunk.dims = {static_cast<int64_t>(chunk.count)};
@@ -69,18 +94,7 @@ void Hierarchical::Enqueue(PushPullRequest request) {
     chunk.enqueued = request.enqueued;
     chunk.device = request.device;
     chunk.device_ready = request.device_ready;
-    chunk.done = [shared](const Status& s) {
-      std::function<void(const Status&)> done;
-      Status status;
-      {
-        std::lock_guard<std::mutex> lock(shared->mu);
-        if (!s.ok() && shared->status.ok()) shared->status = s;
-        if (--shared->remaining > 0) return;
-        done = std::move(shared->done);
-        status = shared->status;
-      }
-      done(status);
-    };
+    chunk.done = chunk_done;
     EnqueueChunk(std::move(chunk));
   }
 }
@@ -100,22 +114,11 @@ void Hierarchical::EnqueueAbort(PushPullRequest request) {
     EnqueueChunk(std::move(request));
     return;
   }
-  auto shared = std::make_shared<Chunked>();
-  shared->remaining = static_cast<int>(chunks);
-  shared->done = std::move(request.done);
+  const auto chunk_done = SharedDone(std::move(request.done), chunks);
   for (uint64_t i = 0; i < chunks; ++i) {
     PushPullRequest chunk = request;
-    chunk.name = request.name + "#chunk " + std::to_string(i + 1) + "/" + std::to_string(chunks);
-    chunk.done = [shared](const Status& s) {
-      std::function<void(const Status&)> done;
-      {
-        std::lock_guard<std::mutex> lock(shared->mu);
-        if (!s.ok() && shared->status.ok()) shared->status = s;
-        if (--shared->remaining > 0) return;
-        done = std::move(shared->done);
-      }
-      done(shared->status);
-    };
+    chunk.name = ChunkName(request.name, i, chunks);
+    chunk.done = chunk_done;
     EnqueueChunk(std::move(chunk));
   }
 }

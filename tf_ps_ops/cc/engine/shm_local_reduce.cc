@@ -105,12 +105,7 @@ void ShmLocalReduce::ReduceToLeader(const LocalTensor& t, const void* input, Red
     // Timed out: no member's input was taken (the leader takes all at once), so the step is
     // withdrawn, and is not answered; members that handed over time out and withdraw too.
     Add([this, t, input, sum] { return LeaderReduceOnPoll(MappedOnPoll(t), input, sum.get()); },
-        finish, [this, t] {
-          Segments& segs = segments_[t.key];
-          segs.withdrawn_step = t.step;
-          ++segs.skipped;
-          segs.served_step = 0;  // a joined leader serves that step again when asked
-        });
+        finish, [this, t] { WithdrawLeaderStepOnPoll(t.key, t.step); });
     return;
   }
   // A handover that fails or times out hands nothing over: its number is used again.
@@ -163,6 +158,13 @@ bool ShmLocalReduce::ResolvePendingOnPoll(uint64_t key) {
   }
   segs.pending = 0;
   return true;
+}
+
+void ShmLocalReduce::WithdrawLeaderStepOnPoll(uint64_t key, uint64_t caller_step) {
+  Segments& segs = segments_[key];
+  segs.withdrawn_step = caller_step;
+  ++segs.skipped;
+  segs.served_step = 0;  // a joined leader serves that step again when asked
 }
 
 LocalTensor ShmLocalReduce::MappedOnPoll(const LocalTensor& t) {
@@ -342,10 +344,7 @@ std::optional<Status> ShmLocalReduce::LeaderReduceOnPoll(const LocalTensor& t, c
     // Asked for by a member that has joined since (after its call failed): nothing to
     // push. Withdrawn, not answered, so the members' steps after the join (taken up from
     // the leader's last answer) stay in step with the leader's.
-    Segments& segs = segments_[t.key];
-    segs.withdrawn_step = t.step + segs.skipped;  // the caller's number of it
-    ++segs.skipped;
-    segs.served_step = 0;
+    WithdrawLeaderStepOnPoll(t.key, t.step + segments_[t.key].skipped);  // the caller's number
     return Aborted("every local worker has joined: no step to run for them");
   }
   for (int lr = 1; lr < local_size(); ++lr) {

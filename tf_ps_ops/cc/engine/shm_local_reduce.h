@@ -102,6 +102,9 @@ class ShmLocalReduce : public LocalReduce {
 
   void Add(std::function<std::optional<Status>()> step, std::function<void(const Status&)> finish,
            std::function<void()> on_timeout = nullptr);
+  // Leader: the caller's step `caller_step` of `key` is withdrawn, not answered (a wait that
+  // timed out, or a step to serve when every member has joined): its number is used again.
+  void WithdrawLeaderStepOnPoll(uint64_t key, uint64_t caller_step);
   // The caller's step of `t` as the segments number it (after withdrawn ones).
   LocalTensor MappedOnPoll(const LocalTensor& t);
   // Member: settles a `pending` step of `key` (done, or withdrawn); false while the leader
