@@ -46,17 +46,13 @@ def build_model():
     ])
 
 
-def main():
-    args = parse_args()
-    # Workers share the machine's cores: one compute thread each avoids contention.
-    tf.config.threading.set_intra_op_parallelism_threads(1)
-    tf.config.threading.set_inter_op_parallelism_threads(2)
-
-    hvd.init()
+def train(epochs=5, batch_size=32, seed=0):
+    """Trains on this worker's shard; returns the held-out (loss, accuracy) of rank 0's
+    replica (every replica holds the same weights). Needs hvd.init() first."""
     rank, size = hvd.rank(), hvd.size()
-    (x_train, y_train), (x_test, y_test) = load_shard(rank, size, args.seed)
+    (x_train, y_train), (x_test, y_test) = load_shard(rank, size, seed)
 
-    keras.utils.set_random_seed(args.seed + rank)  # differing starts: the broadcast must fix them
+    keras.utils.set_random_seed(seed + rank)  # differing starts: the broadcast must fix them
     model = build_model()
     # Gradients are averaged over the workers: scale the step size with their number,
     # as Horovod's examples do, so the effective batch of size*batch_size learns as fast.
@@ -65,7 +61,7 @@ def main():
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   metrics=["accuracy"],
                   jit_compile=False)  # our ops have no XLA kernels
-    model.fit(x_train, y_train, batch_size=args.batch_size, epochs=args.epochs,
+    model.fit(x_train, y_train, batch_size=batch_size, epochs=epochs,
               callbacks=[
                   # Every replica starts from rank 0's weights...
                   hvd.callbacks.BroadcastGlobalVariablesCallback(0),
@@ -78,6 +74,17 @@ def main():
     if rank == 0:
         print(f"held-out: loss {loss:.4f}, accuracy {accuracy:.4f} "
               f"({len(x_test)} samples, {size} workers)")
+    return loss, accuracy
+
+
+def main():
+    args = parse_args()
+    # Workers share the machine's cores: one compute thread each avoids contention.
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(2)
+
+    hvd.init()
+    train(args.epochs, args.batch_size, args.seed)
     hvd.shutdown()
 
 
