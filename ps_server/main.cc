@@ -9,6 +9,7 @@
 #include <iostream>
 #include <map>
 #include <string>
+#include <utility>
 
 #include "ps_server/exit_codes.h"
 #include "ps_server/scheduler.h"
@@ -107,8 +108,13 @@ int main(int argc, char** argv) {
 
 namespace {
 
-int Main(int argc, char** argv) {
-  std::map<std::string, std::string> flags;
+using Flags = std::map<std::string, std::string>;
+
+constexpr int kGoOn = -1;  // ParseArgs: no exit code yet
+
+// Reads the --name value pairs into *flags. Returns kGoOn, or the exit code: 0 after
+// --help, 2 after an unexpected argument or an unknown flag.
+int ParseArgs(int argc, char** argv, Flags* flags) {
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "-h" || arg == "--help") {
@@ -120,14 +126,9 @@ int Main(int argc, char** argv) {
       continue;
     }
     if (arg.rfind("--", 0) != 0 || i + 1 >= argc) return Fail("unexpected argument '" + arg + "'");
-    flags[arg.substr(2)] = argv[++i];
+    (*flags)[arg.substr(2)] = argv[++i];
   }
-  auto flag = [&](const char* name, const char* env) {
-    auto it = flags.find(name);
-    if (it != flags.end()) return it->second;
-    return env == nullptr ? std::string() : Env(env);
-  };
-  for (const auto& kv : flags) {
+  for (const auto& kv : *flags) {
     static const char* known[] = {"role", "port", "port-file", "scheduler", "host",
                                   "num-workers", "num-servers", "threads", "checkpoint-dir",
                                   "checkpoint-every", "bind", "auth-key-file", "gen-key"};
@@ -135,83 +136,118 @@ int Main(int argc, char** argv) {
     for (const char* k : known) ok = ok || kv.first == k;
     if (!ok) return Fail("unknown flag --" + kv.first);
   }
-  // Flags that are also environment variables: the config table parses and checks both.
-  if (flags.count("threads")) setenv("TFPS_SERVER_THREADS", flags["threads"].c_str(), 1);
-  if (flags.count("checkpoint-dir")) {
-    setenv("TFPS_CHECKPOINT_DIR", flags["checkpoint-dir"].c_str(), 1);
+  return kGoOn;
+}
+
+// A flag's value, else the environment variable's (none when env is null).
+std::string FlagOrEnv(const Flags& flags, const char* name, const char* env) {
+  auto it = flags.find(name);
+  if (it != flags.end()) return it->second;
+  return env == nullptr ? std::string() : Env(env);
+}
+
+// Flags that are also environment variables: the config table parses and checks both.
+void ExportEnvFlags(const Flags& flags) {
+  static const std::pair<const char*, const char*> kExported[] = {
+      {"threads", "TFPS_SERVER_THREADS"},   {"checkpoint-dir", "TFPS_CHECKPOINT_DIR"},
+      {"bind", "TFPS_BIND"},                {"auth-key-file", "TFPS_AUTH_KEY_FILE"},
+      {"checkpoint-every", "TFPS_CHECKPOINT_EVERY"}};
+  for (const auto& [flag, env] : kExported) {
+    auto it = flags.find(flag);
+    if (it != flags.end()) setenv(env, it->second.c_str(), 1);
   }
+}
+
+int RunScheduler(const Flags& flags, int num_workers, int num_servers,
+                 const tfps::Config& config) {
+  int port = 0;
+  const std::string port_text = FlagOrEnv(flags, "port", "DMLC_PS_ROOT_PORT");
+  if (!port_text.empty() && !ParseInt(port_text, 0, &port)) return Fail("bad --port " + port_text);
+  tfps::SetLogRole("scheduler");
+  tfps::Scheduler scheduler(num_workers, num_servers, config);
+  int bound = 0;
+  tfps::Status s = scheduler.Bind(port, &bound);
+  if (!s.ok()) return Fail(s.message());
+  auto port_file = flags.find("port-file");
+  if (port_file != flags.end() && !WritePortFile(port_file->second, bound)) {
+    return Fail("cannot write --port-file " + port_file->second);
+  }
+  TFPS_LOG(Info) << "listening on port " << bound << " for " << num_servers << " server(s) and "
+                 << num_workers << " worker(s)";
+  return ExitCode(scheduler.Run(g_stop));
+}
+
+// The scheduler's address, from --scheduler HOST:PORT or DMLC_PS_ROOT_URI/_PORT. Returns
+// kGoOn, or the exit code of a missing or malformed one.
+int SchedulerAddress(const Flags& flags, std::string* host, int* port) {
+  std::string port_text;
+  auto given = flags.find("scheduler");
+  if (given != flags.end()) {
+    const std::string& a = given->second;
+    const size_t colon = a.rfind(':');
+    if (colon == std::string::npos) return Fail("--scheduler must be HOST:PORT, got '" + a + "'");
+    *host = a.substr(0, colon);  // an IPv6 literal in brackets: [::1]:7000
+    port_text = a.substr(colon + 1);
+  } else {
+    *host = Env("DMLC_PS_ROOT_URI");
+    port_text = Env("DMLC_PS_ROOT_PORT");
+  }
+  if (host->empty() || !ParseInt(port_text, 1, port)) {
+    return Fail("the scheduler address is missing: give --scheduler HOST:PORT or set "
+                "DMLC_PS_ROOT_URI and DMLC_PS_ROOT_PORT");
+  }
+  return kGoOn;
+}
+
+int RunServer(const Flags& flags, int num_workers, int num_servers, const tfps::Config& config) {
+  std::string sched_host;
+  int sched_port = 0;
+  const int bad_address = SchedulerAddress(flags, &sched_host, &sched_port);
+  if (bad_address != kGoOn) return bad_address;
+  int port = 0;
+  const std::string port_text = FlagOrEnv(flags, "port", nullptr);
+  if (!port_text.empty() && !ParseInt(port_text, 0, &port)) return Fail("bad --port " + port_text);
+  tfps::SetLogRole("server");
+  tfps::ShardServer server(num_workers, num_servers, config);
+  tfps::Status s =
+      server.Start(sched_host, sched_port, port, FlagOrEnv(flags, "host", "DMLC_NODE_HOST"));
+  if (!s.ok()) {
+    TFPS_LOG(Error) << s.message();
+    return 1;
+  }
+  return ExitCode(server.Run(g_stop));
+}
+
+int Main(int argc, char** argv) {
+  Flags flags;
+  const int parsed = ParseArgs(argc, argv, &flags);
+  if (parsed != kGoOn) return parsed;
+  ExportEnvFlags(flags);
   if (flags.count("gen-key")) {
     tfps::Status made = tfps::WriteNewKeyFile(flags["gen-key"]);
     if (!made.ok()) return Fail(made.message());
     return 0;
-  }
-  if (flags.count("bind")) setenv("TFPS_BIND", flags["bind"].c_str(), 1);
-  if (flags.count("auth-key-file")) {
-    setenv("TFPS_AUTH_KEY_FILE", flags["auth-key-file"].c_str(), 1);
-  }
-  if (flags.count("checkpoint-every")) {
-    setenv("TFPS_CHECKPOINT_EVERY", flags["checkpoint-every"].c_str(), 1);
   }
 
   tfps::Config config;
   tfps::Status s = tfps::LoadConfig(&config);
   if (!s.ok()) return Fail(s.message());
 
-  const std::string role = flag("role", "DMLC_ROLE");
-  int num_workers = 0, num_servers = 0, port = 0;
-  if (!ParseInt(flag("num-workers", "DMLC_NUM_WORKER"), 1, &num_workers)) {
+  const std::string role = FlagOrEnv(flags, "role", "DMLC_ROLE");
+  int num_workers = 0, num_servers = 0;
+  if (!ParseInt(FlagOrEnv(flags, "num-workers", "DMLC_NUM_WORKER"), 1, &num_workers)) {
     return Fail("--num-workers (or DMLC_NUM_WORKER) must be a positive integer");
   }
-  if (!ParseInt(flag("num-servers", "DMLC_NUM_SERVER"), 1, &num_servers)) {
+  if (!ParseInt(FlagOrEnv(flags, "num-servers", "DMLC_NUM_SERVER"), 1, &num_servers)) {
     return Fail("--num-servers (or DMLC_NUM_SERVER) must be a positive integer");
   }
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
   std::signal(SIGPIPE, SIG_IGN);
 
-  if (role == "scheduler") {
-    const std::string port_text = flag("port", "DMLC_PS_ROOT_PORT");
-    if (!port_text.empty() && !ParseInt(port_text, 0, &port)) return Fail("bad --port " + port_text);
-    tfps::SetLogRole("scheduler");
-    tfps::Scheduler scheduler(num_workers, num_servers, config);
-    int bound = 0;
-    s = scheduler.Bind(port, &bound);
-    if (!s.ok()) return Fail(s.message());
-    if (flags.count("port-file") && !WritePortFile(flags["port-file"], bound)) {
-      return Fail("cannot write --port-file " + flags["port-file"]);
-    }
-    TFPS_LOG(Info) << "listening on port " << bound << " for " << num_servers << " server(s) and "
-                   << num_workers << " worker(s)";
-    return ExitCode(scheduler.Run(g_stop));
-  }
+  if (role == "scheduler") return RunScheduler(flags, num_workers, num_servers, config);
   if (role != "server") return Fail("--role must be 'scheduler' or 'server', got '" + role + "'");
-
-  std::string sched_host, sched_port_text;
-  if (flags.count("scheduler")) {
-    const std::string& a = flags["scheduler"];
-    const size_t colon = a.rfind(':');
-    if (colon == std::string::npos) return Fail("--scheduler must be HOST:PORT, got '" + a + "'");
-    sched_host = a.substr(0, colon);  // an IPv6 literal in brackets: [::1]:7000
-    sched_port_text = a.substr(colon + 1);
-  } else {
-    sched_host = Env("DMLC_PS_ROOT_URI");
-    sched_port_text = Env("DMLC_PS_ROOT_PORT");
-  }
-  int sched_port = 0;
-  if (sched_host.empty() || !ParseInt(sched_port_text, 1, &sched_port)) {
-    return Fail("the scheduler address is missing: give --scheduler HOST:PORT or set "
-                "DMLC_PS_ROOT_URI and DMLC_PS_ROOT_PORT");
-  }
-  const std::string port_text = flag("port", nullptr);
-  if (!port_text.empty() && !ParseInt(port_text, 0, &port)) return Fail("bad --port " + port_text);
-  tfps::SetLogRole("server");
-  tfps::ShardServer server(num_workers, num_servers, config);
-  s = server.Start(sched_host, sched_port, port, flag("host", "DMLC_NODE_HOST"));
-  if (!s.ok()) {
-    TFPS_LOG(Error) << s.message();
-    return 1;
-  }
-  return ExitCode(server.Run(g_stop));
+  return RunServer(flags, num_workers, num_servers, config);
 }
 
 }  // namespace

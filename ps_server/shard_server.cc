@@ -441,18 +441,49 @@ int ShardServer::Run(const std::atomic<bool>& stop) {
 }
 
 void ShardServer::OnMessageOnIoThread(std::vector<zmq::message_t>& frames) {
-  const bool batch = frames.size() > 3 && IsBatchHead(frames[1].data(), frames[1].size());
   const std::string identity = frames[0].to_string();
+  Head head;
+  if (!DecodeOnIoThread(identity, frames, &head)) return;
+  const Header& h = head.header;
+  const int rank = h.sender;
+  switch (static_cast<MsgType>(h.type)) {
+    case MsgType::kHello:
+      OnHelloOnIoThread(identity, rank, frames);
+      return;
+    case MsgType::kBye:
+      worker_state_[rank] = kDone;
+      shm_.Forget(identity);
+      return;
+    case MsgType::kPushPullShm:
+    case MsgType::kPushPull:
+      OnPushOnIoThread(identity, std::move(head), frames);
+      return;
+    case MsgType::kBatch:
+      OnBatchOnIoThread(identity, h, frames);
+      return;
+    case MsgType::kJoin:
+      OnJoinOnIoThread(head);
+      return;
+    default:
+      RejectOnIoThread(identity, "a message",
+                       InvalidArgument("a server does not accept message type " +
+                                       std::to_string(h.type)));
+  }
+}
+
+bool ShardServer::DecodeOnIoThread(const std::string& identity,
+                                   std::vector<zmq::message_t>& frames, Head* out) {
+  const bool batch = frames.size() > 3 && IsBatchHead(frames[1].data(), frames[1].size());
   if (frames.size() < 2 || (frames.size() > 3 && !batch)) {
     uint64_t suppressed = 0;
     if (limiter_.Allow(identity, &suppressed)) {
       TFPS_LOG(Warning) << "dropped a message of " << frames.size() << " frames from '"
                         << EscapeForLog(identity) << "'" << SuppressedNote(suppressed);
     }
-    return;
+    return false;
   }
   const size_t payload_size = frames.size() == 3 ? frames[2].size() : 0;
-  Head head;
+  Head& head = *out;
   Status s = DecodeHead(frames[1].data(), frames[1].size(), payload_size, &head);
   if (s.ok()) s = CheckMessageSize(head.header, MaxMessageBytes());
   const Header& h = head.header;
@@ -463,65 +494,51 @@ void ShardServer::OnMessageOnIoThread(std::vector<zmq::message_t>& frames) {
   }
   if (!s.ok()) {
     RejectOnIoThread(identity, "a malformed message", s);
-    return;
+    return false;
   }
-  const int rank = h.sender;
-  switch (static_cast<MsgType>(h.type)) {
-    case MsgType::kHello: {
-      fd_of_rank_[rank] = frames[1].get(ZMQ_SRCFD);
-      if (worker_state_[rank] == kUnseen) worker_state_[rank] = kConnected;
-      Head reply;
-      reply.header.type = static_cast<uint16_t>(MsgType::kHelloReply);
-      reply.header.sender = server_id_;
-      const std::string offer = shm_.OnHello(identity, frames.size() == 3 ? frames[2].to_string()
-                                                                          : std::string());
-      (void)SendMessage(router_, identity, reply, zmq::message_t(offer.data(), offer.size()));
-      return;
+  return true;
+}
+
+void ShardServer::OnHelloOnIoThread(const std::string& identity, int rank,
+                                    std::vector<zmq::message_t>& frames) {
+  fd_of_rank_[rank] = frames[1].get(ZMQ_SRCFD);
+  if (worker_state_[rank] == kUnseen) worker_state_[rank] = kConnected;
+  Head reply;
+  reply.header.type = static_cast<uint16_t>(MsgType::kHelloReply);
+  reply.header.sender = server_id_;
+  const std::string offer = shm_.OnHello(identity, frames.size() == 3 ? frames[2].to_string()
+                                                                      : std::string());
+  (void)SendMessage(router_, identity, reply, zmq::message_t(offer.data(), offer.size()));
+}
+
+void ShardServer::OnPushOnIoThread(const std::string& identity, Head head,
+                                   std::vector<zmq::message_t>& frames) {
+  const bool shm = static_cast<MsgType>(head.header.type) == MsgType::kPushPullShm;
+  std::vector<Work> works(1);
+  works[0].kind = Work::kPush;
+  works[0].head = std::move(head);
+  works[0].received_us = WallMicros();
+  if (shm) {
+    if (!ReceiveShmOnIoThread(identity, &works[0])) return;
+  } else if (frames.size() == 3) {
+    works[0].payload = std::move(frames[2]);
+  }
+  AcceptPushesOnIoThread(identity, std::move(works));
+}
+
+// Every summation thread holds rounds the joined worker is due in.
+void ShardServer::OnJoinOnIoThread(const Head& head) {
+  for (size_t i = 0; i < inboxes_.size(); ++i) {
+    Work w;
+    w.kind = Work::kJoin;
+    w.head = head;
+    w.answer = i == 0;
+    Inbox& inbox = *inboxes_[i];
+    {
+      std::lock_guard<std::mutex> lock(inbox.mu);
+      inbox.queue.push_back(std::move(w));
     }
-    case MsgType::kBye:
-      worker_state_[rank] = kDone;
-      shm_.Forget(identity);
-      return;
-    case MsgType::kPushPullShm: {
-      std::vector<Work> works(1);
-      works[0].kind = Work::kPush;
-      works[0].head = std::move(head);
-      works[0].received_us = WallMicros();
-      if (ReceiveShmOnIoThread(identity, &works[0])) {
-        AcceptPushesOnIoThread(identity, std::move(works));
-      }
-      return;
-    }
-    case MsgType::kPushPull: {
-      std::vector<Work> works(1);
-      works[0].kind = Work::kPush;
-      works[0].head = std::move(head);
-      works[0].received_us = WallMicros();
-      if (frames.size() == 3) works[0].payload = std::move(frames[2]);
-      AcceptPushesOnIoThread(identity, std::move(works));
-      return;
-    }
-    case MsgType::kBatch:
-      OnBatchOnIoThread(identity, h, frames);
-      return;
-    case MsgType::kJoin:  // every summation thread holds rounds the joined worker is due in
-      for (size_t i = 0; i < inboxes_.size(); ++i) {
-        Work w;
-        w.kind = Work::kJoin;
-        w.head = head;
-        w.answer = i == 0;
-        Inbox& inbox = *inboxes_[i];
-        {
-          std::lock_guard<std::mutex> lock(inbox.mu);
-          inbox.queue.push_back(std::move(w));
-        }
-        inbox.cv.notify_one();
-      }
-      return;
-    default:
-      RejectOnIoThread(identity, "a message",
-                       InvalidArgument("a server does not accept message type " +
-                                       std::to_string(h.type)));
+    inbox.cv.notify_one();
   }
 }
 

@@ -95,6 +95,18 @@ class ShardServer {
   uint64_t MaxMessageBytes() const;
   void PostReplies(std::vector<Outgoing>* replies);
   void OnMessageOnIoThread(std::vector<zmq::message_t>& frames);
+  // Decodes a worker's message [identity][head][payload?] into *out and checks it comes
+  // from the worker it names; false (logged, or the worker told) when it is dropped.
+  bool DecodeOnIoThread(const std::string& identity, std::vector<zmq::message_t>& frames,
+                        Head* out);
+  // Marks the worker connected and answers with the server's shared-memory offer.
+  void OnHelloOnIoThread(const std::string& identity, int rank,
+                         std::vector<zmq::message_t>& frames);
+  // A single push, over the socket or (kPushPullShm) out of the sender's segment.
+  void OnPushOnIoThread(const std::string& identity, Head head,
+                        std::vector<zmq::message_t>& frames);
+  // Hands a join to every summation thread; the first answers it.
+  void OnJoinOnIoThread(const Head& head);
   // A batch of pushes [identity][batch head][head][payload]...: checked whole, then each
   // push accepted as if it had come alone.
   void OnBatchOnIoThread(const std::string& identity, const Header& batch,

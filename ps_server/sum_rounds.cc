@@ -129,8 +129,29 @@ bool SumRounds::Add(const Head& pushed, Buffer payload, double received_us,
   const Head& head = InRoundSteps(pushed, &shifted);
   const Header& h = head.header;
   const RoundId id{h.key, h.partition, h.step};
-  // A push from outside the round's set is refused alone: counted, it would complete the
-  // round in place of a member's push.
+  Status set = CheckSetMember(head, id);
+  if (!set.ok()) {
+    out->push_back(ErrorReply(h, h.sender, server_id_, set));
+    return false;
+  }
+  Round& r = Open(head, id);
+  if (!MarkArrived(r, pushed, head, received_us, out)) return false;
+  Accumulate(r, head, &payload, out);
+  if (r.num_arrived < r.expected) return false;
+  const bool ok = r.error.ok();
+  if (ok && r.sum.borrowed()) {  // answers and parameters live in the server's own memory
+    r.sum = Buffer::CopyOf(r.sum.data(), r.sum.size());
+  }
+  if (ok) ReduceJoinedZeros(r);  // after the copy: never into a worker's segment
+  if (ok) *complete = std::move(r);
+  rounds_.erase(id);
+  return ok;
+}
+
+// A push from outside the round's set is refused alone: counted, it would complete the
+// round in place of a member's push.
+Status SumRounds::CheckSetMember(const Head& head, const RoundId& id) const {
+  const Header& h = head.header;
   Status set = CheckProcessSetPush(head, num_workers_, Where(server_id_, id));
   const auto open = rounds_.find(id);
   if (set.ok() && open != rounds_.end() && !InProcessSet(open->second.members, h.sender)) {
@@ -138,11 +159,12 @@ bool SumRounds::Add(const Head& pushed, Buffer payload, double received_us,
                           DescribeProcessSet(open->second.members) +
                           ", which it is not a member of (" + Where(server_id_, id) + ")");
   }
-  if (!set.ok()) {
-    out->push_back(ErrorReply(h, h.sender, server_id_, set));
-    return false;
-  }
-  Round& r = Open(head, id);
+  return set;
+}
+
+bool SumRounds::MarkArrived(Round& r, const Head& pushed, const Head& head, double received_us,
+                            std::vector<Outgoing>* out) {
+  const Header& h = head.header;
   if (h.step != pushed.header.step) {
     r.step_behind.resize(num_workers_, 0);
     r.step_behind[h.sender] = h.step - pushed.header.step;
@@ -150,7 +172,7 @@ bool SumRounds::Add(const Head& pushed, Buffer payload, double received_us,
   if (r.arrived[h.sender]) {
     out->push_back(ErrorReply(pushed.header, h.sender, server_id_,
                               Internal("pushed twice for the same step (" +
-                                       Where(server_id_, id) + ")")));
+                                       Where(server_id_, r.id) + ")")));
     return false;
   }
   if ((h.flags & kFlagHierarchical) != 0) {
@@ -166,52 +188,54 @@ bool SumRounds::Add(const Head& pushed, Buffer payload, double received_us,
     r.received_us.resize(num_workers_, 0.0);
     r.received_us[h.sender] = received_us;
   }
+  return true;
+}
+
+void SumRounds::Accumulate(Round& r, const Head& head, Buffer* payload,
+                           std::vector<Outgoing>* out) {
+  const Header& h = head.header;
   if (r.error.ok() && (h.flags & kFlagAbortRound) != 0) {
     r.error = FailedPrecondition(
         "worker " + std::to_string(h.sender) + " could not take part in this collective: " +
-        EscapeForLog(std::string(static_cast<const char*>(payload.data()), payload.size()), 1024) +
+        EscapeForLog(std::string(static_cast<const char*>(payload->data()), payload->size()),
+                     1024) +
         " (" + Where(server_id_, r.id) + "); the next collective can proceed");
   }
   if (r.error.ok()) r.error = Mismatch(r, head);
   bool summed = false;  // a compressed push decoded straight into the sum
-  if (r.error.ok() && h.codec != 0) r.error = DecodeInto(r, h, &payload, &summed);
+  if (r.error.ok() && h.codec != 0) r.error = DecodeInto(r, h, payload, &summed);
   if (!r.error.ok()) {
     Fail(r, r.error, out);
   } else if (summed) {
     // already added to r.sum
   } else if ((h.flags & kFlagSparse) != 0) {
     r.rows.resize(num_workers_);
-    r.rows[h.sender] = std::move(payload);  // merged at the end, in rank order
+    r.rows[h.sender] = std::move(*payload);  // merged at the end, in rank order
   } else if ((h.flags & kFlagNoData) == 0) {
-    if (!r.has_data) {
-      r.sum = std::move(payload);  // the first data push is the accumulator: no copy
-      r.has_data = true;
-    } else {
-      // A borrowed accumulator (a colocated worker's shared memory) is never written. For
-      // a sum or product, the first push of our own takes its place: the two operands
-      // swap, which changes no bit (IEEE addition and multiplication commute; NaN payloads
-      // aside); later ones keep their order. Min and max do not commute on signed zeros
-      // (min(-0, +0) keeps its first operand), so they copy.
-      const auto op = static_cast<ReduceOp>(h.reduce_op);
-      if (r.sum.borrowed() && !payload.borrowed() &&
-          (op == ReduceOp::kSum || op == ReduceOp::kProduct)) {
-        std::swap(r.sum, payload);
-      } else if (r.sum.borrowed()) {
-        r.sum = Buffer::CopyOf(r.sum.data(), r.sum.size());
-      }
-      ReduceInto(static_cast<ReduceOp>(h.reduce_op), static_cast<DType>(h.dtype), r.sum.data(),
-                 payload.data(), h.count);
-    }
+    ReduceDense(r, h, payload);
   }
-  if (r.num_arrived < r.expected) return false;
-  const bool ok = r.error.ok();
-  if (ok && r.sum.borrowed()) {  // answers and parameters live in the server's own memory
+}
+
+void SumRounds::ReduceDense(Round& r, const Header& h, Buffer* payload) {
+  if (!r.has_data) {
+    r.sum = std::move(*payload);  // the first data push is the accumulator: no copy
+    r.has_data = true;
+    return;
+  }
+  // A borrowed accumulator (a colocated worker's shared memory) is never written. For
+  // a sum or product, the first push of our own takes its place: the two operands
+  // swap, which changes no bit (IEEE addition and multiplication commute; NaN payloads
+  // aside); later ones keep their order. Min and max do not commute on signed zeros
+  // (min(-0, +0) keeps its first operand), so they copy.
+  const auto op = static_cast<ReduceOp>(h.reduce_op);
+  if (r.sum.borrowed() && !payload->borrowed() &&
+      (op == ReduceOp::kSum || op == ReduceOp::kProduct)) {
+    std::swap(r.sum, *payload);
+  } else if (r.sum.borrowed()) {
     r.sum = Buffer::CopyOf(r.sum.data(), r.sum.size());
   }
-  if (ok) ReduceJoinedZeros(r);  // after the copy: never into a worker's segment
-  if (ok) *complete = std::move(r);
-  rounds_.erase(id);
-  return ok;
+  ReduceInto(static_cast<ReduceOp>(h.reduce_op), static_cast<DType>(h.dtype), r.sum.data(),
+             payload->data(), h.count);
 }
 
 // A local leader's push (kFlagHierarchical) sums the gradients of the ranks in its params,

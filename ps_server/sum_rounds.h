@@ -88,6 +88,17 @@ class SumRounds {
 
  private:
   Round& Open(const Head& head, const RoundId& id);
+  // Add's steps. Why a push from outside the round's process set is refused; Ok if not.
+  Status CheckSetMember(const Head& head, const RoundId& id) const;
+  // Counts the push as arrived (with the ranks a local leader's push stands for); false,
+  // with the error reply in *out, when it cannot be (pushed twice, a bad rank list).
+  bool MarkArrived(Round& round, const Head& pushed, const Head& head, double received_us,
+                   std::vector<Outgoing>* out);
+  // Fails the round on an aborted push or a mismatch (answering it), else adds the payload
+  // to it: decoded, kept as sparse rows, or reduced into the sum.
+  void Accumulate(Round& round, const Head& head, Buffer* payload, std::vector<Outgoing>* out);
+  // A dense push's data: the round's first becomes the sum, later ones reduce into it.
+  void ReduceDense(Round& round, const Header& h, Buffer* payload);
   // Why this push cannot join the round (a disagreement with its first push); Ok if it can.
   Status Mismatch(const Round& round, const Head& head) const;
   // The collective's own fields: reduce op, broadcast or not, and the broadcast's root.

@@ -216,9 +216,17 @@ Status ReadAuthKey(const std::string& path, std::string* key) {
   return Status::Ok();
 }
 
-}  // namespace
+// A 0/1 switch.
+Status ParseSwitch(const char* name, bool* out) {
+  int64_t value = 0;
+  TFPS_RETURN_IF_ERROR(ParseInt(name, 0, 1, &value));
+  *out = value != 0;
+  return Status::Ok();
+}
 
-Status LoadConfig(Config* config) {
+// The timeouts, the message and partition sizes, the server's threads and the scheduling
+// credit.
+Status LoadLimits(Config* config) {
   // Deadlines are steady_clock time points (64-bit nanoseconds: 292 years) and messages
   // print whole seconds as int: 30 days keeps far from both.
   TFPS_RETURN_IF_ERROR(ParseClampedDouble("TFPS_TIMEOUT", 0.1, kMaxTimeoutS,
@@ -236,8 +244,12 @@ Status LoadConfig(Config* config) {
       ParseInt("TFPS_FUSION_BYTES", 0, int64_t{1} << 31, &config->fusion_bytes));
   TFPS_RETURN_IF_ERROR(ParseInt("TFPS_MAX_MESSAGE_BYTES", 4096, int64_t{1} << 40,
                                 &config->max_message_bytes));
-  TFPS_RETURN_IF_ERROR(
-      ParseInt("TFPS_SERVER_PUSH_BYTES", 0, int64_t{1} << 50, &config->server_push_bytes));
+  return ParseInt("TFPS_SERVER_PUSH_BYTES", 0, int64_t{1} << 50, &config->server_push_bytes);
+}
+
+// The server's push budget (0: automatic), and that one message fits in it and the
+// partitions and fusion batches in one message.
+Status CheckSizeLimits(Config* config) {
   if (config->server_push_bytes == 0) {  // auto: a quarter of this machine's memory, >= 2 GiB
     const long pages = sysconf(_SC_PHYS_PAGES);
     const long page_size = sysconf(_SC_PAGESIZE);
@@ -260,6 +272,11 @@ Status LoadConfig(Config* config) {
                            " may not exceed TFPS_MAX_MESSAGE_BYTES=" +
                            std::to_string(config->max_message_bytes));
   }
+  return Status::Ok();
+}
+
+// TFPS_BIND: *, an IPv4 address, an IPv6 address (kept bare) or an interface name.
+Status LoadBind(Config* config) {
   config->bind = Lookup("TFPS_BIND");
   std::string bare = config->bind;  // an IPv6 literal, bare or in brackets: ::1, [::1]
   if (bare.size() >= 2 && bare.front() == '[' && bare.back() == ']') {
@@ -273,29 +290,29 @@ Status LoadConfig(Config* config) {
     return InvalidArgument("TFPS_BIND='" + config->bind + "' is not *, an IPv4 address, an "
                            "IPv6 address (::1 or [::1]) or an interface name");
   }
+  return Status::Ok();
+}
+
+// The job key, and the switches, names and paths of the optional features.
+Status LoadFeatures(Config* config) {
   TFPS_RETURN_IF_ERROR(ReadAuthKey(Lookup("TFPS_AUTH_KEY_FILE"), &config->auth_secret_key));
-  int64_t insecure = 0;
-  TFPS_RETURN_IF_ERROR(ParseInt("TFPS_INSECURE", 0, 1, &insecure));
-  config->insecure = insecure != 0;
+  TFPS_RETURN_IF_ERROR(ParseSwitch("TFPS_INSECURE", &config->insecure));
   config->timeline = Lookup("TFPS_TIMELINE");
   // Parsed by the engine (cc/codec is above this layer); the server does not read it.
   config->compression = Lookup("TFPS_COMPRESSION");
-  int64_t feedback = 1;
-  TFPS_RETURN_IF_ERROR(ParseInt("TFPS_ERROR_FEEDBACK", 0, 1, &feedback));
-  config->error_feedback = feedback != 0;
+  TFPS_RETURN_IF_ERROR(ParseSwitch("TFPS_ERROR_FEEDBACK", &config->error_feedback));
   TFPS_RETURN_IF_ERROR(
       ParseConsistency("TFPS_CONSISTENCY", Lookup("TFPS_CONSISTENCY"), &config->consistency));
   config->consistency_trace = Lookup("TFPS_CONSISTENCY_TRACE");
-  int64_t hierarchical = 0;
-  TFPS_RETURN_IF_ERROR(ParseInt("TFPS_HIERARCHICAL", 0, 1, &hierarchical));
-  config->hierarchical = hierarchical != 0;
-  int64_t shm_server = 0;
-  TFPS_RETURN_IF_ERROR(ParseInt("TFPS_SHM_SERVER", 0, 1, &shm_server));
-  config->shm_server = shm_server != 0;
+  TFPS_RETURN_IF_ERROR(ParseSwitch("TFPS_HIERARCHICAL", &config->hierarchical));
+  TFPS_RETURN_IF_ERROR(ParseSwitch("TFPS_SHM_SERVER", &config->shm_server));
   config->nccl_library = Lookup("TFPS_NCCL_LIBRARY");
   config->checkpoint_dir = Lookup("TFPS_CHECKPOINT_DIR");
-  TFPS_RETURN_IF_ERROR(
-      ParseInt("TFPS_CHECKPOINT_EVERY", 0, int64_t{1} << 50, &config->checkpoint_every));
+  return ParseInt("TFPS_CHECKPOINT_EVERY", 0, int64_t{1} << 50, &config->checkpoint_every);
+}
+
+// TFPS_LOG_LEVEL, which takes effect at once.
+Status LoadLogLevel(Config* config) {
   config->log_level = Lookup("TFPS_LOG_LEVEL");
   LogLevel level;
   if (!ParseLogLevel(config->log_level, &level)) {
@@ -304,6 +321,17 @@ Status LoadConfig(Config* config) {
   }
   SetLogLevel(level);
   return Status::Ok();
+}
+
+}  // namespace
+
+// In this order: the first error is the one reported.
+Status LoadConfig(Config* config) {
+  TFPS_RETURN_IF_ERROR(LoadLimits(config));
+  TFPS_RETURN_IF_ERROR(CheckSizeLimits(config));
+  TFPS_RETURN_IF_ERROR(LoadBind(config));
+  TFPS_RETURN_IF_ERROR(LoadFeatures(config));
+  return LoadLogLevel(config);
 }
 
 }  // namespace tfps

@@ -141,10 +141,21 @@ Status ShmSegment::Create(const std::string& name, uint64_t bytes, uint32_t dtyp
   return Status::Ok();
 }
 
-Status ShmSegment::Open(const std::string& name, uint64_t bytes, ShmSegment** out) {
-  *out = nullptr;
-  const bool any_size = bytes == kShmAnySize;
-  size_t size = any_size ? 0 : kShmDataOffset + bytes;
+namespace {
+
+// Where a segment's name says its sealed memory is: Create writes
+// "tfps-memfd <pid> <fd> <inode>\n" into the name once the memfd is ready.
+struct MemfdPointer {
+  int pid = 0;
+  int fd_number = -1;
+  unsigned long long inode = 0;
+  std::string path;  // /proc/<pid>/fd/<fd>
+};
+
+// The text the segment's name holds: empty when there is no such name (yet). Refuses a
+// name of another user's, one others may access, and one too large to be a pointer.
+Status ReadPointerText(const std::string& name, std::string* text) {
+  text->clear();
   const int name_fd = shm_open(name.c_str(), O_RDONLY | O_CLOEXEC, 0);
   if (name_fd < 0) return errno == ENOENT ? Status::Ok() : Errno("cannot open", name);
   struct stat st;
@@ -169,53 +180,75 @@ Status ShmSegment::Open(const std::string& name, uint64_t bytes, ShmSegment** ou
                               "host?): refusing it, since its owner could shrink it under "
                               "this process's mapping");
   }
-  if (got <= 0 || pointer[got - 1] != '\n') return Status::Ok();  // still being set up
-  pointer[got] = '\0';
-  int pid = 0;
-  int fd_number = -1;
-  unsigned long long inode = 0;
+  if (got > 0) text->assign(pointer, static_cast<size_t>(got));
+  return Status::Ok();
+}
+
+// The pointer the segment's name holds. *ready stays false (and the status OK) while there
+// is no such name or its creator is still writing the pointer.
+Status ReadMemfdPointer(const std::string& name, MemfdPointer* out, bool* ready) {
+  *ready = false;
+  std::string text;
+  TFPS_RETURN_IF_ERROR(ReadPointerText(name, &text));
+  if (text.empty() || text.back() != '\n') return Status::Ok();  // still being set up
   char end = 0;
-  if (std::sscanf(pointer, "tfps-memfd %d %d %llu%c", &pid, &fd_number, &inode, &end) != 4 ||
-      end != '\n' || pid <= 0 || fd_number < 0) {
+  if (std::sscanf(text.c_str(), "tfps-memfd %d %d %llu%c", &out->pid, &out->fd_number,
+                  &out->inode, &end) != 4 ||
+      end != '\n' || out->pid <= 0 || out->fd_number < 0) {
     return FailedPrecondition("shared memory " + name + " does not say where its sealed "
                               "memory is: refusing it");
   }
-  const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd_number);
+  out->path = "/proc/" + std::to_string(out->pid) + "/fd/" + std::to_string(out->fd_number);
+  *ready = true;
+  return Status::Ok();
+}
+
+// Opens the memory the pointer names, for reading and writing, into *fd.
+Status OpenPointedMemory(const std::string& name, const MemfdPointer& pointer, int* fd) {
+  const std::string& path = pointer.path;
   // The pointer is the peer's word: look before opening. O_PATH opens nothing (a device,
   // a FIFO or a socket another process holds there is never opened for real); only a
   // regular file with the inode the pointer names is then reopened for reading and writing.
   const int pinned = open(path.c_str(), O_PATH | O_CLOEXEC);
-  int fd = -1;
+  *fd = -1;
   if (pinned >= 0) {
     struct stat pst;
     if (fstat(pinned, &pst) != 0 || !S_ISREG(pst.st_mode) ||
-        static_cast<unsigned long long>(pst.st_ino) != inode) {
+        static_cast<unsigned long long>(pst.st_ino) != pointer.inode) {
       close(pinned);
       return FailedPrecondition("shared memory " + name + " (" + path + ") is not the memory "
                                 "its name points to (not a regular file, or another inode: "
                                 "another process by that PID?): refusing it");
     }
-    fd = open(("/proc/self/fd/" + std::to_string(pinned)).c_str(),
-              O_RDWR | O_CLOEXEC | O_NONBLOCK);
+    *fd = open(("/proc/self/fd/" + std::to_string(pinned)).c_str(),
+               O_RDWR | O_CLOEXEC | O_NONBLOCK);
     const int saved = errno;
     close(pinned);
     errno = saved;
   }
-  if (fd < 0) {
+  if (*fd < 0) {
     return FailedPrecondition("cannot open the memory of shared memory " + name + " through " +
                               path + " (" + std::strerror(errno) + "): did its creator exit, "
                               "or does it run as another user or in another PID namespace "
                               "(processes that share memory must see each other in /proc: "
                               "containers need a shared PID namespace, e.g. docker --pid=host)?");
   }
+  return Status::Ok();
+}
+
+// Checks the opened memory is the one pointed to, this user's, sealed against shrinking and
+// growing and large enough for a header; sets *actual to its size. Closes fd when it
+// refuses it.
+Status CheckPointedMemory(const std::string& name, const MemfdPointer& pointer, int fd,
+                          size_t* actual) {
   auto refuse = [&](const std::string& why) {
     close(fd);
-    return FailedPrecondition("shared memory " + name + " (" + path + ") " + why +
+    return FailedPrecondition("shared memory " + name + " (" + pointer.path + ") " + why +
                               ": refusing it");
   };
   struct stat mst;
   if (fstat(fd, &mst) != 0) return refuse(std::string("cannot be inspected: ") + std::strerror(errno));
-  if (static_cast<unsigned long long>(mst.st_ino) != inode) {
+  if (static_cast<unsigned long long>(mst.st_ino) != pointer.inode) {
     return refuse("is not the memory its name points to (another process by that PID?)");
   }
   if (mst.st_uid != geteuid()) return refuse("belongs to another user");
@@ -225,8 +258,25 @@ Status ShmSegment::Open(const std::string& name, uint64_t bytes, ShmSegment** ou
                   "its creator could shrink it under this process's mapping and kill it "
                   "with SIGBUS");
   }
-  const size_t actual = static_cast<size_t>(mst.st_size);
-  if (actual < sizeof(ShmHeader)) return refuse("is smaller than its header");
+  *actual = static_cast<size_t>(mst.st_size);
+  if (*actual < sizeof(ShmHeader)) return refuse("is smaller than its header");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ShmSegment::Open(const std::string& name, uint64_t bytes, ShmSegment** out) {
+  *out = nullptr;
+  const bool any_size = bytes == kShmAnySize;
+  size_t size = any_size ? 0 : kShmDataOffset + bytes;
+  MemfdPointer pointer;
+  bool ready = false;
+  TFPS_RETURN_IF_ERROR(ReadMemfdPointer(name, &pointer, &ready));
+  if (!ready) return Status::Ok();
+  int fd = -1;
+  TFPS_RETURN_IF_ERROR(OpenPointedMemory(name, pointer, &fd));
+  size_t actual = 0;
+  TFPS_RETURN_IF_ERROR(CheckPointedMemory(name, pointer, fd, &actual));
   void* base = mmap(nullptr, actual, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
   if (base == MAP_FAILED) return Errno("cannot map", name);

@@ -316,8 +316,10 @@ Status DecodeHead(const void* data, size_t size, size_t payload_size, Head* head
 
 namespace {
 
-// DecodeHead for every message but the shared-memory ones, which it checks as their base.
-Status DecodeHeadAsSent(const void* data, size_t size, size_t payload_size, Head* head) {
+// The fixed part of a head frame: the header (magic, version, type, known flags), then
+// its dims, parameters and (with the process-set flag) member ranks, which must fill the
+// frame exactly. Copies them into *head.
+Status ReadHeadFrame(const void* data, size_t size, Head* head) {
   if (size < sizeof(Header)) {
     return InvalidArgument("head frame of " + std::to_string(size) + " bytes is shorter than " +
                            std::to_string(sizeof(Header)));
@@ -353,6 +355,12 @@ Status DecodeHeadAsSent(const void* data, size_t size, size_t payload_size, Head
   if (h.nparams > 0) {
     std::memcpy(head->params.data(), tail + h.ndims * sizeof(int64_t), h.nparams * sizeof(double));
   }
+  return Status::Ok();
+}
+
+// A PS apply push names a known optimizer and carries its hyperparameters and slot
+// initial values.
+Status CheckPsApplyFields(const Header& h) {
   if ((h.flags & kFlagPsApply) != 0) {
     const auto opt = static_cast<Optimizer>(h.optimizer);
     if (h.optimizer == 0 || h.optimizer > kMaxOptimizer) {
@@ -369,6 +377,12 @@ Status DecodeHeadAsSent(const void* data, size_t size, size_t payload_size, Head
       return InvalidArgument("a PS apply push cannot also be an init or carry no data");
     }
   }
+  return Status::Ok();
+}
+
+// Which message types the sparse, timed, acknowledgement and PS init/overwrite flags may
+// ride on, and what a batch head may carry.
+Status CheckFlagsOfType(const Header& h, size_t payload_size) {
   if ((h.flags & kFlagSparse) != 0 && (h.flags & (kFlagPsInit | kFlagNoData)) != 0) {
     return InvalidArgument("a sparse message cannot be an init or carry no data");
   }
@@ -401,7 +415,11 @@ Status DecodeHeadAsSent(const void* data, size_t size, size_t payload_size, Head
   if ((h.flags & kFlagPsInit) != 0 && (h.optimizer != 0 || h.nparams != 0)) {
     return InvalidArgument("a PS init push carries neither optimizer nor parameters");
   }
-  TFPS_RETURN_IF_ERROR(CheckCollectiveFields(*head));
+  return Status::Ok();
+}
+
+// A local leader's push (hierarchical): a dense summation push listing the ranks it sums.
+Status CheckHierarchicalFields(const Header& h) {
   if ((h.flags & kFlagHierarchical) != 0) {
     // Which ranks it stands for is checked where the number of workers is known (server).
     if (static_cast<MsgType>(h.type) != MsgType::kPushPull || h.nparams == 0 ||
@@ -411,6 +429,11 @@ Status DecodeHeadAsSent(const void* data, size_t size, size_t payload_size, Head
                              std::to_string(h.nparams) + " ranks)");
     }
   }
+  return Status::Ok();
+}
+
+// The codec and its no-feedback flag: dense float32 pushes and their replies only.
+Status CheckCodecFields(const Header& h) {
   if ((h.flags & kFlagNoFeedback) != 0 &&
       (h.codec == 0 || static_cast<MsgType>(h.type) != MsgType::kPushPull)) {
     return InvalidArgument("the no-feedback flag is only valid on a compressed push");
@@ -432,6 +455,11 @@ Status DecodeHeadAsSent(const void* data, size_t size, size_t payload_size, Head
                              Hex(h.flags) + ")");
     }
   }
+  return Status::Ok();
+}
+
+// A join's fixed shape, and its two flags on joins only.
+Status CheckJoinFields(const Header& h) {
   constexpr uint32_t kJoinFlags = kFlagJoinLeads | kFlagJoinRelease;
   if (static_cast<MsgType>(h.type) == MsgType::kJoin &&
       ((h.flags & ~kJoinFlags) != 0 || h.flags == kJoinFlags || h.nparams != 0 ||
@@ -445,6 +473,20 @@ Status DecodeHeadAsSent(const void* data, size_t size, size_t payload_size, Head
     return InvalidArgument("the leading-join and release flags are only valid on a join "
                            "(type " + std::to_string(h.type) + ", flags " + Hex(h.flags) + ")");
   }
+  return Status::Ok();
+}
+
+// DecodeHead for every message but the shared-memory ones, which it checks as their base.
+// The checks run in this order; the first that fails is the error.
+Status DecodeHeadAsSent(const void* data, size_t size, size_t payload_size, Head* head) {
+  TFPS_RETURN_IF_ERROR(ReadHeadFrame(data, size, head));
+  const Header& h = head->header;
+  TFPS_RETURN_IF_ERROR(CheckPsApplyFields(h));
+  TFPS_RETURN_IF_ERROR(CheckFlagsOfType(h, payload_size));
+  TFPS_RETURN_IF_ERROR(CheckCollectiveFields(*head));
+  TFPS_RETURN_IF_ERROR(CheckHierarchicalFields(h));
+  TFPS_RETURN_IF_ERROR(CheckCodecFields(h));
+  TFPS_RETURN_IF_ERROR(CheckJoinFields(h));
   if (CarriesTensor(static_cast<MsgType>(h.type))) return CheckTensorFields(*head, payload_size);
   return Status::Ok();
 }
