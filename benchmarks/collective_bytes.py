@@ -32,7 +32,9 @@ def worker(elements, out_path):
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(2)
     import tf_ps_ops as hvd
-    from tf_ps_ops import _library, adasum, collectives
+    from tf_ps_ops.collectives import adasum
+    from tf_ps_ops.collectives import alltoall as collectives
+    from tf_ps_ops.common import library as _library
     from tf_ps_ops.compression import Compression
 
     hvd.init()

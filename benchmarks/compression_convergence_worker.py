@@ -22,7 +22,7 @@ from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
 import tf_ps_ops as hvd
-from tf_ps_ops import _library
+from tf_ps_ops.common import library as _library
 
 
 def settings():

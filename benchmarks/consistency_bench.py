@@ -22,7 +22,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from tf_ps_ops._launch_cluster import LoggedCluster  # noqa: E402
+from tfps_harness.launch_cluster import LoggedCluster  # noqa: E402
 
 WORKER = ROOT / "tests" / "multiprocess" / "workers" / "consistency_worker.py"
 PS_SERVER = ROOT / "tf_ps_ops" / "bin" / "ps_server"

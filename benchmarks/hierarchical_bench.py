@@ -24,7 +24,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from netns import Hosts  # noqa: E402
 from ps_cluster import PS_SERVER, netns_host  # noqa: E402
-from tf_ps_ops._launch_cluster import LoggedCluster  # noqa: E402
+from tfps_harness.launch_cluster import LoggedCluster  # noqa: E402
 
 WORKERS_PER_HOST = 2
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-from tf_ps_ops._launch_cluster import LoggedCluster  # noqa: E402
+from tfps_harness.launch_cluster import LoggedCluster  # noqa: E402
 from hierarchical_bench import worker_rows  # noqa: E402 (this folder: the script's)
 
 WORKERS = 3

@@ -12,7 +12,7 @@ Workers learn their place from TFPS_SCHEDULER, TFPS_RANK, TFPS_SIZE and TFPS_NUM
 (and NETNS_SERVER_PID: the pid of the ps_server on their host, for CPU accounting).
 Every process writes stdout/stderr to a file (no pipe can fill up), lives under one
 deadline, and is reaped with os.wait4 so its CPU time is known (`cpu_s` of a result):
-the machinery is tf_ps_ops/_launch_cluster.py, shared with the tests and tfps-run; a
+the machinery is tfps_harness/launch_cluster.py, shared with the tests and tfps-run; a
 host here is a command wrapped in `ip netns exec`.
 """
 
@@ -23,8 +23,8 @@ REPO = Path(__file__).resolve().parents[1]
 PS_SERVER = REPO / "tf_ps_ops" / "bin" / "ps_server"
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # benchmarks run by path, from a checkout
-from tf_ps_ops._launch_cluster import LoggedCluster  # noqa: E402
-from tf_ps_ops._launch_process import Host  # noqa: E402
+from tfps_harness.launch_cluster import LoggedCluster  # noqa: E402
+from tf_ps_ops.runner.process import Host  # noqa: E402
 
 
 class ClusterError(RuntimeError):

@@ -38,8 +38,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from netns import Hosts, available  # noqa: E402
 from ps_cluster import REPO, ClusterError, NetnsCluster, netns_host  # noqa: E402
-from tf_ps_ops._launch_job import Job  # noqa: E402
-from tf_ps_ops._launch_process import LogFiles  # noqa: E402
+from tf_ps_ops.runner.job import Job  # noqa: E402
+from tf_ps_ops.runner.process import LogFiles  # noqa: E402
 
 WORKER = HERE / "train_worker.py"
 RESULTS = HERE / "results"
@@ -114,7 +114,7 @@ def wait_for_idle(limit, patience):
 
 # --- processes that are not a tf_ps_ops cluster --------------------------------------------
 # The baselines' processes run under the same launch library as our clusters: output in
-# files, a process group each, reaped with wait4, one deadline (tf_ps_ops/_launch_job.py).
+# files, a process group each, reaped with wait4, one deadline (tf_ps_ops/runner/job.py).
 
 def child_env(**more):
     env = {k: v for k, v in os.environ.items() if not k.startswith(FOREIGN_ENV)}

@@ -208,7 +208,7 @@ class CodecCounters:
              "codec_micros")
 
     def __init__(self, step, warmup):
-        from tf_ps_ops import _library
+        from tf_ps_ops.common import library as _library
         self.c_api, self.step, self.warmup, self.calls = _library.c_api(), step, warmup, 0
         self.start = self.read()
 

@@ -9,7 +9,7 @@ products: workers exchange the factors (dy, x), K·(M+N) floats, peer to peer, i
 the M·N gradient, and each rebuilds the same averaged gradient. See docs/sfb.md.
 """
 
-from tf_ps_ops import _lazy
+from tf_ps_ops.common import lazy as _lazy
 
 # Public name -> the submodule that defines it. Resolved on first access (PEP 562), so that
 # `sfb.policy` is usable without TensorFlow.

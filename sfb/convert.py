@@ -13,7 +13,7 @@ _logger = logging.getLogger("sfb")
 
 
 def _mode_from_environment():
-    from tf_ps_ops import _config
+    from tf_ps_ops.common import config as _config
 
     value, source = _config.lookup("TFPS_MODE")
     if value is None:

@@ -2,8 +2,8 @@
 
 import tensorflow as tf
 
-from tf_ps_ops import _library
-from tf_ps_ops.ops import _check_not_xla
+from tf_ps_ops.collectives.ops import _check_not_xla
+from tf_ps_ops.common import library as _library
 
 # Dtypes the op computes in; others (float16, bfloat16) exchange and rebuild in float32.
 _OP_DTYPES = (tf.float32, tf.float64)

@@ -8,7 +8,7 @@
 
 Every process has its stdout/stderr in a file (no pipe can fill and block it), belongs to
 its own session (killing it kills its children) and lives under one hard deadline; the
-machinery is tf_ps_ops/_launch_cluster.py, shared with tfps-run and the benchmarks. A
+machinery is tfps_harness/launch_cluster.py, shared with tfps-run and the benchmarks. A
 test never passes because a child died silently: `assert_ok` checks every exit code and
 quotes the stderr of every process that failed. Fault tests use `kill(role, index)` and
 `result(role, index)`.
@@ -18,12 +18,12 @@ import os
 import time
 from pathlib import Path
 
-from tf_ps_ops._launch_cluster import LoggedCluster
+from tfps_harness.launch_cluster import LoggedCluster
 
 REPO = Path(__file__).resolve().parents[1]
 PS_SERVER = REPO / "tf_ps_ops" / "bin" / "ps_server"
 OP_LIBRARY = REPO / "tf_ps_ops" / "_tf_ps_ops.so"
-# Which of the worker variables (tf_ps_ops/_launch_env.py) each env_style sets: one
+# Which of the worker variables (tf_ps_ops/runner/env.py) each env_style sets: one
 # dialect each, so that each way a worker reads its place is tested on its own.
 _DIALECTS = {"tfps": ("tfps",), "byteps": ("dmlc",)}
 

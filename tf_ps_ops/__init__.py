@@ -9,43 +9,50 @@ Names are resolved on first access (PEP 562): the launcher `tfps-run` lives in t
 package and must start without importing TensorFlow (seconds) or the op library.
 """
 
-from tf_ps_ops import _lazy
+from tf_ps_ops.common import lazy as _lazy
 
-# Public name -> the submodule that defines it.
+# Public name -> the module that defines it (docs/internals.md has the package's map).
 _EXPORTS = {
-    # basics: the cluster and this worker's place in it
-    "init": "basics", "shutdown": "basics", "is_initialized": "basics",
-    "rank": "basics", "size": "basics", "local_rank": "basics", "local_size": "basics",
-    "num_servers": "basics", "rank_op": "basics", "size_op": "basics",
-    "local_rank_op": "basics", "local_size_op": "basics",
-    "cross_rank": "_compat", "cross_size": "_compat", "is_homogeneous": "_compat",
-    # Horovod's build queries: which transports are built in (none of theirs)
-    "mpi_built": "_compat", "mpi_enabled": "_compat", "mpi_threads_supported": "_compat",
-    "gloo_built": "_compat", "gloo_enabled": "_compat", "nccl_built": "_compat",
-    "ddl_built": "_compat", "ccl_built": "_compat", "cuda_built": "_compat",
-    "rocm_built": "_compat",
-    # collective operations
-    "Average": "ops", "Sum": "ops", "Adasum": "ops", "Min": "ops", "Max": "ops",
-    "Product": "ops", "global_process_set": "ops",
-    "ProcessSet": "process_sets", "add_process_set": "process_sets",
-    "remove_process_set": "process_sets", "join": "_join", "barrier": "_join",
-    "allreduce": "ops", "push_pull": "ops", "grouped_allreduce": "ops",
-    "allgather": "ops", "broadcast": "ops", "broadcast_": "ops",
-    "broadcast_variables": "ops", "broadcast_object": "ops", "broadcast_object_fn": "ops",
-    "allgather_object": "ops",
-    "alltoall": "collectives", "reducescatter": "collectives",
-    "grouped_allgather": "collectives", "grouped_reducescatter": "collectives",
-    "Compression": "compression",
-    "broadcast_global_variables": "_compat", "BroadcastGlobalVariablesHook": "_compat",
-    # training glue
-    "DistributedGradientTape": "tape", "PartialDistributedGradientTape": "tape",
-    "PartialDistributedOptimizer": "keras",
-    "DistributedOptimizer": "keras", "load_model": "keras",
-    "SyncBatchNormalization": "sync_batch_norm",
-    "start_timeline": "_timeline", "stop_timeline": "_timeline",
-    # PS mode: the servers run the optimizer
-    "enable_graph_rewrite": "ps_mode", "disable_graph_rewrite": "ps_mode",
-    "rewrite_graph_def": "ps_mode",
+    # common/: the cluster and this worker's place in it
+    "init": "common.init",
+    "shutdown": "common.basics", "is_initialized": "common.basics", "rank": "common.basics",
+    "size": "common.basics", "local_rank": "common.basics", "local_size": "common.basics",
+    "num_servers": "common.basics", "rank_op": "common.basics", "size_op": "common.basics",
+    "local_rank_op": "common.basics", "local_size_op": "common.basics",
+    "start_timeline": "common.timeline", "stop_timeline": "common.timeline",
+    # Horovod's topology and build queries (which transports are built in: none of theirs)
+    "cross_rank": "collectives.compat", "cross_size": "collectives.compat",
+    "is_homogeneous": "collectives.compat", "mpi_built": "collectives.compat",
+    "mpi_enabled": "collectives.compat", "mpi_threads_supported": "collectives.compat",
+    "gloo_built": "collectives.compat", "gloo_enabled": "collectives.compat",
+    "nccl_built": "collectives.compat", "ddl_built": "collectives.compat",
+    "ccl_built": "collectives.compat", "cuda_built": "collectives.compat",
+    "rocm_built": "collectives.compat",
+    # collectives/: the collective operations
+    "Average": "collectives.ops", "Sum": "collectives.ops", "Adasum": "collectives.ops",
+    "Min": "collectives.ops", "Max": "collectives.ops", "Product": "collectives.ops",
+    "global_process_set": "collectives.ops",
+    "allreduce": "collectives.ops", "push_pull": "collectives.ops",
+    "grouped_allreduce": "collectives.ops", "allgather": "collectives.ops",
+    "broadcast": "collectives.ops", "broadcast_": "collectives.ops",
+    "broadcast_variables": "collectives.ops", "broadcast_object": "collectives.ops",
+    "broadcast_object_fn": "collectives.ops", "allgather_object": "collectives.ops",
+    "alltoall": "collectives.alltoall", "reducescatter": "collectives.alltoall",
+    "grouped_allgather": "collectives.alltoall", "grouped_reducescatter": "collectives.alltoall",
+    "ProcessSet": "collectives.process_sets", "add_process_set": "collectives.register",
+    "remove_process_set": "collectives.register",
+    "join": "collectives.join", "barrier": "collectives.join",
+    "Compression": "collectives.compression",
+    "broadcast_global_variables": "collectives.compat",
+    "BroadcastGlobalVariablesHook": "collectives.compat",
+    # training/ and the Keras namespace: training glue
+    "DistributedGradientTape": "training.tape", "PartialDistributedGradientTape": "training.tape",
+    "SyncBatchNormalization": "training.sync_batch_norm",
+    "DistributedOptimizer": "keras", "PartialDistributedOptimizer": "keras",
+    "load_model": "keras",
+    # ps/: PS mode, the servers run the optimizer
+    "enable_graph_rewrite": "ps.ps_mode", "disable_graph_rewrite": "ps.ps_mode",
+    "rewrite_graph_def": "ps.ps_mode",
 }
 # Submodules that are part of the API themselves (`hvd.callbacks.MetricAverageCallback`;
 # `import tf_ps_ops.tensorflow` and `tf_ps_ops.keras` mirror Horovod's module layout;

@@ -6,8 +6,8 @@ import warnings
 import keras
 import tensorflow as tf
 
-from tf_ps_ops.basics import size
-from tf_ps_ops.ops import Average, allreduce, broadcast_variables
+from tf_ps_ops.collectives.ops import Average, allreduce, broadcast_variables
+from tf_ps_ops.common.basics import size
 
 
 class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):

@@ -35,9 +35,10 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from tf_ps_ops import _elastic_epoch
-from tf_ps_ops import basics
-from tf_ps_ops import ops
+from tf_ps_ops.collectives import ops
+from tf_ps_ops.common import basics
+from tf_ps_ops.common import elastic_epoch as _elastic_epoch
+from tf_ps_ops.common.init import init
 
 class HorovodInternalError(RuntimeError):
     """A collective failed because a worker was lost; `run` restores the last commit."""
@@ -223,7 +224,7 @@ def _wait_for_new_epoch(error):
 def _reset():
     before = (basics.rank(), basics.size()) if basics.is_initialized() else None
     basics.shutdown()
-    basics.init()
+    init()
     _say(f"epoch {_elastic_epoch.current_epoch_number()}: rank {basics.rank()} of "
          f"{basics.size()}" + (f" (was rank {before[0]} of {before[1]})" if before else "")
          + f"; averages now divide by {basics.size()}")
@@ -236,7 +237,7 @@ def _refill_servers():
     """PS mode: the new epoch's servers hold no parameters; every worker pushes those it
     gave the old servers (after the restore and the sync: rank 0's committed values).
     The optimizer slots start afresh (docs/elastic.md)."""
-    ps_mode = sys.modules.get("tf_ps_ops.ps_mode")
+    ps_mode = sys.modules.get("tf_ps_ops.ps.ps_mode")
     if ps_mode is None:
         return
     count = ps_mode.push_served_variables()

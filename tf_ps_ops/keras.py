@@ -13,23 +13,25 @@ import sys
 import keras
 import tensorflow as tf
 
-from tf_ps_ops import _compat, callbacks, elastic, ops  # noqa: F401  (hvd.callbacks, .elastic)
-from tf_ps_ops._aggregation import LocalAggregation
-from tf_ps_ops._local_vars import LocalVariables
-from tf_ps_ops._timeline import start_timeline, stop_timeline  # noqa: F401
-from tf_ps_ops._compat import (  # noqa: F401
+from tf_ps_ops import callbacks, elastic  # noqa: F401  (hvd.callbacks, .elastic)
+from tf_ps_ops.collectives import ops
+from tf_ps_ops.collectives.alltoall import reducescatter  # noqa: F401
+from tf_ps_ops.collectives.compat import (  # noqa: F401
     broadcast_global_variables, ccl_built, cross_rank, cross_size, cuda_built, ddl_built,
     gloo_built, gloo_enabled, is_homogeneous, mpi_built, mpi_enabled,
     mpi_threads_supported, nccl_built, rocm_built)
-from tf_ps_ops.basics import (  # noqa: F401
-    init, is_initialized, local_rank, local_size, rank, shutdown, size)
-from tf_ps_ops.collectives import reducescatter  # noqa: F401
-from tf_ps_ops.compression import Compression
-from tf_ps_ops.ops import (  # noqa: F401
+from tf_ps_ops.collectives.compression import Compression
+from tf_ps_ops.collectives.ops import (  # noqa: F401
     Adasum, Average, Max, Min, Product, Sum, allgather_object, broadcast_object,
     global_process_set, keys_for)
-from tf_ps_ops.sync_batch_norm import SyncBatchNormalization  # noqa: F401
-from tf_ps_ops.tape import check_gradient_options, reduce_gradients
+from tf_ps_ops.common.basics import (  # noqa: F401
+    is_initialized, local_rank, local_size, rank, shutdown, size)
+from tf_ps_ops.common.init import init  # noqa: F401
+from tf_ps_ops.common.timeline import start_timeline, stop_timeline  # noqa: F401
+from tf_ps_ops.training.aggregation import LocalAggregation
+from tf_ps_ops.training.local_vars import LocalVariables
+from tf_ps_ops.training.sync_batch_norm import SyncBatchNormalization  # noqa: F401
+from tf_ps_ops.training.tape import check_gradient_options, reduce_gradients
 
 
 class _DistributedOptimizerMixin:
@@ -49,8 +51,8 @@ class _DistributedOptimizerMixin:
     _tfps_device = ""
     _tfps_algorithm = None  # a tf_ps_ops.algorithms.Algorithm (docs/algorithms.md)
     _tfps_process_set = None  # None: every worker
-    _tfps_aggregation = None  # backward_passes_per_step > 1 (_aggregation.py)
-    _tfps_local = None  # LocalVariables: not reduced (register_local_var, _local_vars.py)
+    _tfps_aggregation = None  # backward_passes_per_step > 1 (training/aggregation.py)
+    _tfps_local = None  # LocalVariables: not reduced (register_local_var, training/local_vars.py)
 
     def register_local_var(self, var):
         """Horovod's: `var`'s gradient stays this worker's own, never reduced."""
@@ -172,12 +174,13 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
         `opt.algorithm_callbacks()` to `fit` (docs/algorithms.md). With
         backward_passes_per_step N > 1, the gradients add up locally and every N-th pass
         runs one algorithm step on the sums (its step counter counts those steps).
-      process_set: average over that process set's members only (tf_ps_ops/process_sets.py).
+      process_set: average over that process set's members only
+        (tf_ps_ops/collectives/process_sets.py).
       device_sparse, num_groups, groups: accepted for
         Horovod compatibility; they do not change results here.
     """
     if isinstance(optimizer, tf.compat.v1.train.Optimizer):  # horovod.tensorflow's, v1 graphs
-        from tf_ps_ops._v1_optimizer import DistributedV1Optimizer
+        from tf_ps_ops.training.v1_optimizer import DistributedV1Optimizer
         if algorithm is not None:
             raise ValueError("algorithms need a Keras 3 optimizer")
         return DistributedV1Optimizer(
@@ -270,5 +273,6 @@ def broadcast(value, root_rank, name=None, process_set=global_process_set):
                          process_set=process_set)
 
 
-from tf_ps_ops.process_sets import (  # noqa: E402,F401
-    ProcessSet, add_process_set, remove_process_set)
+from tf_ps_ops.collectives.process_sets import ProcessSet  # noqa: E402,F401
+from tf_ps_ops.collectives.register import (  # noqa: E402,F401
+    add_process_set, remove_process_set)

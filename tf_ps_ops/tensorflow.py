@@ -4,7 +4,7 @@
     import tf_ps_ops.keras as hvd               # for `import horovod.tensorflow.keras as hvd`
 
 Horovod names we do not serve are present and raise NotImplementedError with the reason
-when called (see tf_ps_ops._compat.UNSERVED). The top-level `tf_ps_ops` package serves
+when called (see tf_ps_ops.collectives.compat.UNSERVED). The top-level `tf_ps_ops` package serves
 the same API and BytePS's; this module only fixes Horovod's layout (`hvd.keras`,
 `hvd.util`, `hvd.elastic`, ...).
 """
@@ -14,27 +14,28 @@ import sys
 import tensorflow as _tf
 
 from tf_ps_ops import callbacks, elastic, keras  # noqa: F401  (hvd.keras, as in Horovod)
-from tf_ps_ops._compat import (  # noqa: F401
+from tf_ps_ops.collectives.alltoall import (  # noqa: F401
+    alltoall, grouped_allgather, grouped_reducescatter, reducescatter)
+from tf_ps_ops.collectives.compat import (  # noqa: F401
     BroadcastGlobalVariablesHook, broadcast_global_variables, ccl_built, cross_rank,
     cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled, is_homogeneous, mpi_built,
     mpi_enabled, mpi_threads_supported, nccl_built, rocm_built, UNSERVED, unserved)
-from tf_ps_ops.basics import (  # noqa: F401
-    init, is_initialized, local_rank, local_rank_op, local_size, local_size_op, rank,
-    rank_op, shutdown, size, size_op)
-from tf_ps_ops.collectives import (  # noqa: F401
-    alltoall, grouped_allgather, grouped_reducescatter, reducescatter)
-from tf_ps_ops.compression import Compression  # noqa: F401
-from tf_ps_ops._join import barrier, join  # noqa: F401
-from tf_ps_ops.keras import DistributedOptimizer, PartialDistributedOptimizer  # noqa: F401
-from tf_ps_ops.ops import (  # noqa: F401
+from tf_ps_ops.collectives.compression import Compression  # noqa: F401
+from tf_ps_ops.collectives.join import barrier, join  # noqa: F401
+from tf_ps_ops.collectives.ops import (  # noqa: F401
     Adasum, Average, Max, Min, Product, Sum, allgather, allgather_object, allreduce,
     broadcast, broadcast_, broadcast_object, broadcast_object_fn, broadcast_variables,
     global_process_set, grouped_allreduce)
-from tf_ps_ops.process_sets import (  # noqa: F401
-    ProcessSet, add_process_set, remove_process_set)
-from tf_ps_ops._timeline import start_timeline, stop_timeline  # noqa: F401
-from tf_ps_ops.sync_batch_norm import SyncBatchNormalization  # noqa: F401
-from tf_ps_ops.tape import (  # noqa: F401
+from tf_ps_ops.collectives.process_sets import ProcessSet  # noqa: F401
+from tf_ps_ops.collectives.register import add_process_set, remove_process_set  # noqa: F401
+from tf_ps_ops.common.basics import (  # noqa: F401
+    is_initialized, local_rank, local_rank_op, local_size, local_size_op, rank,
+    rank_op, shutdown, size, size_op)
+from tf_ps_ops.common.init import init  # noqa: F401
+from tf_ps_ops.common.timeline import start_timeline, stop_timeline  # noqa: F401
+from tf_ps_ops.keras import DistributedOptimizer, PartialDistributedOptimizer  # noqa: F401
+from tf_ps_ops.training.sync_batch_norm import SyncBatchNormalization  # noqa: F401
+from tf_ps_ops.training.tape import (  # noqa: F401
     DistributedGradientTape, PartialDistributedGradientTape)
 
 

@@ -20,7 +20,7 @@ from netns_support import AVAILABLE, WHY_NOT, namespaces, require_build  # noqa:
 from netns import Hosts  # noqa: E402
 from ps_cluster import PS_SERVER, netns_host  # noqa: E402
 import mlp_train_worker  # noqa: E402
-from tf_ps_ops._launch_cluster import LoggedCluster  # noqa: E402
+from tfps_harness.launch_cluster import LoggedCluster  # noqa: E402
 
 WORKER = Path(__file__).parent / "mlp_train_worker.py"
 SUM_WORKER = REPO / "tests" / "multiprocess" / "core_workers" / "hier_worker.py"

@@ -20,9 +20,9 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from netns_support import AVAILABLE, WHY_NOT, namespaces, require_build  # noqa: E402
 from netns import Hosts  # noqa: E402
 from ps_cluster import netns_host  # noqa: E402
-from tf_ps_ops._launch_env import without_cluster_variables  # noqa: E402
-from tf_ps_ops._launch_job import Job  # noqa: E402
-from tf_ps_ops._launch_process import LogFiles  # noqa: E402
+from tf_ps_ops.runner.env import without_cluster_variables  # noqa: E402
+from tf_ps_ops.runner.job import Job  # noqa: E402
+from tf_ps_ops.runner.process import LogFiles  # noqa: E402
 
 WORKER = REPO / "tests" / "multiprocess" / "workers" / "env_place_worker.py"
 ROLE = [sys.executable, "-m", "tf_ps_ops.role"]

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from cluster import REPO, require_build
-from tf_ps_ops._launch_env import without_cluster_variables
-from tf_ps_ops._launch_job import Job
-from tf_ps_ops._launch_process import LogFiles
+from tf_ps_ops.runner.env import without_cluster_variables
+from tf_ps_ops.runner.job import Job
+from tf_ps_ops.runner.process import LogFiles
 
 WORKER = Path(__file__).parent / "workers" / "env_place_worker.py"
 pytestmark = pytest.mark.timeout(180)

@@ -1,4 +1,4 @@
-"""op=Adasum's tree (tf_ps_ops/adasum.py) against the NumPy model of Horovod's recursive
+"""op=Adasum's tree (tf_ps_ops/collectives/adasum.py) against the NumPy model of Horovod's recursive
 halving (tests/adasum_reference.py), for 1 to 8 workers, without a cluster."""
 
 import numpy as np
@@ -7,7 +7,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 import adasum_reference as ref  # noqa: E402
-from tf_ps_ops import adasum  # noqa: E402
+from tf_ps_ops.collectives import adasum  # noqa: E402
 
 
 @pytest.mark.parametrize("workers", [1, 2, 4, 8])

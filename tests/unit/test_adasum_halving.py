@@ -1,4 +1,4 @@
-"""The segments Adasum's recursive halving leaves each rank (tf_ps_ops/adasum.py): every
+"""The segments Adasum's recursive halving leaves each rank (tf_ps_ops/collectives/adasum.py): every
 rank computes everyone's to put the result together, so they must cover the tensor exactly
 once, in a layout every rank agrees on, without a cluster."""
 
@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-from tf_ps_ops import adasum  # noqa: E402
+from tf_ps_ops.collectives import adasum  # noqa: E402
 
 
 @pytest.mark.parametrize("workers", [1, 2, 4, 8, 16])

@@ -51,7 +51,7 @@ def test_qadam_needs_adam_and_the_optimizer_wrapper():
     import tensorflow as tf
 
     from tf_ps_ops.keras import DistributedOptimizer
-    from tf_ps_ops.tape import DistributedGradientTape
+    from tf_ps_ops.training.tape import DistributedGradientTape
 
     with pytest.raises(TypeError, match="keras.optimizers.Adam"):
         DistributedOptimizer(keras.optimizers.SGD(0.1), algorithm=algorithms.QAdam(10))

@@ -1,5 +1,5 @@
 """The op library's C functions are declared once, in C headers (cc/engine/c_api.h,
-kernels/c_api.h); tf_ps_ops/_library.py gives ctypes their signatures from those headers.
+kernels/c_api.h); tf_ps_ops/common/library.py gives ctypes their signatures from those headers.
 Checked here: every declared function is exported, callable before init(), and a type the
 reader does not know is refused rather than guessed."""
 
@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 pytest.importorskip("tensorflow")
 
 from cluster import require_build  # noqa: E402
-from tf_ps_ops import _library  # noqa: E402
+from tf_ps_ops.common import library as _library  # noqa: E402
 
 
 def test_the_headers_declare_what_python_calls():

@@ -1,5 +1,5 @@
 """Where a worker or a ps task finds its place under TF_CONFIG, Slurm, Open MPI and PMI
-(tf_ps_ops/_config.py, tf_ps_ops/_resolvers.py, tf_ps_ops/role.py), from hand-set
+(tf_ps_ops/common/config.py, tf_ps_ops/common/resolvers.py, tf_ps_ops/runner/role.py), from hand-set
 variables; no process is started and no network is used. TensorFlow's resolvers parse.
 """
 
@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from tf_ps_ops import _config, role
+from tf_ps_ops.common import config as _config
+from tf_ps_ops.runner import role
 
 pytest.importorskip("tensorflow")
 

@@ -1,4 +1,4 @@
-"""The Python face of compression (tf_ps_ops/compression.py): the names the op gets, the
+"""The Python face of compression (tf_ps_ops/collectives/compression.py): the names the op gets, the
 casts around it, and the names the core accepts (the same grammar as TFPS_COMPRESSION)."""
 
 import os

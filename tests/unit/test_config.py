@@ -1,4 +1,4 @@
-"""How a worker reads its place in the cluster from the environment (tf_ps_ops/_config.py).
+"""How a worker reads its place in the cluster from the environment (tf_ps_ops/common/config.py).
 
 The multi-process tests start workers with TFPS_* and with DMLC_* variables end to end;
 this covers every fallback and every rejected value without starting a process.
@@ -10,7 +10,8 @@ import pytest
 
 from cluster import REPO
 
-_spec = importlib.util.spec_from_file_location("tfps_config", REPO / "tf_ps_ops" / "_config.py")
+_spec = importlib.util.spec_from_file_location("tfps_config",
+                                               REPO / "tf_ps_ops" / "common" / "config.py")
 config = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(config)
 

@@ -27,7 +27,7 @@ def test_bad_values_are_refused_naming_the_variable(text):
 
 @pytest.mark.parametrize("text", sorted(GOOD) + BAD)
 def test_python_agrees_with_the_core(text):
-    from tf_ps_ops._config import check_consistency
+    from tf_ps_ops.common.config import check_consistency
     if text in GOOD:
         assert check_consistency(text) == text
     else:
@@ -62,14 +62,14 @@ def test_a_bad_consistency_field_is_refused(field):
 
 
 def test_tfps_run_flag():
-    from tf_ps_ops import run
+    from tf_ps_ops.runner import run
     args = run.parse_args(["-np", "2", "--consistency", "ssp:2", "python3", "train.py"])
     assert args.consistency == "ssp:2"
     assert run.parse_args(["-np", "2", "python3", "train.py"]).consistency is None
 
 
 def test_tfps_run_refuses_a_bad_model(capsys):
-    from tf_ps_ops import run
+    from tf_ps_ops.runner import run
     with pytest.raises(SystemExit) as e:
         run.parse_args(["-np", "2", "--consistency", "ssp", "python3", "train.py"])
     assert e.value.code == 2

@@ -12,7 +12,7 @@ import threading
 import types
 from pathlib import Path
 
-from tf_ps_ops import _launch_elastic_ssh as relay
+from tf_ps_ops.runner import elastic_ssh as relay
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -41,7 +41,7 @@ print("folder", d, flush=True)
 
 
 def test_wrapper_writes_epochs_there_and_relays_acks_back(tmp_path):
-    source = (REPO / "tf_ps_ops" / "_launch_remote.py").read_text()
+    source = (REPO / "tf_ps_ops" / "runner" / "remote.py").read_text()
     spec = {"argv": [sys.executable, "-c", WORKER], "cwd": str(tmp_path),
             "env": {"TFPS_ELASTIC_DIR": "/the/driver/s/dir/is/not/used"},
             "elastic_relay": True}

@@ -8,7 +8,8 @@ import json
 import pytest
 
 from cluster import REPO
-from tf_ps_ops import _config, role
+from tf_ps_ops.common import config as _config
+from tf_ps_ops.runner import role
 
 yaml = pytest.importorskip("yaml")
 pytest.importorskip("tensorflow")

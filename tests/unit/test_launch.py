@@ -11,11 +11,11 @@ import time
 
 import pytest
 
-from tf_ps_ops import _config
-from tf_ps_ops._launch_env import (DIALECTS, WORKER_VARIABLES, Place, place_variables,
+from tf_ps_ops.common import config as _config
+from tf_ps_ops.runner.env import (DIALECTS, WORKER_VARIABLES, Place, place_variables,
                                    without_cluster_variables, worker_env)
-from tf_ps_ops._launch_job import Job, LaunchError
-from tf_ps_ops._launch_process import Host, LogFiles
+from tf_ps_ops.runner.job import Job, LaunchError
+from tf_ps_ops.runner.process import Host, LogFiles
 
 pytestmark = pytest.mark.timeout(60)
 PLACE = Place(rank=2, size=4, num_servers=3, scheduler_host="10.1.2.3",

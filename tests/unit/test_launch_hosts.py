@@ -8,8 +8,9 @@ import sys
 import pytest
 
 from cluster import REPO
-from tf_ps_ops import _launch_ssh, run
-from tf_ps_ops._launch_env import LOCAL_ADDRESS
+from tf_ps_ops.runner import run
+from tf_ps_ops.runner import ssh as _launch_ssh
+from tf_ps_ops.runner.env import LOCAL_ADDRESS
 
 
 def test_parse_hosts_and_hostfile(tmp_path):
@@ -83,7 +84,7 @@ def test_ssh_options_and_what_a_remote_process_receives(monkeypatch, tmp_path):
 
 def test_remote_wrapper_runs_the_command_and_stops_it_when_stdin_ends(tmp_path):
     """The far end of ssh, run here: exit code passed back; stdin's end kills the group."""
-    source = (REPO / "tf_ps_ops" / "_launch_remote.py").read_text()
+    source = (REPO / "tf_ps_ops" / "runner" / "remote.py").read_text()
     spec = {"argv": [sys.executable, "-c", "import os,sys; sys.exit(int(os.environ['C']))"],
             "env": {"C": "7"}, "cwd": str(tmp_path)}
     wrapper = subprocess.Popen([sys.executable, "-c", source], stdin=subprocess.PIPE)

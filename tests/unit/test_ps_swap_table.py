@@ -33,7 +33,7 @@ STOCK_OPS = {
 @pytest.fixture(scope="module")
 def ps_mode():
     require_build()
-    from tf_ps_ops import ps_mode as module
+    from tf_ps_ops.ps import ps_mode as module
     module._ops()  # registers our ops and the Grappler optimizer
     return module
 

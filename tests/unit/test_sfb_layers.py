@@ -160,8 +160,8 @@ def test_factor_exchanges_are_not_chained_in_a_tf_function():
 
 def test_reduce_gradients_passes_sfb_kernels_through():
     from tf_ps_ops.compression import Compression
-    from tf_ps_ops.ops import Average
-    from tf_ps_ops.tape import reduce_gradients
+    from tf_ps_ops.collectives.ops import Average
+    from tf_ps_ops.training.tape import reduce_gradients
 
     layer = sfb.Dense(2)
     layer.build((None, 3))

@@ -23,10 +23,10 @@ import threading
 import keras
 import tensorflow as tf
 
-from tf_ps_ops import _library
 from tf_ps_ops.algorithms.base import Algorithm
-from tf_ps_ops.basics import size
-from tf_ps_ops.compression import Compression
+from tf_ps_ops.collectives.compression import Compression
+from tf_ps_ops.common import library as _library
+from tf_ps_ops.common.basics import size
 
 _log = logging.getLogger(__name__)
 
@@ -62,8 +62,8 @@ class AsyncModelAverage(Algorithm):
     def before_step(self, grads, variables):
         if self.warmup_steps == 0 or size() < 2:
             return grads
-        from tf_ps_ops.ops import Average
-        from tf_ps_ops.tape import reduce_gradients
+        from tf_ps_ops.collectives.ops import Average
+        from tf_ps_ops.training.tape import reduce_gradients
 
         def synchronous():
             return reduce_gradients(grads, self._keys, Compression.none, Average,

@@ -18,7 +18,7 @@ hooks at the same step, so the collectives inside them meet.
 
 import tensorflow as tf
 
-from tf_ps_ops.compression import Compression
+from tf_ps_ops.collectives.compression import Compression
 
 
 class Algorithm:
@@ -107,8 +107,8 @@ class GradientAllReduce(Algorithm):
         self.compression = compression
 
     def before_step(self, grads, variables):
-        from tf_ps_ops.ops import Average
-        from tf_ps_ops.tape import reduce_gradients
+        from tf_ps_ops.collectives.ops import Average
+        from tf_ps_ops.training.tape import reduce_gradients
 
         return reduce_gradients(grads, self._keys, self.compression, Average,
                                 variables=variables)

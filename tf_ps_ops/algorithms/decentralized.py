@@ -9,10 +9,10 @@ weights, so in a tf.function (`fit`) it runs while backward still computes.
 
 import tensorflow as tf
 
-from tf_ps_ops import _library
 from tf_ps_ops.algorithms.base import Algorithm
-from tf_ps_ops.basics import rank, size
-from tf_ps_ops.tape import _handle_owner
+from tf_ps_ops.common import library as _library
+from tf_ps_ops.common.basics import rank, size
+from tf_ps_ops.training.tape import _handle_owner
 
 
 def ring_peers(rank_, size_):

@@ -18,7 +18,7 @@ import keras
 import tensorflow as tf
 
 from tf_ps_ops.algorithms.base import Algorithm
-from tf_ps_ops.compression import Compression
+from tf_ps_ops.collectives.compression import Compression
 
 
 class QAdam(Algorithm):
@@ -70,8 +70,8 @@ class QAdam(Algorithm):
         return tf.sqrt(v_hat) + self.optimizer.epsilon
 
     def step(self, apply, grads, variables):
-        from tf_ps_ops.ops import Average
-        from tf_ps_ops.tape import reduce_gradients
+        from tf_ps_ops.collectives.ops import Average
+        from tf_ps_ops.training.tape import reduce_gradients
 
         opt = self.optimizer
         if opt is None:

@@ -44,7 +44,7 @@ def gradient_of(r):
 
 
 def peer_bytes_sent():
-    from tf_ps_ops import _library
+    from tf_ps_ops.common import library as _library
 
     function = _library.c_api().tfps_peer_bytes_sent
     function.restype = ctypes.c_ulonglong
@@ -57,7 +57,7 @@ def linear_loss(variable, r):
 
 
 def check_exchange_sends_only_to_neighbours(hvd):
-    from tf_ps_ops._library import ops
+    from tf_ps_ops.common.library import ops
 
     r, n = hvd.rank(), hvd.size()
     before = peer_bytes_sent()
@@ -75,7 +75,7 @@ def check_exchange_sends_only_to_neighbours(hvd):
 
 
 def check_exchange_int8_matches_codec_model(hvd):
-    from tf_ps_ops._library import ops
+    from tf_ps_ops.common.library import ops
 
     r, n = hvd.rank(), hvd.size()
 
@@ -96,7 +96,7 @@ def check_exchange_int8_matches_codec_model(hvd):
 
 
 def check_exchange_refuses_bad_ranks(hvd):
-    from tf_ps_ops._library import ops
+    from tf_ps_ops.common.library import ops
 
     r, n = hvd.rank(), hvd.size()
     for bad in ([r], [n], [-1], [(r + 1) % n, (r + 1) % n]):
@@ -110,7 +110,7 @@ def check_exchange_refuses_bad_ranks(hvd):
 
 
 def check_exchange_shape_mismatch_names_the_tensor(hvd):
-    from tf_ps_ops._library import ops
+    from tf_ps_ops.common.library import ops
 
     r, n = hvd.rank(), hvd.size()
     mine = np.zeros((2, 3 + r % 2), np.float32)  # every ring neighbour has the other shape
@@ -130,7 +130,7 @@ def check_late_unexpected_part_is_dropped(hvd):
     """Rank 0 sends call 1 of 'exchange.late' to rank 2 after rank 2 finished that call
     expecting nobody: rank 2 drops it with a warning (the test reads its log) instead of
     keeping it forever, and the next call works."""
-    from tf_ps_ops._library import ops
+    from tf_ps_ops.common.library import ops
 
     r, n = hvd.rank(), hvd.size()
     mine = np.full(3, r, np.float32)

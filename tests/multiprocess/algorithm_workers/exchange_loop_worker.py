@@ -16,7 +16,7 @@ def main():
     import tensorflow as tf
 
     import tf_ps_ops as hvd
-    from tf_ps_ops._library import ops
+    from tf_ps_ops.common.library import ops
 
     hvd.init()
     r, n = hvd.rank(), hvd.size()

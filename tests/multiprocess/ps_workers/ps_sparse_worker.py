@@ -67,7 +67,7 @@ SLOT_NAMES = {1: ["accum"], 2: ["ms", "mom"], 3: ["mg", "ms", "mom"]}
 
 def _train(hvd, case, ps):
     import tensorflow as tf
-    from tf_ps_ops._library import ops
+    from tf_ps_ops.common.library import ops
     name, ps_op, tf_op, slots, scalars, attrs = case
     var = tf.Variable(table(hvd.rank() if ps else 0))
     slot_vars = [tf.Variable(np.full((ROWS, DIM), s, np.float32)) for s in slots]
@@ -98,7 +98,7 @@ def check_sparse_adagrad_matches_dense_ps_adagrad(hvd):
     """Adagrad leaves a row with a zero gradient unchanged, so the dense update of the
     densified gradient is the same math: the two PS paths must agree."""
     import tensorflow as tf
-    from tf_ps_ops._library import ops
+    from tf_ps_ops.common.library import ops
     results = []
     for sparse in (True, False):
         var = tf.Variable(table(hvd.rank()))
@@ -194,7 +194,7 @@ def check_keras_sgd_and_adagrad_send_rows(hvd):
 
 
 def _bytes_sent():
-    from tf_ps_ops import _library
+    from tf_ps_ops.common import library as _library
     function = _library.c_api().tfps_bytes_sent
     function.restype = ctypes.c_ulonglong
     return function()
@@ -202,7 +202,7 @@ def _bytes_sent():
 
 def check_bytes_scale_with_touched_rows(hvd):
     import tensorflow as tf
-    from tf_ps_ops._library import ops
+    from tf_ps_ops.common.library import ops
     for rows in (ROWS, 100 * ROWS):
         var = tf.Variable(table(hvd.rank(), rows))
         accum = tf.Variable(np.full((rows, DIM), 0.1, np.float32))

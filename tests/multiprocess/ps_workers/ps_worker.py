@@ -341,7 +341,7 @@ def check_unreadable_slot_is_a_clear_error(hvd):
     variable (it used to push 0.0 as the slot's initial value). No push happens, so every
     worker fails the same way on its own."""
     import tensorflow as tf
-    from tf_ps_ops._library import ops
+    from tf_ps_ops.common.library import ops
     w = tf.Variable(np.ones((DIM_IN, DIM_OUT), np.float32), name="slot_error_w")
     missing = tf.raw_ops.VarHandleOp(dtype=tf.float32, shape=[DIM_IN, DIM_OUT],
                                      shared_name="tfps_no_such_slot")  # never created

@@ -25,7 +25,7 @@ STEPS = 5
 
 
 def counter(name):
-    from tf_ps_ops import _library
+    from tf_ps_ops.common import library as _library
 
     function = getattr(_library.c_api(), name)
     function.restype = ctypes.c_ulonglong

@@ -88,7 +88,7 @@ def factors(rank, k, m=70, n=33, dtype=np.float32):
 
 
 def peer_bytes_sent():
-    from tf_ps_ops import _library
+    from tf_ps_ops.common import library as _library
 
     function = _library.c_api().tfps_peer_bytes_sent
     function.restype = ctypes.c_ulonglong

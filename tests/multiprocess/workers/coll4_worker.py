@@ -17,7 +17,7 @@ import adasum_reference  # noqa: E402
 
 
 def counters():
-    from tf_ps_ops import _library
+    from tf_ps_ops.common import library as _library
     api = _library.c_api()
     return np.array([api.tfps_bytes_received(), api.tfps_peer_bytes_received()], np.int64)
 

@@ -34,7 +34,7 @@ def main():
     harness.pin_threads()
     import tensorflow as tf
     import tf_ps_ops as hvd
-    from tf_ps_ops._library import ops
+    from tf_ps_ops.common.library import ops
 
     # TEST_CONSISTENCY_<rank> overrides TEST_CONSISTENCY for one worker (a disagreement).
     mine = os.environ.get(f"TEST_CONSISTENCY_{harness.env_rank()}")

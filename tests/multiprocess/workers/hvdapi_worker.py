@@ -319,7 +319,7 @@ def check_fp16_compression(hvd):
         assert sent.dtype == dtype and fp16.decompress(sent, ctx).dtype == dtype
     # In allreduce the core codec still runs inside the op (its byte counter grows): each
     # worker's values round to fp16, the servers sum in float32 and round the sum once.
-    from tf_ps_ops import _library
+    from tf_ps_ops.common import library as _library
     raw_before = _library.c_api().tfps_codec_raw_bytes()
     values = np.linspace(-1000.3, 1000.7, 64).astype(np.float32) * (hvd.rank() + 1)
     out = hvd.allreduce(tf.constant(values), op=hvd.Sum, compression=fp16, name="fp16.sum")

@@ -155,7 +155,7 @@ def check_non_member_gets_value_error(hvd):
 def check_push_claiming_a_foreign_set_is_refused(hvd):
     # Past the Python check, as a mistaken or hostile worker would: the server refuses it
     # alone, naming the worker and the set, and the set's own rounds go on.
-    from tf_ps_ops import _library
+    from tf_ps_ops.common import library as _library
     if hvd.rank() == 2:
         try:
             _library.ops().ps_push_pull(tf.ones([3]), [], tensor_name="hostile",

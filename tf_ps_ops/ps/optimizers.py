@@ -1,0 +1,146 @@
+"""Keras 3 optimizers whose update step runs on the parameter servers (PS mode).
+
+Drop-in for `keras.optimizers.SGD/Adam/Adagrad/RMSprop`: same constructor arguments, same
+math. Keras 3 optimizers emit no ApplyXXX ops for a graph rewrite to swap, so these
+classes call the PsApplyXXX op from `update_step`: push the gradient, the servers average
+the workers' gradients and apply the update once, the variable receives the result. The
+first step of a variable copies rank 0's value to the servers and to every worker.
+
+`build()` (which `fit` calls before the first step; call it yourself before a custom
+loop) makes every worker adopt rank 0's initial weights, so all replicas start equal.
+The slot variables Keras creates (momentums, velocities, ...) stay at their initial
+values: in PS mode the slots live on the servers. `weight_decay` and `use_ema` would act on
+the local copy only and are refused.
+
+Sparse gradients (`tf.IndexedSlices`, from embeddings): plain SGD and Adagrad send only the
+touched rows (PsSparseApply ops; the servers update only the rows some worker touched, which
+is Keras's math for them: an untouched row would not change). SGD with momentum, Adam and
+RMSprop densify them: Keras 3 decays their slots on every row each step, so a row-only
+update (TF's ResourceSparseApplyKerasMomentum semantics) would train differently.
+"""
+
+import keras
+import tensorflow as tf
+
+from tf_ps_ops.common.library import ops as _ops
+from tf_ps_ops.ps.ps_mode import _deferred_to_elastic_run, _remember, ps_key
+
+
+def _key(optimizer, variable):
+    # update_step may get the backend's tf.Variable rather than the keras.Variable; the
+    # optimizer's own list has the Keras one, whose path ("sequential/dense/kernel") is
+    # identical on every worker.
+    keras_variable = optimizer._trainable_variables[optimizer._get_variable_index(variable)]
+    return ps_key(keras_variable.path)
+
+
+def _check_local_only_features(optimizer):
+    if optimizer.weight_decay:
+        raise ValueError(f"{type(optimizer).__name__}: weight_decay is applied locally by Keras "
+                         "and would be lost in PS mode; add it to the loss instead")
+    if optimizer.use_ema:
+        raise ValueError(f"{type(optimizer).__name__}: use_ema is not supported in PS mode")
+
+
+class _PsMixin:
+    """Shared set-up: refuses the features that would act on the local copy only."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        _check_local_only_features(self)
+
+    def build(self, variables):
+        super().build(variables)
+        keys = [ps_key(v.path) for v in variables]
+        with tf.init_scope():  # also when Keras builds inside a traced train step
+            deferred = _deferred_to_elastic_run()
+            for variable, key in zip(variables, keys):
+                _remember(variable, key)
+                if not deferred:
+                    _ops().ps_init_variable(variable.value.handle, tensor_name=key)
+
+    def _cast(self, value, variable):
+        return tf.cast(value, variable.dtype)
+
+    @staticmethod
+    def _dense(gradient):
+        # Adam and RMSprop: Keras updates their slots on every row, so rows would not do.
+        return tf.convert_to_tensor(gradient)
+
+    @staticmethod
+    def _sparse(gradient):
+        return isinstance(gradient, tf.IndexedSlices)
+
+
+class SGD(_PsMixin, keras.optimizers.SGD):
+    def update_step(self, gradient, variable, learning_rate):
+        lr = self._cast(learning_rate, variable)
+        if self._sparse(gradient) and self.momentum == 0:
+            _ops().ps_sparse_apply_gradient_descent(
+                var=variable.handle, alpha=lr, grad=self._cast(gradient.values, variable),
+                indices=gradient.indices, tensor_name=_key(self, variable))
+            return
+        grad = self._cast(self._dense(gradient), variable)
+        if self.momentum != 0:
+            m = self.momentums[self._get_variable_index(variable)]
+            _ops().ps_apply_keras_momentum(
+                var=variable.handle, accum=m.handle, lr=lr, grad=grad,
+                momentum=self._cast(self.momentum, variable), use_nesterov=self.nesterov,
+                tensor_name=_key(self, variable))
+        else:
+            _ops().ps_apply_gradient_descent(var=variable.handle, alpha=lr, delta=grad,
+                                             tensor_name=_key(self, variable))
+
+
+class Adam(_PsMixin, keras.optimizers.Adam):
+    def update_step(self, gradient, variable, learning_rate):
+        lr = self._cast(learning_rate, variable)
+        grad = self._cast(self._dense(gradient), variable)
+        step = self._cast(self.iterations + 1, variable)
+        beta_1 = self._cast(self.beta_1, variable)
+        beta_2 = self._cast(self.beta_2, variable)
+        index = self._get_variable_index(variable)
+        args = dict(var=variable.handle, m=self._momentums[index].handle,
+                    v=self._velocities[index].handle, beta1_power=tf.pow(beta_1, step),
+                    beta2_power=tf.pow(beta_2, step), lr=lr, beta1=beta_1, beta2=beta_2,
+                    epsilon=self._cast(self.epsilon, variable), grad=grad,
+                    tensor_name=_key(self, variable))
+        if self.amsgrad:
+            _ops().ps_apply_adam_with_amsgrad(vhat=self._velocity_hats[index].handle, **args)
+        else:
+            _ops().ps_apply_adam(**args)
+
+
+class Adagrad(_PsMixin, keras.optimizers.Adagrad):
+    def update_step(self, gradient, variable, learning_rate):
+        accumulator = self._accumulators[self._get_variable_index(variable)]
+        if self._sparse(gradient):
+            _ops().ps_sparse_apply_keras_adagrad(
+                var=variable.handle, accum=accumulator.handle,
+                lr=self._cast(learning_rate, variable),
+                epsilon=self._cast(self.epsilon, variable),
+                grad=self._cast(gradient.values, variable), indices=gradient.indices,
+                tensor_name=_key(self, variable))
+            return
+        _ops().ps_apply_keras_adagrad(
+            var=variable.handle, accum=accumulator.handle,
+            lr=self._cast(learning_rate, variable), epsilon=self._cast(self.epsilon, variable),
+            grad=self._cast(self._dense(gradient), variable), tensor_name=_key(self, variable))
+
+
+class RMSprop(_PsMixin, keras.optimizers.RMSprop):
+    def update_step(self, gradient, variable, learning_rate):
+        index = self._get_variable_index(variable)
+        ms = self._velocities[index]
+        # With momentum 0 Keras keeps no momentum slot; the server keeps its own (it only
+        # reads the local one's initial value, 0, like the velocity's), so ms stands in.
+        mom = self._momentums[index] if self.momentum > 0 else ms
+        args = dict(var=variable.handle, ms=ms.handle, mom=mom.handle,
+                    lr=self._cast(learning_rate, variable), rho=self._cast(self.rho, variable),
+                    momentum=self._cast(self.momentum, variable),
+                    epsilon=self._cast(self.epsilon, variable),
+                    grad=self._cast(self._dense(gradient), variable), tensor_name=_key(self, variable))
+        if self.centered:
+            _ops().ps_apply_centered_rms_prop(mg=self._average_gradients[index].handle, **args)
+        else:
+            _ops().ps_apply_rms_prop(**args)

@@ -1,0 +1,332 @@
+"""tfps-run: start a scheduler, M parameter servers and N workers, on this host or on
+several hosts over ssh.
+
+    tfps-run -np 4 -ns 2 python3 train.py --epochs 3
+    tfps-run -H node1:2,node2:2 python3 train.py        # 2 workers per host, 1 server each
+    tfps-run --check-build                              # what the installed build contains
+
+Every child gets its own process group (on a remote host: the ssh session's wrapper puts
+it in one, and ends it when the session ends), so teardown (on failure, --timeout, Ctrl-C
+or SIGTERM) kills whatever the child started too. Each output line of a child is prefixed
+with its role and rank, and with its host in a -H job: `[worker 1] `, `[node2:worker 3] `.
+docs/launch.md has every flag and variable.
+
+This module imports only the standard library, so the launcher starts at once. The
+console script, `python -m tf_ps_ops.run` and `bin/tfps-run` (which runs tf_ps_ops/run.py
+by path) all enter through tf_ps_ops/run.py, which calls main() here.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from tf_ps_ops.common import config as _config
+from tf_ps_ops.runner import ssh
+from tf_ps_ops.runner.elastic import ElasticJob, _heartbeat_timeout
+from tf_ps_ops.runner.elastic_ssh import RelayOutput, keepalive_options
+from tf_ps_ops.runner.env import LOCAL_ADDRESS, Place
+from tf_ps_ops.runner.env import worker_env as _place_env
+from tf_ps_ops.runner.job import Job, LaunchError, run_to_teardown
+from tf_ps_ops.runner.process import LOCAL, Prefixed
+
+# The package folder: the build's artifacts (bin/ps_server, _tf_ps_ops.so) live there.
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_PS_SERVER = os.path.join(PACKAGE_DIR, "bin", "ps_server")
+HOST = LOCAL_ADDRESS  # every role of a tfps-run job lives on this host
+
+# The scheduler binds its socket before anything else it does: seconds are plenty.
+_PORT_WAIT_S = 30.0
+# Servers and the scheduler exit on their own right after the last worker's goodbye;
+# with workers that never called init() they never will, so don't wait long.
+_SERVER_EXIT_WAIT_S = 2.0
+# How long a child has between SIGTERM and SIGKILL.
+_KILL_GRACE_S = 3.0
+
+
+def _int_at_least(low):
+    def parse(text):
+        value = int(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
+        return value
+    return parse
+
+
+def _positive_float(text):
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def _consistency(text):
+    try:
+        return _config.check_consistency(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="tfps-run",
+        usage="%(prog)s [-np N] [-ns M] [-H HOSTS | --hostfile F] [--ssh-port P] "
+              "[--network-interface IF] [--port P] [--timeout S] [--server-threads T] "
+              "[--consistency MODEL] [--ps-server PATH] COMMAND...\n       %(prog)s --check-build",
+        description="Run COMMAND as N workers of a parameter-server job, on this host or "
+                    "over ssh on the hosts of -H/--hostfile.")
+    parser.add_argument("-np", "--num-workers", type=_int_at_least(1), metavar="N",
+                        help="number of worker processes running COMMAND (with -H: "
+                             "default every slot)")
+    parser.add_argument("-ns", "--num-servers", type=_int_at_least(1), metavar="M",
+                        help="number of ps_server processes (default 1; with -H one per "
+                             "host, spread over the hosts in turn)")
+    parser.add_argument("-H", "--hosts", metavar="HOSTS",
+                        help="host1:slots,host2:slots: the scheduler runs on the first host, "
+                             "workers fill the slots in order; localhost/127.0.0.1 run here "
+                             "without ssh")
+    parser.add_argument("--insecure", action="store_true",
+                        help="no job key: plain, unauthenticated TCP (TFPS_INSECURE=1), e.g. to "
+                             "measure on a trusted network; the default is a key per job")
+    parser.add_argument("--hostfile", metavar="F",
+                        help="a file of `host slots=N` (or host:N) lines, instead of -H")
+    parser.add_argument("--ssh-port", type=_int_at_least(1), metavar="P",
+                        help="ssh port of the remote hosts (default: ssh's own)")
+    parser.add_argument("--ssh-identity-file", metavar="FILE",
+                        help="private key for ssh (ssh -i)")
+    parser.add_argument("--ssh-config-file", metavar="FILE",
+                        help="ssh configuration file (ssh -F)")
+    parser.add_argument("--network-interface", metavar="IF",
+                        help="the hosts reach each other at their address on interface IF "
+                             "(default: at the names given in -H)")
+    parser.add_argument("--port", type=_int_at_least(0), default=0, metavar="P",
+                        help="scheduler port (default 0: any free port)")
+    parser.add_argument("--timeout", type=_positive_float, metavar="S",
+                        help="kill the whole job after S seconds and exit 124")
+    parser.add_argument("--server-threads", type=_int_at_least(1), metavar="T",
+                        help="threads per ps_server (default: TFPS_SERVER_THREADS, else the "
+                             "server's own)")
+    parser.add_argument("--consistency", type=_consistency, metavar="MODEL",
+                        help="the job's consistency model: bsp, ssp:S or asp (sets "
+                             "TFPS_CONSISTENCY for every worker; docs/consistency.md)")
+    parser.add_argument("--ps-server", default=DEFAULT_PS_SERVER, metavar="PATH",
+                        help="ps_server binary (default: the one built into the package; "
+                             "the same path on every host)")
+    parser.add_argument("--elastic", action="store_true",
+                        help="elastic membership: a worker that dies does not end the job, "
+                             "the others go on (docs/elastic.md; with -H over ssh too)")
+    parser.add_argument("--elastic-min-workers", type=_int_at_least(1), default=1,
+                        metavar="N", help="with --elastic: end the job when fewer than N "
+                                          "workers are left (default 1)")
+    parser.add_argument("--elastic-restarts", type=_int_at_least(0), default=0, metavar="R",
+                        help="with --elastic: replace up to R dead workers by new ones, "
+                             "which join at the others' next commit (default 0)")
+    parser.add_argument("--elastic-server-restarts", type=_int_at_least(0), default=3,
+                        metavar="S", help="with --elastic: a server (or the scheduler) that "
+                             "dies starts a new epoch with new servers and the same workers, "
+                             "who go on from their last commit, up to S times; then it ends "
+                             "the job (default 3)")
+    parser.add_argument("--check-build", action="store_true",
+                        help="print what the build contains and exit")
+    parser.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND",
+                        help="the worker command line, e.g. python3 train.py")
+    args = parser.parse_args(argv)
+    if args.command[:1] == ["--"]:
+        args.command = args.command[1:]
+    if args.check_build:
+        return args
+    if args.hosts and args.hostfile:
+        parser.error("give -H or --hostfile, not both")
+    args.host_slots = None
+    try:
+        if args.hosts:
+            args.host_slots = ssh.parse_hosts(args.hosts)
+        elif args.hostfile:
+            args.host_slots = ssh.parse_hostfile(args.hostfile)
+    except (ValueError, OSError) as e:
+        parser.error(str(e))
+    if args.host_slots is None:
+        if args.num_workers is None:
+            parser.error("the following arguments are required: -np/--num-workers "
+                         "(or -H/--hostfile)")
+        if args.num_servers is None:
+            args.num_servers = 1
+    else:
+        slots = sum(n for _, n in args.host_slots)
+        if args.num_workers is None:
+            args.num_workers = slots
+        elif args.num_workers > slots:
+            parser.error(f"-np {args.num_workers} is more than the {slots} slots of the hosts")
+        if args.num_servers is None:
+            args.num_servers = len(args.host_slots)
+    if not args.command:
+        parser.error("no COMMAND given: e.g. tfps-run -np 2 python3 train.py")
+    if args.port > 65535:
+        parser.error(f"--port must be at most 65535, got {args.port}")
+    return args
+
+
+def worker_env(base, rank, size, num_servers, port, host=HOST, local_rank=None,
+               local_size=None):
+    """The environment of worker `rank`: ours, plus every dialect's names for its place
+    (on one host the local rank is the rank)."""
+    place = Place(rank, size, num_servers, host, port,
+                  rank if local_rank is None else local_rank,
+                  size if local_size is None else local_size)
+    env = _place_env(place, base)
+    # A Python worker writing to a pipe buffers its output in blocks; prefixed lines
+    # would then arrive late and out of order with the other ranks'.
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def ssh_args(args):
+    """Options for every ssh the launcher runs."""
+    options = list(getattr(args, "ssh_keepalive", []))
+    if args.ssh_port:
+        options += ["-p", str(args.ssh_port)]
+    if args.ssh_identity_file:
+        options += ["-i", args.ssh_identity_file]
+    if args.ssh_config_file:
+        options += ["-F", args.ssh_config_file]
+    return options
+
+
+def placement(args):
+    """(hosts, server hosts, [(host, local_rank, local_size)] per worker rank)."""
+    if args.host_slots is None:
+        return [LOCAL], [LOCAL] * args.num_servers, [(LOCAL, r, args.num_workers)
+                                                     for r in range(args.num_workers)]
+    try:
+        hosts = ssh.make_hosts(args.host_slots, ssh_args(args),
+                                       args.network_interface)
+    except (OSError, RuntimeError) as e:
+        raise LaunchError(str(e)) from None
+    ranks = []
+    for host, (_, slots) in zip(hosts, args.host_slots):
+        ranks += [host] * slots
+    ranks = ranks[:args.num_workers]
+    workers = [(host, ranks[:rank].count(host), ranks.count(host))
+               for rank, host in enumerate(ranks)]
+    servers = [hosts[i % len(hosts)] for i in range(args.num_servers)]
+    return hosts, servers, workers
+
+
+def job_env(args, tmpdir, local):
+    """What tfps-run adds to every role's environment: its roles admit only holders of a
+    key made for this job (ZeroMQ CURVE; docs/security.md), so no other process can join
+    or read it, and on one host its sockets bind loopback only. Over ssh the key file
+    reaches each remote process inside its ssh channel (ssh.py), never on a
+    command line, and is removed there when the process ends; here it lives in `tmpdir`,
+    removed at teardown. A variable the user set wins."""
+    env = {"TFPS_BIND": "127.0.0.1"} if local else {}
+    if args.insecure:
+        env["TFPS_INSECURE"] = "1"
+    elif "TFPS_AUTH_KEY_FILE" not in os.environ:
+        key_file = os.path.join(tmpdir, "job.key")
+        made = subprocess.run([args.ps_server, "--gen-key", key_file], capture_output=True,
+                              text=True, timeout=30)
+        if made.returncode != 0:
+            raise LaunchError(f"cannot make the job key with {args.ps_server} --gen-key: "
+                              f"{made.stderr.strip() or made.stdout.strip()}")
+        env["TFPS_AUTH_KEY_FILE"] = key_file
+    return {k: v for k, v in env.items() if k not in os.environ}
+
+
+def run_job(job, args, port_file):
+    if not os.access(args.ps_server, os.X_OK):
+        raise LaunchError(f"ps_server not built: run `make build` "
+                          f"(no executable at {args.ps_server})")
+    hosts, servers, workers = placement(args)
+    base = dict(os.environ)
+    if args.consistency:
+        base["TFPS_CONSISTENCY"] = args.consistency
+    base.update(job_env(args, os.path.dirname(port_file), local=args.host_slots is None))
+    env = dict(base)
+    port = job.start_scheduler(env, port_file, host=hosts[0], port=args.port,
+                               wait_s=_PORT_WAIT_S)
+    for index, host in enumerate(servers):
+        job.start_server(index, env, host=host, threads=args.server_threads)
+    processes = [job.start_worker(rank, args.command, worker_env(
+                     base, rank, args.num_workers, args.num_servers, port,
+                     job.scheduler_host, local_rank, local_size), host=host)
+                 for rank, (host, local_rank, local_size) in enumerate(workers)]
+    job.supervise(processes, linger_s=_SERVER_EXIT_WAIT_S)
+    return 0
+
+
+def run_elastic_job(job, args, tmpdir):
+    if not os.access(args.ps_server, os.X_OK):
+        raise LaunchError(f"ps_server not built: run `make build` "
+                          f"(no executable at {args.ps_server})")
+    env = dict(os.environ)
+    if args.consistency:
+        env["TFPS_CONSISTENCY"] = args.consistency
+    env.update(job_env(args, tmpdir, local=args.host_slots is None))
+    job.env.update(env)
+    if args.host_slots is not None:
+        # A host that stops answering ends its ssh sessions within about the heartbeat
+        # timeout: its workers are then lost (exit 255) and the job goes on without them.
+        args.ssh_keepalive = keepalive_options(_heartbeat_timeout(job.env))
+        hosts, servers, workers = placement(args)
+        job.scheduler_host, job.server_hosts = hosts[0], servers
+        job.worker_hosts = [host for host, _, _ in workers]
+    return job.run(args.num_workers)
+
+
+def check_build(ps_server):
+    """Prints what this installation's build contains; 0 when complete, 1 otherwise."""
+    here = PACKAGE_DIR
+    info_path = os.path.join(here, "_build_info.json")
+    try:
+        with open(info_path) as f:
+            info = json.load(f)
+    except (OSError, ValueError) as e:
+        info = {"error": str(e)}
+    parts = [("op library", os.path.join(here, "_tf_ps_ops.so"), os.path.exists),
+             ("ps_server", ps_server, lambda p: os.access(p, os.X_OK))]
+    print(f"tf_ps_ops build at {here}:")
+    missing = 0
+    for name, path, present in parts:
+        ok = present(path)
+        missing += not ok
+        print(f"  [{'X' if ok else ' '}] {name:<11} {path}{'' if ok else '  (missing)'}")
+    tf_version = info.get("tensorflow")
+    print(f"  [{'X' if tf_version else ' '}] built against TensorFlow "
+          f"{tf_version or '?'} ({info_path}"
+          + (f": {info['error']})" if "error" in info else ")"))
+    print("  launchers: local, ssh (-H/--hostfile); cluster managers: TF_CONFIG, Slurm "
+          "(python -m tf_ps_ops.role); BytePS DMLC_*; Open MPI/PMI ranks")
+    return 1 if missing or not tf_version else 0
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.check_build:
+        return check_build(args.ps_server)
+    tmpdir = tempfile.mkdtemp(prefix="tfps-run-")
+    if args.elastic:
+        output = Prefixed() if args.host_slots is None else RelayOutput(tmpdir)
+        job = ElasticJob(args.ps_server, args.num_servers, output, tmpdir, args.command,
+                         {}, min_workers=args.elastic_min_workers,
+                         restarts=args.elastic_restarts, timeout=args.timeout,
+                         server_threads=args.server_threads,
+                         server_restarts=args.elastic_server_restarts)
+        body = lambda: run_elastic_job(job, args, tmpdir)  # noqa: E731
+    else:
+        job = Job(args.ps_server, args.num_workers, args.num_servers, Prefixed(),
+                  timeout=args.timeout)
+        body = lambda: run_job(job, args, os.path.join(tmpdir, "port"))  # noqa: E731
+    code, message = run_to_teardown(
+        job, body, _KILL_GRACE_S, cleanup=lambda: shutil.rmtree(tmpdir, ignore_errors=True))
+    # Printed after the teardown, so that it is the last line and "stopped" is true.
+    if message:
+        print(f"tfps-run: {message}", file=sys.stderr, flush=True)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
