@@ -16,6 +16,7 @@
 #include "ps_server/shard_server.h"
 #include "tf_ps_ops/cc/common/config.h"
 #include "tf_ps_ops/cc/common/logging.h"
+#include "tf_ps_ops/cc/common/version.h"
 #include "tf_ps_ops/cc/transport/auth.h"
 
 namespace {
@@ -49,6 +50,7 @@ const char kUsage[] =
     "              (TFPS_BIND, TFPS_AUTH_KEY_FILE, TFPS_INSECURE=1: bind beyond loopback\n"
     "              without a key, which is refused otherwise)\n"
     "  ps_server --gen-key F    writes a new job key to F (mode 600) for TFPS_AUTH_KEY_FILE\n"
+    "  ps_server --version      prints the version of tf_ps_ops it belongs to\n"
     "Unset flags come from DMLC_ROLE, DMLC_PS_ROOT_URI, DMLC_PS_ROOT_PORT, DMLC_NUM_WORKER,\n"
     "DMLC_NUM_SERVER, DMLC_NODE_HOST and TFPS_SERVER_THREADS (see docs/env.md).\n";
 
@@ -113,12 +115,16 @@ using Flags = std::map<std::string, std::string>;
 constexpr int kGoOn = -1;  // ParseArgs: no exit code yet
 
 // Reads the --name value pairs into *flags. Returns kGoOn, or the exit code: 0 after
-// --help, 2 after an unexpected argument or an unknown flag.
+// --help or --version, 2 after an unexpected argument or an unknown flag.
 int ParseArgs(int argc, char** argv, Flags* flags) {
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "-h" || arg == "--help") {
       std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (arg == "--version") {
+      std::printf("ps_server (tf_ps_ops) %s\n", tfps::kPackageVersion);
       return 0;
     }
     if (arg == "--insecure") {  // the one flag without a value

@@ -10,6 +10,7 @@ package and must start without importing TensorFlow (seconds) or the op library.
 """
 
 from tf_ps_ops.common import lazy as _lazy
+from tf_ps_ops.common.version import __version__  # noqa: F401
 
 # Public name -> the module that defines it (docs/internals.md has the package's map).
 _EXPORTS = {

@@ -25,6 +25,7 @@ import sys
 import tempfile
 
 from tf_ps_ops.common import config as _config
+from tf_ps_ops.common.version import __version__
 from tf_ps_ops.runner import ssh
 from tf_ps_ops.runner.elastic import ElasticJob, _heartbeat_timeout
 from tf_ps_ops.runner.elastic_ssh import RelayOutput, keepalive_options
@@ -129,6 +130,8 @@ def parse_args(argv=None):
                              "dies starts a new epoch with new servers and the same workers, "
                              "who go on from their last commit, up to S times; then it ends "
                              "the job (default 3)")
+    parser.add_argument("--version", action="version",
+                        version=f"%(prog)s (tf_ps_ops) {__version__}")
     parser.add_argument("--check-build", action="store_true",
                         help="print what the build contains and exit")
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND",
