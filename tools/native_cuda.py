@@ -14,8 +14,8 @@ last for newer GPUs), CUDA_HOME.
 
 Which files are CUDA-only: every `*.cu.cc` (compiled by nvcc, whatever its unit), and every
 file of a unit in CUDA_ONLY_UNITS (host code that includes cuda_runtime.h). The kernels'
-`*_gpu.cc` files are compiled in every build but hold code only under TFPS_WITH_CUDA, which
-the CUDA build defines for the kernels unit.
+files are compiled in every build; their GPU parts and DEVICE_GPU registrations only under
+TFPS_WITH_CUDA, which the CUDA build defines for the kernels unit.
 
 nvcc runs under ccache like g++ (ccache knows nvcc), so an unchanged CUDA file costs nothing
 on the next build. Objects of nvcc go to build/native/<unit>/ like the others.

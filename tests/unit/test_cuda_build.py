@@ -39,7 +39,7 @@ GPU_OPS = ["PsPushPull", "PsBroadcast", "PsAllgather", "SfbFactorGradient", "PsI
            "PsApplyAdamWithAmsgrad", "PsApplyAdagrad", "PsApplyAdagradV2",
            "PsApplyKerasAdagrad", "PsApplyRMSProp", "PsApplyCenteredRMSProp",
            # GPU kernels that refuse when created, saying to keep embeddings on the CPU
-           # (ps_apply_gpu.cc; tests/gpu/tf_gpu_worker.py checks the message on a GPU)
+           # (ps_apply_ops.cc; tests/gpu/tf_gpu_worker.py checks the message on a GPU)
            "PsSparseApplyGradientDescent", "PsSparseApplyMomentum",
            "PsSparseApplyKerasMomentum", "PsSparseApplyAdagrad", "PsSparseApplyAdagradV2",
            "PsSparseApplyKerasAdagrad", "PsSparseApplyRMSProp", "PsSparseApplyCenteredRMSProp"]

@@ -1,11 +1,15 @@
 // PsAllgather: every worker's tensor, concatenated along the first dimension in rank order,
-// exchanged peer to peer (no server in the path). First dimensions may differ.
+// exchanged peer to peer (no server in the path). First dimensions may differ. On a GPU
+// (CUDA builds) the tensor is staged to pinned host memory, exchanged, concatenated in a
+// pinned buffer and copied into the GPU output (staging.h).
 #include <memory>
+#include <vector>
 
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tf_ps_ops/kernels/comm_attrs.h"
+#include "tf_ps_ops/kernels/staging.h"
 #include "tf_ps_ops/kernels/tf_adapter.h"
 
 namespace tfps {
@@ -17,6 +21,7 @@ using tensorflow::OpKernelContext;
 using tensorflow::Tensor;
 using tensorflow::TensorShape;
 
+template <typename Staging>
 class PsAllgatherOp : public AsyncOpKernel {
  public:
   explicit PsAllgatherOp(OpKernelConstruction* ctx) : AsyncOpKernel(ctx) {
@@ -26,28 +31,38 @@ class PsAllgatherOp : public AsyncOpKernel {
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     const Tensor& input = ctx->input(0);
     OP_REQUIRES_OK_ASYNC(ctx, CheckGatherInput(tensor_name_, input), done);
-    GatherRequest request;
-    DescribeInput(tensor_name_, input, &request);
-    const TensorShape shape = input.shape();
-    request.done = [ctx, done, shape](const Status& status,
-                                            const std::vector<PeerTensor>& parts) {
-      if (!status.ok()) {
-        CompleteWithStatus(ctx, done)(status);
-        return;
-      }
-      TensorShape out_shape = shape;
-      int64_t rows = 0;
-      for (const PeerTensor& p : parts) rows += p.dims[0];
-      out_shape.set_dim(0, rows);
-      Tensor* output = nullptr;
-      OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(0, out_shape, &output), done);
-      ConcatenateRows(parts, rows, output);
-      done();
-    };
-    Engine::Get().EnqueueGather(std::move(request));
+    auto host = std::make_shared<Tensor>();
+    Staging::ToHost(ctx, input, host.get(), [this, ctx, done, host](const absl::Status& s) {
+      if (!s.ok()) return FinishAsync(ctx, done, s);
+      GatherRequest request;
+      DescribeInput(tensor_name_, *host, &request);
+      request.done = CompleteGather(
+          ctx, done, [ctx, shape = host->shape()](const std::vector<PeerTensor>& parts,
+                                                  const StatusCallback& finish) {
+            Gathered(ctx, shape, parts, finish);
+          });
+      Engine::Get().EnqueueGather(std::move(request));
+    });
   }
 
  private:
+  // On the engine thread: the parts live only during this call, so they are concatenated
+  // here, into the output (CPU) or a pinned buffer copied to it (GPU).
+  static void Gathered(OpKernelContext* ctx, TensorShape shape,
+                       const std::vector<PeerTensor>& parts, const StatusCallback& finish) {
+    const int64_t rows = GatheredRows(parts);
+    shape.set_dim(0, rows);
+    Tensor* output = nullptr;
+    absl::Status s = ctx->allocate_output(0, shape, &output);
+    auto host = std::make_shared<Tensor>();
+    if (s.ok()) s = Staging::HostFor(ctx, *output, host.get());
+    if (!s.ok()) return finish(s);
+    ConcatenateRows(parts, rows, host.get());
+    Staging::ToDevice(ctx, *host, output, [finish, host](const absl::Status& copied) {
+      finish(copied);
+    });
+  }
+
   std::string tensor_name_;
 };
 
@@ -68,8 +83,12 @@ Concatenates every worker's `tensor` along dimension 0, in rank order. Peer to p
 The dtype and every dimension but the first must agree across workers.
 )doc");
 
-REGISTER_KERNEL_BUILDER(Name("PsAllgather").Device(tensorflow::DEVICE_CPU), PsAllgatherOp);
-// GPU kernel (CUDA builds): allgather_gpu.cc.
+REGISTER_KERNEL_BUILDER(Name("PsAllgather").Device(tensorflow::DEVICE_CPU),
+                        PsAllgatherOp<CpuStaging>);
+#if TFPS_WITH_CUDA
+REGISTER_KERNEL_BUILDER(Name("PsAllgather").Device(tensorflow::DEVICE_GPU),
+                        PsAllgatherOp<GpuStaging>);
+#endif
 
 }  // namespace
 }  // namespace tfps

@@ -87,30 +87,31 @@ class PsAlltoallOp : public AsyncOpKernel {
     }
     DescribeInput(tensor_name_, input, &request);
     const TensorShape shape = input.shape();
-    request.done = [ctx, done, shape, size](const Status& status,
-                                            const std::vector<PeerTensor>& parts) {
-      if (!status.ok()) {
-        CompleteWithStatus(ctx, done)(status);
-        return;
-      }
-      Tensor* received = nullptr;
-      OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(1, TensorShape({size}), &received), done);
-      TensorShape out_shape = shape;
-      int64_t rows = 0;
-      for (int p = 0; p < size; ++p) {
-        received->flat<int32_t>()(p) = static_cast<int32_t>(parts[p].dims[0]);
-        rows += parts[p].dims[0];
-      }
-      out_shape.set_dim(0, rows);
-      Tensor* output = nullptr;
-      OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(0, out_shape, &output), done);
-      ConcatenateRows(parts, rows, output);
-      done();
-    };
+    request.done = CompleteGather(ctx, done, [ctx, shape, size](
+                                                 const std::vector<PeerTensor>& parts,
+                                                 const StatusCallback& finish) {
+      finish(Received(ctx, shape, size, parts));
+    });
     Engine::Get().EnqueueGather(std::move(request));
   }
 
  private:
+  // The parts, in rank order, into output 0 and how many rows came from each into output 1.
+  static absl::Status Received(OpKernelContext* ctx, TensorShape shape, int size,
+                               const std::vector<PeerTensor>& parts) {
+    Tensor* received = nullptr;
+    TF_RETURN_IF_ERROR(ctx->allocate_output(1, TensorShape({size}), &received));
+    for (int p = 0; p < size; ++p) {
+      received->flat<int32_t>()(p) = static_cast<int32_t>(parts[p].dims[0]);
+    }
+    const int64_t rows = GatheredRows(parts);
+    shape.set_dim(0, rows);
+    Tensor* output = nullptr;
+    TF_RETURN_IF_ERROR(ctx->allocate_output(0, shape, &output));
+    ConcatenateRows(parts, rows, output);
+    return absl::OkStatus();
+  }
+
   std::string tensor_name_;
 };
 

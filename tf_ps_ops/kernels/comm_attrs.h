@@ -1,7 +1,7 @@
-// What a communication kernel and its GPU twin (*_gpu.cc) must do alike: read the op's
-// attrs and check its inputs before the tensor moves. Both include this header, so a new
-// attr or check reaches both. Inline and free of Eigen: it costs the files that include it
-// (they include op_kernel.h already) nothing to speak of.
+// The attrs of the communication kernels (PsPushPull, PsBroadcast, PsAllgather) and the
+// checks of their inputs before the tensor moves, for their CPU and GPU kernels alike.
+// Inline and free of Eigen: it costs the files that include it (they include op_kernel.h
+// already) nothing to speak of.
 #ifndef TFPS_KERNELS_COMM_ATTRS_H_
 #define TFPS_KERNELS_COMM_ATTRS_H_
 

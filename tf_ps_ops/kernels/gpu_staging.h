@@ -55,13 +55,6 @@ absl::Status ComputeStream(tensorflow::OpKernelContext* ctx, void** stream);
 // has finished: the input's producers included. An error when the device cannot say.
 absl::Status WhenStreamDone(tensorflow::OpKernelContext* ctx, std::function<void()> fn);
 
-// Completion for a GPU async kernel: sets the status and calls done().
-inline void FinishAsync(tensorflow::OpKernelContext* ctx,
-                        tensorflow::AsyncOpKernel::DoneCallback done, const absl::Status& s) {
-  if (!s.ok()) ctx->SetStatus(s);
-  done();
-}
-
 }  // namespace tfps
 
 #endif  // TFPS_WITH_CUDA

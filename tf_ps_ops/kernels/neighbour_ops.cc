@@ -92,47 +92,42 @@ class PsNeighbourExchangeOp : public AsyncOpKernel {
     OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(0, out_shape, &received), done);
     OP_REQUIRES_OK_ASYNC(ctx, Describe(ctx, input, &request), done);
 
-    const std::vector<int> from = request.recv_from;
-    const std::vector<int64_t> expected = request.dims;
-    request.done = [this, ctx, done, received, from, expected, input](
-                       const Status& status, const std::vector<PeerTensor>& parts) {
-      if (!status.ok()) {
-        CompleteWithStatus(ctx, done)(status);
-        return;
-      }
-      const uint64_t n = static_cast<uint64_t>(input.NumElements());
-      const size_t bytes = input.TotalBytes();
-      char* dst = const_cast<char*>(received->tensor_data().data());
-      for (size_t i = 0; i < from.size(); ++i) {
-        const PeerTensor& p = parts[from[i]];
-        if (p.dims != expected) {
-          ctx->SetStatus(absl::FailedPreconditionError(  // Horovod's class for a mismatch
-              "neighbour exchange of '" + tensor_name_ + "': worker " + std::to_string(from[i]) +
-              " sent a part of shape " + DimsText(p.dims) + " where this worker's tensor " +
-              input.shape().DebugString() + " makes " + DimsText(expected) +
-              " (compression '" + CodecName(codec_) +
-              "'): every worker must pass the same shape and compression"));
-          done();
-          return;
-        }
-        char* slot = dst + i * bytes;
-        if (codec_.id == CodecId::kNone) {
-          if (bytes > 0) std::memcpy(slot, p.data, bytes);
-        } else {
-          Status s = Decode(codec_.id, static_cast<const uint8_t*>(p.data), n, 0, 0,
-                            reinterpret_cast<float*>(slot));
-          if (!s.ok()) {
-            CompleteWithStatus(ctx, done)(s);
-            return;
-          }
-        }
-      }
-      done();
-    };
+    request.done = CompleteGather(
+        ctx, done, [this, received, from = request.recv_from, expected = request.dims, input](
+                       const std::vector<PeerTensor>& parts, const StatusCallback& finish) {
+          finish(Receive(input, from, expected, parts, received));
+        });
     engine.EnqueueGather(std::move(request));
   }
 
  private:
+  // The parts of `from`, in that order, decoded if need be, into `received`.
+  absl::Status Receive(const Tensor& input, const std::vector<int>& from,
+                       const std::vector<int64_t>& expected, const std::vector<PeerTensor>& parts,
+                       Tensor* received) const {
+    const uint64_t n = static_cast<uint64_t>(input.NumElements());
+    const size_t bytes = input.TotalBytes();
+    char* dst = const_cast<char*>(received->tensor_data().data());
+    for (size_t i = 0; i < from.size(); ++i) {
+      const PeerTensor& p = parts[from[i]];
+      if (p.dims != expected) {
+        return absl::FailedPreconditionError(  // Horovod's class for a mismatch
+            "neighbour exchange of '" + tensor_name_ + "': worker " + std::to_string(from[i]) +
+            " sent a part of shape " + DimsText(p.dims) + " where this worker's tensor " +
+            input.shape().DebugString() + " makes " + DimsText(expected) + " (compression '" +
+            CodecName(codec_) + "'): every worker must pass the same shape and compression");
+      }
+      char* slot = dst + i * bytes;
+      if (codec_.id == CodecId::kNone) {
+        if (bytes > 0) std::memcpy(slot, p.data, bytes);
+        continue;
+      }
+      TF_RETURN_IF_ERROR(ToTfStatus(Decode(codec_.id, static_cast<const uint8_t*>(p.data), n, 0,
+                                           0, reinterpret_cast<float*>(slot))));
+    }
+    return absl::OkStatus();
+  }
+
   // What travels: the tensor itself, or its encoding (then `sent` is the decoded encoding).
   absl::Status Describe(OpKernelContext* ctx, const Tensor& input, GatherRequest* request) {
     if (codec_.id == CodecId::kNone) {

@@ -56,26 +56,14 @@ void ForgetInitialisation(const std::string& key) {
   g_initialised.erase(key);
 }
 
-void InitVariable(OpKernelContext* ctx, Var* var, const std::string& key, const Tensor& value,
-                  std::function<void(const Status&)> then, bool overwrite) {
-  auto fresh = std::make_shared<Tensor>();
-  if (!ctx->allocate_temp(value.dtype(), value.shape(), fresh.get()).ok()) {
-    then(Internal("cannot allocate a buffer for the parameter '" + key + "'"));
-    return;
+absl::Status ReadValue(Var* var, const std::string& key, const std::string& missing,
+                       Tensor* value) {
+  tensorflow::tf_shared_lock lock(*var->mu());
+  if (!var->is_initialized) {
+    return absl::FailedPreconditionError("variable '" + key + "' " + missing);
   }
-  PushPullRequest request = RequestFor(key, value, fresh.get());
-  request.root_rank = 0;
-  request.flags = kFlagPsInit | (overwrite ? kFlagPsOverwrite : 0);
-  request.done = [var, key, fresh, then](const Status& s) {
-    if (s.ok()) {
-      StoreDense(var, *fresh);
-    } else {
-      std::lock_guard<std::mutex> lock(g_initialised_mu);
-      g_initialised.erase(key);
-    }
-    then(s);
-  };
-  Engine::Get().Enqueue(std::move(request));
+  *value = *var->tensor();
+  return absl::OkStatus();
 }
 
 absl::Status PsMarshal::Init(tensorflow::OpKernelConstruction* ctx,

@@ -4,8 +4,9 @@
 //
 // Initialisation: PsInitVariable (or, failing that, the first PsApply of a variable) sends
 // rank 0's value to the servers and every rank adopts the servers' value, so replicas start
-// equal. The local slot variables (accum, m, v, ...) are only read for their initial value,
-// which travels with each push: in PS mode the slots live on the servers.
+// equal (InitVariable, ps_apply_ops.cc). The local slot variables (accum, m, v, ...) are only
+// read for their initial value, which travels with each push: in PS mode the slots live on
+// the servers.
 #ifndef TFPS_KERNELS_PS_VARIABLE_H_
 #define TFPS_KERNELS_PS_VARIABLE_H_
 
@@ -31,13 +32,10 @@ void MarkInitialised(const std::string& key);
 // Forgets that `key` was initialised, so the next call initialises again (after a failure).
 void ForgetInitialisation(const std::string& key);
 
-// Sends rank 0's `value` of the variable to the servers (unless they hold it already, or
-// with `overwrite` always: a restore) and writes the servers' value into `var`, then calls
-// `then`. On failure the key is forgotten, so a retry initialises again. `var` must stay
-// referenced until `then` runs.
-void InitVariable(tensorflow::OpKernelContext* ctx, tensorflow::Var* var, const std::string& key,
-                  const tensorflow::Tensor& value, std::function<void(const Status&)> then,
-                  bool overwrite);
+// The variable's current value (on its device), or FailedPrecondition "variable '<key>'
+// <missing>" when it holds none yet.
+absl::Status ReadValue(tensorflow::Var* var, const std::string& key, const std::string& missing,
+                       tensorflow::Tensor* value);
 
 // Where a PsApply op finds each value a push carries, resolved once per kernel.
 class PsMarshal {
@@ -47,7 +45,7 @@ class PsMarshal {
   absl::Status Init(tensorflow::OpKernelConstruction* ctx, const tensorflow::OpKernel& kernel,
                     const PsOpSpec& spec);
   // Reads a slot's first element. The default reads host memory; the GPU kernels pass one
-  // that copies it from the device (ps_apply_gpu.cc).
+  // that copies it from the device (ps_apply_ops.cc, ReadSlots).
   using SlotReader = std::function<absl::Status(const std::string& slot,
                                                 const tensorflow::Tensor& value, double* out)>;
   // The hyperparameters in wire order, then the slots' initial values.

@@ -1,5 +1,13 @@
 // PsPushPull and PsBroadcast: asynchronous kernels that hand a tensor to the engine and
 // return their thread; the engine calls back when every partition's answer is written.
+//
+// On a GPU (CUDA builds) the tensor is staged to pinned host memory as soon as the kernels
+// producing it are done (staging.h), the engine sums it like a CPU tensor, in place in the
+// pinned buffer, and the answer is copied back into the GPU output; backward goes on
+// meanwhile. Two GPU calls keep the tensor on the device instead (TakenOnDevice): where the
+// host's workers sum GPU tensors with NCCL (nccl_local_reduce.h) the engine takes the GPU
+// buffers and only the local leader stages, and a compressed call is encoded and decoded on
+// the GPU (gpu_push_codec.h).
 #include <memory>
 #include <optional>
 #include <string>
@@ -8,7 +16,12 @@
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tf_ps_ops/kernels/comm_attrs.h"
+#include "tf_ps_ops/kernels/staging.h"
 #include "tf_ps_ops/kernels/tf_adapter.h"
+#if TFPS_WITH_CUDA
+#include "tf_ps_ops/kernels/gpu_push_codec.h"
+#include "tf_ps_ops/kernels/nccl_local_reduce.h"
+#endif
 
 namespace tfps {
 namespace {
@@ -21,6 +34,15 @@ using tensorflow::Tensor;
 constexpr char kCommTypes[] =
     "T: {half, bfloat16, float, double, int8, uint8, int16, uint16, int32, int64, bool}";
 
+// Whether the device took the call without staging (true: it calls done). None does on
+// the CPU; the GPU's are below.
+template <typename Staging>
+bool TakenOnDevice(OpKernelContext* ctx, const CommAttrs& attrs, const Tensor& input,
+                   Tensor* output, AsyncOpKernel::DoneCallback done) {
+  return false;
+}
+
+template <typename Staging>
 class PsCommOp : public AsyncOpKernel {
  public:
   explicit PsCommOp(OpKernelConstruction* ctx) : AsyncOpKernel(ctx) {
@@ -33,19 +55,115 @@ class PsCommOp : public AsyncOpKernel {
     // The answer may go into the input's own buffer when nothing else holds it (a gradient
     // usually): no fresh allocation to page in each step. Safe with zero-copy sends: a
     // partition's answer arrives only after the server has all of that partition, so
-    // ZeroMQ is done reading it, and partitions do not overlap.
+    // ZeroMQ is done reading it, and partitions do not overlap. On the GPU it overwrites
+    // the staged gradient in pinned memory, as safely.
     Tensor* output = nullptr;
     OP_REQUIRES_OK_ASYNC(
         ctx, ctx->forward_input_or_allocate_output({0}, 0, input.shape(), &output), done);
-
-    PushPullRequest request = attrs_.Request(input, output);
-    request.done = CompleteWithStatus(ctx, done);
-    Engine::Get().Enqueue(std::move(request));
+    if (TakenOnDevice<Staging>(ctx, attrs_, input, output, done)) return;
+    auto host = std::make_shared<Tensor>();
+    Staging::ToHost(ctx, input, host.get(), [this, ctx, done, host, output](const absl::Status& s) {
+      if (!s.ok()) return FinishAsync(ctx, done, s);
+      Tensor* answer = Staging::kCopies ? host.get() : output;
+      PushPullRequest request = attrs_.Request(*host, answer);
+      request.done = [ctx, done, host, answer, output](const Status& status) {
+        if (!status.ok()) return FinishAsync(ctx, done, ToTfStatus(status));
+        Staging::ToDevice(ctx, *answer, output, [ctx, done, host](const absl::Status& copied) {
+          FinishAsync(ctx, done, copied);
+        });
+      };
+      Engine::Get().Enqueue(std::move(request));
+    });
   }
 
  private:
-  CommAttrs attrs_;  // read as the GPU twin reads them (push_pull_gpu.cc)
+  CommAttrs attrs_;
 };
+
+#if TFPS_WITH_CUDA
+// The GPU buffer of `request.input` and an event recorded on the op's compute stream after
+// the input's producers; an error finishes the op (false).
+bool ReadyOnDevice(OpKernelContext* ctx, const CommAttrs& attrs, const PushPullRequest& request,
+                   int* device, void** ready, AsyncOpKernel::DoneCallback done) {
+  void* stream = nullptr;
+  const absl::Status got = ComputeStream(ctx, &stream);
+  if (!got.ok()) {
+    FinishAsync(ctx, done, got);
+    return false;
+  }
+  Status s = DeviceOfPointer(request.input, device);
+  if (s.ok()) s = RecordReadyEvent(stream, ready);
+  if (!s.ok()) {
+    FinishAsync(ctx, done, ToTfStatus(s.WithPrefix(ctx->op_kernel().type_string() + " of '" +
+                                                   attrs.tensor_name + "' on the GPU: ")));
+    return false;
+  }
+  return true;
+}
+
+// When this host sums GPU tensors with NCCL (device_reduce.h) and the call goes the
+// hierarchical way, the engine takes the GPU buffers themselves: no staging here, the
+// local leader alone copies the local sum to the host.
+bool PushPullOnDevice(OpKernelContext* ctx, const CommAttrs& attrs, const Tensor& input,
+                      Tensor* output, AsyncOpKernel::DoneCallback done) {
+  PushPullRequest request = attrs.Request(input, output);
+  if (input.NumElements() == 0 || !Engine::Get().TakesDeviceTensor(request)) return false;
+  void* ready = nullptr;
+  if (!ReadyOnDevice(ctx, attrs, request, &request.device, &ready, done)) return true;
+  request.device_ready = ready;
+  request.input_holder = std::make_shared<Tensor>(input);
+  request.done = [ctx, done, ready](const Status& status) {
+    ReleaseReadyEvent(ready);
+    FinishAsync(ctx, done, ToTfStatus(status));
+  };
+  Engine::Get().Enqueue(std::move(request));
+  return true;
+}
+
+// When the engine would compress this call (its codec, or TFPS_COMPRESSION), the GPU
+// encodes and decodes (gpu_push_codec.h): only the encoded bytes cross PCIe.
+bool PushPullCompressedOnDevice(OpKernelContext* ctx, const CommAttrs& attrs,
+                                const Tensor& input, Tensor* output,
+                                AsyncOpKernel::DoneCallback done) {
+  PushPullRequest request = attrs.Request(input, output);
+  CodecSpec spec;
+  if (input.NumElements() == 0 || input.dtype() != tensorflow::DT_FLOAT ||
+      !Engine::Get().EncodesOnDevice(request, &spec)) {
+    return false;
+  }
+  int device = -1;
+  void* ready = nullptr;
+  if (!ReadyOnDevice(ctx, attrs, request, &device, &ready, done)) return true;
+  auto codec = std::make_shared<GpuPushCodec>(
+      attrs.tensor_name, device, static_cast<const float*>(request.input),
+      static_cast<float*>(request.output), request.count, ready);
+  request.device_codec = codec;
+  request.input_holder = std::make_shared<Tensor>(input);
+  auto holder = std::make_shared<Tensor>(*output);  // the output, alive until decoded
+  request.done = [ctx, done, ready, codec, holder](const Status& status) {
+    Status decoded = status;
+    if (decoded.ok()) decoded = codec->DecodeInto();
+    ReleaseReadyEvent(ready);
+    FinishAsync(ctx, done, ToTfStatus(decoded));
+  };
+  // Handed to the engine once the gradient is there, so the engine thread never waits
+  // for TF's kernels (where the device cannot say, at once: the codec's stream waits on
+  // `ready` either way).
+  auto shared = std::make_shared<PushPullRequest>(std::move(request));
+  const absl::Status later = WhenStreamDone(
+      ctx, [shared]() { Engine::Get().Enqueue(std::move(*shared)); });
+  if (!later.ok()) Engine::Get().Enqueue(std::move(*shared));
+  return true;
+}
+
+template <>
+bool TakenOnDevice<GpuStaging>(OpKernelContext* ctx, const CommAttrs& attrs,
+                               const Tensor& input, Tensor* output,
+                               AsyncOpKernel::DoneCallback done) {
+  return PushPullOnDevice(ctx, attrs, input, output, done) ||
+         PushPullCompressedOnDevice(ctx, attrs, input, output, done);
+}
+#endif  // TFPS_WITH_CUDA
 
 REGISTER_OP("PsPushPull")
     .Input("tensor: T")
@@ -93,9 +211,13 @@ REGISTER_OP("PsBroadcast")
 Returns root_rank's `tensor` on every worker; only the root's bytes travel.
 )doc");
 
-REGISTER_KERNEL_BUILDER(Name("PsPushPull").Device(tensorflow::DEVICE_CPU), PsCommOp);
-REGISTER_KERNEL_BUILDER(Name("PsBroadcast").Device(tensorflow::DEVICE_CPU), PsCommOp);
-// GPU kernels (CUDA builds): push_pull_gpu.cc.
+REGISTER_KERNEL_BUILDER(Name("PsPushPull").Device(tensorflow::DEVICE_CPU), PsCommOp<CpuStaging>);
+REGISTER_KERNEL_BUILDER(Name("PsBroadcast").Device(tensorflow::DEVICE_CPU), PsCommOp<CpuStaging>);
+#if TFPS_WITH_CUDA
+// `handles` are resources: always in host memory, nothing to say.
+REGISTER_KERNEL_BUILDER(Name("PsPushPull").Device(tensorflow::DEVICE_GPU), PsCommOp<GpuStaging>);
+REGISTER_KERNEL_BUILDER(Name("PsBroadcast").Device(tensorflow::DEVICE_GPU), PsCommOp<GpuStaging>);
+#endif
 
 }  // namespace
 }  // namespace tfps

@@ -1,5 +1,6 @@
 // The seam between TensorFlow and the core, for every kernel: core requests from tensors,
-// the "not initialised" check, core statuses to TF ones before done(), dtypes both ways.
+// the "not initialised" check, core statuses to TF ones before done(), dtypes both ways,
+// a gather's completion. What differs between a kernel's CPU and GPU device: staging.h.
 #ifndef TFPS_KERNELS_TF_ADAPTER_H_
 #define TFPS_KERNELS_TF_ADAPTER_H_
 
@@ -50,6 +51,15 @@ inline absl::Status RequireInitialised(const std::string& what) {
                                        "before " + what);
 }
 
+// How an async kernel ends: a failure goes to TF, then done().
+inline void FinishAsync(tensorflow::OpKernelContext* ctx,
+                        tensorflow::AsyncOpKernel::DoneCallback done, const absl::Status& s) {
+  if (!s.ok()) ctx->SetStatus(s);
+  done();
+}
+// A status handed on when an asynchronous step ends.
+using StatusCallback = std::function<void(const absl::Status&)>;
+
 // The engine's completion for an async kernel: the status goes to TF, then done().
 inline std::function<void(const Status&)> CompleteWithStatus(
     tensorflow::OpKernelContext* ctx, tensorflow::AsyncOpKernel::DoneCallback done) {
@@ -57,6 +67,27 @@ inline std::function<void(const Status&)> CompleteWithStatus(
     ctx->SetStatus(ToTfStatus(status));
     done();
   };
+}
+
+// The engine's completion for a gather (allgather, alltoall, neighbour exchange, SFB): a
+// failure, this worker's or a peer's, ends the op; otherwise `take(parts, finish)` reads the
+// parts, which live only during this call, and calls `finish` with the op's status, at once
+// or later (after a copy to the GPU).
+template <typename Take>
+std::function<void(const Status&, const std::vector<PeerTensor>&)> CompleteGather(
+    tensorflow::OpKernelContext* ctx, tensorflow::AsyncOpKernel::DoneCallback done, Take take) {
+  return [ctx, done, take](const Status& status, const std::vector<PeerTensor>& parts) {
+    StatusCallback finish = [ctx, done](const absl::Status& s) { FinishAsync(ctx, done, s); };
+    if (!status.ok()) return finish(ToTfStatus(status));
+    take(parts, finish);
+  };
+}
+
+// The rows of the gathered parts together (their first dimensions).
+inline int64_t GatheredRows(const std::vector<PeerTensor>& parts) {
+  int64_t rows = 0;
+  for (const PeerTensor& p : parts) rows += p.dims[0];
+  return rows;
 }
 
 // The tensor part of a request (name, dtype, shape, input bytes), without a copy: the

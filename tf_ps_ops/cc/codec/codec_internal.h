@@ -7,20 +7,13 @@
 #include <cstring>
 #include <vector>
 
+#include "tf_ps_ops/cc/codec/codec_math.h"
+
 namespace tfps {
 namespace codec_internal {
 
-inline uint32_t Bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-
-inline float FromBits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+using codec_math::Bits;
+using codec_math::FromBits;
 
 void EncodeFp16(const float* in, uint64_t n, uint8_t* out);
 void DecodeFp16(const uint8_t* in, uint64_t n, float* out);

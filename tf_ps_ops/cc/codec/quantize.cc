@@ -8,6 +8,7 @@
 
 #include "tf_ps_ops/cc/codec/codec.h"
 #include "tf_ps_ops/cc/codec/codec_internal.h"
+#include "tf_ps_ops/cc/codec/codec_math.h"
 
 namespace tfps {
 namespace codec_internal {
@@ -23,24 +24,6 @@ bool AllFinite(const float* x, uint64_t len) {
     bad |= static_cast<uint32_t>((Bits(x[i]) & 0x7f800000u) == 0x7f800000u);
   }
   return bad == 0;
-}
-
-void MinMax(const float* x, uint64_t len, float* lo, float* hi) {
-  float l[kLanes], h[kLanes];
-  for (int j = 0; j < kLanes; ++j) l[j] = h[j] = x[0];
-  uint64_t i = 0;
-  for (; i + kLanes <= len; i += kLanes) {
-    for (int j = 0; j < kLanes; ++j) {
-      l[j] = x[i + j] < l[j] ? x[i + j] : l[j];
-      h[j] = x[i + j] > h[j] ? x[i + j] : h[j];
-    }
-  }
-  for (; i < len; ++i) {
-    l[0] = x[i] < l[0] ? x[i] : l[0];
-    h[0] = x[i] > h[0] ? x[i] : h[0];
-  }
-  *lo = *std::min_element(l, l + kLanes);
-  *hi = *std::max_element(h, h + kLanes);
 }
 
 float MeanAbs(const float* x, uint64_t len) {
@@ -93,7 +76,7 @@ void EncodeInt8(const float* in, uint64_t n, uint8_t* out) {
       lo = hi = std::numeric_limits<float>::quiet_NaN();
       std::memset(q, 0, len);
     } else {
-      MinMax(x, len, &lo, &hi);
+      codec_math::Int8LaneMinMax(x, len, &lo, &hi);  // the GPU codec's too (codec_math.h)
       // hi == lo: every code is 0 and decodes to lo exactly.
       const float inv = hi > lo ? 255.0f / (hi - lo) : 0.0f;
       if (len == kChunk) {
