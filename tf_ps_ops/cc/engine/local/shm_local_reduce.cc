@@ -1,4 +1,4 @@
-#include "tf_ps_ops/cc/engine/shm_local_reduce.h"
+#include "tf_ps_ops/cc/engine/local/shm_local_reduce.h"
 
 #include <signal.h>
 

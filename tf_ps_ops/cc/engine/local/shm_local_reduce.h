@@ -29,8 +29,8 @@
 // 500 us): no futex on memory that a hostile or dead peer shares. Every wait has the
 // deadline TFPS_TIMEOUT, and a peer whose process is gone (its pid in the header) fails
 // the call at once, naming the local rank.
-#ifndef TFPS_CC_ENGINE_SHM_LOCAL_REDUCE_H_
-#define TFPS_CC_ENGINE_SHM_LOCAL_REDUCE_H_
+#ifndef TFPS_CC_ENGINE_LOCAL_SHM_LOCAL_REDUCE_H_
+#define TFPS_CC_ENGINE_LOCAL_SHM_LOCAL_REDUCE_H_
 
 #include <atomic>
 #include <chrono>
@@ -45,7 +45,7 @@
 #include <thread>
 #include <vector>
 
-#include "tf_ps_ops/cc/engine/local_reduce.h"
+#include "tf_ps_ops/cc/engine/local/local_reduce.h"
 #include "tf_ps_ops/cc/transport/shm_segment.h"
 
 namespace tfps {
@@ -172,4 +172,4 @@ class ShmLocalReduce : public LocalReduce {
 
 }  // namespace tfps
 
-#endif  // TFPS_CC_ENGINE_SHM_LOCAL_REDUCE_H_
+#endif  // TFPS_CC_ENGINE_LOCAL_SHM_LOCAL_REDUCE_H_
