@@ -172,7 +172,7 @@ class Engine::Loop {
   // Sends the partition, or adds it to its server's batch.
   Status SendPartOnLoop(uint64_t op_id, Op& op, uint32_t index);
   // The head of the partition's push (or join).
-  Head PartHead(const Op& op, uint32_t index, bool no_data) const;
+  Head PartHeadOnLoop(const Op& op, uint32_t index, bool no_data) const;
   // The partition's payload (`bytes` of data): encoded, copied into `segment` (the head
   // then says so), or the tensor's bytes in place. *wire_bytes: what it weighs as sent.
   Status PartPayloadOnLoop(Op& op, uint32_t index, ShmSegment* segment, uint64_t bytes,

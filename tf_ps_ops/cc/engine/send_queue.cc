@@ -82,7 +82,7 @@ Status Engine::Loop::SendPartOnLoop(uint64_t op_id, Op& o, uint32_t index) {
     // A failed send fails every op in that batch, possibly this one (`o` is then gone).
     if (ops_.count(op_id) == 0) return Status::Ok();
   }
-  Head head = PartHead(o, index, no_data);
+  Head head = PartHeadOnLoop(o, index, no_data);
   zmq::message_t payload;
   uint64_t wire_bytes = bytes;
   TFPS_RETURN_IF_ERROR(PartPayloadOnLoop(o, index, segment, bytes, &head, &payload, &wire_bytes));
@@ -103,7 +103,8 @@ Status Engine::Loop::SendPartOnLoop(uint64_t op_id, Op& o, uint32_t index) {
   return Status::Ok();
 }
 
-Head Engine::Loop::PartHead(const Op& o, uint32_t index, bool no_data) const {
+Head Engine::Loop::PartHeadOnLoop(const Op& o, uint32_t index, bool no_data) const {
+  TFPS_CHECK_ON_LOOP(loop_thread_);  // the timeline's state is the engine thread's
   const PushPullRequest& r = o.request;
   const Partition& p = o.parts[index];
   Head head;
