@@ -283,31 +283,21 @@ bool ShardServer::ExchangeNoticesOnIoThread(std::string* why) {
       return false;
     }
   }
+  // The I/O thread lives (notice.h), and so do the summation threads (thread_watch.h).
   const bool alive = SummationThreadsAliveOnIoThread();
-  std::vector<zmq::message_t> frames;
-  while (RecvFrames(scheduler_, &frames)) {
-    // The I/O thread lives (notice.h), and so do the summation threads (thread_watch.h).
-    if (AnswerPing(scheduler_, frames, alive)) continue;
-    Code code = Code::kOk;
-    NoticeAbout about;
-    std::string text;
-    if (!ReadNotice(frames, &code, &about, &text)) continue;
-    if (code == Code::kOk) {
-      TFPS_LOG(Warning) << text;
-      continue;
-    }
+  return ReadNotices(scheduler_, alive, [&](Code, const NoticeAbout& about,
+                                            const std::string& text) {
     if (about.role == Role::kWorker && about.index >= 0 && about.index < num_workers_) {
       // As a closed connection: its rounds fail naming it, serving goes on for the others
       // (also when it never connected here).
       if (worker_state_[about.index] != kDone && worker_state_[about.index] != kGone) {
         OnWorkerGoneOnIoThread(about.index, text);
       }
-      continue;
+      return true;
     }
     *why = JobFailedMessage(text);  // no job goes on without one of its servers
     return false;
-  }
-  return true;
+  });
 }
 
 bool ShardServer::SummationThreadsAliveOnIoThread() {

@@ -39,7 +39,7 @@ UNITS = {  # name -> (folders, deps)
     "wire": (["tf_ps_ops/cc/wire"], ["common", "codec"]),
     "transport": (["tf_ps_ops/cc/transport"], ["common", "codec", "wire"]),
     "cluster": (["tf_ps_ops/cc/cluster"], ["common", "codec", "wire", "transport"]),
-    "engine": (["tf_ps_ops/cc/engine"], BASE),                # the worker side
+    "engine": (["tf_ps_ops/cc/engine", "tf_ps_ops/cc/engine/local"], BASE),  # the worker side
     "server": (["ps_server"], BASE),                          # never the engine
     "gpu": (["tf_ps_ops/cc/gpu"], ["common", "codec"]),       # CUDA builds only (native_cuda.py)
     "kernels": (["tf_ps_ops/kernels", "sfb/kernels"], BASE + ["engine", "gpu"]),

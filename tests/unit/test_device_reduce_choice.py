@@ -1,4 +1,4 @@
-"""Which LocalReduce sums GPU tensors (tf_ps_ops/cc/engine/device_reduce.h, docs/gpu.md):
+"""Which LocalReduce sums GPU tensors (tf_ps_ops/cc/engine/local/device_reduce.h, docs/gpu.md):
 NCCL only in a CUDA build, with other workers on the host, when every local worker can
 use it; otherwise shared memory, with a reason that names the local worker and its
 cause. The C++ function itself, through the core module (no TensorFlow, no GPU)."""

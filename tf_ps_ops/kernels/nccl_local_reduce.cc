@@ -12,7 +12,7 @@
 #include <utility>
 
 #include "tf_ps_ops/cc/common/cuda_status.h"
-#include "tf_ps_ops/cc/engine/device_reduce.h"
+#include "tf_ps_ops/cc/engine/local/device_reduce.h"
 
 namespace tfps {
 

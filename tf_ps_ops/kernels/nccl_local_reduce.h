@@ -28,7 +28,7 @@
 #include <thread>
 #include <vector>
 
-#include "tf_ps_ops/cc/engine/local_reduce.h"
+#include "tf_ps_ops/cc/engine/local/local_reduce.h"
 #include "tf_ps_ops/cc/gpu/nccl_local.h"
 
 namespace tfps {

@@ -81,6 +81,23 @@ bool ReadNotice(const std::vector<zmq::message_t>& frames, Code* code, NoticeAbo
   return true;
 }
 
+bool ReadNotices(zmq::socket_t& scheduler, bool answer_pings, const NoticeHandler& on_failure) {
+  std::vector<zmq::message_t> frames;
+  while (RecvFrames(scheduler, &frames)) {
+    if (AnswerPing(scheduler, frames, answer_pings)) continue;
+    Code code = Code::kOk;
+    NoticeAbout about;
+    std::string text;
+    if (!ReadNotice(frames, &code, &about, &text)) continue;
+    if (code == Code::kOk) {
+      TFPS_LOG(Warning) << text;
+      continue;
+    }
+    if (!on_failure(code, about, text)) return false;
+  }
+  return true;
+}
+
 Status SendPing(zmq::socket_t& router, const std::string& identity, uint64_t sequence) {
   Head head;
   head.header.type = static_cast<uint16_t>(MsgType::kPing);

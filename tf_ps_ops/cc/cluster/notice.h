@@ -7,6 +7,7 @@
 #ifndef TFPS_CC_CLUSTER_NOTICE_H_
 #define TFPS_CC_CLUSTER_NOTICE_H_
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,15 @@ Status RelayNotice(zmq::socket_t& router, const std::string& identity, Code code
 // scheduler relayed it) and *text, escaped for the log.
 bool ReadNotice(const std::vector<zmq::message_t>& frames, Code* code, NoticeAbout* about,
                 std::string* text);
+
+// A member's side: reads what the scheduler has sent on its registration socket (a DEALER),
+// without waiting: answers each ping (AnswerPing; `answer_pings` false: one of the
+// member's threads is stuck), logs each warning and hands each failure to `on_failure`,
+// which returns whether to read on. Returns false when `on_failure` stopped it. The one
+// notice loop of a worker's engine thread and a server's I/O thread.
+using NoticeHandler =
+    std::function<bool(Code code, const NoticeAbout& about, const std::string& text)>;
+bool ReadNotices(zmq::socket_t& scheduler, bool answer_pings, const NoticeHandler& on_failure);
 
 // Application heartbeats (wire kPing / kPong). ZeroMQ's own heartbeats are answered by
 // libzmq's I/O thread, so they miss a member whose serving thread hangs (a worker's engine

@@ -151,7 +151,7 @@ class Engine {
   // TFPS_HIERARCHICAL: the local workers' shared-memory reduction, once the loop runs.
   Status StartHierarchical(const Config& config, const ClusterView& view);
 
-  class Loop;  // the engine thread's state and sockets (engine.cc)
+  class Loop;  // the engine thread's state and sockets (loop.h)
 
   Engine() = default;
 

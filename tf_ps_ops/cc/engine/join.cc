@@ -10,7 +10,7 @@
 
 #include "tf_ps_ops/cc/common/logging.h"
 #include "tf_ps_ops/cc/engine/engine.h"
-#include "tf_ps_ops/cc/engine/hierarchical.h"
+#include "tf_ps_ops/cc/engine/local/hierarchical.h"
 
 namespace tfps {
 

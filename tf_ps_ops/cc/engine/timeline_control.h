@@ -4,6 +4,7 @@
 #ifndef TFPS_CC_ENGINE_TIMELINE_CONTROL_H_
 #define TFPS_CC_ENGINE_TIMELINE_CONTROL_H_
 
+#include <functional>
 #include <string>
 
 #include "tf_ps_ops/cc/common/status.h"
@@ -16,6 +17,12 @@ namespace tfps {
 Status StartTimeline(const std::string& path, bool mark_cycles);
 // Writes the recording timeline's file and stops recording; nothing to do if none is.
 Status StopTimeline();
+
+class Timeline;  // timeline.h
+// Engine::Init's side: how the two reach the running engine thread. `post` hands it a task
+// and says whether the engine took it (false: stopping or gone).
+using TimelinePoster = std::function<bool(std::function<void(Timeline&, int rank)>)>;
+void SetTimelinePoster(TimelinePoster post);
 
 }  // namespace tfps
 

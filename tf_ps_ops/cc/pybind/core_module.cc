@@ -17,11 +17,11 @@
 #include "tf_ps_ops/cc/common/loop_thread.h"
 #include "tf_ps_ops/cc/common/rate_limit.h"
 #include "tf_ps_ops/cc/engine/abort_request.h"
-#include "tf_ps_ops/cc/engine/device_reduce.h"
+#include "tf_ps_ops/cc/engine/local/device_reduce.h"
 #include "tf_ps_ops/cc/engine/engine.h"
 #include "tf_ps_ops/cc/engine/join.h"
 #include "tf_ps_ops/cc/engine/partition.h"
-#include "tf_ps_ops/cc/engine/shm_local_reduce.h"
+#include "tf_ps_ops/cc/engine/local/shm_local_reduce.h"
 #include "tf_ps_ops/cc/pybind/codec_bindings.h"
 #include "tf_ps_ops/cc/wire/message.h"
 

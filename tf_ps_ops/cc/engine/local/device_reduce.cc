@@ -1,5 +1,5 @@
 // device_reduce.h: the NCCL-or-shared-memory choice for GPU tensors.
-#include "tf_ps_ops/cc/engine/device_reduce.h"
+#include "tf_ps_ops/cc/engine/local/device_reduce.h"
 
 #include <chrono>
 #include <cstring>
@@ -9,7 +9,7 @@
 
 #include "tf_ps_ops/cc/common/logging.h"
 #include "tf_ps_ops/cc/engine/engine.h"
-#include "tf_ps_ops/cc/engine/hierarchical.h"
+#include "tf_ps_ops/cc/engine/local/hierarchical.h"
 
 namespace tfps {
 namespace {

@@ -11,7 +11,7 @@
 #include <future>
 
 #include "tf_ps_ops/cc/common/logging.h"
-#include "tf_ps_ops/cc/engine/shm_local_reduce.h"
+#include "tf_ps_ops/cc/engine/local/shm_local_reduce.h"
 
 namespace tfps {
 

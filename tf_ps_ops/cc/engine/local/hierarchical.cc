@@ -1,4 +1,4 @@
-#include "tf_ps_ops/cc/engine/hierarchical.h"
+#include "tf_ps_ops/cc/engine/local/hierarchical.h"
 
 #include <algorithm>
 

@@ -6,7 +6,7 @@
 #include <chrono>
 
 #include "tf_ps_ops/cc/common/logging.h"
-#include "tf_ps_ops/cc/engine/hierarchical.h"
+#include "tf_ps_ops/cc/engine/local/hierarchical.h"
 
 namespace tfps {
 

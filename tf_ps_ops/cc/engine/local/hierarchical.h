@@ -10,8 +10,8 @@
 // concurrently. A worker alone on its host (or on one with more workers than a push can
 // list) has no LocalReduce: it pushes its own chunks, so every worker of the job cuts a
 // tensor the same way and uses the same keys.
-#ifndef TFPS_CC_ENGINE_HIERARCHICAL_H_
-#define TFPS_CC_ENGINE_HIERARCHICAL_H_
+#ifndef TFPS_CC_ENGINE_LOCAL_HIERARCHICAL_H_
+#define TFPS_CC_ENGINE_LOCAL_HIERARCHICAL_H_
 
 #include <deque>
 #include <functional>
@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "tf_ps_ops/cc/engine/engine.h"
-#include "tf_ps_ops/cc/engine/local_reduce.h"
+#include "tf_ps_ops/cc/engine/local/local_reduce.h"
 
 namespace tfps {
 
@@ -98,4 +98,4 @@ class Hierarchical {
 
 }  // namespace tfps
 
-#endif  // TFPS_CC_ENGINE_HIERARCHICAL_H_
+#endif  // TFPS_CC_ENGINE_LOCAL_HIERARCHICAL_H_

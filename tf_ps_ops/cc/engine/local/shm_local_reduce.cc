@@ -1,4 +1,4 @@
-#include "tf_ps_ops/cc/engine/shm_local_reduce.h"
+#include "tf_ps_ops/cc/engine/local/shm_local_reduce.h"
 
 #include <signal.h>
 
@@ -359,40 +359,62 @@ std::optional<Status> ShmLocalReduce::LeaderReduceOnPoll(const LocalTensor& t, c
   ShmSegment* own = nullptr;
   TFPS_RETURN_IF_ERROR(OwnOnPoll(t, &own));
   if (t.abort) return AbortStatus(local_rank_, t.reason);  // answered without the inputs
+  std::optional<Status> handed = MembersHandedOnPoll(t, joined, members);
+  if (!handed || !handed->ok()) return handed;
+  if (!TakeInputsOnPoll(t, joined, members)) return std::nullopt;
+  return SumInputsOnPoll(t, joined, members, own, input, sum);
+}
+
+std::optional<Status> ShmLocalReduce::MembersHandedOnPoll(
+    const LocalTensor& t, const std::vector<bool>& joined,
+    const std::vector<ShmSegment*>& members) const {
   bool all_ready = true;
   for (int lr = 1; lr < local_size(); ++lr) {
     if (joined[lr]) continue;
     const ShmHeader* h = members[lr] != nullptr ? members[lr]->header() : nullptr;
     // Its input (or abort) of this step is in place.
     const bool handed = h != nullptr && h->ready_step.load(std::memory_order_acquire) == t.step;
-    if (handed && h->aborted_step.load(std::memory_order_acquire) == t.step) {
-      char text[sizeof(h->error)];
-      std::memcpy(text, h->error, sizeof(text));
-      text[sizeof(text) - 1] = '\0';
-      return AbortStatus(lr, text);
-    }
-    if (handed && !Fits(*members[lr], t)) {
-      Status mismatch = ShapeMismatch(*members[lr], lr, t);
-      if (!t.serving) return mismatch;
-      return FailedPrecondition("the local leader, " + Describe(0) + ", has joined (join()) "
-                                "and adds zeros of its own last call of '" + t.name +
-                                "' for the workers still training: " + mismatch.message());
-    }
-    if (handed && t.shape_digest != 0 &&
-        h->shape_digest.load(std::memory_order_relaxed) != t.shape_digest) {
-      return FailedPrecondition(Describe(lr) + ", tensor '" + t.name + "' (call " +
-                                std::to_string(t.step) + "): the same number of elements as "
-                                "this worker's but another shape: do the local workers "
-                                "disagree on the tensor's shape?");
-    }
-    if (!handed) {
+    if (handed) {
+      TFPS_RETURN_IF_ERROR(CheckHandedOnPoll(t, lr, *members[lr]));
+    } else {
       if (h != nullptr) TFPS_RETURN_IF_ERROR(PeerAlive(*members[lr], lr, t));
       all_ready = false;
     }
   }
   if (!all_ready) return std::nullopt;
-  // Take every member's input, or none: a member whose own wait timed out meanwhile has
-  // withdrawn it.
+  return Status::Ok();
+}
+
+Status ShmLocalReduce::CheckHandedOnPoll(const LocalTensor& t, int lr,
+                                         const ShmSegment& member) const {
+  const ShmHeader* h = member.header();
+  if (h->aborted_step.load(std::memory_order_acquire) == t.step) {
+    char text[sizeof(h->error)];
+    std::memcpy(text, h->error, sizeof(text));
+    text[sizeof(text) - 1] = '\0';
+    return AbortStatus(lr, text);
+  }
+  if (!Fits(member, t)) {
+    Status mismatch = ShapeMismatch(member, lr, t);
+    if (!t.serving) return mismatch;
+    return FailedPrecondition("the local leader, " + Describe(0) + ", has joined (join()) "
+                              "and adds zeros of its own last call of '" + t.name +
+                              "' for the workers still training: " + mismatch.message());
+  }
+  if (t.shape_digest != 0 &&
+      h->shape_digest.load(std::memory_order_relaxed) != t.shape_digest) {
+    return FailedPrecondition(Describe(lr) + ", tensor '" + t.name + "' (call " +
+                              std::to_string(t.step) + "): the same number of elements as "
+                              "this worker's but another shape: do the local workers "
+                              "disagree on the tensor's shape?");
+  }
+  return Status::Ok();
+}
+
+// Takes every member's input, or none: a member whose own wait timed out meanwhile has
+// withdrawn it.
+bool ShmLocalReduce::TakeInputsOnPoll(const LocalTensor& t, const std::vector<bool>& joined,
+                                      const std::vector<ShmSegment*>& members) {
   for (int lr = 1; lr < local_size(); ++lr) {
     if (joined[lr]) continue;
     uint64_t expected = t.step;
@@ -403,13 +425,19 @@ std::optional<Status> ShmLocalReduce::LeaderReduceOnPoll(const LocalTensor& t, c
         if (joined[back]) continue;
         members[back]->header()->ready_step.store(t.step, std::memory_order_release);
       }
-      return std::nullopt;
+      return false;
     }
     if (lr == 1 && local_size() > 2) {
       const int64_t pause = take_pause_us.exchange(0, std::memory_order_relaxed);
       if (pause > 0) std::this_thread::sleep_for(std::chrono::microseconds(pause));
     }
   }
+  return true;
+}
+
+Status ShmLocalReduce::SumInputsOnPoll(const LocalTensor& t, const std::vector<bool>& joined,
+                                       const std::vector<ShmSegment*>& members,
+                                       ShmSegment* own, const void* input, void** sum) {
   if (own->header()->attached.load(std::memory_order_acquire) + 1 >= ranks_.size()) {
     own->Unlink();  // every member has it mapped
   }

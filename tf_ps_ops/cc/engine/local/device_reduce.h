@@ -9,8 +9,8 @@
 //   - otherwise they are staged to host memory and summed through shared memory like CPU
 //     tensors (ShmLocalReduce), and one line says why (logged once, by the local leader).
 // CPU tensors always go through shared memory.
-#ifndef TFPS_CC_ENGINE_DEVICE_REDUCE_H_
-#define TFPS_CC_ENGINE_DEVICE_REDUCE_H_
+#ifndef TFPS_CC_ENGINE_LOCAL_DEVICE_REDUCE_H_
+#define TFPS_CC_ENGINE_LOCAL_DEVICE_REDUCE_H_
 
 #include <functional>
 #include <memory>
@@ -19,7 +19,7 @@
 
 #include "tf_ps_ops/cc/common/config.h"
 #include "tf_ps_ops/cc/common/status.h"
-#include "tf_ps_ops/cc/engine/local_reduce.h"
+#include "tf_ps_ops/cc/engine/local/local_reduce.h"
 
 namespace tfps {
 
@@ -66,4 +66,4 @@ Status SetUpDeviceReduce(Engine* engine, const Config& config, const std::vector
 
 }  // namespace tfps
 
-#endif  // TFPS_CC_ENGINE_DEVICE_REDUCE_H_
+#endif  // TFPS_CC_ENGINE_LOCAL_DEVICE_REDUCE_H_

@@ -9,8 +9,8 @@
 // Calls return at once; callbacks come on the implementation's thread. For one tensor
 // name the caller runs steps one after another: step s+1 starts on a worker only after its
 // BroadcastFromLeader of step s finished. Different names run concurrently, in any order.
-#ifndef TFPS_CC_ENGINE_LOCAL_REDUCE_H_
-#define TFPS_CC_ENGINE_LOCAL_REDUCE_H_
+#ifndef TFPS_CC_ENGINE_LOCAL_LOCAL_REDUCE_H_
+#define TFPS_CC_ENGINE_LOCAL_LOCAL_REDUCE_H_
 
 #include <cstdint>
 #include <functional>
@@ -101,4 +101,4 @@ bool LocalSumInto(DType dtype, void* dst, const void* src, uint64_t count);
 
 }  // namespace tfps
 
-#endif  // TFPS_CC_ENGINE_LOCAL_REDUCE_H_
+#endif  // TFPS_CC_ENGINE_LOCAL_LOCAL_REDUCE_H_

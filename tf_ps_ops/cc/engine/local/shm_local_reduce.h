@@ -29,8 +29,8 @@
 // 500 us): no futex on memory that a hostile or dead peer shares. Every wait has the
 // deadline TFPS_TIMEOUT, and a peer whose process is gone (its pid in the header) fails
 // the call at once, naming the local rank.
-#ifndef TFPS_CC_ENGINE_SHM_LOCAL_REDUCE_H_
-#define TFPS_CC_ENGINE_SHM_LOCAL_REDUCE_H_
+#ifndef TFPS_CC_ENGINE_LOCAL_SHM_LOCAL_REDUCE_H_
+#define TFPS_CC_ENGINE_LOCAL_SHM_LOCAL_REDUCE_H_
 
 #include <atomic>
 #include <chrono>
@@ -45,7 +45,7 @@
 #include <thread>
 #include <vector>
 
-#include "tf_ps_ops/cc/engine/local_reduce.h"
+#include "tf_ps_ops/cc/engine/local/local_reduce.h"
 #include "tf_ps_ops/cc/transport/shm_segment.h"
 
 namespace tfps {
@@ -118,6 +118,18 @@ class ShmLocalReduce : public LocalReduce {
   // The peer's segment mapped, or nullptr while it does not exist yet.
   Status PeerOnPoll(const LocalTensor& t, int local_rank, ShmSegment** peer);
   std::optional<Status> LeaderReduceOnPoll(const LocalTensor& t, const void* input, void** sum);
+  // The leader's steps of LeaderReduceOnPoll, over the members still training (not
+  // `joined`): whether each has handed its input of the step (Ok: all; nullopt: not yet);
+  // one input's check; taking them all or none (false: given back, try again); summing
+  // them into `own`.
+  std::optional<Status> MembersHandedOnPoll(const LocalTensor& t, const std::vector<bool>& joined,
+                                            const std::vector<ShmSegment*>& members) const;
+  Status CheckHandedOnPoll(const LocalTensor& t, int local_rank, const ShmSegment& member) const;
+  bool TakeInputsOnPoll(const LocalTensor& t, const std::vector<bool>& joined,
+                        const std::vector<ShmSegment*>& members);
+  Status SumInputsOnPoll(const LocalTensor& t, const std::vector<bool>& joined,
+                         const std::vector<ShmSegment*>& members, ShmSegment* own,
+                         const void* input, void** sum);
   std::optional<Status> MemberReceiveOnPoll(const LocalTensor& t, void* output);
   Status PeerAlive(const ShmSegment& peer, int local_rank, const LocalTensor& t) const;
   // Whether a segment is of `t`'s size and dtype; the error naming a peer's that is not.
@@ -172,4 +184,4 @@ class ShmLocalReduce : public LocalReduce {
 
 }  // namespace tfps
 
-#endif  // TFPS_CC_ENGINE_SHM_LOCAL_REDUCE_H_
+#endif  // TFPS_CC_ENGINE_LOCAL_SHM_LOCAL_REDUCE_H_

@@ -1,0 +1,295 @@
+// The links to the servers (loop.h): the join (rendezvous, hellos), the scheduler's notices
+// and pings, a server's death, the goodbyes, and the shared-memory send path to a server on
+// this host (TFPS_SHM_SERVER).
+#include <csignal>
+#include <cstdio>
+#include <thread>
+
+#include "tf_ps_ops/cc/cluster/notice.h"
+#include "tf_ps_ops/cc/cluster/rendezvous.h"
+#include "tf_ps_ops/cc/common/logging.h"
+#include "tf_ps_ops/cc/engine/loop.h"
+#include "tf_ps_ops/cc/engine/stop_signal.h"
+
+namespace tfps {
+
+using Clock = std::chrono::steady_clock;
+
+Status Engine::Loop::Connect(const EngineOptions& options, ClusterView* view) {
+  TFPS_RETURN_IF_ERROR(codec_.Init(config_));  // a bad TFPS_COMPRESSION fails before rendezvous
+  const std::string scheduler = TcpAddress(options.scheduler_host, options.scheduler_port);
+  scheduler_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
+  SetCommonOptions(*scheduler_, config_);
+  ConnectTcp(*scheduler_, scheduler);
+  int peer_port = 0;
+  TFPS_RETURN_IF_ERROR(mesh_.Bind(&peer_port));
+  RegisterRequest request;
+  request.role = Role::kWorker;
+  request.rank = rank_;
+  request.size = options.size;
+  request.port = peer_port;
+  request.consistency = config_.consistency;  // the scheduler checks every worker agrees
+  TFPS_RETURN_IF_ERROR(
+      RegisterWithScheduler(*scheduler_, scheduler, request, config_.timeout_s, view));
+  Status joined = JoinClusterOnLoop(options, view);
+  // The others learn why now, not after TFPS_TIMEOUT (unless the failure came from them).
+  if (!joined.ok() && job_failed_.ok()) (void)SendNotice(*scheduler_, joined);
+  return joined;
+}
+
+Status Engine::Loop::JoinClusterOnLoop(const EngineOptions& options, ClusterView* view) {
+  TFPS_RETURN_IF_ERROR(mesh_.Connect(view->worker_peers));
+  timeline_.Open(config_.timeline, rank_);
+  if (options.num_servers > 0 && static_cast<int>(view->servers.size()) != options.num_servers) {
+    return InvalidArgument("expected " + std::to_string(options.num_servers) +
+                           " servers (TFPS_NUM_SERVERS/DMLC_NUM_SERVER) but the scheduler knows " +
+                           std::to_string(view->servers.size()));
+  }
+  own_host_ = view->worker_hosts[rank_];
+  servers_.resize(view->servers.size());
+  for (size_t i = 0; i < view->servers.size(); ++i) {
+    servers_[i].address = view->servers[i];
+    TFPS_RETURN_IF_ERROR(OpenServerOnLoop(i));
+  }
+  batches_.resize(servers_.size());
+  return AwaitHellosOnLoop();
+}
+
+Status Engine::Loop::OpenServerOnLoop(size_t i) {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
+  Server& s = servers_[i];
+  s.socket = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
+  SetCommonOptions(*s.socket, config_);
+  s.socket->set(zmq::sockopt::routing_id, "w" + std::to_string(rank_));
+  s.monitor = std::make_unique<Monitor>(context_, *s.socket, "server-" + std::to_string(i),
+                                        ZMQ_EVENT_DISCONNECTED);
+  ConnectTcp(*s.socket, TcpAddressOf(s.address));
+  Head hello;
+  hello.header.type = static_cast<uint16_t>(MsgType::kHello);
+  hello.header.sender = rank_;
+  const bool colocated = s.address.substr(0, s.address.rfind(':')) == own_host_;
+  const std::string ask = config_.shm_server && colocated ? "shm" : "";
+  return SendMessage(*s.socket, "", hello, zmq::message_t(ask.data(), ask.size()));
+}
+
+// Every server must answer the hello (and so accept our protocol version) in time.
+Status Engine::Loop::AwaitHellosOnLoop() {
+  std::vector<bool> answered(servers_.size(), false);
+  size_t num_answered = 0;
+  const auto deadline = Clock::now() + std::chrono::duration<double>(config_.timeout_s);
+  std::vector<zmq::message_t> frames;
+  while (num_answered < servers_.size()) {
+    if (Clock::now() > deadline) {
+      for (size_t i = 0; i < servers_.size(); ++i) {
+        if (!answered[i]) {
+          return DeadlineExceeded(Describe(static_cast<int>(i)) + " did not answer within " +
+                                  std::to_string(config_.timeout_s) +
+                                  " s (TFPS_TIMEOUT): is it reachable from this host?");
+        }
+      }
+    }
+    std::vector<zmq::pollitem_t> items;
+    for (Server& s : servers_) items.push_back({s.socket->handle(), 0, ZMQ_POLLIN, 0});
+    items.push_back({scheduler_->handle(), 0, ZMQ_POLLIN, 0});
+    Poll(items.data(), items.size(), 100);
+    TFPS_RETURN_IF_ERROR(ReadNoticesOnLoop());
+    for (size_t i = 0; i < servers_.size(); ++i) {
+      if (!RecvFrames(*servers_[i].socket, &frames)) continue;
+      bool now = answered[i];
+      TFPS_RETURN_IF_ERROR(OnHelloReplyOnLoop(i, frames, &now));
+      if (now && !answered[i]) {
+        answered[i] = true;
+        ++num_answered;
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Status Engine::Loop::OnHelloReplyOnLoop(size_t i, std::vector<zmq::message_t>& frames,
+                                        bool* answered) {
+  Head head;
+  const size_t payload = frames.size() > 1 ? frames[1].size() : 0;
+  Status st = DecodeHead(frames[0].data(), frames[0].size(), payload, &head);
+  if (st.ok() && head.header.type == static_cast<uint16_t>(MsgType::kError)) {
+    // The text frame is optional, as in OnReplyOnLoop.
+    st = Status(static_cast<Code>(head.header.status),
+                frames.size() > 1 ? frames[1].to_string() : "(no reason given)");
+  }
+  if (!st.ok()) return st.WithPrefix(Describe(static_cast<int>(i)) + " refused us: ");
+  if (head.header.type != static_cast<uint16_t>(MsgType::kHelloReply) || *answered) {
+    return Status::Ok();
+  }
+  *answered = true;
+  const std::string offer = frames.size() > 1 ? frames[1].to_string() : "";
+  std::string why;
+  if (!AcceptShmOffer(offer, &servers_[i].shm_token, &why) && !why.empty()) {
+    TFPS_LOG(Info) << "TFPS_SHM_SERVER: " << Describe(static_cast<int>(i))
+                   << " is on this host but " << why << "; its traffic takes the socket";
+  }
+  return Status::Ok();
+}
+
+Status Engine::Loop::ReadNoticesOnLoop() {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
+  // Pings answered here: this thread lives (notice.h).
+  ReadNotices(*scheduler_, true, [this](Code code, const NoticeAbout&, const std::string& text) {
+    if (job_failed_.ok()) FailJobOnLoop(Status(code, JobFailedMessage(text)));
+    return true;
+  });
+  return job_failed_;
+}
+
+void Engine::Loop::FailJobOnLoop(const Status& why) {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
+  job_failed_ = why;
+  TFPS_LOG(Error) << job_failed_.message();
+  while (!ops_.empty()) FinishOnLoop(ops_.begin()->first, job_failed_);
+  mesh_.FailAllOnLoop(job_failed_);
+  std::vector<std::function<void(const Status&)>> listeners;
+  {
+    std::lock_guard<std::mutex> lock(failed_mu_);
+    failed_seen_ = job_failed_;
+    listeners.swap(failed_listeners_);
+  }
+  for (auto& listener : listeners) listener(job_failed_);
+}
+
+void Engine::Loop::StoppedBySignalOnLoop() {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
+  const int sig = CaughtStopSignal();
+  const std::string why = "stopped by " + std::string(sig == SIGTERM ? "SIGTERM" : "a signal") +
+                          " (signal " + std::to_string(sig) + ")";
+  TFPS_LOG(Warning) << why << "; telling the others, then exiting by that signal";
+  (void)SendNotice(*scheduler_, Aborted(why));
+  // The notice leaves on ZeroMQ's I/O thread: give it a moment before the signal ends us.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ReraiseStopSignal();
+}
+
+void Engine::Loop::ServerDiedOnLoop(int server, const std::string& why) {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
+  if (!servers_[server].dead.empty()) return;
+  servers_[server].dead = why;
+  TFPS_LOG(Error) << Describe(server) << " " << why;
+  std::vector<uint64_t> victims;
+  for (const auto& kv : ops_) {
+    const Op& op = kv.second;
+    for (size_t i = 0; i < op.parts.size(); ++i) {
+      if (op.parts[i].server == server && op.part_state[i] != kDone) {
+        victims.push_back(kv.first);
+        break;
+      }
+    }
+  }
+  for (uint64_t id : victims) FinishOnLoop(id, Unavailable(Describe(server) + " " + why));
+}
+
+void Engine::Loop::SayGoodbyeOnLoop() {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
+  Head bye;
+  bye.header.type = static_cast<uint16_t>(MsgType::kBye);
+  bye.header.sender = rank_;
+  for (Server& s : servers_) {
+    if (s.dead.empty()) (void)SendMessage(*s.socket, "", bye, zmq::message_t());
+  }
+  (void)SendMessage(*scheduler_, "", bye, zmq::message_t());
+  // Closing the sockets flushes the goodbyes (linger), then the context can end.
+  for (Server& s : servers_) {
+    s.monitor.reset();
+    s.socket->close();
+    for (auto& kv : s.shm) kv.second->Unlink();  // a server that never mapped it
+    s.shm.clear();
+  }
+  scheduler_->close();
+  mesh_.CloseOnLoop();
+}
+
+// Only a plain dense push of this worker's data, not fused, goes through the segment: the
+// head alone travels, batched with the other heads and small pushes for that server.
+ShmSegment* Engine::Loop::ShmRouteOnLoop(const Op& op, uint32_t index) {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
+  const Server& s = servers_[op.parts[index].server];
+  if (op.request.join || !op.row_begin.empty() || op.codec.id != CodecId::kNone ||
+      s.shm_token.empty() || s.shm_busy.count({op.key, index}) != 0) {
+    return nullptr;
+  }
+  return ShmOrSocketOnLoop(op.parts[index].server, op, index);
+}
+
+ShmSegment* Engine::Loop::ShmOrSocketOnLoop(int server, const Op& op, uint32_t index) {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
+  Server& s = servers_[server];
+  if (s.shm_refused.count({op.key, index}) != 0) return nullptr;
+  Status st;
+  ShmSegment* segment = ShmOfOnLoop(server, op, index, &st);
+  if (segment != nullptr) return segment;
+  if (s.shm_refused.empty()) {
+    TFPS_LOG(Warning) << "TFPS_SHM_SERVER: partition " << index << " of "
+                      << "tensor " << op.request.name << " goes to " << Describe(server)
+                      << " over the socket: " << st.message()
+                      << " (logged once per server; such partitions stay on the socket)";
+  }
+  s.shm_refused.insert({op.key, index});
+  return nullptr;
+}
+
+ShmSegment* Engine::Loop::ShmOfOnLoop(int server, const Op& op, uint32_t index,
+                                      Status* status) {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
+  Server& s = servers_[server];
+  const uint64_t bytes = op.parts[index].count * DTypeSize(op.request.dtype);
+  std::unique_ptr<ShmSegment>& segment = s.shm[{op.key, index}];
+  if (segment && segment->header()->bytes != bytes) segment.reset();  // cannot happen
+  if (!segment) {
+    char key_hex[17];
+    std::snprintf(key_hex, sizeof(key_hex), "%016llx", static_cast<unsigned long long>(op.key));
+    ShmSegment* created = nullptr;
+    *status = ShmSegment::Create("/tfps-p" + s.shm_token + "-" + key_hex + "-" +
+                                     std::to_string(index),
+                                 bytes, static_cast<uint32_t>(op.request.dtype), -1, &created,
+                                 "the colocated server", "TFPS_SHM_SERVER=0");
+    if (!status->ok()) {
+      s.shm.erase({op.key, index});
+      return nullptr;
+    }
+    segment.reset(created);
+  }
+  return segment.get();
+}
+
+bool Engine::Loop::ReleaseShmOnLoop(int server, const Header& h) {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
+  if (h.type == static_cast<uint16_t>(MsgType::kAck)) return false;  // not answered yet
+  Server& s = servers_[server];
+  auto busy = s.shm_busy.find({h.key, h.partition});
+  if (busy == s.shm_busy.end() || busy->second != h.step) return false;
+  s.shm_busy.erase(busy);
+  // The server has opened the segment (or refused it): no one needs the memfd now.
+  auto segment = s.shm.find({h.key, h.partition});
+  if (segment != s.shm.end()) segment->second->CloseFd();
+  return true;
+}
+
+void Engine::Loop::ResendOverSocketOnLoop(int server, uint64_t op_id, Op& op, uint32_t index,
+                                          const std::string& why) {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
+  Server& s = servers_[server];
+  if (s.shm_refused.empty()) {
+    TFPS_LOG(Warning) << "TFPS_SHM_SERVER: partition " << index << " of tensor "
+                      << op.request.name << " goes to " << Describe(server)
+                      << " over the socket: " << why
+                      << " (logged once per server; such partitions stay on the socket)";
+  }
+  s.shm_refused.insert({op.key, index});
+  auto segment = s.shm.find({op.key, index});
+  if (segment != s.shm.end()) {
+    segment->second->Unlink();
+    s.shm.erase(segment);
+  }
+  Status st = SendPartOnLoop(op_id, op, index);  // now over the socket: nothing was counted
+  if (st.ok() && ops_.count(op_id) != 0) FlushOnLoop(op.parts[index].server);
+  if (!st.ok() && ops_.count(op_id) != 0) FinishOnLoop(op_id, st);
+}
+
+}  // namespace tfps
