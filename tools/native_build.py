@@ -62,7 +62,7 @@ ARTIFACTS = [
 ]
 # What a wheel carries besides the Python files (setup.py's package_data).
 PACKAGE_DATA = ["_tf_ps_ops.so", "_core*.so", "bin/ps_server", "_build_info.json",
-                # the C functions' declarations, which _library.py reads at run time
+                # the C functions' declarations, which common/library.py reads at run time
                 "cc/engine/c_api.h", "kernels/c_api.h"]
 
 BASE_FLAGS = ["-std=c++17", "-O2", "-fPIC", "-Wall", "-Wextra", "-Wno-unused-parameter",
@@ -237,7 +237,7 @@ def check_zmq():
 
 
 def write_build_info(tf_version):
-    """Records what the op library was compiled against; tf_ps_ops/_library.py checks it
+    """Records what the op library was compiled against; tf_ps_ops/common/library.py checks it
     before loading. Rewritten only when it changes, so an unchanged build stays current."""
     text = json.dumps({"tensorflow": tf_version}, indent=1) + "\n"
     if os.path.exists(BUILD_INFO):
