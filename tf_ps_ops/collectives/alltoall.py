@@ -25,6 +25,7 @@ from tf_ps_ops.collectives.compression import Compression
 from tf_ps_ops.collectives.ops import (Average, Sum, _average, _call_key, _check_not_xla,
                            _check_process_set, _resolve_op, _scale, _set_key, allgather,
                            allreduce, global_process_set)
+from tf_ps_ops.collectives.process_sets import set_size
 from tf_ps_ops.common import library as _library
 from tf_ps_ops.common.basics import rank, size
 
@@ -45,8 +46,9 @@ def _key(kind, name, tensor):
 def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
              process_set=global_process_set):
     """Sends `splits[p]` consecutive rows of `tensor` (from row 0 on) to worker p and
-    returns `(received, received_splits)` as Horovod 0.28 does: the rows every worker sent
-    to this one, concatenated in rank order, and how many rows came from each (int32).
+    returns the rows every worker sent to this one, concatenated in rank order. As in
+    Horovod 0.28, with `splits` given it returns `(received, received_splits)`, the second
+    saying how many rows came from each worker (int32); without `splits`, `received` alone.
 
     `splits` (one entry per worker, int32 or int64) may contain zeros, and its sum may be
     less than the first dimension (the rest is not sent); without it the first dimension
@@ -63,16 +65,19 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
         raise ValueError("alltoall needs a tensor with at least one dimension, got a scalar")
     if members is not None:
         from tf_ps_ops.collectives.set_collectives import set_alltoall
-        return set_alltoall(tensor, splits,
-                            _set_key(process_set, _key("alltoall", name, tensor)), members)
-    if splits is None:
-        splits = tf.zeros([0], tf.int32)  # the op splits equally
+        received, received_splits = set_alltoall(
+            tensor, splits, _set_key(process_set, _key("alltoall", name, tensor)), members)
     else:
-        splits = tf.convert_to_tensor(splits)
-        if splits.dtype not in (tf.int32, tf.int64):
-            splits = tf.cast(splits, tf.int64)
-    return tuple(_library.ops().ps_alltoall(tensor, splits,
-                                            tensor_name=_key("alltoall", name, tensor)))
+        received, received_splits = _library.ops().ps_alltoall(
+            tensor, _splits_tensor(splits), tensor_name=_key("alltoall", name, tensor))
+    return received if splits is None else (received, received_splits)
+
+
+def _splits_tensor(splits):
+    if splits is None:
+        return tf.zeros([0], tf.int32)  # the op splits equally
+    splits = tf.convert_to_tensor(splits)
+    return splits if splits.dtype in (tf.int32, tf.int64) else tf.cast(splits, tf.int64)
 
 
 @tf.RegisterGradient("PsAlltoall")
@@ -138,9 +143,9 @@ def reducescatter(tensor, device_dense="", compression=Compression.none, op=Aver
     rows of the result: the first dimension is cut into size() parts, the first
     (rows % size()) workers getting one row more, as Horovod does (a worker past the rows
     gets an empty slice). Shapes and dtypes must agree (FailedPreconditionError otherwise).
-    Each worker receives only its rows (peer to peer, module docstring). Differentiable:
-    the gradient is every worker's upstream gradient, gathered (and divided by size() for
-    Average), as Horovod's."""
+    Each worker receives only its rows (peer to peer, module docstring). Differentiable,
+    with Horovod 0.28's gradient: every worker's upstream gradient gathered, multiplied by
+    size() for op=Sum (not divided for Average) and by the scale factors."""
     op = _resolve_op(op, None)
     if op not in (Average, Sum):
         raise ValueError("reducescatter supports op=Average and op=Sum only (as Horovod)")
@@ -153,16 +158,33 @@ def reducescatter(tensor, device_dense="", compression=Compression.none, op=Aver
             raise ValueError("reducescatter of a bool tensor is not supported (as Horovod): "
                              "cast it to an integer type")
         key = _key("reducescatter", name, tensor)
-        if members is not None or _through_servers(compression):
-            mine = _reducescatter_by_servers(tensor, compression, key, process_set, members,
-                                             prescale_factor)
-        else:
-            mine = _reducescatter_by_peers(tensor, compression, key, prescale_factor)
-        if op == Average:
-            mine = _average(mine, members)
-        if postscale_factor != 1.0:
-            mine = _scale(mine, postscale_factor)
-        return mine
+
+        def reduce(tensor):
+            if members is not None or _through_servers(compression):
+                mine = _reducescatter_by_servers(tensor, compression, key, process_set,
+                                                 members, prescale_factor)
+            else:
+                mine = _reducescatter_by_peers(tensor, compression, key, prescale_factor)
+            if op == Average:
+                mine = _average(mine, members)
+            return _scale(mine, postscale_factor) if postscale_factor != 1.0 else mine
+
+        scale = prescale_factor * postscale_factor
+        return _with_horovod_gradient(reduce, tensor, key, process_set,
+                                      scale * (set_size(process_set) if op == Sum else 1))
+
+
+def _with_horovod_gradient(reduce, tensor, key, process_set, scale):
+    """reduce(tensor) with Horovod 0.28's reducescatter gradient (its _reducescatter_grad):
+    the upstream gradients of every worker, each multiplied by `scale`, gathered."""
+    @tf.custom_gradient
+    def forward(x):
+        def gradient(upstream):
+            if scale != 1.0:
+                upstream = _scale(upstream, scale)
+            return allgather(upstream, name=key + ".grad", process_set=process_set)
+        return reduce(x), gradient
+    return forward(tensor)
 
 
 def _reducescatter_by_servers(tensor, compression, key, process_set, members, prescale):

@@ -119,6 +119,20 @@ def _allreduce_slices(slices, op, name, process_set):
     return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
 
 
+def _check_slices_arguments(op, prescale_factor, postscale_factor):
+    # Horovod 0.28's rules for a tf.IndexedSlices, whichever way it travels here.
+    if op == Adasum:
+        raise NotImplementedError(
+            "op=Adasum does not support sparse tensors (tf.IndexedSlices): pass "
+            "sparse_as_dense=True to DistributedOptimizer/DistributedGradientTape, or "
+            "tf.convert_to_tensor the slices")
+    if op not in (Average, Sum):
+        raise NotImplementedError("only op=Sum and op=Average apply to a tf.IndexedSlices")
+    if prescale_factor != 1.0 or postscale_factor != 1.0:
+        raise NotImplementedError("prescale_factor/postscale_factor are not supported with a "
+                                  "tf.IndexedSlices: scale its values before or after")
+
+
 def _resolve_op(op, average):
     if op is not None and average is not None:
         raise ValueError("The op parameter supersedes average. Please provide only one of them.")
@@ -178,7 +192,8 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
     `dense_shape` cannot be, and is gathered as Horovod does: the result is a
     tf.IndexedSlices of every worker's values (divided by size() for Average) and indices.
     `prescale_factor` multiplies the input before the sum, `postscale_factor` the result
-    after averaging. `device_sparse` places the gathers of slices without a dense_shape.
+    after averaging. As in Horovod, a tf.IndexedSlices takes only op=Sum or Average and no
+    scale factors (NotImplementedError otherwise). `device_sparse` places the gathers of slices without a dense_shape.
     `process_set`: reduce over that set's members only (collectives/process_sets.py; a
     worker outside it gets a ValueError); Average divides by the set's size.
     `ignore_name_scope` is accepted for Horovod's signature: keys come from `name` or the
@@ -187,10 +202,9 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
     op = _resolve_op(op, average)
     members = _check_process_set(process_set, "allreduce")
     _check_not_xla()
+    if isinstance(tensor, tf.IndexedSlices):
+        _check_slices_arguments(op, prescale_factor, postscale_factor)
     if isinstance(tensor, tf.IndexedSlices) and tensor.dense_shape is None:
-        if op not in (Average, Sum):
-            raise ValueError("an IndexedSlices without dense_shape is gathered, not reduced: "
-                             "only op=Average or op=Sum apply to it")
         with tf.device(device_sparse):
             return _allreduce_slices(tensor, op, name, process_set)
     with tf.device(device_dense):

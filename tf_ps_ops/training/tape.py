@@ -25,9 +25,11 @@ def reduce_gradients(grads, keys, compression, op, gradient_predivide_factor=1.0
     """allreduce of each gradient under its key; None gradients stay None.
 
     With op=Average and a predivide factor f, as in Horovod: each worker multiplies by
-    1/f before the sum and the sum is multiplied by f/size() after it.
+    1/f before the sum and the sum is multiplied by f/size() after it. A tf.IndexedSlices
+    gradient, which takes no scale factors, is averaged as it is (the same result).
     """
     prescale = postscale = 1.0
+    slices_op = op
     if op == Average and gradient_predivide_factor != 1.0:
         op = Sum
         prescale = 1.0 / gradient_predivide_factor
@@ -39,12 +41,18 @@ def reduce_gradients(grads, keys, compression, op, gradient_predivide_factor=1.0
     # order, and the layers nearest the input are needed first by the next forward pass.
     variables = list(variables) or [None] * len(grads)
     return [grad if grad is None or skip else
-            allreduce(grad, device_dense=device_dense, compression=compression, op=op,
-                      prescale_factor=prescale, postscale_factor=postscale, name=key,
+            allreduce(grad, device_dense=device_dense, compression=compression,
+                      **_scaling(grad, op, prescale, postscale, slices_op), name=key,
                       _variable=_handle_owner(variable), _priority=index,
                       process_set=process_set or global_process_set)
             for index, (grad, key, skip, variable)
             in enumerate(zip(grads, keys, sfb, variables))]
+
+
+def _scaling(grad, op, prescale, postscale, slices_op):
+    if isinstance(grad, tf.IndexedSlices):
+        return dict(op=slices_op)
+    return dict(op=op, prescale_factor=prescale, postscale_factor=postscale)
 
 
 def _handle_owner(variable):

@@ -110,13 +110,13 @@ def check_reducescatter_shape_mismatch(hvd):
 
 
 def check_reducescatter_gradient(hvd):
-    # Horovod: the gradient is the allgather of every worker's upstream gradient (divided
-    # by size for Average). With loss_r = (r + 1) * sum(out_r), worker w's gradient on the
-    # rows of rank r is (r + 1) (/ size).
+    # Horovod 0.28.1's _reducescatter_grad: the allgather of every worker's upstream
+    # gradient, multiplied by size for Sum, as it is for Average. With loss_r = (r + 1) *
+    # sum(out_r), worker w's gradient on the rows of rank r is (r + 1) (* size for Sum).
     size, me = hvd.size(), hvd.rank()
     rows = 2 * size + 1
     x = tf.Variable(tf.ones([rows, 2], tf.float64) * me)
-    for op, divide in ((hvd.Sum, 1), (hvd.Average, size)):
+    for op, factor in ((hvd.Sum, size), (hvd.Average, 1)):
         def grad():
             with tf.GradientTape() as tape:
                 out = hvd.reducescatter(x, op=op, name=f"rs4.grad.{op}")
@@ -126,7 +126,7 @@ def check_reducescatter_gradient(hvd):
         expected = np.zeros([rows, 2])
         for r in range(size):
             start, count = rows_of(r, size, rows)
-            expected[start:start + count] = (r + 1) / divide
+            expected[start:start + count] = (r + 1) * factor
         for g in (grad(), tf.function(grad)()):
             np.testing.assert_array_equal(g, expected)
 

@@ -89,6 +89,19 @@ def check_indexed_slices_without_dense_shape(hvd):
             assert isinstance(reduced, tf.IndexedSlices), type(reduced)
             np.testing.assert_allclose(reduced.values, np.concatenate(values) / divisor)
             np.testing.assert_array_equal(reduced.indices, np.concatenate(indices))
+    # Horovod's NotImplementedError for what it does not serve on slices, raised on every
+    # rank before anything travels, with or without a dense_shape.
+    shaped = tf.IndexedSlices(slices.values, slices.indices, dense_shape=tf.constant([9, 2],
+                                                                                     tf.int64))
+    for bad in (slices, shaped):
+        for kwargs in (dict(op=hvd.Max), dict(op=hvd.Min), dict(op=hvd.Product),
+                       dict(op=hvd.Adasum), dict(prescale_factor=2.0),
+                       dict(postscale_factor=0.5)):
+            try:
+                hvd.allreduce(bad, **kwargs)
+            except NotImplementedError:
+                continue
+            raise AssertionError(f"allreduce(IndexedSlices, {kwargs}) did not raise")
 
 
 def check_fp16_scaling_in_fp32(hvd):

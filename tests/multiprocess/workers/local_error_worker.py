@@ -100,9 +100,11 @@ def check_alltoall_and_reducescatter(hvd):
     expect(hvd, "alltoall scalar",
            lambda: hvd.alltoall(tf.constant(1.0) if me == FAILING else tf.ones([n])),
            ValueError, "alltoall.eager")
-    out, splits = hvd.alltoall(tf.fill([n], float(me)))
+    out, splits = hvd.alltoall(tf.fill([n], float(me)), [1] * n)
     np.testing.assert_array_equal(out, np.arange(n, dtype=np.float32))
     np.testing.assert_array_equal(splits, np.ones(n, np.int32))
+    out = hvd.alltoall(tf.fill([n], float(me)))  # no splits: the tensor alone
+    np.testing.assert_array_equal(out, np.arange(n, dtype=np.float32))
     expect(hvd, "reducescatter op",
            lambda: hvd.reducescatter(tf.ones([n]), op=hvd.Max if me == FAILING else hvd.Sum),
            ValueError, "reducescatter.eager")
