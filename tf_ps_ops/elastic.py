@@ -84,7 +84,11 @@ class State:
 
     def check_host_updates(self):
         """Raises HostsUpdatedInterrupt on every worker at once when the driver published
-        an epoch newer than the one they run in."""
+        an epoch newer than the one they run in. In a job without elastic membership no
+        worker can join, so there is nothing to check (as in Horovod: commit() works in
+        any job)."""
+        if _elastic_epoch.current_epoch_number() < 0:
+            return
         seen = max(_elastic_epoch.latest_epoch_number(), self._known_epoch)
         newest = ops.allreduce(tf.constant(seen, tf.int64), op=ops.Max,
                                name="tfps.elastic.check_host_updates")
@@ -202,6 +206,9 @@ class TensorFlowKerasState(ObjectState):
         super().sync()
 
 
+KerasState = TensorFlowKerasState  # Horovod's horovod.tensorflow.keras.elastic name
+
+
 # What a lost worker looks like to the survivors: their collectives fail with one of
 # these (the scheduler's notice, a server or peer gone, a timeout).
 _LOST_WORKER_ERRORS = (HorovodInternalError, tf.errors.UnavailableError,
@@ -305,6 +312,11 @@ def _keras_callbacks():
             self.batches_per_commit = batches_per_commit
             self.batches_remaining = batches_per_commit
 
+        def on_train_begin(self, logs=None):
+            # Every fit after a membership change starts the count afresh on every worker,
+            # so that they commit (a collective) at the same batches (as Horovod's).
+            self.batches_remaining = self.batches_per_commit
+
         def on_batch_end(self, batch, logs=None):
             self.batches_remaining -= 1
             if self.batches_remaining == 0:
@@ -341,15 +353,25 @@ def _keras_callbacks():
             self._offset = 0
 
     class UpdateEpochStateCallback(keras.callbacks.Callback):
-        """Counts finished epochs in `state.epoch` (pass `initial_epoch=state.epoch` to fit).
-        Put CommitStateCallback after this one in the callbacks list."""
+        """Counts finished epochs in `state.epoch`, across membership changes, whether fit
+        is given `initial_epoch=state.epoch` (its epochs count from there) or, as in
+        Horovod's examples, `epochs=N - state.epoch` (its epochs count from 0). Put
+        CommitStateCallback after this one in the callbacks list."""
 
         def __init__(self, state):
             super().__init__()
             self.state = state
+            self._offset = None
+
+        def on_train_begin(self, logs=None):
+            self._offset = None
+
+        def on_epoch_begin(self, epoch, logs=None):
+            if self._offset is None:  # the first epoch of this fit: where does it count from?
+                self._offset = self.state.epoch - epoch if epoch < self.state.epoch else 0
 
         def on_epoch_end(self, epoch, logs=None):
-            self.state.epoch = epoch + 1
+            self.state.epoch = (self._offset or 0) + epoch + 1
 
     return {"CommitStateCallback": CommitStateCallback,
             "UpdateBatchStateCallback": UpdateBatchStateCallback,

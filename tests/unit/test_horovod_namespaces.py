@@ -59,7 +59,8 @@ def test_elastic_is_served():
     import tf_ps_ops.elastic as elastic
     for namespace in (hvd_tf, hvd_keras, tf_ps_ops):
         assert namespace.elastic is elastic
-    for name in ("State", "ObjectState", "TensorFlowState", "TensorFlowKerasState", "run",
+    for name in ("State", "ObjectState", "TensorFlowState", "TensorFlowKerasState",
+                 "KerasState", "run",
                  "HorovodInternalError", "HostsUpdatedInterrupt", "CommitStateCallback",
                  "UpdateEpochStateCallback", "UpdateBatchStateCallback"):
         assert hasattr(elastic, name), name
@@ -72,6 +73,12 @@ def test_elastic_is_served():
     state.epoch = 6
     state.restore()
     assert state.epoch == 5
+    state.epoch = 7
+    state.commit()  # a job without elastic membership commits too (Horovod's commit works)
+    state.epoch = 8
+    state.restore()
+    assert state.epoch == 7
+    assert elastic.KerasState is elastic.TensorFlowKerasState
     with pytest.raises(RuntimeError, match="tfps-run --elastic"):
         elastic.run(lambda s: None)(state)  # not initialised under elastic membership
 
