@@ -141,7 +141,7 @@ def test_worker_env_speaks_every_dialect():
 
 @pytest.mark.parametrize("args, message", [
     (["-np", "2", "-ns", "0", "true"], "-ns/--num-servers: must be at least 1, got 0"),
-    (["-np", "0", "true"], "-np/--num-workers: must be at least 1, got 0"),
+    (["-np", "0", "true"], "-np/--num-workers/--num-proc: must be at least 1, got 0"),
     (["-np", "2"], "no COMMAND given"),
     (["true"], "required: -np/--num-workers"),
     (["-np", "1", "--timeout", "0", "true"], "--timeout: must be positive"),
@@ -210,6 +210,26 @@ def test_workers_get_their_place_and_output_is_prefixed(real_ps_server):
         assert re.match(r"\[(worker [0-2]|server [01]|scheduler)\] ", line), line
     # Stand-in workers never say goodbye: the servers are stopped after a short wait.
     assert elapsed < 20
+
+
+def test_output_filename_writes_each_workers_output_as_horovodrun(real_ps_server, tmp_path):
+    """--output-filename DIR: DIR/rank.N/stdout and stderr hold worker N's lines as it
+    printed them (unprefixed), and the terminal still gets them prefixed; tuning flags
+    (--log-level, --fusion-threshold-mb) reach every worker's environment."""
+    logs = tmp_path / "logs"
+    code, out, err, _ = launch("-np", "2", "--output-filename", str(logs), "--log-level",
+                               "WARNING", "--fusion-threshold-mb", "1", *WORKER,
+                               "--print-env", "--odd-output")
+    assert code == 0, err
+    for rank in range(2):
+        stdout = (logs / f"rank.{rank}" / "stdout").read_text()
+        stderr = (logs / f"rank.{rank}" / "stderr").read_text()
+        assert f"TFPS_RANK={rank}\n" in stdout and "[worker" not in stdout
+        assert "TFPS_LOG_LEVEL=warning\n" in stdout
+        assert f"TFPS_FUSION_BYTES={1 << 20}\n" in stdout
+        assert stderr == f"to stderr from {rank}\n"
+        assert f"[worker {rank}] TFPS_RANK={rank}\n" in out
+    assert sorted(p.name for p in logs.iterdir()) == ["rank.0", "rank.1"]
 
 
 def test_a_local_job_listens_on_loopback_with_a_key_of_its_own(real_ps_server):

@@ -124,29 +124,44 @@ class LogFiles:
 class Prefixed:
     """Output of each process onto ours, every line prefixed with `[name] `.
 
-    One lock for both streams keeps whole lines of different processes apart.
+    One lock for both streams keeps whole lines of different processes apart. With
+    `log_dir` (horovodrun's --output-filename), each worker's lines also go, unprefixed, to
+    log_dir/rank.N/stdout and log_dir/rank.N/stderr.
     """
 
-    def __init__(self):
+    def __init__(self, log_dir=None):
         self._lock = threading.Lock()
         self._pumps = {}  # Process -> its pump threads
+        self._log_dir = log_dir
 
     def start(self, process, popen):
         child = popen(stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         prefix = f"[{process.name}] ".encode()
-        pumps = [threading.Thread(target=self._pump, args=(pipe, dst, prefix), daemon=True)
-                 for pipe, dst in ((child.stdout, sys.stdout.buffer),
-                                   (child.stderr, sys.stderr.buffer))]
+        logs = self._open_logs(process)
+        pumps = [threading.Thread(target=self._pump, args=(pipe, dst, prefix, log),
+                                  daemon=True)
+                 for pipe, dst, log in ((child.stdout, sys.stdout.buffer, logs[0]),
+                                        (child.stderr, sys.stderr.buffer, logs[1]))]
         for pump in pumps:
             pump.start()
         self._pumps[process] = pumps
         return child
 
-    def _pump(self, src, dst, prefix):
-        with src:
+    def _open_logs(self, process):
+        if self._log_dir is None or process.role != "worker":
+            return None, None
+        folder = os.path.join(self._log_dir, f"rank.{process.index}")
+        os.makedirs(folder, exist_ok=True)
+        return tuple(open(os.path.join(folder, stream), "ab") for stream in ("stdout", "stderr"))
+
+    def _pump(self, src, dst, prefix, log=None):
+        with src, (log if log is not None else contextlib.nullcontext()):
             for line in iter(src.readline, b""):
                 if not line.endswith(b"\n"):
                     line += b"\n"
+                if log is not None:
+                    log.write(line)
+                    log.flush()
                 with self._lock:
                     try:
                         dst.write(prefix + line)

@@ -71,15 +71,87 @@ def _consistency(text):
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def _first_interface(text):
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("expected an interface name, e.g. eth0")
+    return names[0]
+
+
+_LOG_LEVELS = {"trace": "debug", "debug": "debug", "info": "info", "warning": "warning",
+               "error": "error", "fatal": "error"}
+
+
+def _log_level(text):
+    try:
+        return _LOG_LEVELS[text.lower()]
+    except KeyError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not one of {', '.join(name.upper() for name in _LOG_LEVELS)}") from None
+
+
+def _add_horovodrun_flags(parser):
+    """horovodrun's flags that map onto this job's environment (tuning_env)."""
+    group = parser.add_argument_group("horovodrun's flags")
+    group.add_argument("--start-timeout", type=_positive_float, metavar="S",
+                       help="seconds the rendezvous (and any other wait) may take before it "
+                            "fails naming who is missing (TFPS_TIMEOUT)")
+    group.add_argument("--verbose", action="store_true",
+                       help="debug logs from every role (TFPS_LOG_LEVEL=debug)")
+    group.add_argument("--log-level", type=_log_level, metavar="LEVEL",
+                       help="TRACE, DEBUG, INFO, WARNING, ERROR or FATAL (TFPS_LOG_LEVEL; "
+                            "TRACE is debug, FATAL error)")
+    group.add_argument("--timeline-filename", metavar="F",
+                       help="each worker writes a Chrome-trace timeline at shutdown "
+                            "(TFPS_TIMELINE): F with .%%r (its rank) before the extension, "
+                            "unless F holds %%r itself")
+    group.add_argument("--timeline-mark-cycles", action="store_true",
+                       help="accepted; no meaning here: the engine has no cycles to mark")
+    group.add_argument("--output-filename", metavar="DIR",
+                       help="also write each worker's output to DIR/rank.N/stdout and "
+                            "DIR/rank.N/stderr")
+    group.add_argument("--fusion-threshold-mb", type=float, metavar="MB",
+                       help="payload of one fused batch of small partitions "
+                            "(TFPS_FUSION_BYTES; 0 turns fusion off)")
+    group.add_argument("--hierarchical-allreduce", action="store_true",
+                       help="sum one host's workers locally first (TFPS_HIERARCHICAL=1, "
+                            "the default here)")
+
+
+def _timeline_path(path):
+    if "%r" in path:
+        return path
+    root, ext = os.path.splitext(path)
+    return f"{root}.%r{ext}"
+
+
+def tuning_env(args):
+    """What the flags set in every role's environment."""
+    env = {}
+    if args.consistency:
+        env["TFPS_CONSISTENCY"] = args.consistency
+    if args.start_timeout:
+        env["TFPS_TIMEOUT"] = repr(args.start_timeout)
+    if args.log_level or args.verbose:
+        env["TFPS_LOG_LEVEL"] = args.log_level or "debug"
+    if args.timeline_filename:
+        env["TFPS_TIMELINE"] = os.path.abspath(_timeline_path(args.timeline_filename))
+    if args.fusion_threshold_mb is not None:
+        env["TFPS_FUSION_BYTES"] = str(int(args.fusion_threshold_mb * (1 << 20)))
+    if args.hierarchical_allreduce:
+        env["TFPS_HIERARCHICAL"] = "1"
+    return env
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
         prog="tfps-run",
-        usage="%(prog)s [-np N] [-ns M] [-H HOSTS | --hostfile F] [--ssh-port P] "
-              "[--network-interface IF] [--port P] [--timeout S] [--server-threads T] "
-              "[--consistency MODEL] [--ps-server PATH] COMMAND...\n       %(prog)s --check-build",
         description="Run COMMAND as N workers of a parameter-server job, on this host or "
-                    "over ssh on the hosts of -H/--hostfile.")
-    parser.add_argument("-np", "--num-workers", type=_int_at_least(1), metavar="N",
+                    "over ssh on the hosts of -H/--hostfile. horovodrun's flags are "
+                    "accepted with its meaning; the few without one here say so and are "
+                    "ignored.")
+    parser.add_argument("-np", "--num-workers", "--num-proc", dest="num_workers",
+                        type=_int_at_least(1), metavar="N",
                         help="number of worker processes running COMMAND (with -H: "
                              "default every slot)")
     parser.add_argument("-ns", "--num-servers", type=_int_at_least(1), metavar="M",
@@ -94,15 +166,17 @@ def parse_args(argv=None):
                              "measure on a trusted network; the default is a key per job")
     parser.add_argument("--hostfile", metavar="F",
                         help="a file of `host slots=N` (or host:N) lines, instead of -H")
-    parser.add_argument("--ssh-port", type=_int_at_least(1), metavar="P",
+    parser.add_argument("-p", "--ssh-port", type=_int_at_least(1), metavar="P",
                         help="ssh port of the remote hosts (default: ssh's own)")
-    parser.add_argument("--ssh-identity-file", metavar="FILE",
+    parser.add_argument("-i", "--ssh-identity-file", metavar="FILE",
                         help="private key for ssh (ssh -i)")
     parser.add_argument("--ssh-config-file", metavar="FILE",
                         help="ssh configuration file (ssh -F)")
-    parser.add_argument("--network-interface", metavar="IF",
+    parser.add_argument("--network-interface", "--network-interfaces", metavar="IF",
+                        type=_first_interface,
                         help="the hosts reach each other at their address on interface IF "
-                             "(default: at the names given in -H)")
+                             "(default: at the names given in -H); horovodrun's list "
+                             "IF1,IF2 takes the first")
     parser.add_argument("--port", type=_int_at_least(0), default=0, metavar="P",
                         help="scheduler port (default 0: any free port)")
     parser.add_argument("--timeout", type=_positive_float, metavar="S",
@@ -130,6 +204,7 @@ def parse_args(argv=None):
                              "dies starts a new epoch with new servers and the same workers, "
                              "who go on from their last commit, up to S times; then it ends "
                              "the job (default 3)")
+    _add_horovodrun_flags(parser)
     parser.add_argument("--version", action="version",
                         version=f"%(prog)s (tf_ps_ops) {__version__}")
     parser.add_argument("--check-build", action="store_true",
@@ -141,6 +216,11 @@ def parse_args(argv=None):
         args.command = args.command[1:]
     if args.check_build:
         return args
+    if args.timeline_mark_cycles:
+        print("tfps-run: --timeline-mark-cycles has no meaning here (the engine has no "
+              "cycles to mark); ignored", file=sys.stderr)
+    if args.fusion_threshold_mb is not None and args.fusion_threshold_mb < 0:
+        parser.error(f"--fusion-threshold-mb must be at least 0, got {args.fusion_threshold_mb}")
     if args.hosts and args.hostfile:
         parser.error("give -H or --hostfile, not both")
     args.host_slots = None
@@ -244,9 +324,7 @@ def run_job(job, args, port_file):
         raise LaunchError(f"ps_server not built: run `make build` "
                           f"(no executable at {args.ps_server})")
     hosts, servers, workers = placement(args)
-    base = dict(os.environ)
-    if args.consistency:
-        base["TFPS_CONSISTENCY"] = args.consistency
+    base = {**os.environ, **tuning_env(args)}
     base.update(job_env(args, os.path.dirname(port_file), local=args.host_slots is None))
     env = dict(base)
     port = job.start_scheduler(env, port_file, host=hosts[0], port=args.port,
@@ -265,9 +343,7 @@ def run_elastic_job(job, args, tmpdir):
     if not os.access(args.ps_server, os.X_OK):
         raise LaunchError(f"ps_server not built: run `make build` "
                           f"(no executable at {args.ps_server})")
-    env = dict(os.environ)
-    if args.consistency:
-        env["TFPS_CONSISTENCY"] = args.consistency
+    env = {**os.environ, **tuning_env(args)}
     env.update(job_env(args, tmpdir, local=args.host_slots is None))
     job.env.update(env)
     if args.host_slots is not None:
@@ -312,7 +388,8 @@ def main(argv=None):
         return check_build(args.ps_server)
     tmpdir = tempfile.mkdtemp(prefix="tfps-run-")
     if args.elastic:
-        output = Prefixed() if args.host_slots is None else RelayOutput(tmpdir)
+        output = Prefixed(args.output_filename) if args.host_slots is None else \
+            RelayOutput(tmpdir)
         job = ElasticJob(args.ps_server, args.num_servers, output, tmpdir, args.command,
                          {}, min_workers=args.elastic_min_workers,
                          restarts=args.elastic_restarts, timeout=args.timeout,
@@ -320,7 +397,8 @@ def main(argv=None):
                          server_restarts=args.elastic_server_restarts)
         body = lambda: run_elastic_job(job, args, tmpdir)  # noqa: E731
     else:
-        job = Job(args.ps_server, args.num_workers, args.num_servers, Prefixed(),
+        job = Job(args.ps_server, args.num_workers, args.num_servers,
+                  Prefixed(args.output_filename),
                   timeout=args.timeout)
         body = lambda: run_job(job, args, os.path.join(tmpdir, "port"))  # noqa: E731
     code, message = run_to_teardown(
