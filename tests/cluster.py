@@ -15,6 +15,9 @@ quotes the stderr of every process that failed. Fault tests use `kill(role, inde
 """
 
 import os
+import shlex
+import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -38,6 +41,31 @@ def require_build():
         if os.environ.get("CI"):
             pytest.fail(message)
         pytest.skip(message)
+
+
+def run_job(command, timeout, env=None):
+    """Runs `command` (tfps-run, or a driver script) from the checkout, its output merged;
+    fails the test, after killing its whole process group, if it outlives `timeout`, and
+    when it exits non-zero. Returns the output. `env` adds to (None: removes from) what the
+    jobs of the tests get: loopback binds, TF quiet, this checkout on the path."""
+    import pytest
+
+    require_build()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "2",
+           "TFPS_BIND": "127.0.0.1", **(env or {})}
+    env = {name: value for name, value in env.items() if value is not None}
+    proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        pytest.fail(f"{shlex.join(map(str, command))} still running after {timeout} s:\n"
+                    f"{out[-6000:]}")
+    assert proc.returncode == 0, (f"{shlex.join(map(str, command))} exited {proc.returncode}:"
+                                  f"\n{out[-6000:]}")
+    return out
 
 
 class Cluster(LoggedCluster):

@@ -6,15 +6,12 @@ algorithm but shift_one (~50 s on an idle 2-core machine), 4 workers for shift_o
 which pairs workers and needs an even count, and the ring next to it (~20 s). Every
 worker's own model is judged: decentralized replicas differ slightly."""
 
-import os
 import re
-import signal
-import subprocess
 import sys
 from collections import defaultdict
 
 import pytest
-from cluster import REPO, require_build
+from cluster import REPO, run_job
 
 SCRIPT = REPO / "examples" / "train_digits_algorithms.py"
 # The first two are the summation path, directly and through the algorithm interface.
@@ -27,30 +24,17 @@ RESULT = re.compile(r"result algorithm=(\w+) rank=(\d) accuracy=([\d.]+) seconds
 pytestmark = pytest.mark.timeout(600)
 
 
-def run_job(workers, algorithms, timeout=540):
-    require_build()
-    command = [sys.executable, "-m", "tf_ps_ops.run", "-np", str(workers), "-ns", "1",
-               "--timeout", str(timeout - 30), sys.executable, str(SCRIPT),
-               "--algorithms", ",".join(algorithms)]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "2",
-           "TFPS_BIND": "127.0.0.1"}
-    proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        pytest.fail(f"tfps-run still running after {timeout} s:\n{out[-6000:]}")
-    assert proc.returncode == 0, f"tfps-run exited {proc.returncode}:\n{out[-6000:]}"
-    return out
+def run_launcher(workers, algorithms, timeout=540):
+    return run_job([sys.executable, "-m", "tf_ps_ops.run", "-np", str(workers), "-ns", "1",
+                    "--timeout", str(timeout - 30), sys.executable, str(SCRIPT),
+                    "--algorithms", ",".join(algorithms)], timeout)
 
 
 def train_and_check(workers, algorithms, timeout=540):
     """Trains `algorithms` (the first is "allreduce") with `workers` workers in one
     launcher run; checks every worker of the others is within 2% of all-reduce.
     Returns the accuracies by algorithm and rank."""
-    out = run_job(workers, algorithms, timeout)
+    out = run_launcher(workers, algorithms, timeout)
     accuracy = defaultdict(dict)
     for name, rank, acc, _, steps in RESULT.findall(out):
         accuracy[name][int(rank)] = float(acc)

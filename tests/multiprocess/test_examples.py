@@ -13,28 +13,11 @@ import sys
 import threading
 
 import pytest
-from cluster import REPO, require_build
+from cluster import REPO, require_build, run_job
 
 EXAMPLES = REPO / "examples"
 ACCURACY = re.compile(r"held-out: .*accuracy ([\d.]+)")
 pytestmark = pytest.mark.timeout(400)
-
-
-def run(command, timeout=300, env=None):
-    require_build()
-    env = {**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "2",
-           "TFPS_BIND": "127.0.0.1", **(env or {})}
-    env = {name: value for name, value in env.items() if value is not None}
-    proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        pytest.fail(f"{shlex.join(command)} still running after {timeout} s:\n{out[-6000:]}")
-    assert proc.returncode == 0, f"{shlex.join(command)} exited {proc.returncode}:\n{out[-6000:]}"
-    return out
 
 
 def held_out_accuracy(out):
@@ -50,9 +33,9 @@ def held_out_accuracy(out):
     ("train_digits_sfb.py", ["--mode", "hybrid"], []),
 ])
 def test_training_example_learns(script, args, launcher_args):
-    out = run([sys.executable, "-m", "tf_ps_ops.run", "-np", "2", "-ns", "1",
+    out = run_job([sys.executable, "-m", "tf_ps_ops.run", "-np", "2", "-ns", "1",
                "--timeout", "270", *launcher_args,
-               sys.executable, str(EXAMPLES / script), "--epochs", "3", *args])
+               sys.executable, str(EXAMPLES / script), "--epochs", "3", *args], timeout=300)
     assert held_out_accuracy(out) > 0.85, out[-4000:]
     if script == "train_digits_sfb.py":
         assert re.search(r"layers by SFB \(hybrid\): ", out), out[-4000:]
@@ -109,8 +92,8 @@ def test_ray_driver_example_learns():
     pytest.importorskip("ray", reason="ray is not installed (pip install -r requirements-ray.txt)")
     # Ray's actors reach each other at the node's address, not loopback; RayExecutor makes
     # the job key that lets its roles listen there.
-    out = run([sys.executable, str(EXAMPLES / "ray_train_digits.py"), "--epochs", "3"],
-              env={"TFPS_BIND": None})
+    out = run_job([sys.executable, str(EXAMPLES / "ray_train_digits.py"), "--epochs", "3"],
+                  timeout=300, env={"TFPS_BIND": None})
     match = re.search(r"rank 0 of 2: held-out accuracy ([\d.]+)", out)
     assert match and float(match.group(1)) > 0.85, out[-4000:]
 
@@ -138,7 +121,7 @@ def test_slurm_batch_script_places_two_servers_and_two_workers(procid, expected)
     slurm = {"SLURM_PROCID": str(procid), "SLURM_STEP_NUM_TASKS": "4",
              "SLURM_STEP_NODELIST": "n[1-2]", "SLURM_STEP_TASKS_PER_NODE": "2(x2)",
              "TFPS_NUM_SERVERS": num_servers}
-    out = run([sys.executable, "-m", "tf_ps_ops.role", "--dry-run", *words[3:]], env=slurm,
-              timeout=120)
+    out = run_job([sys.executable, "-m", "tf_ps_ops.role", "--dry-run", *words[3:]],
+                  timeout=120, env=slurm)
     decision = [line for line in out.splitlines() if line.startswith("tfps-role:")]
     assert decision and re.search(expected, decision[-1]), out[-3000:]
