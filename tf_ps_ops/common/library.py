@@ -13,6 +13,8 @@ import re
 
 import tensorflow as tf
 
+from tf_ps_ops.common.version import BUILD_HINT
+
 # The package folder: the op library and its headers are package data of tf_ps_ops.
 _HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIBRARY_PATH = os.path.join(_HERE, "_tf_ps_ops.so")
@@ -65,8 +67,7 @@ def c_declarations(headers=C_HEADERS):
 def _check_built():
     if not os.path.exists(LIBRARY_PATH):
         raise RuntimeError(
-            f"the tf_ps_ops op library {LIBRARY_PATH} is missing: run `make build` "
-            "(or `python3 setup.py build_tfps`) in the source tree first")
+            f"the tf_ps_ops op library {LIBRARY_PATH} is missing: {BUILD_HINT}")
 
 
 def built_against():
