@@ -2,6 +2,7 @@
 
     loop_worker.py OUT_DIR MIN_STEPS FINAL_SIZE KILL_ID KILL_STEP [--ps]
                    [--kill-server ID:STEP] [--stop ID:STEP] [--die-in-rendezvous ID]
+                   [--mark ID:STEP]
 
 Trains one float64 vector by SGD on a gradient that depends on the worker's stable id and
 the step, averaged over the workers by hvd.allreduce, inside hvd.elastic.run with a
@@ -16,6 +17,8 @@ start of step STEP, once. --ps: PS mode, the servers run the SGD update
 (tf.raw_ops.ResourceApplyGradientDescent under the graph rewrite) on the average of the
 workers' gradients, which is the same arithmetic as the allreduce loop.
 --stop ID:STEP: worker ID SIGSTOPs itself at the start of step STEP (the driver kills it).
+--mark ID:STEP: worker ID creates OUT_DIR/mark-STEP at the start of step STEP, so that a
+test can change the job's hosts at a known point of the training (test_elastic_growth.py).
 --die-in-rendezvous ID: every worker writes OUT_DIR/initing-<id> just before init(); worker
 ID waits until all others have, gives them a second to register, and SIGKILLs itself, so
 that the others wait in the first epoch's rendezvous for it.
@@ -52,6 +55,7 @@ def main():
     parser.add_argument("--kill-server", default="-:-1")
     parser.add_argument("--stop", default="-:-1")
     parser.add_argument("--die-in-rendezvous", default="-")
+    parser.add_argument("--mark", default="-:-1")
     parser.add_argument("--workers", type=int, default=0, help="for --die-in-rendezvous")
     args = parser.parse_args()
     out_dir, min_steps, final_size = args.out_dir, args.min_steps, args.final_size
@@ -60,6 +64,8 @@ def main():
     server_kill_step = int(server_kill_step)
     stopper, stop_step = args.stop.split(":")
     stop_step = int(stop_step)
+    marker, mark_step = args.mark.split(":")
+    mark_step = int(mark_step)
     me = os.environ["TFPS_ELASTIC_ID"]
     with open(os.path.join(out_dir, f"initing-{me}"), "w"):
         pass
@@ -85,6 +91,9 @@ def main():
                 raise RuntimeError(f"no step with {final_size} workers by step {MAX_STEPS}")
             if me == kill_id and state.step == kill_step:
                 os.kill(os.getpid(), signal.SIGKILL)
+            if me == marker and state.step == mark_step:
+                with open(os.path.join(out_dir, f"mark-{mark_step}"), "w"):
+                    pass
             if me == stopper and state.step == stop_step:
                 os.kill(os.getpid(), signal.SIGSTOP)
             if me == server_killer and state.step == server_kill_step and not killed_server:
