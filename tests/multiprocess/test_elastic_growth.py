@@ -179,6 +179,33 @@ def test_fewer_than_min_np_while_running_fails_at_the_elastic_timeout(tmp_path):
         "discovery script found localhost:1 (1 slot(s)); stopped the others"), log
 
 
+@pytest.mark.parametrize("restarts", [0, 1])
+def test_a_worker_dying_on_its_own_spends_a_restart_for_its_slot(tmp_path, restarts):
+    """No TensorFlow: w1 exits 5 at once, w0 sleeps 6 s and exits 0. With a restart left
+    the slot gets a new worker (w2, which is stopped joining when w0 finishes); without,
+    the slot stays empty, so that a crashing command does not restart for ever."""
+    worker = tmp_path / "worker.py"
+    worker.write_text(STARTED_WORKER.replace(
+        "\n", "\nif os.environ['TFPS_ELASTIC_ID'] == 'w1': sys.exit(5)\n", 1))
+    script, _ = discovery_script(tmp_path, "localhost:2\n")
+    proc = start(tmp_path, ["-np", "2", "--min-np", "1", "--elastic-restarts", str(restarts),
+                            "--host-discovery-script", str(script)], worker,
+                 [str(tmp_path), "6"], timeout=60)
+    code, log = finish(tmp_path, proc, timeout=80)
+    assert code == 0, log
+    assert "worker w1 (rank 1) exited with code 5; the job goes on with 1 worker(s)" in log, log
+    started = sorted(p.name for p in tmp_path.glob("started-*"))
+    if restarts:
+        assert "worker w1's slot gets a new worker (0 restart(s) left)" in log, log
+        assert "started worker(s) w2 on new slot(s)" in log, log
+        assert "stopped joining worker w2: the job finished before it joined" in log, log
+        assert started == ["started-w0", "started-w2"], log
+    else:
+        assert "worker w1's slot stays empty: no restart left (--elastic-restarts); the job " \
+               "now has at most 1 worker(s)" in log, log
+        assert "w2" not in log and started == ["started-w0"], log
+
+
 @pytest.mark.parametrize("body,message", [
     ("echo localhost:two", "output line 1 'localhost:two': slots must be a whole number "
                            "(`host:slots`); no worker started"),

@@ -257,6 +257,8 @@ class ElasticJob:
                           + (self.removed[w] if w in self.removed else
                              describe_remote_exit(self._worker(w), c)) for w, c in lost)
         if self._ending():
+            if all(w in self.removed for w, _ in lost):
+                return  # stopped by the driver: nothing the others need any more
             raise LaunchError(f"{names} while the others were finishing", 1)
         self._check_survivors(survivors, names, lost)
         _say(f"{names}; the job goes on with {len(survivors)} worker(s)")

@@ -164,7 +164,7 @@ class GrowingElasticJob(ElasticJob):
         self._check_min_np(now)
 
     def _check_min_np(self, now):
-        members = [m for m in self.members if m not in self.finished]
+        members = [m for m in self.members if m not in self.finished and m not in self.removed]
         if len(members) >= self.min_np:
             if self._below_since is not None:
                 _say(f"{len(members)} worker(s) again, at least --min-np {self.min_np}")
