@@ -17,7 +17,10 @@ scheduler (a member notice, in seconds), fail what is in flight, and re-initiali
 new epoch (tf_ps_ops.elastic). A worker started later (a restart, `--elastic-restarts`)
 announces itself with join-<id>; once every member of the current epoch has acknowledged
 it, the driver publishes the next epoch with the newcomer appended, which the members see
-at their next commit (elastic.State.commit -> check_host_updates).
+at their next commit (elastic.State.commit -> check_host_updates). With a host discovery
+script (elastic_growth.py), new slots get new workers that join the same way, and workers
+the driver stops because their host is gone (`removed`) are a membership change, not a
+failure.
 
 The old epoch's scheduler and servers exit by themselves once the survivors said goodbye;
 those still running _OLD_EPOCH_GRACE_S later are stopped. Their exit codes are no failure
