@@ -17,7 +17,7 @@ from cluster import REPO, require_build
 from test_elastic import WORKERS, assert_replayed, results
 
 RUN_PY = REPO / "tf_ps_ops" / "run.py"
-pytestmark = pytest.mark.timeout(200)
+pytestmark = pytest.mark.timeout(240)
 
 
 def discovery_script(tmp_path, hosts):
@@ -30,7 +30,7 @@ def discovery_script(tmp_path, hosts):
     return script, hosts_file
 
 
-def start(tmp_path, flags, worker, args, timeout=150, env=None):
+def start(tmp_path, flags, worker, args, timeout=200, env=None):
     """tfps-run in the background, its output in tmp_path/log.txt."""
     require_build()
     full_env = {k: v for k, v in os.environ.items()
@@ -47,7 +47,7 @@ def start(tmp_path, flags, worker, args, timeout=150, env=None):
     return proc
 
 
-def finish(tmp_path, proc, timeout=170):
+def finish(tmp_path, proc, timeout=220):
     try:
         code = proc.wait(timeout)
     except subprocess.TimeoutExpired:
