@@ -120,13 +120,16 @@ STARTED_WORKER = ("import os, sys, time\n"
 
 
 def test_too_few_slots_at_the_start_wait_for_more(tmp_path):
-    """No TensorFlow: the script finds 1 slot for its first two runs, then 3; -np 3 waits
-    for them and starts 3 workers (which exit 0 at once: the job ends)."""
+    """No TensorFlow: the script finds 1 slot at its first run, fails at its second (a
+    later failure is printed and retried), then finds 3; -np 3 waits for them and starts
+    3 workers (which exit 0 at once: the job ends)."""
     worker = tmp_path / "worker.py"
     worker.write_text(STARTED_WORKER)
     script = tmp_path / "discover.sh"
     script.write_text(f"#!/bin/sh\necho run >> '{tmp_path}/runs'\n"
-                      f"if [ $(wc -l < '{tmp_path}/runs') -le 2 ]; then echo localhost:1; "
+                      f"runs=$(wc -l < '{tmp_path}/runs')\n"
+                      "if [ $runs -eq 1 ]; then echo localhost:1; "
+                      "elif [ $runs -eq 2 ]; then echo flaky >&2; exit 1; "
                       "else echo localhost; echo 127.0.0.1:2; fi\n")
     script.chmod(0o755)
     proc = start(tmp_path, ["-np", "3", "--host-discovery-script", str(script)], worker,
@@ -135,6 +138,8 @@ def test_too_few_slots_at_the_start_wait_for_more(tmp_path):
     assert code == 0, log[-6000:]
     assert "waiting for 3 slot(s) (--min-np/-np): the host discovery script found " \
            "localhost:1 (1 slot(s))" in log, log
+    assert f"host discovery script '{script}' exited with code 1; its stderr: flaky; trying " \
+           "again" in log, log
     assert sorted(p.name for p in tmp_path.glob("started-*")) == \
         ["started-w0", "started-w1", "started-w2"], log
     assert "elastic epoch 0: 3 worker(s) [w0, w1, w2]" in log, log
