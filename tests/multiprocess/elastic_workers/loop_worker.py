@@ -2,7 +2,8 @@
 
     loop_worker.py OUT_DIR MIN_STEPS FINAL_SIZE KILL_ID KILL_STEP [--ps]
                    [--kill-server ID:STEP] [--stop ID:STEP] [--die-in-rendezvous ID]
-                   [--mark ID:STEP] [--size-runs N1,N2,...] [--step-sleep S]
+                   [--mark ID:STEP] [--mark-sizes ID] [--size-runs N1,N2,...]
+                   [--step-sleep S]
 
 Trains one float64 vector by SGD on a gradient that depends on the worker's stable id and
 the step, averaged over the workers by hvd.allreduce, inside hvd.elastic.run with a
@@ -18,7 +19,8 @@ start of step STEP, once. --ps: PS mode, the servers run the SGD update
 workers' gradients, which is the same arithmetic as the allreduce loop.
 --stop ID:STEP: worker ID SIGSTOPs itself at the start of step STEP (the driver kills it).
 --mark ID:STEP: worker ID creates OUT_DIR/mark-STEP at the start of step STEP, so that a
-test can change the job's hosts at a known point of the training (test_elastic_growth.py).
+test can change the job's hosts at a known point of the training (test_elastic_growth.py);
+--mark-sizes ID: worker ID creates OUT_DIR/size-N once it committed a step of N workers.
 --size-runs N1,N2,...: instead of FINAL_SIZE, the loop ends (after MIN_STEPS) once the
 sizes of the steps so far, runs of equal sizes merged, are N1,N2,... (e.g. 2,3,2: grown
 by one, then shrunk back). --step-sleep S: the pause after each step (default 0.02 s).
@@ -59,6 +61,7 @@ def main():
     parser.add_argument("--stop", default="-:-1")
     parser.add_argument("--die-in-rendezvous", default="-")
     parser.add_argument("--mark", default="-:-1")
+    parser.add_argument("--mark-sizes", default="-")
     parser.add_argument("--size-runs", default=None)
     parser.add_argument("--step-sleep", type=float, default=0.02)
     parser.add_argument("--workers", type=int, default=0, help="for --die-in-rendezvous")
@@ -126,6 +129,9 @@ def main():
             state.history = state.history + (tuple(ids),)
             state.step += 1
             state.commit()
+            if me == args.mark_sizes:
+                with open(os.path.join(out_dir, f"size-{len(ids)}"), "w"):
+                    pass
             time.sleep(args.step_sleep)  # the other workers run on the same two cores
 
     train(state)
