@@ -75,7 +75,9 @@ def test_usage_names_every_flag(capsys):
                  "--output-filename", "--fusion-threshold-mb", "--hierarchical-allreduce",
                  "--version", "--check-build", "--config-file", "--log-with-timestamp",
                  "--prefix-output-with-timestamp", "--cycle-time-ms", "--autotune",
-                 "--stall-check-warning-time-seconds", "--gloo", "--mpi"):
+                 "--stall-check-warning-time-seconds", "--gloo", "--mpi",
+                 "--host-discovery-script", "--min-np", "--max-np", "--slots",
+                 "--slots-per-host", "--elastic-timeout", "--min-num-proc", "--max-num-proc"):
         assert flag in usage, flag
 
 

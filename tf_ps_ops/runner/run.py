@@ -26,8 +26,9 @@ import tempfile
 
 from tf_ps_ops.common import config as _config
 from tf_ps_ops.common.version import BUILD_HINT, __version__
-from tf_ps_ops.runner import horovodrun, ssh
+from tf_ps_ops.runner import discovery, horovodrun, ssh
 from tf_ps_ops.runner.elastic import ElasticJob, _heartbeat_timeout
+from tf_ps_ops.runner.elastic_growth import GrowingElasticJob
 from tf_ps_ops.runner.elastic_ssh import RelayOutput, keepalive_options
 from tf_ps_ops.runner.env import LOCAL_ADDRESS, Place
 from tf_ps_ops.runner.env import worker_env as _place_env
@@ -140,6 +141,7 @@ def parse_args(argv=None):
                              "dies starts a new epoch with new servers and the same workers, "
                              "who go on from their last commit, up to S times; then it ends "
                              "the job (default 3)")
+    discovery.add_flags(parser)
     horovodrun.add_flags(parser)
     parser.add_argument("-v", "--version", action="version",
                         version=f"%(prog)s (tf_ps_ops) {__version__}")
@@ -167,6 +169,7 @@ def parse_args(argv=None):
             args.host_slots = ssh.parse_hostfile(args.hostfile)
     except (ValueError, OSError) as e:
         parser.error(str(e))
+    discovery.check_args(parser, args)
     if args.host_slots is None:
         if args.num_workers is None:
             parser.error("the following arguments are required: -np/--num-workers "
@@ -327,11 +330,18 @@ def main(argv=None):
         stamps = args.prefix_output_with_timestamp
         output = Prefixed(args.output_filename, stamps) if args.host_slots is None else \
             RelayOutput(tmpdir, stamps)
-        job = ElasticJob(args.ps_server, args.num_servers, output, tmpdir, args.command,
-                         {}, min_workers=args.elastic_min_workers,
-                         restarts=args.elastic_restarts, timeout=args.timeout,
-                         server_threads=args.server_threads,
-                         server_restarts=args.elastic_server_restarts)
+        job_class, growth = ElasticJob, {}
+        if args.host_discovery_script:
+            job_class, growth = GrowingElasticJob, dict(
+                discovery=discovery.HostDiscovery(args.host_discovery_script, args.slots,
+                                                  tmpdir),
+                min_np=args.min_np, max_np=args.max_np,
+                elastic_timeout=args.elastic_timeout)
+        job = job_class(args.ps_server, args.num_servers, output, tmpdir, args.command,
+                        {}, min_workers=args.elastic_min_workers,
+                        restarts=args.elastic_restarts, timeout=args.timeout,
+                        server_threads=args.server_threads,
+                        server_restarts=args.elastic_server_restarts, **growth)
         body = lambda: run_elastic_job(job, args, tmpdir)  # noqa: E731
     else:
         job = Job(args.ps_server, args.num_workers, args.num_servers,
