@@ -1,4 +1,4 @@
-"""Keras 3 glue, laid out as Horovod's `horovod.tensorflow.keras`:
+"""Keras glue (Keras 3 and tf_keras), laid out as Horovod's `horovod.tensorflow.keras`:
 
     import tf_ps_ops.keras as hvd       # for `import horovod.tensorflow.keras as hvd`
 
@@ -6,9 +6,6 @@ DistributedOptimizer averages gradients over workers before each update; `load_m
 loads a model saved with one; `hvd.callbacks` are the Keras callbacks. Horovod names we
 do not serve raise NotImplementedError with the reason when called.
 """
-
-import functools
-import sys
 
 import keras
 import tensorflow as tf
@@ -29,50 +26,18 @@ from tf_ps_ops.common.basics import (  # noqa: F401
 from tf_ps_ops.common.init import init  # noqa: F401
 from tf_ps_ops.common.timeline import start_timeline, stop_timeline  # noqa: F401
 from tf_ps_ops.training.aggregation import LocalAggregation
+from tf_ps_ops.training.keras_flavor import is_tf_keras, tf_keras_is_tf_keras
+from tf_ps_ops.training.keras_optimizer import ReducingMixin, TfKerasMixin, distributed_class
 from tf_ps_ops.training.local_vars import LocalVariables
 from tf_ps_ops.training.sync_batch_norm import SyncBatchNormalization  # noqa: F401
-from tf_ps_ops.training.tape import check_gradient_options, reduce_gradients
+from tf_ps_ops.training.tape import check_gradient_options
 
 
-class _DistributedOptimizerMixin:
-    """Placed before the user's optimizer class in the MRO, so `super()` is that class.
-
-    Keras 3 routes every update through `apply`: `fit`'s train step, `apply_gradients`
-    and custom loops alike. (Horovod 0.28 hooks methods Keras 3 no longer calls, so its
-    `fit` silently trains each replica on its own gradients.)
+class _DistributedOptimizerMixin(ReducingMixin):
+    """Keras 3 optimizers. Keras 3 routes every update through `apply`: `fit`'s train
+    step, `apply_gradients` and custom loops alike. (Horovod 0.28 hooks methods Keras 3
+    no longer calls, so its `fit` silently trains each replica on its own gradients.)
     """
-
-    # Defaults for optimizers made by deserialisation (load_model) rather than by
-    # DistributedOptimizer(), which sets its own.
-    _tfps_key_prefix = None
-    _tfps_compression = Compression.none
-    _tfps_op = Average
-    _tfps_predivide = 1.0
-    _tfps_device = ""
-    _tfps_algorithm = None  # a tf_ps_ops.algorithms.Algorithm (docs/algorithms.md)
-    _tfps_process_set = None  # None: every worker
-    _tfps_aggregation = None  # backward_passes_per_step > 1 (training/aggregation.py)
-    _tfps_local = None  # LocalVariables: not reduced (register_local_var, training/local_vars.py)
-
-    def register_local_var(self, var):
-        """Horovod's: `var`'s gradient stays this worker's own, never reduced."""
-        if self._tfps_local is None:
-            self._tfps_local = LocalVariables()
-        self._tfps_local.register(var)
-
-    def _tfps_reduce(self, grads, keys, variables):
-        def reduce(grads_, keys_, variables_):
-            return reduce_gradients(grads_, keys_, self._tfps_compression, self._tfps_op,
-                                    self._tfps_predivide, self._tfps_device, variables_,
-                                    self._tfps_process_set)
-
-        if self._tfps_local:
-            return self._tfps_local.reduce(grads, keys, variables, reduce)
-        return reduce(grads, keys, variables)
-
-    def algorithm_callbacks(self):
-        """The Keras callbacks the algorithm needs under `fit` (none for most)."""
-        return [] if self._tfps_algorithm is None else self._tfps_algorithm.callbacks()
 
     def apply(self, grads, trainable_variables=None):
         if trainable_variables is None:
@@ -82,7 +47,7 @@ class _DistributedOptimizerMixin:
         else:
             variables = trainable_variables = list(trainable_variables)
         grads = list(grads)
-        keys = keys_for(variables, self._tfps_key_prefix or f"Distributed{type(self).__name__}")
+        keys = self._tfps_keys(variables)
         if self._tfps_algorithm is not None:
             def optimizer_step(grads_, variables_):
                 return super(_DistributedOptimizerMixin, self).apply(grads_, trainable_variables)
@@ -127,14 +92,8 @@ class _DistributedOptimizerMixin:
                                             lambda: self.iterations.assign_add(1))
 
 
-@functools.cache
 def _distributed_class(optimizer_class):
-    # Same name, module and isinstance relations as the user's optimizer: a saved model
-    # then names the user's class and loads with a plain, non-distributed optimizer, to
-    # be wrapped again (Horovod's hvd.load_model does the same).
-    return type(optimizer_class.__name__, (_DistributedOptimizerMixin, optimizer_class),
-                {"__module__": optimizer_class.__module__,
-                 "__qualname__": optimizer_class.__qualname__})
+    return distributed_class(optimizer_class, _DistributedOptimizerMixin)
 
 
 def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
@@ -143,11 +102,14 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
                          backward_passes_per_step=1, average_aggregated_gradients=False,
                          num_groups=0, groups=None, algorithm=None,
                          process_set=global_process_set):
-    """Returns a copy of a Keras 3 optimizer that averages gradients over all workers.
+    """Returns a copy of a Keras optimizer that averages gradients over all workers.
 
     The result is an instance of a subclass of the optimizer's own class, created from
     `optimizer.get_config()`, so wrap the optimizer before training (its variables are
-    not copied). Works under `model.fit`, `apply_gradients` and `apply`.
+    not copied). Works under `model.fit`, `apply_gradients` and `apply`. Keras 3 and
+    tf_keras (Keras 2: `tf_keras.optimizers.*` and `.legacy.*`, or `tf.keras` under
+    TF_USE_LEGACY_KERAS=1) optimizers alike; for tf_keras, `apply_gradients` (which
+    `fit` calls) reduces the gradients.
 
         opt = tf_ps_ops.DistributedOptimizer(keras.optimizers.SGD(0.01 * tf_ps_ops.size()))
         model.compile(optimizer=opt, loss=...)
@@ -155,7 +117,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     Keys are '<name>.' + each variable's path, so all workers must train the same model.
 
     Args:
-      optimizer: a keras.optimizers.Optimizer.
+      optimizer: a keras.optimizers.Optimizer or a tf_keras one.
       name: key prefix; defaults to 'Distributed' + the optimizer class name. The Keras
         optimizer keeps its own name, so its variables keep their paths.
       compression: Compression.none or Compression.fp16 (or a Compressor).
@@ -187,13 +149,20 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
             optimizer, name, compression, check_gradient_options(op, gradient_predivide_factor),
             gradient_predivide_factor, device_dense, backward_passes_per_step,
             average_aggregated_gradients)
-    if not isinstance(optimizer, keras.optimizers.Optimizer):
+    if is_tf_keras(optimizer):  # Keras 2: tf_keras.optimizers(.legacy), TF_USE_LEGACY_KERAS=1
+        if algorithm is not None:
+            raise ValueError(f"algorithm={type(algorithm).__name__}: algorithms need a Keras 3 "
+                             f"optimizer; {type(optimizer).__name__} is a tf_keras one")
+        cls = distributed_class(type(optimizer), TfKerasMixin)
+    elif isinstance(optimizer, keras.optimizers.Optimizer):
+        cls = _distributed_class(type(optimizer))
+    else:
         raise TypeError(
-            f"DistributedOptimizer wraps Keras 3 optimizers and tf.compat.v1.train.Optimizer, "
-            f"got {type(optimizer).__name__}")
+            f"DistributedOptimizer wraps Keras 3 and tf_keras optimizers and "
+            f"tf.compat.v1.train.Optimizer, got {type(optimizer).__name__} (module "
+            f"{type(optimizer).__module__})")
     aggregation = LocalAggregation(backward_passes_per_step, average_aggregated_gradients)
     op = check_gradient_options(op, gradient_predivide_factor)
-    cls = _distributed_class(type(optimizer))
     distributed = cls.from_config(optimizer.get_config())
     distributed._tfps_key_prefix = name or f"Distributed{type(optimizer).__name__}"
     distributed._tfps_compression = compression
@@ -240,7 +209,15 @@ def load_model(filepath, custom_optimizers=None, custom_objects=None,
                compression=Compression.none):
     """keras.models.load_model, with the saved optimizer (and its state) restored as a
     distributed one, as Horovod's load_model does. `custom_optimizers`: optimizer
-    classes of your own that the file may name."""
+    classes of your own that the file may name.
+
+    A file saved by tf_keras (Keras 2: a SavedModel folder, or a .keras/.h5 file whose
+    keras_version is 2.x) is loaded with tf_keras.models.load_model; its optimizer is
+    then made distributed in place (a tf_keras file names built-in optimizers only by a
+    lower-case name shared by the legacy and the new class, so they are not swapped
+    while loading)."""
+    if _saved_by_tf_keras(filepath):
+        return _load_tf_keras_model(filepath, custom_optimizers, custom_objects, compression)
     classes = [cls for cls in vars(keras.optimizers).values()
                if isinstance(cls, type) and issubclass(cls, keras.optimizers.Optimizer)]
     objects = {cls.__name__: _distributed_class(cls)
@@ -249,6 +226,47 @@ def load_model(filepath, custom_optimizers=None, custom_objects=None,
     model = keras.models.load_model(filepath, custom_objects=objects)
     if isinstance(getattr(model, "optimizer", None), _DistributedOptimizerMixin):
         model.optimizer._tfps_compression = compression
+    return model
+
+
+def _saved_by_tf_keras(filepath):
+    """Whether tf_keras wrote `filepath` (else Keras 3 did)."""
+    import json
+    import os
+    import zipfile
+
+    path = os.fspath(filepath)
+    if os.path.isdir(path):  # a SavedModel: Keras 3 neither writes nor loads one as a model
+        return True
+    version = None
+    if zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as archive:
+            if "metadata.json" in archive.namelist():
+                version = json.loads(archive.read("metadata.json")).get("keras_version")
+    elif path.endswith((".h5", ".hdf5")):
+        import h5py
+        with h5py.File(path, "r") as f:
+            version = f.attrs.get("keras_version")
+            version = version.decode() if isinstance(version, bytes) else version
+    if version is None:  # unknown: the Keras that tf.keras is
+        return tf_keras_is_tf_keras()
+    return str(version).startswith("2.")
+
+
+def _load_tf_keras_model(filepath, custom_optimizers, custom_objects, compression):
+    import tf_keras  # the file is a tf_keras one: the package is there or the load cannot be
+
+    objects = {cls.__name__: cls for cls in custom_optimizers or []}
+    objects.update(custom_objects or {})
+    model = tf_keras.models.load_model(filepath, custom_objects=objects)
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is not None and not isinstance(optimizer, TfKerasMixin) and is_tf_keras(
+            optimizer):
+        # The distributed class only adds methods, so the loaded optimizer (its slots and
+        # iterations restored) becomes one by changing its class.
+        optimizer.__class__ = distributed_class(type(optimizer), TfKerasMixin)
+    if isinstance(optimizer, TfKerasMixin):
+        optimizer._tfps_compression = compression
     return model
 
 

@@ -1,0 +1,97 @@
+"""The gradient reduction DistributedOptimizer adds to a Keras optimizer, for Keras 3
+(`apply`) and for Keras 2, the tf_keras package (`apply_gradients`).
+
+Each is a mixin placed before the user's optimizer class in the MRO of a class made per
+optimizer class (`distributed_class`), so `super()` is the user's class.
+"""
+
+import functools
+
+import tensorflow as tf
+
+from tf_ps_ops.collectives.compression import Compression
+from tf_ps_ops.collectives.ops import Average, keys_for
+from tf_ps_ops.training.keras_flavor import build_optimizer
+from tf_ps_ops.training.local_vars import LocalVariables
+from tf_ps_ops.training.tape import reduce_gradients
+
+
+class ReducingMixin:
+    """The reduction options and the reduction itself, shared by both Keras."""
+
+    # Defaults for optimizers made by deserialisation (load_model) rather than by
+    # DistributedOptimizer(), which sets its own.
+    _tfps_key_prefix = None
+    _tfps_compression = Compression.none
+    _tfps_op = Average
+    _tfps_predivide = 1.0
+    _tfps_device = ""
+    _tfps_algorithm = None  # a tf_ps_ops.algorithms.Algorithm (docs/algorithms.md)
+    _tfps_process_set = None  # None: every worker
+    _tfps_aggregation = None  # backward_passes_per_step > 1 (training/aggregation.py)
+    _tfps_local = None  # LocalVariables: not reduced (register_local_var, training/local_vars.py)
+
+    def register_local_var(self, var):
+        """Horovod's: `var`'s gradient stays this worker's own, never reduced."""
+        if self._tfps_local is None:
+            self._tfps_local = LocalVariables()
+        self._tfps_local.register(var)
+
+    def _tfps_keys(self, variables):
+        return keys_for(variables, self._tfps_key_prefix or f"Distributed{type(self).__name__}")
+
+    def _tfps_reduce(self, grads, keys, variables):
+        def reduce(grads_, keys_, variables_):
+            return reduce_gradients(grads_, keys_, self._tfps_compression, self._tfps_op,
+                                    self._tfps_predivide, self._tfps_device, variables_,
+                                    self._tfps_process_set)
+
+        if self._tfps_local:
+            return self._tfps_local.reduce(grads, keys, variables, reduce)
+        return reduce(grads, keys, variables)
+
+    def algorithm_callbacks(self):
+        """The Keras callbacks the algorithm needs under `fit` (none for most)."""
+        return [] if self._tfps_algorithm is None else self._tfps_algorithm.callbacks()
+
+
+class TfKerasMixin(ReducingMixin):
+    """tf_keras (Keras 2) optimizers, new and legacy: `fit`'s train step (`minimize`) and
+    custom loops both update through `apply_gradients`, which reduces the gradients first.
+
+    (Horovod 0.28 reduces in `_compute_gradients`, so there `apply_gradients` alone does
+    not average; here it does, as `apply` does for Keras 3. Gradients from a
+    DistributedGradientTape would then be averaged twice: use one or the other.)
+    """
+
+    def apply_gradients(self, grads_and_vars, name=None, **kwargs):
+        pairs = list(grads_and_vars)
+        grads = [grad for grad, _ in pairs]
+        variables = [variable for _, variable in pairs]
+        keys = self._tfps_keys(variables)
+        if self._tfps_aggregation is None:
+            reduced = self._tfps_reduce(grads, keys, variables)
+            return super().apply_gradients(list(zip(reduced, variables)), name=name, **kwargs)
+        # backward_passes_per_step > 1: as for Keras 3, the variables change every N-th
+        # pass only; the passes between count `iterations`. The slots are made up front,
+        # not inside the tf.cond of a traced step.
+        with tf.init_scope():
+            build_optimizer(self, variables)
+
+        def apply(summed):
+            return super(TfKerasMixin, self).apply_gradients(
+                list(zip(summed, variables)), name=name, **kwargs)
+
+        return self._tfps_aggregation.apply(
+            grads, variables, lambda summed: self._tfps_reduce(summed, keys, variables),
+            apply, lambda: self.iterations.assign_add(1))
+
+
+@functools.cache
+def distributed_class(optimizer_class, mixin):
+    # Same name, module and isinstance relations as the user's optimizer: a saved model
+    # then names the user's class and loads with a plain, non-distributed optimizer, to
+    # be wrapped again (Horovod's hvd.load_model does the same).
+    return type(optimizer_class.__name__, (mixin, optimizer_class),
+                {"__module__": optimizer_class.__module__,
+                 "__qualname__": optimizer_class.__qualname__})
