@@ -1,16 +1,21 @@
-"""Keras callbacks for distributed training (Horovod's `hvd.callbacks`)."""
+"""Keras callbacks for distributed training (Horovod's `hvd.callbacks`).
+
+Each is a Keras 3 callback that becomes a tf_keras (Keras 2) one when `fit` gives it a
+tf_keras model (training/keras_callbacks.py): the same code serves both Keras.
+"""
 
 import inspect
 import warnings
 
-import keras
 import tensorflow as tf
 
 from tf_ps_ops.collectives.ops import Average, allreduce, broadcast_variables
 from tf_ps_ops.common.basics import size
+from tf_ps_ops.training.keras_callbacks import FollowsTheModel, callback_class
+from tf_ps_ops.training.keras_flavor import build_optimizer, optimizer_variables
 
 
-class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
+class BroadcastGlobalVariablesCallback(FollowsTheModel):
     """Copies root_rank's model and optimizer variables to every worker.
 
     When training begins on a built model, this builds the optimizer itself and
@@ -41,7 +46,7 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
         optimizer = getattr(self.model, "optimizer", None)
         variables = list(self.model.variables)
         if optimizer is not None:
-            variables += list(optimizer.variables)
+            variables += optimizer_variables(optimizer)
         variables = [var for var in variables if id(var) not in self._local]
         with tf.device(self.device):
             broadcast_variables(variables, self.root_rank)
@@ -51,8 +56,8 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
         if self.broadcast_done or not self.model.built or not self.model.variables:
             return
         optimizer = getattr(self.model, "optimizer", None)
-        if optimizer is not None and not optimizer.built:
-            optimizer.build(self.model.trainable_variables)
+        if optimizer is not None:
+            build_optimizer(optimizer, self.model.trainable_variables)
         self._broadcast()
 
     def on_batch_end(self, batch, logs=None):
@@ -60,7 +65,7 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
             self._broadcast()
 
 
-class MetricAverageCallback(keras.callbacks.Callback):
+class MetricAverageCallback(FollowsTheModel):
     """Replaces each epoch's metrics in `logs` by their average over all workers.
 
     Put it before callbacks that read the metrics (ModelCheckpoint, EarlyStopping,
@@ -85,7 +90,7 @@ class MetricAverageCallback(keras.callbacks.Callback):
             logs[name] = float(value)
 
 
-class LearningRateScheduleCallback(keras.callbacks.Callback):
+class LearningRateScheduleCallback(FollowsTheModel):
     """Sets the learning rate to `initial_lr * multiplier(epoch)` (Horovod's callback).
 
     `multiplier` is a number, or a function of the epoch: with `staircase=True` it is
@@ -97,9 +102,11 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
     initial_lr=None)`, works too: given one positional argument and no `multiplier`,
     that argument is the multiplier (Horovod requires both, so nothing is ambiguous).
 
-    momentum_correction: Horovod scales momentum by new_lr / old_lr for one batch after
-    each change. Keras 3 optimizers fix `momentum` as a constant when the train step is
-    traced, so it cannot change per batch: it is not applied, and a warning says so.
+    momentum_correction: as Horovod, momentum is scaled by new_lr / old_lr for the batch
+    that follows each change, where the optimizer keeps momentum in a variable (tf_keras'
+    legacy optimizers). Keras 3 and tf_keras' new optimizers fix `momentum` as a constant
+    when the train step is traced, so it cannot change per batch: there it is not
+    applied, and a warning says so.
     """
 
     def __init__(self, *args, **kwargs):
@@ -120,6 +127,8 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
         self.momentum_correction = momentum_correction
         self.steps_per_epoch = steps_per_epoch
         self.current_epoch = 0
+        self._momentum = None  # the momentum variable, where momentum_correction applies
+        self._restore_momentum = None
 
     def on_train_begin(self, logs=None):
         optimizer = self.model.optimizer
@@ -130,9 +139,12 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
             if not self.steps_per_epoch:
                 raise ValueError("could not infer steps_per_epoch from fit(); pass "
                                  "steps_per_epoch to the learning rate callback")
+        self._momentum = None
         if self.momentum_correction and getattr(optimizer, "momentum", 0):
-            warnings.warn("momentum_correction is not applied: Keras 3 optimizers fix "
-                          "momentum when the train step is traced", stacklevel=2)
+            self._momentum = _momentum_variable(optimizer)
+            if self._momentum is None:
+                warnings.warn(f"momentum_correction is not applied: {type(optimizer).__name__} "
+                              "fixes momentum when the train step is traced", stacklevel=2)
 
     def on_epoch_begin(self, epoch, logs=None):
         self.current_epoch = epoch
@@ -143,10 +155,23 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
             return
         if self.staircase:
             if batch == 0:
-                self.model.optimizer.learning_rate = self.initial_lr * self.multiplier(epoch)
+                self._set_learning_rate(self.initial_lr * self.multiplier(epoch))
         else:
             fractional = epoch + batch / self.steps_per_epoch
-            self.model.optimizer.learning_rate = self.initial_lr * self.multiplier(fractional)
+            self._set_learning_rate(self.initial_lr * self.multiplier(fractional))
+
+    def _set_learning_rate(self, new_lr):
+        optimizer = self.model.optimizer
+        old_lr = float(optimizer.learning_rate)
+        optimizer.learning_rate = new_lr
+        if self._momentum is not None and old_lr:
+            self._restore_momentum = float(self._momentum.numpy())
+            self._momentum.assign(self._restore_momentum * new_lr / old_lr)
+
+    def on_batch_end(self, batch, logs=None):
+        if self._restore_momentum is not None:
+            self._momentum.assign(self._restore_momentum)
+            self._restore_momentum = None
 
     def on_epoch_end(self, epoch, logs=None):
         if logs is not None:
@@ -195,15 +220,36 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
                   f"{float(self.model.optimizer.learning_rate):g}.")
 
 
-class BestModelCheckpoint(keras.callbacks.ModelCheckpoint):
+class BestModelCheckpoint(FollowsTheModel):
     """Horovod's ModelCheckpoint that keeps only the best model; give it `filepath`
     (Horovod's Keras-2 version sets it later, from the `filepath` attribute)."""
+
+    _tfps_base = "ModelCheckpoint"
 
     def __init__(self, monitor="val_loss", verbose=0, save_weights_only=False, mode="auto",
                  save_freq="epoch", filepath=None):
         if filepath is None:
-            # Keras 3's ModelCheckpoint needs the path (and its suffix) at construction.
+            # Keras 3's ModelCheckpoint needs the path (and its suffix) at construction;
+            # tf_keras reads the suffix too.
             filepath = "best.weights.h5" if save_weights_only else "best.keras"
         super().__init__(filepath=filepath, monitor=monitor, verbose=verbose,
                          save_best_only=True, save_weights_only=save_weights_only,
                          mode=mode, save_freq=save_freq)
+
+
+def _momentum_variable(optimizer):
+    """The variable that holds momentum, where the traced step reads one (tf_keras legacy
+    optimizers keep hyper-parameters as variables); else None."""
+    hyper = getattr(optimizer, "_hyper", None)
+    if not isinstance(hyper, dict) or "momentum" not in hyper:
+        return None
+    variable = optimizer._get_hyper("momentum")  # makes the variable if not yet made
+    return variable if isinstance(variable, tf.Variable) else None
+
+
+# The Keras 3 classes, by their Horovod names (each turns tf_keras when given its model).
+BroadcastGlobalVariablesCallback = callback_class(BroadcastGlobalVariablesCallback)
+MetricAverageCallback = callback_class(MetricAverageCallback)
+LearningRateScheduleCallback = callback_class(LearningRateScheduleCallback)
+LearningRateWarmupCallback = callback_class(LearningRateWarmupCallback)
+BestModelCheckpoint = callback_class(BestModelCheckpoint)

@@ -39,6 +39,7 @@ from tf_ps_ops.collectives import ops
 from tf_ps_ops.common import basics
 from tf_ps_ops.common import elastic_epoch as _elastic_epoch
 from tf_ps_ops.common.init import init
+from tf_ps_ops.training.keras_flavor import optimizer_built, optimizer_variables
 
 class HorovodInternalError(RuntimeError):
     """A collective failed because a worker was lost; `run` restores the last commit."""
@@ -163,7 +164,7 @@ class TensorFlowState(ObjectState):
 
 class TensorFlowKerasState(ObjectState):
     """A Keras model and its optimizer (weights and optimizer variables), plus keyword
-    attributes (epoch=0, batch=0, ...)."""
+    attributes (epoch=0, batch=0, ...). Keras 3 and tf_keras (Keras 2) alike."""
 
     def __init__(self, model, optimizer=None, backend=None, **kwargs):
         # backend: Horovod's signature (its Keras backend module); not needed here.
@@ -174,15 +175,17 @@ class TensorFlowKerasState(ObjectState):
 
     def _variables(self):
         variables = list(self.model.variables)
-        if self.optimizer is not None and getattr(self.optimizer, "built", True):
-            variables += list(self.optimizer.variables)
+        if self.optimizer is not None and optimizer_built(self.optimizer):
+            variables += optimizer_variables(self.optimizer)
         return variables
 
     @staticmethod
     def _key(variable):
-        # Keras 3 variables have a unique path; an optimizer built after the last commit
-        # adds variables that have no saved value (they keep theirs).
-        return getattr(variable, "path", None) or variable.name
+        # Keras 3 variables have a unique path, tf_keras ones (tf.Variables) a unique name
+        # in a model; an optimizer built after the last commit adds variables that have no
+        # saved value (they keep theirs).
+        path = getattr(variable, "path", None)
+        return path if isinstance(path, str) else variable.name
 
     def _read(self):
         return {self._key(v): np.array(v.numpy()) for v in self._variables()}
@@ -299,9 +302,10 @@ _CALLBACK_NAMES = ("CommitStateCallback", "UpdateBatchStateCallback", "UpdateEpo
 
 
 def _keras_callbacks():
-    import keras
+    # Keras 3 callbacks that turn tf_keras ones when fit gives them a tf_keras model.
+    from tf_ps_ops.training.keras_callbacks import FollowsTheModel, callback_class
 
-    class CommitStateCallback(keras.callbacks.Callback):
+    class CommitStateCallback(FollowsTheModel):
         """Commits `state` every `batches_per_commit` batches (and at each epoch's end). Put it
         last in the callbacks list, after the Update*StateCallbacks, so that a commit saves
         the batch and epoch counts of the weights it saves."""
@@ -327,14 +331,14 @@ def _keras_callbacks():
             self.state.commit()
             self.batches_remaining = self.batches_per_commit
 
-    class UpdateBatchStateCallback(keras.callbacks.Callback):
+    class UpdateBatchStateCallback(FollowsTheModel):
         """Keeps `state.batch` at the number of batches of the current epoch that are done,
         counting those done before a membership change: a `fit` that finishes an interrupted
         epoch (over the data after `state.batch` batches) continues the count. Reset to 0 at
         each epoch's end. Put CommitStateCallback after this one in the callbacks list.
 
         Keras 3 runs the number of steps `fit` was given, so (unlike Horovod's callback on
-        tf.keras) this one cannot shorten a resumed epoch: the training function fits the
+        tf.keras) this one does not shorten a resumed epoch: the training function fits the
         rest of it (docs/elastic.md has the three lines)."""
 
         def __init__(self, state):
@@ -352,7 +356,7 @@ def _keras_callbacks():
             self.state.batch = 0
             self._offset = 0
 
-    class UpdateEpochStateCallback(keras.callbacks.Callback):
+    class UpdateEpochStateCallback(FollowsTheModel):
         """Counts finished epochs in `state.epoch`, across membership changes, whether fit
         is given `initial_epoch=state.epoch` (its epochs count from there) or, as in
         Horovod's examples, `epochs=N - state.epoch` (its epochs count from 0). Put
@@ -373,9 +377,9 @@ def _keras_callbacks():
         def on_epoch_end(self, epoch, logs=None):
             self.state.epoch = (self._offset or 0) + epoch + 1
 
-    return {"CommitStateCallback": CommitStateCallback,
-            "UpdateBatchStateCallback": UpdateBatchStateCallback,
-            "UpdateEpochStateCallback": UpdateEpochStateCallback}
+    return {"CommitStateCallback": callback_class(CommitStateCallback),
+            "UpdateBatchStateCallback": callback_class(UpdateBatchStateCallback),
+            "UpdateEpochStateCallback": callback_class(UpdateEpochStateCallback)}
 
 
 def __getattr__(name):

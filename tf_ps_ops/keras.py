@@ -30,7 +30,7 @@ from tf_ps_ops.training.keras_flavor import is_tf_keras, tf_keras_is_tf_keras
 from tf_ps_ops.training.keras_optimizer import ReducingMixin, TfKerasMixin, distributed_class
 from tf_ps_ops.training.local_vars import LocalVariables
 from tf_ps_ops.training.sync_batch_norm import SyncBatchNormalization  # noqa: F401
-from tf_ps_ops.training.tape import check_gradient_options
+from tf_ps_ops.training.tape import check_gradient_options, reduce_gradients  # noqa: F401
 
 
 class _DistributedOptimizerMixin(ReducingMixin):
