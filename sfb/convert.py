@@ -6,7 +6,8 @@ import sys
 import keras
 
 from sfb import policy
-from sfb.layers import Dense
+from sfb.layers import Dense, tf_keras_dense
+from tf_ps_ops.training.keras_flavor import is_tf_keras
 
 MODES = ("sfb", "hybrid", "ps", "sum")
 _logger = logging.getLogger("sfb")
@@ -73,7 +74,8 @@ def _choices(model, mode, batch_size, num_workers, num_servers, colocated, overr
 def convert(model, mode=None, batch_size=None, num_workers=None, num_servers=None,
             colocated=True, overrides=None):
     """Returns a copy of `model` (Sequential or functional) with its Dense layers replaced
-    by sfb.Dense where SFB is chosen, and the same weights. Compile the copy.
+    by sfb.Dense where SFB is chosen, and the same weights. Compile the copy. A tf_keras
+    (Keras 2) model gets tf_keras layers (sfb.layers.tf_keras_dense()).
 
     Args:
       mode: 'sfb' (every Dense layer), 'hybrid' (the HybComm cost model picks per layer
@@ -85,8 +87,13 @@ def convert(model, mode=None, batch_size=None, num_workers=None, num_servers=Non
         dedicated server machines.
       overrides: {layer name: 'sfb' | 'ps'}, applied in every mode.
     """
-    if not isinstance(model, keras.Model) or not (
-            isinstance(model, keras.Sequential) or getattr(model, "_is_graph_network", False)
+    if is_tf_keras(model):
+        import tf_keras as k  # the model is a tf_keras one: the package is there
+        sfb_dense = tf_keras_dense()
+    else:
+        k, sfb_dense = keras, Dense
+    if not isinstance(model, k.Model) or not (
+            isinstance(model, k.Sequential) or getattr(model, "_is_graph_network", False)
             or type(model).__name__ == "Functional"):
         raise TypeError("sfb.convert takes a Sequential or functional Keras model; in a "
                         "subclassed model use sfb.Dense in place of keras.layers.Dense")
@@ -96,14 +103,19 @@ def convert(model, mode=None, batch_size=None, num_workers=None, num_servers=Non
     choices = _choices(model, mode, batch_size, num_workers, num_servers, colocated, overrides)
 
     def clone(layer):
+        if k is not keras and isinstance(layer, k.Model):  # tf_keras clones one level only
+            return k.models.clone_model(layer, clone_function=clone)
         config = layer.get_config()
-        if isinstance(layer, keras.layers.Dense):
+        if isinstance(layer, k.layers.Dense):
             if choices.get(layer.name) == policy.SFB:
-                return Dense.from_config(config)
-            if isinstance(layer, Dense):  # an SFB layer the policy moves back to PS
-                return keras.layers.Dense.from_config(config)
+                return sfb_dense.from_config(config)
+            if isinstance(layer, sfb_dense):  # an SFB layer the policy moves back to PS
+                return k.layers.Dense.from_config(config)
         return layer.__class__.from_config(config)
 
-    converted = keras.models.clone_model(model, clone_function=clone, recursive=True)
+    if k is keras:
+        converted = keras.models.clone_model(model, clone_function=clone, recursive=True)
+    else:
+        converted = k.models.clone_model(model, clone_function=clone)
     converted.set_weights(model.get_weights())
     return converted

@@ -1,4 +1,7 @@
-"""sfb.Dense: keras.layers.Dense whose kernel gradient travels as sufficient factors."""
+"""sfb.Dense: keras.layers.Dense whose kernel gradient travels as sufficient factors;
+`tf_keras_dense()`: the same for tf_keras (Keras 2) models."""
+
+import functools
 
 import keras
 import tensorflow as tf
@@ -79,3 +82,38 @@ class Dense(keras.layers.Dense):
         if self.activation is not None:
             x = self.activation(x)
         return x
+
+
+@functools.cache
+def tf_keras_dense():
+    """sfb.Dense for tf_keras (Keras 2) models: a tf_keras.layers.Dense whose kernel
+    gradient is the factor exchange. Made on first use (tf_keras is optional); sfb.convert
+    uses it for tf_keras models."""
+    import tf_keras
+
+    @tf_keras.saving.register_keras_serializable(package="sfb")
+    class Dense(tf_keras.layers.Dense):
+        __doc__ = tf_keras_dense.__doc__
+
+        def build(self, input_shape):
+            super().build(input_shape)
+            _mark(self.kernel)
+            self._sfb_key = _unique_key(self.kernel.name.split(":")[0])
+
+        def call(self, inputs):
+            if not (tf_ps_ops.is_initialized() and self.trainable):
+                return super().call(inputs)
+            if isinstance(inputs, tf.SparseTensor):
+                inputs = tf.sparse.to_dense(inputs)
+            if inputs.dtype.base_dtype != self._compute_dtype_object.base_dtype:
+                inputs = tf.cast(inputs, self._compute_dtype_object)
+            x = sfb_matmul(inputs, self.kernel, _resource_handle(self.kernel), self._sfb_key)
+            if self.use_bias:
+                x = tf.nn.bias_add(x, self.bias)
+            if self.activation is not None:
+                x = self.activation(x)
+            return x
+
+    Dense.__module__ = __name__
+    Dense.__qualname__ = "tf_keras_dense.<locals>.Dense"
+    return Dense

@@ -79,8 +79,14 @@ def decide(name, n, m, k, workers, servers, colocated=True, override=None,
 
 
 def dense_layers(model):
-    """The Dense layers of a model, nested models included, in model order."""
-    import keras
+    """The Dense layers of a model (Keras 3 or tf_keras), nested models included, in
+    model order."""
+    from tf_ps_ops.training.keras_flavor import is_tf_keras
+
+    if is_tf_keras(model):
+        import tf_keras as keras  # the model is a tf_keras one: the package is there
+    else:
+        import keras
 
     found = []
     for layer in model.layers:

@@ -50,6 +50,12 @@ class _PsMixin:
         _check_local_only_features(self)
 
     def build(self, variables):
+        variables = list(variables)
+        if any(not isinstance(getattr(v, "path", None), str) for v in variables):
+            name = type(self).__name__
+            raise TypeError(f"tf_ps_ops.optimizers.{name} is a Keras 3 optimizer and got "
+                            f"variables without a Keras 3 path (a tf_keras model?); for "
+                            f"tf_keras models use tf_ps_ops.optimizers.tf_keras.{name}")
         super().build(variables)
         keys = [ps_key(v.path) for v in variables]
         with tf.init_scope():  # also when Keras builds inside a traced train step
