@@ -4,8 +4,9 @@ DistributedOptimizer (fit, custom loops, backward_passes_per_step, compression, 
 predivide, process sets) over tf_keras' new and legacy optimizers, the callbacks,
 load_model, the elastic Keras state and callbacks, PS-mode optimizers and sfb.convert.
 
-Twice: with TF_USE_LEGACY_KERAS=1 (tf.keras is tf_keras, set before TensorFlow is imported)
-and with tf_keras imported directly while tf.keras is Keras 3."""
+With TF_USE_LEGACY_KERAS=1 (tf.keras is tf_keras, set before TensorFlow is imported); then
+the checks where it matters which Keras `tf.keras` is (tf_keras_direct_worker.py) with
+tf_keras imported directly while tf.keras is Keras 3."""
 
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "workers"))
 import harness  # noqa: E402
 
-WORKER = Path(__file__).resolve().parent / "tf_keras_workers" / "tf_keras_worker.py"
+WORKERS = Path(__file__).resolve().parent / "tf_keras_workers"
 pytestmark = pytest.mark.timeout(400)
 
 
@@ -26,4 +27,5 @@ def test_tf_keras(make_cluster, tmp_path, keras):
     if keras == "tf.keras":
         env["TF_USE_LEGACY_KERAS"] = "1"
     cluster = make_cluster(2, 1, timeout=300, env=env)
-    harness.run_and_check(cluster, WORKER)
+    worker = "tf_keras_worker.py" if keras == "tf.keras" else "tf_keras_direct_worker.py"
+    harness.run_and_check(cluster, WORKERS / worker)
