@@ -31,8 +31,11 @@ def held_out_accuracy(out):
     ("train_digits_ps.py", ["--api", "keras"], []),
     ("train_digits_ps.py", ["--api", "v1"], []),
     ("train_digits_sfb.py", ["--mode", "hybrid"], []),
+    ("train_digits_tf_keras.py", [], []),
 ])
 def test_training_example_learns(script, args, launcher_args):
+    if script == "train_digits_tf_keras.py":
+        pytest.importorskip("tf_keras")
     out = run_job([sys.executable, "-m", "tf_ps_ops.run", "-np", "2", "-ns", "1",
                "--timeout", "270", *launcher_args,
                sys.executable, str(EXAMPLES / script), "--epochs", "3", *args], timeout=300)
