@@ -167,6 +167,49 @@ def check_process_sets(_):
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
 
 
+def check_local_variables(_):
+    # PartialDistributedOptimizer's local layer and register_local_var: those gradients
+    # stay the worker's own, divided by size() (Horovod's scale_local_gradients).
+    x, y = data()
+    for how in ("partial", "register"):
+        m = K.Sequential([K.layers.Dense(UNITS, input_shape=(FEATURES,), name=f"{how}_a"),
+                          K.layers.Dense(UNITS, name=f"{how}_b")])
+        m.set_weights([w * 0 + 0.1 * (i + 1) for i, w in enumerate(m.get_weights())])
+        start = m.get_weights()
+        if how == "partial":
+            opt = hvd.PartialDistributedOptimizer(K.optimizers.legacy.SGD(0.05),
+                                                  local_layers=m.layers[1])
+        else:
+            opt = hvd.DistributedOptimizer(K.optimizers.SGD(0.05))
+            for variable in m.layers[1].weights:
+                opt.register_local_var(variable)
+        m.compile(optimizer=opt, loss="mse")
+        fit(m, x, y)
+        # Every worker's replica: the shared layer is one, the local layer one per worker.
+        shared = [tf.Variable(w) for w in start[:2]]
+        local = [[tf.Variable(w) for w in start[2:]] for _ in range(WORKERS)]
+        for k in range(STEPS):
+            shared_grads, local_grads = [], []
+            for r in range(WORKERS):
+                xb = shard(x, r)[k * BATCH:(k + 1) * BATCH]
+                yb = shard(y, r)[k * BATCH:(k + 1) * BATCH]
+                with tf.GradientTape() as tape:
+                    out = (xb @ shared[0] + shared[1]) @ local[r][0] + local[r][1]
+                    loss = tf.reduce_mean(tf.square(out - yb))
+                grads = tape.gradient(loss, shared + local[r])
+                shared_grads.append(grads[:2])
+                local_grads.append(grads[2:])
+            for i, variable in enumerate(shared):
+                variable.assign_sub(0.05 * sum(g[i] for g in shared_grads) / WORKERS)
+            for r in range(WORKERS):
+                for variable, grad in zip(local[r], local_grads[r]):
+                    variable.assign_sub(0.05 * grad / WORKERS)
+        want = shared + local[hvd.rank()]
+        for got, expected in zip(m.get_weights(), want):
+            np.testing.assert_allclose(got, expected.numpy(), rtol=1e-5, atol=1e-6,
+                                       err_msg=how)
+
+
 class _RawLoss(K.callbacks.Callback):
     """Records each epoch's loss before MetricAverageCallback averages it."""
 
@@ -336,7 +379,7 @@ def check_sfb_convert(_):
 
 CHECKS = [check_fit_matches_single_process, check_custom_loop_apply_gradients,
           check_backward_passes_per_step, check_compression_op_and_scaling, check_process_sets,
-          check_callbacks, check_load_model, check_elastic_state, check_ps_mode_optimizers,
+          check_local_variables, check_callbacks, check_load_model, check_elastic_state, check_ps_mode_optimizers,
           check_sfb_convert]
 
 
