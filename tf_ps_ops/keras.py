@@ -26,7 +26,7 @@ from tf_ps_ops.common.basics import (  # noqa: F401
 from tf_ps_ops.common.init import init  # noqa: F401
 from tf_ps_ops.common.timeline import start_timeline, stop_timeline  # noqa: F401
 from tf_ps_ops.training.aggregation import LocalAggregation
-from tf_ps_ops.training.keras_flavor import is_tf_keras, tf_keras_is_tf_keras
+from tf_ps_ops.training.keras_flavor import is_tf_keras, tf_dot_keras_is_tf_keras
 from tf_ps_ops.training.keras_optimizer import ReducingMixin, TfKerasMixin, distributed_class
 from tf_ps_ops.training.local_vars import LocalVariables
 from tf_ps_ops.training.sync_batch_norm import SyncBatchNormalization  # noqa: F401
@@ -249,7 +249,7 @@ def _saved_by_tf_keras(filepath):
             version = f.attrs.get("keras_version")
             version = version.decode() if isinstance(version, bytes) else version
     if version is None:  # unknown: the Keras that tf.keras is
-        return tf_keras_is_tf_keras()
+        return tf_dot_keras_is_tf_keras()
     return str(version).startswith("2.")
 
 

@@ -15,7 +15,8 @@ import tensorflow as tf  # noqa: E402
 
 import tf_ps_ops.keras as hvd  # noqa: E402
 from tf_ps_ops.training.keras_flavor import (is_tf_keras,  # noqa: E402
-                                             optimizer_variables)
+                                             optimizer_built, optimizer_variables,
+                                             tf_dot_keras_is_tf_keras)
 from tf_ps_ops.training.keras_optimizer import TfKerasMixin  # noqa: E402
 
 
@@ -35,8 +36,24 @@ def test_objects_say_which_keras_they_belong_to():
     assert not is_tf_keras(keras.optimizers.SGD()) and not is_tf_keras(keras.Sequential())
     legacy = tf_keras.optimizers.legacy.SGD(0.1, momentum=0.9)
     model = _tf_keras_model()
+    assert not optimizer_built(legacy) and not optimizer_built(tf_keras.optimizers.SGD())
     legacy._create_all_weights(model.trainable_variables)
+    assert optimizer_built(legacy)
     assert len(optimizer_variables(legacy)) == 1 + 2  # iterations and two momentum slots
+
+
+def test_which_keras_tf_keras_is():
+    import subprocess
+    import sys
+
+    assert not tf_dot_keras_is_tf_keras()  # tf_keras is imported, tf.keras is Keras 3
+    code = ("import tensorflow as tf, tf_keras\n"
+            "from tf_ps_ops.training.keras_flavor import tf_dot_keras_is_tf_keras\n"
+            "assert tf_dot_keras_is_tf_keras(), tf.keras.__name__\n")
+    env = {**os.environ, "TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
 
 
 @pytest.mark.parametrize("make", [lambda: tf_keras.optimizers.Adam(0.01, beta_1=0.8),

@@ -21,7 +21,7 @@ def tf_keras_module():
     return sys.modules.get("tf_keras")
 
 
-def tf_keras_is_tf_keras():
+def tf_dot_keras_is_tf_keras():
     """Whether `tf.keras` is tf_keras (TF_USE_LEGACY_KERAS=1), without importing either."""
     module = tf_keras_module()
     if module is None:
@@ -41,15 +41,20 @@ def optimizer_variables(optimizer):
 
 
 def optimizer_built(optimizer):
-    if hasattr(optimizer, "_create_all_weights"):  # tf_keras legacy: built per variable
+    """Whether the optimizer made its slot variables (True when it does not say)."""
+    if hasattr(optimizer, "_create_all_weights"):  # tf_keras legacy (OptimizerV2)
         return bool(optimizer._weights)
-    built = getattr(optimizer, "built", None)
-    return bool(getattr(optimizer, "_built", False) if built is None else built)
+    built = getattr(optimizer, "built", None)  # Keras 3
+    if built is None:
+        built = getattr(optimizer, "_built", None)  # tf_keras (absent until built)
+        if built is None and is_tf_keras(optimizer):
+            return False
+    return True if built is None else bool(built)
 
 
 def build_optimizer(optimizer, variables):
-    """Creates the optimizer's slot variables for `variables` (idempotent)."""
-    if hasattr(optimizer, "_create_all_weights"):  # tf_keras legacy (OptimizerV2)
+    """Creates the optimizer's slot variables for `variables` unless it has them."""
+    if hasattr(optimizer, "_create_all_weights"):  # tf_keras legacy: idempotent per variable
         optimizer._create_all_weights(list(variables))
     elif not optimizer_built(optimizer):
         optimizer.build(list(variables))
