@@ -162,9 +162,13 @@ class LearningRateScheduleCallback(FollowsTheModel):
 
     def _set_learning_rate(self, new_lr):
         optimizer = self.model.optimizer
+        if self._momentum is None:
+            optimizer.learning_rate = new_lr
+            return
+        # Horovod's momentum correction: momentum * new_lr / old_lr for the next batch.
         old_lr = float(optimizer.learning_rate)
         optimizer.learning_rate = new_lr
-        if self._momentum is not None and old_lr:
+        if old_lr:
             self._restore_momentum = float(self._momentum.numpy())
             self._momentum.assign(self._restore_momentum * new_lr / old_lr)
 
