@@ -68,11 +68,14 @@ Status ShardServer::Start(const std::string& scheduler_host, int scheduler_port,
   }
   const int bound = BoundPort(router_);
   // Files there now were written by an earlier job: this job's servers write none before
-  // every server has registered.
+  // every server has registered. A directory the server cannot use fails it only after it
+  // has registered, as a corrupt file does: the others learn why at once, instead of
+  // waiting TFPS_TIMEOUT for a server that never came (and the scheduler forever).
   std::vector<std::pair<int, int>> existing;
+  Status usable;
   if (!config_.checkpoint_dir.empty()) {
-    TFPS_RETURN_IF_ERROR(EnsureCheckpointDir(config_.checkpoint_dir));
-    TFPS_RETURN_IF_ERROR(ListCheckpoints(config_.checkpoint_dir, &existing));
+    usable = EnsureCheckpointDir(config_.checkpoint_dir);
+    if (usable.ok()) usable = ListCheckpoints(config_.checkpoint_dir, &existing);
   }
   const std::string scheduler = TcpAddress(scheduler_host, scheduler_port);
   ConnectTcp(scheduler_, scheduler);
@@ -86,7 +89,7 @@ Status ShardServer::Start(const std::string& scheduler_host, int scheduler_port,
   server_id_ = view.server_id;
   consistency_ = view.consistency;  // the workers' agreed model
   SetLogRole("server " + std::to_string(server_id_));
-  Status restored = RestoreCheckpoint(existing);
+  Status restored = usable.ok() ? RestoreCheckpoint(existing) : usable;
   if (!restored.ok()) {  // the others learn why now, not after TFPS_TIMEOUT
     (void)SendNotice(scheduler_, restored);
     return restored;
