@@ -14,6 +14,7 @@
 #include "tf_ps_ops/cc/cluster/notice.h"
 #include "tf_ps_ops/cc/cluster/rendezvous.h"
 #include "tf_ps_ops/cc/common/logging.h"
+#include "tf_ps_ops/cc/transport/connection_limits.h"
 #include "tf_ps_ops/cc/transport/zmq_util.h"
 #include "tf_ps_ops/cc/wire/message.h"
 
@@ -87,6 +88,7 @@ Status ShardServer::Start(const std::string& scheduler_host, int scheduler_port,
   TFPS_RETURN_IF_ERROR(
       RegisterWithScheduler(scheduler_, scheduler, request, config_.timeout_s, &view));
   server_id_ = view.server_id;
+  worker_hosts_ = view.worker_hosts;  // which local sums each worker may push
   consistency_ = view.consistency;  // the workers' agreed model
   SetLogRole("server " + std::to_string(server_id_));
   Status restored = usable.ok() ? RestoreCheckpoint(existing) : usable;
@@ -158,6 +160,7 @@ void ShardServer::SummationLoop(int index) {
                 std::to_string(index) + ".txt";
   KeyStore store(num_workers_, server_id_, config_.timeout_s, consistency_, trace);
   if (!restored_.empty()) store.RestoreParams(std::move(restored_[index]));
+  store.SetWorkerHosts(worker_hosts_);
   const bool checkpoints = !config_.checkpoint_dir.empty();
   Inbox& inbox = *inboxes_[index];
   std::vector<Outgoing> replies;
@@ -354,7 +357,8 @@ bool ShardServer::StopSummationThreadsOnIoThread() {
 
 int ShardServer::Run(const std::atomic<bool>& stop) {
   Monitor monitor(context_, router_, "server",
-                  ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL);
+                  ZMQ_EVENT_DISCONNECTED | HandshakeLimit::kEvents);
+  HandshakeLimit handshakes(router_, "this server");
   std::vector<zmq::message_t> frames;
   std::string failed;  // why the job cannot go on
   while (!stop) {
@@ -379,11 +383,18 @@ int ShardServer::Run(const std::atomic<bool>& stop) {
     int event = 0, value = 0;
     std::string address;
     while (monitor.Read(&event, &value, &address)) {
+      if (handshakes.OnEvent(event, value)) continue;
       if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
         uint64_t suppressed = 0;
         if (limiter_.Allow("\0handshake", &suppressed)) {
-          TFPS_LOG(Warning) << "dropped a connection from " << EscapeForLog(address)
-                            << " that does not speak ZeroMQ/tf_ps_ops" << SuppressedNote(suppressed);
+          // ZeroMQ's monitor names our own endpoint here, never the peer's (and the
+          // connection is closed before the event can be read): say so, not as the peer.
+          const std::string port = EscapeForLog(address.substr(address.rfind(':') + 1));
+          TFPS_LOG(Warning) << "dropped a connection that a peer made to our port " << port
+                            << " (" << EscapeForLog(address) << ") without speaking "
+                            << "ZeroMQ/tf_ps_ops; ZeroMQ does not report the peer's address "
+                            << "(`ss -tn 'sport = :" << port << "'` on this host lists who "
+                            << "is connected)" << SuppressedNote(suppressed);
         }
         continue;
       }
@@ -395,6 +406,7 @@ int ShardServer::Run(const std::atomic<bool>& stop) {
         }
       }
     }
+    handshakes.Tick();
     int finished = 0;
     for (int s : worker_state_) finished += (s == kDone || s == kGone) ? 1 : 0;
     if (finished == num_workers_) break;
