@@ -357,8 +357,8 @@ bool ShardServer::StopSummationThreadsOnIoThread() {
 
 int ShardServer::Run(const std::atomic<bool>& stop) {
   Monitor monitor(context_, router_, "server",
-                  ZMQ_EVENT_DISCONNECTED | HandshakeLimit::kEvents);
-  HandshakeLimit handshakes(router_, "this server");
+                  SilentConnections::kEvents | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL);
+  SilentConnections silent(router_, "this server");
   std::vector<zmq::message_t> frames;
   std::string failed;  // why the job cannot go on
   while (!stop) {
@@ -374,6 +374,7 @@ int ShardServer::Run(const std::atomic<bool>& stop) {
     SendOutboxOnIoThread();
     if (!ExchangeNoticesOnIoThread(&failed)) break;
     for (int i = 0; i < 256 && RecvFrames(router_, &frames); ++i) {
+      if (frames.size() > 1) silent.OnMessage(frames[1].get(ZMQ_SRCFD));
       try {
         OnMessageOnIoThread(frames);
       } catch (const std::exception& e) {  // no exception leaves the I/O thread
@@ -383,7 +384,7 @@ int ShardServer::Run(const std::atomic<bool>& stop) {
     int event = 0, value = 0;
     std::string address;
     while (monitor.Read(&event, &value, &address)) {
-      if (handshakes.OnEvent(event, value)) continue;
+      if (silent.OnEvent(event, value)) continue;
       if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
         uint64_t suppressed = 0;
         if (limiter_.Allow("\0handshake", &suppressed)) {
@@ -406,7 +407,7 @@ int ShardServer::Run(const std::atomic<bool>& stop) {
         }
       }
     }
-    handshakes.Tick();
+    silent.Tick();
     int finished = 0;
     for (int s : worker_state_) finished += (s == kDone || s == kGone) ? 1 : 0;
     if (finished == num_workers_) break;

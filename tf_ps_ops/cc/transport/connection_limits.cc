@@ -1,6 +1,7 @@
 #include "tf_ps_ops/cc/transport/connection_limits.h"
 
 #include <sys/resource.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -25,89 +26,69 @@ uint64_t RaiseDescriptorLimit() {
   return limit.rlim_cur == RLIM_INFINITY ? UINT64_MAX : static_cast<uint64_t>(limit.rlim_cur);
 }
 
-int HandshakeLimit::DefaultCap() {
+int SilentConnections::DefaultCap() {
   const uint64_t limit = RaiseDescriptorLimit();
   if (limit == 0) return 256;
   return static_cast<int>(std::max<uint64_t>(16, std::min<uint64_t>(1024, limit / 4)));
 }
 
-HandshakeLimit::HandshakeLimit(zmq::socket_t& socket, const std::string& who, int cap)
+SilentConnections::SilentConnections(zmq::socket_t& socket, const std::string& who, int cap)
     : socket_(socket),
       who_(who),
       endpoint_(socket.get(zmq::sockopt::last_endpoint)),
-      cap_(cap) {}
+      cap_(static_cast<size_t>(cap)) {}
 
-bool HandshakeLimit::OnEvent(int event, int value, Clock::time_point now) {
+bool SilentConnections::OnEvent(int event, int value, Clock::time_point now) {
   uint64_t suppressed = 0;
   switch (event) {
     case ZMQ_EVENT_ACCEPTED:
-      if (++pending_ >= cap_ && !closed_) Close(now);
+      // Bounded: the cap holds the table near `cap` entries, the descriptor limit beyond.
+      // A descriptor already heard from is a connection whose message came first (or a
+      // reused one whose old disconnect is still queued: left alone, the safe side).
+      if (spoken_.count(value) == 0) silent_[value] = now;
       return true;
-    case ZMQ_EVENT_HANDSHAKE_SUCCEEDED:
-    case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL:
-    case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
-    case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH:
-      pending_ = std::max(0, pending_ - 1);
-      return event != ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL;  // the caller logs that one
+    case ZMQ_EVENT_DISCONNECTED:
+      silent_.erase(value);
+      spoken_.erase(value);
+      return false;
     case ZMQ_EVENT_ACCEPT_FAILED:
       if (limiter_.Allow("accept", &suppressed, now)) {
         TFPS_LOG(Warning) << who_ << " could not accept a connection on " << endpoint_ << ": "
-                          << std::strerror(value) << " (" << pending_ << " connection(s) "
-                          << "still in ZeroMQ's handshake)" << SuppressedNote(suppressed);
+                          << std::strerror(value) << " (" << silent_.size()
+                          << " open connection(s) have sent nothing yet)"
+                          << SuppressedNote(suppressed);
       }
-      // Out of descriptors, the listener stays readable and ZeroMQ retries in a busy loop:
-      // close it until connections have ended.
-      if ((value == EMFILE || value == ENFILE) && !closed_) Close(now);
       return true;
     default:
       return false;
   }
 }
 
-void HandshakeLimit::Close(Clock::time_point now) {
-  try {
-    socket_.unbind(endpoint_);
-  } catch (const zmq::error_t& e) {
-    TFPS_LOG(Warning) << who_ << " could not stop listening on " << endpoint_ << ": "
-                      << e.what();
-    return;
-  }
-  closed_ = true;
-  closed_at_ = now;
-  uint64_t suppressed = 0;
-  if (limiter_.Allow("close", &suppressed, now)) {
-    TFPS_LOG(Warning) << who_ << " stops accepting connections on " << endpoint_ << " for up "
-                      << "to " << kHandshakeIvlMs / 1000 << " s: " << pending_ << " connection(s) "
-                      << "have not completed ZeroMQ's handshake (the cap is " << cap_ << "; a port "
-                      << "scan, or clients that connect and send nothing?); members already "
-                      << "connected are served, new ones retry" << SuppressedNote(suppressed);
-  }
-}
-
-void HandshakeLimit::Tick(Clock::time_point now) {
-  if (!closed_) return;
-  if (pending_ <= cap_ / 2) {
-    Reopen("enough pending connections ended");
-  } else if (now - closed_at_ > std::chrono::milliseconds(kHandshakeIvlMs + 1000)) {
-    pending_ = 0;  // every connection pending at the close has ended by now
-    Reopen("the handshake interval passed");
-  }
-}
-
-void HandshakeLimit::Reopen(const char* why) {
-  try {
-    socket_.bind(endpoint_);
-  } catch (const zmq::error_t& e) {  // the port taken meanwhile: try again next turn
-    uint64_t suppressed = 0;
-    if (limiter_.Allow("reopen", &suppressed)) {
-      TFPS_LOG(Error) << who_ << " cannot listen on " << endpoint_ << " again: " << e.what()
-                      << "; retrying" << SuppressedNote(suppressed);
+void SilentConnections::Tick(Clock::time_point now) {
+  if (silent_.size() < cap_) return;
+  const auto grace = std::chrono::milliseconds(kSilentGraceMs);
+  size_t shut = 0;
+  for (auto it = silent_.begin(); it != silent_.end();) {
+    if (now - it->second < grace) {
+      ++it;
+      continue;
     }
-    return;
+    // ZeroMQ sees the end of the stream and closes the connection (its descriptor too).
+    (void)shutdown(it->first, SHUT_RDWR);
+    it = silent_.erase(it);
+    ++shut;
   }
-  closed_ = false;
-  TFPS_LOG(Info) << who_ << " accepts connections on " << endpoint_ << " again (" << why
-                 << ")";
+  shut_ += shut;
+  uint64_t suppressed = 0;
+  if (shut > 0 && limiter_.Allow("cap", &suppressed, now)) {
+    TFPS_LOG(Warning) << who_ << " closed " << shut_ << " connection(s) to " << endpoint_
+                      << " that sent nothing for " << kSilentGraceMs / 1000 << " s while at "
+                      << "least " << cap_ << " were open without a word (the cap: a quarter "
+                      << "of the descriptor limit, at most 1024; a port scan, or clients that "
+                      << "connect and send nothing?); members are not affected"
+                      << SuppressedNote(suppressed);
+    shut_ = 0;
+  }
 }
 
 }  // namespace tfps

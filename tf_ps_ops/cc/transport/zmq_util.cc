@@ -136,6 +136,9 @@ void SetCommonOptions(zmq::socket_t& socket, const Config& config) {
 Monitor::Monitor(zmq::context_t& context, zmq::socket_t& socket, const std::string& name,
                  int events)
     : pair_(context, zmq::socket_type::pair) {
+  // A flood of connections makes a flood of events: a full queue would drop some (a lost
+  // disconnect is a member's death unseen), so it holds far more than ZeroMQ's 1,000.
+  pair_.set(zmq::sockopt::rcvhwm, 100000);
   const std::string endpoint = "inproc://tfps-monitor-" + name;
   if (zmq_socket_monitor(socket.handle(), endpoint.c_str(), events) != 0) {
     throw zmq::error_t();
