@@ -55,7 +55,7 @@ int Scheduler::Run(const std::atomic<bool>& stop) {
                                {monitor.socket().handle(), 0, ZMQ_POLLIN, 0}};
     Poll(items, 2, 200);
     while (RecvFrames(router_, &frames)) {
-      if (frames.size() > 1) silent.OnMessage(frames[1].get(ZMQ_SRCFD));
+      if (frames.size() > 1) silent.OnMessage(frames[1]);
       try {
         OnMessage(frames);
       } catch (const std::exception& e) {  // no exception leaves the scheduler's thread

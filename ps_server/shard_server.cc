@@ -374,7 +374,7 @@ int ShardServer::Run(const std::atomic<bool>& stop) {
     SendOutboxOnIoThread();
     if (!ExchangeNoticesOnIoThread(&failed)) break;
     for (int i = 0; i < 256 && RecvFrames(router_, &frames); ++i) {
-      if (frames.size() > 1) silent.OnMessage(frames[1].get(ZMQ_SRCFD));
+      if (frames.size() > 1) silent.OnMessage(frames[1]);
       try {
         OnMessageOnIoThread(frames);
       } catch (const std::exception& e) {  // no exception leaves the I/O thread

@@ -56,7 +56,10 @@ class SilentConnections {
   // A message arrived on descriptor `fd` (its ZMQ_SRCFD): that connection speaks. Its
   // ACCEPTED event may be read after the message (the monitor is another queue): the
   // descriptors that spoke are kept until their disconnect, and ACCEPTED skips them.
-  void OnMessage(int fd) {
+  // A message without the descriptor (a ZMTP 1.0 peer's: no metadata) is ignored.
+  void OnMessage(zmq::message_t& message) {
+    const int fd = zmq_msg_get(message.handle(), ZMQ_SRCFD);  // no throw: -1 if unknown
+    if (fd < 0) return;
     spoken_.insert(fd);
     if (!silent_.empty()) silent_.erase(fd);
   }
