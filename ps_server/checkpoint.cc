@@ -138,6 +138,12 @@ Status CheckRecord(const RecordHeader& r, uint64_t room, const Reader& reader) {
                           " has " + std::to_string(r.num_slots) + " slots, not " +
                           std::to_string(slots));
   }
+  if (r.updates > kMaxCheckpointUpdates) {
+    return reader.Corrupt("the parameter with key " + std::to_string(r.key) + ", partition " +
+                          std::to_string(r.partition) + " has field 'updates' = " +
+                          std::to_string(r.updates) + ", above the most a server counts (2^62 "
+                          "= " + std::to_string(kMaxCheckpointUpdates) + ")");
+  }
   if (r.count == 0 || r.count > kMaxElements ||
       r.count * DTypeSize(dtype) * (1 + uint64_t{r.num_slots}) > room) {
     return reader.Corrupt("a parameter of " + std::to_string(r.count) +
@@ -349,8 +355,10 @@ Status EnsureCheckpointDir(const std::string& dir) {
     struct stat st;
     if (stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return Status::Ok();
   }
+  const std::string why = Errno();
   return FailedPrecondition("TFPS_CHECKPOINT_DIR=" + dir + " is not a directory and cannot be "
-                            "created: " + Errno());
+                            "created: " + why + "; point it at a writable directory (only its "
+                            "last level is created)");
 }
 
 Status ListCheckpoints(const std::string& dir, std::vector<std::pair<int, int>>* found) {

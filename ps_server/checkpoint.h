@@ -31,6 +31,12 @@ namespace tfps {
 
 constexpr uint32_t kCheckpointVersion = 1;
 
+// The most optimizer updates a restored parameter may claim: 2^62, thousands of years of
+// updates at a million a second, yet far from 2^64, so that the count, which only ever
+// grows by one, can never wrap (a wrapped count of 0 would stop every later checkpoint:
+// ParameterStore::CheckpointDue waits for all parameters to share a nonzero count).
+constexpr uint64_t kMaxCheckpointUpdates = uint64_t{1} << 62;
+
 // One partition of a PS-mode parameter as the server holds it.
 struct ShardParam {
   DType dtype = DType::kInvalid;

@@ -55,6 +55,9 @@ class KeyStore {
     if (stale_) stale_->OnTick(now, timeout_s_, out);
   }
 
+  // Each rank's host, for the check of local sums (SumRounds::SetWorkerHosts).
+  void SetWorkerHosts(const std::vector<std::string>& hosts) { rounds_.SetWorkerHosts(hosts); }
+
   size_t open_rounds() const { return rounds_.open(); }
   size_t num_parameters() const { return params_.size(); }
 

@@ -18,6 +18,7 @@
 #include "tf_ps_ops/cc/common/logging.h"
 #include "tf_ps_ops/cc/common/version.h"
 #include "tf_ps_ops/cc/transport/auth.h"
+#include "tf_ps_ops/cc/transport/connection_limits.h"
 
 namespace {
 
@@ -235,6 +236,7 @@ int Main(int argc, char** argv) {
     return 0;
   }
 
+  tfps::RaiseDescriptorLimit();  // every role: connection_limits.h
   tfps::Config config;
   tfps::Status s = tfps::LoadConfig(&config);
   if (!s.ok()) return Fail(s.message());

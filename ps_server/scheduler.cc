@@ -8,6 +8,7 @@
 #include "tf_ps_ops/cc/cluster/notice.h"
 #include "tf_ps_ops/cc/common/logging.h"
 #include "tf_ps_ops/cc/transport/auth.h"
+#include "tf_ps_ops/cc/transport/connection_limits.h"
 #include "tf_ps_ops/cc/transport/zmq_util.h"
 #include "tf_ps_ops/cc/wire/message.h"
 
@@ -36,7 +37,8 @@ Status Scheduler::Bind(int port, int* bound_port) {
 }
 
 int Scheduler::Run(const std::atomic<bool>& stop) {
-  Monitor monitor(context_, router_, "scheduler", ZMQ_EVENT_DISCONNECTED);
+  Monitor monitor(context_, router_, "scheduler", SilentConnections::kEvents);
+  SilentConnections silent(router_, "the scheduler");
   using Clock = std::chrono::steady_clock;
   auto last_progress = Clock::now();
   Clock::time_point conflict_at;  // when workers were found to disagree (conflict_)
@@ -53,6 +55,7 @@ int Scheduler::Run(const std::atomic<bool>& stop) {
                                {monitor.socket().handle(), 0, ZMQ_POLLIN, 0}};
     Poll(items, 2, 200);
     while (RecvFrames(router_, &frames)) {
+      if (frames.size() > 1) silent.OnMessage(frames[1]);
       try {
         OnMessage(frames);
       } catch (const std::exception& e) {  // no exception leaves the scheduler's thread
@@ -62,8 +65,10 @@ int Scheduler::Run(const std::atomic<bool>& stop) {
     int event = 0, value = 0;
     std::string address;
     while (monitor.Read(&event, &value, &address)) {
+      if (silent.OnEvent(event, value)) continue;
       if (event == ZMQ_EVENT_DISCONNECTED) OnDisconnect(value);
     }
+    silent.Tick();
     if (!conflict_.empty()) {
       if (conflict_at == Clock::time_point()) conflict_at = Clock::now();
       // Refusals are out (an abandoned rendezvous lingers less: a stop is waiting).

@@ -14,6 +14,7 @@
 #include "tf_ps_ops/cc/cluster/notice.h"
 #include "tf_ps_ops/cc/cluster/rendezvous.h"
 #include "tf_ps_ops/cc/common/logging.h"
+#include "tf_ps_ops/cc/transport/connection_limits.h"
 #include "tf_ps_ops/cc/transport/zmq_util.h"
 #include "tf_ps_ops/cc/wire/message.h"
 
@@ -68,11 +69,14 @@ Status ShardServer::Start(const std::string& scheduler_host, int scheduler_port,
   }
   const int bound = BoundPort(router_);
   // Files there now were written by an earlier job: this job's servers write none before
-  // every server has registered.
+  // every server has registered. A directory the server cannot use fails it only after it
+  // has registered, as a corrupt file does: the others learn why at once, instead of
+  // waiting TFPS_TIMEOUT for a server that never came (and the scheduler forever).
   std::vector<std::pair<int, int>> existing;
+  Status usable;
   if (!config_.checkpoint_dir.empty()) {
-    TFPS_RETURN_IF_ERROR(EnsureCheckpointDir(config_.checkpoint_dir));
-    TFPS_RETURN_IF_ERROR(ListCheckpoints(config_.checkpoint_dir, &existing));
+    usable = EnsureCheckpointDir(config_.checkpoint_dir);
+    if (usable.ok()) usable = ListCheckpoints(config_.checkpoint_dir, &existing);
   }
   const std::string scheduler = TcpAddress(scheduler_host, scheduler_port);
   ConnectTcp(scheduler_, scheduler);
@@ -84,9 +88,10 @@ Status ShardServer::Start(const std::string& scheduler_host, int scheduler_port,
   TFPS_RETURN_IF_ERROR(
       RegisterWithScheduler(scheduler_, scheduler, request, config_.timeout_s, &view));
   server_id_ = view.server_id;
+  worker_hosts_ = view.worker_hosts;  // which local sums each worker may push
   consistency_ = view.consistency;  // the workers' agreed model
   SetLogRole("server " + std::to_string(server_id_));
-  Status restored = RestoreCheckpoint(existing);
+  Status restored = usable.ok() ? RestoreCheckpoint(existing) : usable;
   if (!restored.ok()) {  // the others learn why now, not after TFPS_TIMEOUT
     (void)SendNotice(scheduler_, restored);
     return restored;
@@ -155,6 +160,7 @@ void ShardServer::SummationLoop(int index) {
                 std::to_string(index) + ".txt";
   KeyStore store(num_workers_, server_id_, config_.timeout_s, consistency_, trace);
   if (!restored_.empty()) store.RestoreParams(std::move(restored_[index]));
+  store.SetWorkerHosts(worker_hosts_);
   const bool checkpoints = !config_.checkpoint_dir.empty();
   Inbox& inbox = *inboxes_[index];
   std::vector<Outgoing> replies;
@@ -351,7 +357,8 @@ bool ShardServer::StopSummationThreadsOnIoThread() {
 
 int ShardServer::Run(const std::atomic<bool>& stop) {
   Monitor monitor(context_, router_, "server",
-                  ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL);
+                  SilentConnections::kEvents | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL);
+  SilentConnections silent(router_, "this server");
   std::vector<zmq::message_t> frames;
   std::string failed;  // why the job cannot go on
   while (!stop) {
@@ -367,6 +374,7 @@ int ShardServer::Run(const std::atomic<bool>& stop) {
     SendOutboxOnIoThread();
     if (!ExchangeNoticesOnIoThread(&failed)) break;
     for (int i = 0; i < 256 && RecvFrames(router_, &frames); ++i) {
+      if (frames.size() > 1) silent.OnMessage(frames[1]);
       try {
         OnMessageOnIoThread(frames);
       } catch (const std::exception& e) {  // no exception leaves the I/O thread
@@ -376,11 +384,18 @@ int ShardServer::Run(const std::atomic<bool>& stop) {
     int event = 0, value = 0;
     std::string address;
     while (monitor.Read(&event, &value, &address)) {
+      if (silent.OnEvent(event, value)) continue;
       if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
         uint64_t suppressed = 0;
         if (limiter_.Allow("\0handshake", &suppressed)) {
-          TFPS_LOG(Warning) << "dropped a connection from " << EscapeForLog(address)
-                            << " that does not speak ZeroMQ/tf_ps_ops" << SuppressedNote(suppressed);
+          // ZeroMQ's monitor names our own endpoint here, never the peer's (and the
+          // connection is closed before the event can be read): say so, not as the peer.
+          const std::string port = EscapeForLog(address.substr(address.rfind(':') + 1));
+          TFPS_LOG(Warning) << "dropped a connection that a peer made to our port " << port
+                            << " (" << EscapeForLog(address) << ") without speaking "
+                            << "ZeroMQ/tf_ps_ops; ZeroMQ does not report the peer's address "
+                            << "(`ss -tn 'sport = :" << port << "'` on this host lists who "
+                            << "is connected)" << SuppressedNote(suppressed);
         }
         continue;
       }
@@ -392,6 +407,7 @@ int ShardServer::Run(const std::atomic<bool>& stop) {
         }
       }
     }
+    silent.Tick();
     int finished = 0;
     for (int s : worker_state_) finished += (s == kDone || s == kGone) ? 1 : 0;
     if (finished == num_workers_) break;

@@ -132,6 +132,7 @@ class ShardServer {
   const Config config_;
   int server_id_ = -1;
   Consistency consistency_;  // the job's, from the scheduler (set in Start)
+  std::vector<std::string> worker_hosts_;  // by rank, from the scheduler (set in Start)
   zmq::context_t context_;
   zmq::socket_t router_;
   zmq::socket_t scheduler_;

@@ -238,6 +238,19 @@ void SumRounds::ReduceDense(Round& r, const Header& h, Buffer* payload) {
              payload->data(), h.count);
 }
 
+void SumRounds::SetWorkerHosts(const std::vector<std::string>& hosts) {
+  hosts_ = hosts;
+  leader_of_.assign(hosts.size(), -1);
+  for (size_t r = 0; r < hosts.size(); ++r) {
+    for (size_t first = 0; first <= r; ++first) {
+      if (hosts[first] == hosts[r]) {
+        leader_of_[r] = static_cast<int>(first);
+        break;
+      }
+    }
+  }
+}
+
 // A local leader's push (kFlagHierarchical) sums the gradients of the ranks in its params,
 // its own first: they count as arrived and are marked answered, since their leader hands
 // them the sum. Nothing is marked unless every rank listed is valid and still due.
@@ -246,6 +259,16 @@ Status SumRounds::AddCovered(Round& r, const Head& head) {
   if (head.params.empty() || head.params[0] != h.sender) {
     return InvalidArgument("a hierarchical push must list its sender first (" +
                            Where(server_id_, r.id) + ")");
+  }
+  // Only a host's leader pushes its local sum, and only for its host's ranks: any other
+  // worker (mistaken or hostile) would complete the round for ranks it does not speak for.
+  const bool checked = static_cast<int>(leader_of_.size()) == num_workers_;
+  if (checked && leader_of_[h.sender] != h.sender) {
+    return InvalidArgument("worker " + std::to_string(h.sender) + " pushed a local sum "
+                           "(hierarchical aggregation) but is not its host's local leader: "
+                           "worker " + std::to_string(leader_of_[h.sender]) + " is, the "
+                           "lowest rank on host " + EscapeForLog(hosts_[h.sender]) +
+                           "; refused (" + Where(server_id_, r.id) + ")");
   }
   std::vector<int> ranks;
   for (size_t i = 1; i < head.params.size(); ++i) {
@@ -259,6 +282,15 @@ Status SumRounds::AddCovered(Round& r, const Head& head) {
                              " pushed a local sum for rank " + text.str() +
                              ", which is not a worker still due (" + Where(server_id_, r.id) +
                              ")");
+    }
+    if (checked && leader_of_[rank] != h.sender) {
+      return InvalidArgument("worker " + std::to_string(h.sender) + " (host " +
+                             EscapeForLog(hosts_[h.sender]) + ") pushed a local sum for rank " +
+                             std::to_string(rank) + ", which is not on its host (rank " +
+                             std::to_string(rank) + " is on host " +
+                             EscapeForLog(hosts_[rank]) + ", local leader worker " +
+                             std::to_string(leader_of_[rank]) + "); refused (" +
+                             Where(server_id_, r.id) + ")");
     }
     ranks.push_back(rank);
   }

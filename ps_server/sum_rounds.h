@@ -86,6 +86,11 @@ class SumRounds {
 
   size_t open() const { return rounds_.size(); }
 
+  // Each rank's host, from the cluster view: the ranks of a host share one local leader,
+  // the lowest of them (docs/hierarchical.md), and a local sum (kFlagHierarchical) is
+  // taken only from the leader, for ranks of its host. Unset: not checked (unit tests).
+  void SetWorkerHosts(const std::vector<std::string>& hosts);
+
  private:
   Round& Open(const Head& head, const RoundId& id);
   // Add's steps. Why a push from outside the round's process set is refused; Ok if not.
@@ -133,6 +138,8 @@ class SumRounds {
   const int num_workers_;
   const int server_id_;
   const double timeout_s_;
+  std::vector<std::string> hosts_;  // by rank (SetWorkerHosts); empty: not checked
+  std::vector<int> leader_of_;      // by rank: the lowest rank on its host
   std::map<RoundId, Round> rounds_;
   std::map<int, std::string> lost_;  // rank -> why
   // hvd.join(): who has joined, in order, the join pushes to answer, and since when.

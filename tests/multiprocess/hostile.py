@@ -37,13 +37,15 @@ def rss_kib(pid):
 class Job:
     """A scheduler and one ps_server for `num_workers` workers; the test plays the workers."""
 
-    def __init__(self, tmp_path, num_workers=1, env=None, log_name="server.log", server=True):
+    def __init__(self, tmp_path, num_workers=1, env=None, log_name="server.log", server=True,
+                 server_port=0, preexec_fn=None):
         # The test plays some workers by hand: they cannot take part in hierarchical
         # aggregation's token exchange at init, so real workers here stay flat.
         self.env = {**os.environ, "TFPS_TIMEOUT": "30", "TFPS_HIERARCHICAL": "0",
                     "TFPS_BIND": "127.0.0.1", **(env or {})}
         self.context = zmq.Context()
         self.procs = []
+        self.preexec_fn = preexec_fn  # run in each role's process before it starts
         port_file = tmp_path / "scheduler.port"
         self.scheduler_log = open(tmp_path / "scheduler.log", "w+")
         self.scheduler = self._spawn(
@@ -51,6 +53,7 @@ class Job:
              "--num-workers", str(num_workers), "--num-servers", "1"], self.scheduler_log)
         self.scheduler_port = wait_port_file(self.scheduler, port_file)
         self.num_workers = num_workers
+        self.server_port = server_port  # 0: any free port
         self.server_log_path = tmp_path / log_name
         self.server_log = open(self.server_log_path, "w+")
         self.server = self.start_server() if server else None
@@ -59,13 +62,14 @@ class Job:
     def start_server(self):
         self.server = self._spawn(
             ["--role", "server", "--scheduler", f"127.0.0.1:{self.scheduler_port}",
-             "--host", "127.0.0.1", "--num-workers", str(self.num_workers),
+             "--host", "127.0.0.1", "--port", str(self.server_port),
+             "--num-workers", str(self.num_workers),
              "--num-servers", "1"], self.server_log)
         return self.server
 
     def _spawn(self, args, log):
         proc = subprocess.Popen([PS_SERVER] + args, stdout=subprocess.DEVNULL, stderr=log,
-                                env=self.env)
+                                env=self.env, preexec_fn=self.preexec_fn)
         self.procs.append(proc)
         return proc
 
@@ -76,15 +80,17 @@ class Job:
             s.setsockopt(zmq.ROUTING_ID, routing_id)
         return s
 
-    def register_workers(self, num_workers, consistency=None):
+    def register_workers(self, num_workers, consistency=None, hosts=None):
         """Registers ranks 0..num_workers-1 with the scheduler (with the workers'
-        consistency model when given); returns the server address."""
+        consistency model when given; each from hosts[rank] when given, else 127.0.0.1:
+        a host's lowest rank is its local leader); returns the server address."""
         extra = () if consistency is None else (consistency,)
         for rank in range(num_workers):
             s = self.socket(zmq.DEALER)
             s.connect(f"tcp://127.0.0.1:{self.scheduler_port}")
             s.send_multipart([core.encode_head(dict(type=T["REGISTER"])),
-                              core.format_register("worker", "127.0.0.1", 1, rank,
+                              core.format_register("worker",
+                                                   hosts[rank] if hosts else "127.0.0.1", 1, rank,
                                                    num_workers, *extra).encode()])
             self.registrants.append(s)
         view = None

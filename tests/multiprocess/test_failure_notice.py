@@ -101,3 +101,51 @@ def test_checkpoint_write_failures_warn_the_workers_then_end_the_job(make_cluste
                              "3 checkpoint writes failed in a row")
         assert "step 1 ok" in worker.stdout, worker.describe()  # warnings: training went on
     expect_exit(cluster, "server", 0, 1, "3 checkpoint writes failed in a row")
+
+
+def test_a_checkpoint_claiming_too_many_updates_is_refused_naming_the_field(make_cluster,
+                                                                            tmp_path):
+    # 2^64-1 updates would wrap to 0 at the next update, and from then on no checkpoint
+    # would ever be written again (the server waits for a common nonzero count).
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    param = dict(key=12345, partition=0, dtype=3, count=2, optimizer=0, updates=2**64 - 1,
+                 value=bytes(8), slots=[])
+    ps_testing.write_checkpoint(str(ckpt / ps_testing.checkpoint_file_name(0, 0)),
+                                dict(server_id=0, num_servers=1, thread=0, num_threads=1,
+                                     params=[param]))
+    cluster = make_cluster(2, 1, timeout=90,
+                           env=dict(TIMEOUT, TFPS_CHECKPOINT_DIR=str(ckpt),
+                                    TFPS_CHECKPOINT_EVERY="1", TFPS_SERVER_THREADS="1"))
+    started = time.monotonic()
+    cluster.start([sys.executable, LOOP_WORKER, "3"])
+    reason = "field 'updates' = 18446744073709551615"
+    expect_exit(cluster, "server", 0, 1, "shard-0-0.ckpt is corrupt", reason)
+    for rank in range(2):
+        worker = expect_exit(cluster, "worker", rank, 3, "server 0 (127.0.0.1:", reason)
+        assert "step 1 ok" not in worker.stdout, worker.describe()
+    expect_exit(cluster, "scheduler", 0, 1, reason)
+    assert time.monotonic() - started < FAST + 10
+
+
+@pytest.mark.parametrize("where", ["missing", "file"])
+def test_an_unusable_checkpoint_dir_fails_every_member_in_seconds(make_cluster, tmp_path,
+                                                                  where):
+    # Below a missing folder (only the last level is created) or below a regular file: the
+    # server cannot even make the directory. Before, it exited before registering; the
+    # workers waited TFPS_TIMEOUT and were asked whether every server started, and the
+    # scheduler waited for it forever.
+    (tmp_path / "file").write_text("not a directory")
+    ckpt = tmp_path / where / "ckpt"
+    cluster = make_cluster(2, 1, timeout=90,
+                           env=dict(TIMEOUT, TFPS_CHECKPOINT_DIR=str(ckpt),
+                                    TFPS_SERVER_THREADS="1"))
+    started = time.monotonic()
+    cluster.start([sys.executable, LOOP_WORKER, "3"])
+    reason = f"TFPS_CHECKPOINT_DIR={ckpt} is not a directory and cannot be created"
+    expect_exit(cluster, "server", 0, 1, reason)
+    for rank in range(2):
+        worker = expect_exit(cluster, "worker", rank, 3, "server 0 (127.0.0.1:", reason)
+        assert "did every server and worker start" not in worker.stderr, worker.describe()
+    expect_exit(cluster, "scheduler", 0, 1, reason)
+    assert time.monotonic() - started < FAST + 10

@@ -38,7 +38,7 @@ def job(tmp_path):
 
 
 def test_two_leaders_stand_for_four_workers_and_only_they_are_answered(job):
-    address = job.register_workers(4)
+    address = job.register_workers(4, hosts=["hostA", "hostA", "hostB", "hostB"])
     socks = [job.connect_worker(address, rank) for rank in range(4)]
     a = np.arange(10, dtype=np.float32)
     b = np.full(10, 0.5, np.float32)
@@ -56,13 +56,13 @@ def test_a_leader_and_two_flat_workers_make_one_round(job):
     address = job.register_workers(4)
     socks = [job.connect_worker(address, rank) for rank in range(4)]
     data = [np.full(3, 10.0 ** r, np.float32) for r in range(4)]
-    socks[1].send_multipart(push(1, data[0] + data[1], ranks=[1, 0]))
+    socks[0].send_multipart(push(0, data[0] + data[1], ranks=[0, 1]))
     socks[2].send_multipart(push(2, data[2]))
     socks[3].send_multipart(push(3, data[3]))
-    for rank in (1, 2, 3):
+    for rank in (0, 2, 3):
         fields, payload = reply(socks[rank])
         np.testing.assert_array_equal(np.frombuffer(payload, np.float32), sum(data))
-    assert not socks[0].poll(300)
+    assert not socks[1].poll(300)
 
 
 @pytest.mark.parametrize("ranks, why", [
@@ -150,3 +150,30 @@ def test_a_shared_memory_push_needs_the_offer_and_the_segment(tmp_path):
             assert np.frombuffer(payload, np.float32).tolist() == [0, 2, 4]
     finally:
         job.close()
+
+
+@pytest.mark.parametrize("sender, ranks, why", [
+    # Rank 1 is not its host's leader (rank 0 is), yet claims to stand for rank 0.
+    (1, [1, 0], "worker 1 pushed a local sum (hierarchical aggregation) but is not its "
+                "host's local leader: worker 0 is, the lowest rank on host hostA"),
+    # Rank 2 leads hostB, but rank 0 is on hostA.
+    (2, [2, 3, 0], "worker 2 (host hostB) pushed a local sum for rank 0, which is not on its "
+                   "host (rank 0 is on host hostA, local leader worker 0)"),
+])
+def test_a_local_sum_is_taken_only_from_the_leader_of_those_ranks(job, sender, ranks, why):
+    # Before, either push was taken: rank 0 counted as arrived and answered, its round
+    # completed without its gradient, and rank 0's own push failed as "pushed twice".
+    address = job.register_workers(4, hosts=["hostA", "hostA", "hostB", "hostB"])
+    socks = [job.connect_worker(address, rank) for rank in range(4)]
+    socks[sender].send_multipart(push(sender, np.full(4, 100.0, np.float32), ranks=ranks))
+    fields, payload = reply(socks[sender])
+    assert fields["type"] == T["ERROR"], payload
+    assert why in payload.decode(), payload
+    # The round is untouched: four plain pushes complete it with the right sum.
+    data = [np.full(4, 10.0 ** r, np.float32) for r in range(4)]
+    for rank in range(4):
+        socks[rank].send_multipart(push(rank, data[rank]))
+    for rank in range(4):
+        fields, payload = reply(socks[rank])
+        assert fields["type"] == T["PUSH_PULL_REPLY"], payload
+        np.testing.assert_array_equal(np.frombuffer(payload, np.float32), sum(data))

@@ -254,7 +254,8 @@ Status LoadLimits(Config* config) {
 // The server's push budget (0: automatic), and that one message fits in it and the
 // partitions and fusion batches in one message.
 Status CheckSizeLimits(Config* config) {
-  if (config->server_push_bytes == 0) {  // auto: a quarter of this machine's memory, >= 2 GiB
+  const bool automatic_budget = config->server_push_bytes == 0;
+  if (automatic_budget) {  // auto: a quarter of this machine's memory, >= 2 GiB
     const long pages = sysconf(_SC_PHYS_PAGES);
     const long page_size = sysconf(_SC_PAGESIZE);
     const int64_t quarter = pages > 0 && page_size > 0
@@ -263,11 +264,23 @@ Status CheckSizeLimits(Config* config) {
     config->server_push_bytes = std::max(int64_t{1} << 31, quarter);
   }
   if (config->server_push_bytes < config->max_message_bytes) {
+    // With the automatic budget the message size is what the user set out of range.
+    if (automatic_budget) {
+      return InvalidArgument(
+          "TFPS_MAX_MESSAGE_BYTES=" + std::to_string(config->max_message_bytes) +
+          " is out of range: a server holds at most TFPS_SERVER_PUSH_BYTES=" +
+          std::to_string(config->server_push_bytes) + " bytes of pushes (automatic here: a "
+          "quarter of this machine's memory, at least 2 GiB), so it may be 4096.." +
+          std::to_string(config->server_push_bytes) + "; lower it, or set "
+          "TFPS_SERVER_PUSH_BYTES to at least " + std::to_string(config->max_message_bytes));
+    }
     return InvalidArgument("TFPS_SERVER_PUSH_BYTES=" +
                            std::to_string(config->server_push_bytes) +
                            " is below TFPS_MAX_MESSAGE_BYTES=" +
                            std::to_string(config->max_message_bytes) +
-                           ": a server could not take even one message; raise it (0: automatic)");
+                           ": a server could not take even one message; set it to " +
+                           std::to_string(config->max_message_bytes) + ".." +
+                           std::to_string(int64_t{1} << 50) + " (0: automatic)");
   }
   if (config->partition_bytes > config->max_message_bytes ||
       config->fusion_bytes > config->max_message_bytes) {
@@ -293,6 +306,14 @@ Status LoadBind(Config* config) {
              config->bind.find_first_of(":/[] \t\n") != std::string::npos) {
     return InvalidArgument("TFPS_BIND='" + config->bind + "' is not *, an IPv4 address, an "
                            "IPv6 address (::1 or [::1]) or an interface name");
+  } else if (config->bind.find_first_not_of("0123456789.") == std::string::npos) {
+    // Digits and dots name no interface: an IPv4 address, or a mistyped one (256.1.1.1),
+    // which would otherwise pass as a name and be taken for a non-loopback address.
+    in_addr v4;
+    if (inet_pton(AF_INET, config->bind.c_str(), &v4) != 1) {
+      return InvalidArgument("TFPS_BIND='" + config->bind + "' is not a valid IPv4 address "
+                             "(four numbers 0..255 separated by dots, e.g. 127.0.0.1)");
+    }
   }
   return Status::Ok();
 }

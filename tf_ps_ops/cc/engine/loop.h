@@ -134,6 +134,10 @@ class Engine::Loop {
   Status OpenServerOnLoop(size_t i);
   // Waits until every server has answered the hello (in TFPS_TIMEOUT).
   Status AwaitHellosOnLoop();
+  // Server i never answered our hello: why, for the error. A probe connection under an
+  // identity of its own tells an unreachable server from one where another connection
+  // already holds this worker's identity.
+  std::string WhyNoHelloOnLoop(size_t i);
   // A message from server i during the join: *answered becomes true with its hello's
   // answer (the first one takes the shared-memory offer).
   Status OnHelloReplyOnLoop(size_t i, std::vector<zmq::message_t>& frames, bool* answered);

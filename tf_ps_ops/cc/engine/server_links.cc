@@ -1,6 +1,7 @@
 // The links to the servers (loop.h): the join (rendezvous, hellos), the scheduler's notices
 // and pings, a server's death, the goodbyes, and the shared-memory send path to a server on
 // this host (TFPS_SHM_SERVER).
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <thread>
@@ -10,6 +11,7 @@
 #include "tf_ps_ops/cc/common/logging.h"
 #include "tf_ps_ops/cc/engine/loop.h"
 #include "tf_ps_ops/cc/engine/stop_signal.h"
+#include "tf_ps_ops/cc/transport/connection_limits.h"
 
 namespace tfps {
 
@@ -17,6 +19,7 @@ using Clock = std::chrono::steady_clock;
 
 Status Engine::Loop::Connect(const EngineOptions& options, ClusterView* view) {
   TFPS_RETURN_IF_ERROR(codec_.Init(config_));  // a bad TFPS_COMPRESSION fails before rendezvous
+  RaiseDescriptorLimit();  // as every role does (connection_limits.h)
   const std::string scheduler = TcpAddress(options.scheduler_host, options.scheduler_port);
   scheduler_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
   SetCommonOptions(*scheduler_, config_);
@@ -81,11 +84,7 @@ Status Engine::Loop::AwaitHellosOnLoop() {
   while (num_answered < servers_.size()) {
     if (Clock::now() > deadline) {
       for (size_t i = 0; i < servers_.size(); ++i) {
-        if (!answered[i]) {
-          return DeadlineExceeded(Describe(static_cast<int>(i)) + " did not answer within " +
-                                  std::to_string(config_.timeout_s) +
-                                  " s (TFPS_TIMEOUT): is it reachable from this host?");
-        }
+        if (!answered[i]) return DeadlineExceeded(WhyNoHelloOnLoop(i));
       }
     }
     std::vector<zmq::pollitem_t> items;
@@ -104,6 +103,46 @@ Status Engine::Loop::AwaitHellosOnLoop() {
     }
   }
   return Status::Ok();
+}
+
+// A ROUTER ignores a second connection under a routing identity it already has: when a
+// stray or hostile client took "w<rank>" first, our hello is dropped unread and the server
+// looks unreachable. The probe's identity is no worker's, so a live server refuses it
+// (and logs that): any answer shows the server serves other connections but not ours.
+std::string Engine::Loop::WhyNoHelloOnLoop(size_t i) {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
+  const std::string waited =
+      " within " + std::to_string(config_.timeout_s) + " s (TFPS_TIMEOUT)";
+  const std::string identity = "w" + std::to_string(rank_);
+  bool answers_others = false;
+  try {
+    zmq::socket_t probe(context_, zmq::socket_type::dealer);
+    SetCommonOptions(probe, config_);
+    probe.set(zmq::sockopt::routing_id, "probe-" + identity);
+    probe.set(zmq::sockopt::linger, 0);
+    ConnectTcp(probe, TcpAddressOf(servers_[i].address));
+    Head hello;
+    hello.header.type = static_cast<uint16_t>(MsgType::kHello);
+    hello.header.sender = rank_;
+    if (SendMessage(probe, "", hello, zmq::message_t()).ok()) {
+      zmq::pollitem_t item{probe.handle(), 0, ZMQ_POLLIN, 0};
+      const double wait_s = std::min(config_.timeout_s, 3.0);  // a live server answers in ms
+      Poll(&item, 1, static_cast<int>(wait_s * 1000));
+      std::vector<zmq::message_t> frames;
+      answers_others = RecvFrames(probe, &frames);
+    }
+  } catch (const zmq::error_t& e) {
+    TFPS_LOG(Debug) << "the probe of " << Describe(static_cast<int>(i)) << " failed: " << e.what();
+  }
+  if (!answers_others) {
+    return Describe(static_cast<int>(i)) + " did not answer" + waited +
+           ": is it reachable from this host?";
+  }
+  return Describe(static_cast<int>(i)) + " answers other connections but not this worker's "
+         "hello" + waited + ": another connection already holds this worker's identity '" +
+         identity + "' on it (a second process started as rank " + std::to_string(rank_) +
+         ", or a stray client of its port), and ZeroMQ ignores a later connection under an "
+         "identity that is taken; stop that process, then restart the job";
 }
 
 Status Engine::Loop::OnHelloReplyOnLoop(size_t i, std::vector<zmq::message_t>& frames,

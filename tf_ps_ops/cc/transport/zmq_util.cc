@@ -1,5 +1,7 @@
 #include "tf_ps_ops/cc/transport/zmq_util.h"
 
+#include "tf_ps_ops/cc/transport/connection_limits.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -118,6 +120,7 @@ void SetCommonOptions(zmq::socket_t& socket, const Config& config) {
   const double hb_s = std::min(config.heartbeat_timeout_s, kMaxHeartbeatTimeoutS);
   const int hb_timeout_ms = static_cast<int>(hb_s * 1000);
   socket.set(zmq::sockopt::linger, 2000);
+  socket.set(zmq::sockopt::handshake_ivl, kHandshakeIvlMs);  // connection_limits.h
   socket.set(zmq::sockopt::heartbeat_ivl, 1000);
   socket.set(zmq::sockopt::heartbeat_timeout, hb_timeout_ms);
   socket.set(zmq::sockopt::heartbeat_ttl, hb_timeout_ms);
@@ -133,6 +136,9 @@ void SetCommonOptions(zmq::socket_t& socket, const Config& config) {
 Monitor::Monitor(zmq::context_t& context, zmq::socket_t& socket, const std::string& name,
                  int events)
     : pair_(context, zmq::socket_type::pair) {
+  // A flood of connections makes a flood of events: a full queue would drop some (a lost
+  // disconnect is a member's death unseen), so it holds far more than ZeroMQ's 1,000.
+  pair_.set(zmq::sockopt::rcvhwm, 100000);
   const std::string endpoint = "inproc://tfps-monitor-" + name;
   if (zmq_socket_monitor(socket.handle(), endpoint.c_str(), events) != 0) {
     throw zmq::error_t();
