@@ -42,6 +42,6 @@ PYTHONPATH="$repo:$here/shim:$here${PYTHONPATH:+:$PYTHONPATH}" \
 TFPS_TIMEOUT="${TFPS_TIMEOUT:-30}" TF_NUM_INTRAOP_THREADS=1 TF_NUM_INTEROP_THREADS=2 \
   "$python" -m tf_ps_ops.run -np "$workers" -ns 1 --timeout "${RUN_TIMEOUT:-2400}" \
   bash -c "TFPS_REPORT=\"$out/worker\${TFPS_RANK}.jsonl\" \"$python\" -m pytest \
-           -p no:cacheprovider -p tfps_report -p timeout --timeout=${PYTEST_TIMEOUT:-180} \
+           -p no:cacheprovider -p tfps_report -p timeout --timeout=${PYTEST_TIMEOUT:-480} \
            -q -rA $test_file $* > \"$out/worker\${TFPS_RANK}.log\" 2>&1" || true
 "$python" "$here/summarize.py" "$out"/worker*.jsonl
