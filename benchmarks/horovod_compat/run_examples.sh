@@ -50,7 +50,7 @@ run_one() {  # $1: example, $2: legacy|keras3, rest: script args
   local legacy=0; [[ "$mode" == legacy ]] && legacy=1
   local start=$SECONDS
   (cd "$scratch" && PYTHONPATH="$repo:$scratch${PYTHONPATH:+:$PYTHONPATH}" \
-     TF_USE_LEGACY_KERAS=$legacy TFPS_TIMEOUT="${TFPS_TIMEOUT:-30}" \
+     TF_USE_LEGACY_KERAS=$legacy TFPS_TIMEOUT="${TFPS_TIMEOUT:-60}" \
      TF_NUM_INTRAOP_THREADS=1 TF_NUM_INTEROP_THREADS=2 \
      "$python" -m tf_ps_ops.run -np 2 -ns 1 --timeout "${RUN_TIMEOUT:-600}" \
        "$python" _run_example.py "$example" "$@") > "$log" 2>&1

@@ -39,7 +39,7 @@ cd "$scratch/parallel"
 # Each worker writes its own report; TFPS_TIMEOUT bounds what a rank left waiting costs,
 # PYTEST_TIMEOUT what one test may take.
 PYTHONPATH="$repo:$here/shim:$here${PYTHONPATH:+:$PYTHONPATH}" \
-TFPS_TIMEOUT="${TFPS_TIMEOUT:-30}" TF_NUM_INTRAOP_THREADS=1 TF_NUM_INTEROP_THREADS=2 \
+TFPS_TIMEOUT="${TFPS_TIMEOUT:-60}" TF_NUM_INTRAOP_THREADS=1 TF_NUM_INTEROP_THREADS=2 \
   "$python" -m tf_ps_ops.run -np "$workers" -ns 1 --timeout "${RUN_TIMEOUT:-2400}" \
   bash -c "TFPS_REPORT=\"$out/worker\${TFPS_RANK}.jsonl\" \"$python\" -m pytest \
            -p no:cacheprovider -p tfps_report -p timeout --timeout=${PYTEST_TIMEOUT:-480} \

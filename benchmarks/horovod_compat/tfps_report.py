@@ -5,14 +5,20 @@ unittest subTests, whose passes pytest's own report does not list) to $TFPS_REPO
 
 import json
 import os
+import re
 
 
 def _reason(report):
     if report.skipped and isinstance(report.longrepr, tuple):
         return str(report.longrepr[2]).removeprefix("Skipped: ")
     crash = getattr(report.longrepr, "reprcrash", None)
-    text = crash.message if crash is not None else str(report.longrepr or "")
-    return text.strip().splitlines()[0] if text.strip() else ""
+    lines = [line.strip() for line in
+             (crash.message if crash is not None else str(report.longrepr or "")).splitlines()
+             if line.strip()]
+    if lines and lines[0].endswith("in user code:"):  # a tf.function's: the error is last
+        errors = [line for line in lines if re.match(r"[\w.]+(Error|Exception): ", line)]
+        return errors[-1] if errors else lines[-1]
+    return lines[0] if lines else ""
 
 
 def pytest_runtest_logreport(report):
