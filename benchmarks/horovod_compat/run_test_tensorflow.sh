@@ -26,6 +26,7 @@ if [[ ! -f "$source_dir/$test_file" ]]; then
 fi
 workers="${2:-2}"
 shift $(( $# >= 2 ? 2 : 1 ))
+pytest_args="$(printf '%q ' "$@")"  # quoted again for the worker's bash -c
 python="${PYTHON:-python}"
 out="${OUT:-/tmp/tfps-hvd-compat}"
 scratch="$(mktemp -d)"
@@ -39,9 +40,14 @@ cd "$scratch/parallel"
 # Each worker writes its own report; TFPS_TIMEOUT bounds what a rank left waiting costs,
 # PYTEST_TIMEOUT what one test may take.
 PYTHONPATH="$repo:$here/shim:$here${PYTHONPATH:+:$PYTHONPATH}" \
-TFPS_TIMEOUT="${TFPS_TIMEOUT:-60}" TF_NUM_INTRAOP_THREADS=1 TF_NUM_INTEROP_THREADS=2 \
+TFPS_TIMEOUT="${TFPS_TIMEOUT:-120}" TF_NUM_INTRAOP_THREADS=1 TF_NUM_INTEROP_THREADS=2 \
   "$python" -m tf_ps_ops.run -np "$workers" -ns 1 --timeout "${RUN_TIMEOUT:-2400}" \
   bash -c "TFPS_REPORT=\"$out/worker\${TFPS_RANK}.jsonl\" \"$python\" -m pytest \
            -p no:cacheprovider -p tfps_report -p timeout --timeout=${PYTEST_TIMEOUT:-480} \
-           -q -rA $test_file $* > \"$out/worker\${TFPS_RANK}.log\" 2>&1" || true
-"$python" "$here/summarize.py" "$out"/worker*.jsonl
+           -q -rA $test_file $pytest_args > \"$out/worker\${TFPS_RANK}.log\" 2>&1" || true
+if ls "$out"/worker*.jsonl > /dev/null 2>&1; then
+  "$python" "$here/summarize.py" "$out"/worker*.jsonl
+else
+  echo "no test ran: see $out/worker*.log and the job's output above" >&2
+  exit 1
+fi
