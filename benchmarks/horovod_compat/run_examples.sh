@@ -58,7 +58,7 @@ run_one() {  # $1: example, $2: legacy|keras3, rest: script args
   digests="$(grep -o 'WEIGHTS rank [01] model 0:.*' "$log" | sed 's/.*sha256 //' | sort -u | wc -l)"
   echo "== $example, $mode keras: exit $rc after $((SECONDS - start)) s; log $log"
   grep -E 'Step #|Total img/sec|Img/sec per|loss: [0-9.]+ - ' "$log" | tail -2 | sed 's/^/   /'
-  grep -E 'Error|error:' "$log" | grep -v '^\s*$' | tail -1 | cut -c1-240 | sed 's/^/   last error: /'
+  grep -E 'Error|error:' "$log" | grep -v cuInit | tail -1 | cut -c1-240 | sed 's/^/   last error: /'
   grep -o 'WEIGHTS rank [01] model 0:.*' "$log" | sed 's/^/   /'
   case "$digests" in
     1) echo "   weights: equal on both ranks" ;;
@@ -69,9 +69,10 @@ run_one() {  # $1: example, $2: legacy|keras3, rest: script args
 for example in tensorflow2_keras_mnist.py tensorflow2_mnist.py tensorflow2_synthetic_benchmark.py; do
   substitute "$example"
 done
+examples="${EXAMPLES:-keras_mnist mnist synthetic_benchmark}"  # a subset, e.g. EXAMPLES=mnist
 for mode in $modes; do
-  run_one tensorflow2_keras_mnist.py "$mode"
-  run_one tensorflow2_mnist.py "$mode"
-  # shellcheck disable=SC2086
-  run_one tensorflow2_synthetic_benchmark.py "$mode" $bench_args
+  for example in $examples; do
+    # shellcheck disable=SC2086
+    run_one "tensorflow2_$example.py" "$mode" $([[ $example == synthetic_benchmark ]] && echo $bench_args)
+  done
 done
