@@ -199,10 +199,10 @@ def _reducescatter_by_servers(tensor, compression, key, process_set, members, pr
 def _agreed_rows(rows, key):
     # Every worker's first dimension, gathered (8 bytes from each peer; in a graph only
     # a shape, below): with different ones the split would differ between workers, and a
-    # worker could get a wrong slice without noticing. Every worker sees the same list, so all fail together, before the
-    # exchange (the servers' path reports this as its shape mismatch). It goes under the
-    # call's own key: a worker that raised before the call (abort.guarded) tells the
-    # others under that key, and they are waiting here.
+    # worker could get a wrong slice without noticing. Every worker sees the same list, so
+    # all fail together, before the exchange (the servers' path reports this as its shape
+    # mismatch). It goes under the call's own key: a worker that raised before the call
+    # (abort.guarded) tells the others under that key, and they are waiting here.
     if tf.executing_eagerly():
         values = allgather(tf.reshape(rows, [1]), name=key).numpy().tolist()
         if any(v != values[0] for v in values):
