@@ -1,4 +1,4 @@
-# make deps | build | test | bazel-test | fuzz | demo | bench | clean
+# make deps | build | test | smoke | smoke-tf TF=2.16 | bazel-test | fuzz | demo | bench | clean
 #
 # Everything Python runs in a virtualenv, $(VENV) (default .venv), made on first use, so a
 # fresh machine needs nothing but Debian's python3; `make PYTHON=python3 ...` uses another
@@ -25,7 +25,7 @@ define apt
 $(APT_INSTALL) $(1) || { apt-get update -q && $(APT_INSTALL) $(1); }
 endef
 
-.PHONY: deps system-deps bazel-deps build test bazel-test fuzz demo bench clean
+.PHONY: deps system-deps bazel-deps build test smoke smoke-tf bazel-test fuzz demo bench clean
 
 # Debian's python3 makes virtualenvs only with its python3-venv package installed.
 $(VENV)/bin/python:
@@ -58,6 +58,26 @@ build: deps
 test: GROUPS += test examples bench ray
 test: build bazel-deps
 	TFPS_TEST_BAZEL=1 $(PYTHON) -m pytest -x -q --durations=25 --timeout=$(PYTEST_TIMEOUT) tests/
+
+# A few minutes' worth of tests that touch every layer on the TensorFlow installed: the unit
+# tests (the Bazel build's aside), a 2-worker allreduce against NumPy, PS mode under the v1
+# graph rewrite (tf.compat.v1 and tf_keras legacy optimizers), SFB, and Keras fit.
+SMOKE_TESTS := tests/unit --ignore=tests/unit/test_bazel_build.py \
+  'tests/multiprocess/test_ops.py::test_collectives_match_numpy[2-1]' \
+  'tests/multiprocess/test_ps_mode.py::test_ps_mode_matches_stock_optimizers[1-1-1]' \
+  tests/multiprocess/test_sfb.py::test_sfb_fit_matches_single_process_and_push_pull \
+  'tests/multiprocess/test_training.py::test_keras_fit_matches_single_process[defaults]'
+smoke: GROUPS += test
+smoke: build
+	$(PYTHON) -c "import tensorflow as tf, keras; print('smoke: TensorFlow', tf.__version__, 'Keras', keras.__version__)"
+	$(PYTHON) -m pytest -x -q --durations=10 --timeout=$(PYTEST_TIMEOUT) $(SMOKE_TESTS)
+
+# The smoke tests against another TensorFlow minor (2.16 to 2.21, docs/install.md), in a
+# copy of the tree with its own virtualenv under build/smoke-tf$(TF)/ (tools/smoke_tf.py):
+# the checkout's build and virtualenv stay as they are. CI runs it for the oldest minor.
+TF ?= 2.16
+smoke-tf:
+	$(BASE_PYTHON) tools/smoke_tf.py $(TF)
 
 # Only the Bazel build's tests (docs/bazel.md).
 bazel-test: GROUPS += test

@@ -9,6 +9,7 @@ Needs root and `ip netns` (skipped otherwise), sshd (installed with apt-get when
 skipped with the reason when that fails) and the native build. ~10-30 s.
 """
 
+import re
 import signal
 import subprocess
 import sys
@@ -52,8 +53,10 @@ def ssh_hosts(tmp_path):
 
 
 def tfps_run(hosts, ssh, host_list, command, env=None):
-    """tfps-run started inside host 0 (stdout and stderr merged)."""
-    argv = [sys.executable, RUN_PY, "-H", host_list, "--ssh-port", str(SSH_PORT),
+    """tfps-run started inside host 0 (stdout and stderr merged); `host_list` is -H's
+    value, or a list of flags that say the hosts (--hostfile F)."""
+    host_args = ["-H", host_list] if isinstance(host_list, str) else host_list
+    argv = [sys.executable, RUN_PY, *host_args, "--ssh-port", str(SSH_PORT),
             "--ssh-config-file", ssh.config, "--timeout", "120", *command]
     full_env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "TFPS_TIMEOUT": "30",
                 "OPENBLAS_NUM_THREADS": "1", **(env or {})}
@@ -88,6 +91,30 @@ def test_two_host_job_over_ssh_sums_like_numpy(ssh_hosts):
     # Host 1's worker and server were reached through the link, not loopback.
     assert hosts.link_bytes(1)[0] - tx_before > 3 * (4 << 20)
     assert wait_for_no_job_processes(hosts, ssh, launcher.pid) == {0: set(), 1: set()}
+
+
+def test_hostfile_example_trains_on_two_hosts(ssh_hosts, tmp_path):
+    """examples/ssh/README.md's command: examples/ssh/hostfile, with the hosts' addresses
+    for node1 and node2 and one slot each (this machine has 2 cores), and
+    examples/train_digits.py, which learns."""
+    hosts, ssh = ssh_hosts
+    a0, a1 = hosts.address(0), hosts.address(1)
+    text = (REPO / "examples" / "ssh" / "hostfile").read_text()
+    assert "node1 slots=2" in text and "node2 slots=2" in text
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text(text.replace("node1 slots=2", f"{a0} slots=1")
+                        .replace("node2 slots=2", f"{a1} slots=1"))
+    launcher = tfps_run(hosts, ssh, ["--hostfile", str(hostfile)],
+                        [sys.executable, REPO / "examples" / "train_digits.py", "--epochs", "2"],
+                        env={"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1",
+                             "TF_CPP_MIN_LOG_LEVEL": "2",
+                             # Importing TensorFlow on a loaded 2-core machine: 30 s is short.
+                             "TFPS_TIMEOUT": "120"})
+    out, _ = launcher.communicate(timeout=170)
+    assert launcher.returncode == 0, out[-6000:]
+    accuracy = re.findall(rf"\[{re.escape(a0)}:worker 0\] .*held-out: .*accuracy ([\d.]+)", out)
+    assert len(accuracy) == 1 and float(accuracy[0]) > 0.8, out[-6000:]
+    assert f"[{a1}:server 1]" in out, out[-6000:]
 
 
 @pytest.mark.parametrize("interface", [None, "eth0"])

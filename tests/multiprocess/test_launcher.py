@@ -208,6 +208,9 @@ def test_workers_get_their_place_and_output_is_prefixed(real_ps_server):
     # Every line, of every child, carries a prefix.
     for line in (out + err).splitlines():
         assert re.match(r"\[(worker [0-2]|server [01]|scheduler)\] ", line), line
+    # The C++ roles' own log lines start with the UTC time by default (TFPS_LOG_TIMESTAMP).
+    assert re.search(r"^\[(server [01]|scheduler)\] \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6} "
+                     r"\[tfps ", err, re.M), err
     # Stand-in workers never say goodbye: the servers are stopped after a short wait.
     assert elapsed < 20
 
@@ -273,3 +276,26 @@ def test_signal_to_the_launcher_leaves_nothing_behind(real_ps_server, sig, code,
     assert got == code
     assert err.endswith(f"tfps-run: {word}; stopped all processes\n")
     assert_gone(_pids(out, "grandchild"))
+
+
+def test_config_file_and_timestamps_as_horovodrun(real_ps_server, tmp_path):
+    """--config-file with horovodrun's keys reaches every worker's environment (a flag on
+    the command line wins over it); --prefix-output-with-timestamp stamps every printed
+    line, and logging.with_timestamp: false takes the UTC time off the roles' own lines."""
+    config = tmp_path / "horovod.yaml"
+    config.write_text("params:\n  fusion_threshold_mb: 2\n"
+                      "logging:\n  level: DEBUG\n  with_timestamp: false\n")
+    code, out, err, _ = launch("-np", "2", "--config-file", str(config), "--log-level", "INFO",
+                               "--prefix-output-with-timestamp", *WORKER, "--print-env",
+                               "--connect")
+    assert code == 0, err
+    stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} "
+    for rank in range(2):
+        assert re.search(rf"^{stamp}\[worker {rank}\] TFPS_FUSION_BYTES={2 << 20}$", out, re.M)
+        assert re.search(rf"^{stamp}\[worker {rank}\] TFPS_LOG_LEVEL=info$", out, re.M)
+        assert re.search(rf"^{stamp}\[worker {rank}\] TFPS_LOG_TIMESTAMP=0$", out, re.M)
+    for line in (out + err).splitlines():
+        if not line.startswith("tfps-run: "):
+            assert re.match(rf"{stamp}\[(worker [01]|server 0|scheduler)\] ", line), line
+    # The C++ roles' own lines: the arrival stamp, the prefix, then theirs, untimed.
+    assert re.search(rf"^{stamp}\[(server 0|scheduler)\] \[tfps ", err, re.M), err

@@ -29,6 +29,9 @@ def test_horovodrun_spellings_mean_the_same():
     (["--fusion-threshold-mb", "64"], {"TFPS_FUSION_BYTES": str(64 << 20)}),
     (["--fusion-threshold-mb", "0"], {"TFPS_FUSION_BYTES": "0"}),
     (["--hierarchical-allreduce"], {"TFPS_HIERARCHICAL": "1"}),
+    (["--no-hierarchical-allreduce"], {"TFPS_HIERARCHICAL": "0"}),
+    (["--log-with-timestamp"], {"TFPS_LOG_TIMESTAMP": "1"}),
+    (["--log-without-timestamp"], {"TFPS_LOG_TIMESTAMP": "0"}),
     (["--consistency", "ssp:2"], {"TFPS_CONSISTENCY": "ssp:2"}),
 ])
 def test_tuning_flags_set_the_roles_environment(argv, env):
@@ -51,7 +54,7 @@ def test_mark_cycles_is_accepted_with_a_note(capsys):
 
 @pytest.mark.parametrize("argv,message", [
     (["--log-level", "LOUD"], "'LOUD' is not one of TRACE, DEBUG"),
-    (["--fusion-threshold-mb", "-1"], "--fusion-threshold-mb must be at least 0"),
+    (["--fusion-threshold-mb", "-1"], "argument --fusion-threshold-mb: must be at least 0"),
     (["--network-interfaces", ","], "expected an interface name"),
 ])
 def test_bad_values_are_refused_naming_the_flag(argv, message, capsys):
@@ -70,5 +73,91 @@ def test_usage_names_every_flag(capsys):
                  "--elastic-restarts", "--elastic-server-restarts", "--start-timeout",
                  "--verbose", "--log-level", "--timeline-filename", "--timeline-mark-cycles",
                  "--output-filename", "--fusion-threshold-mb", "--hierarchical-allreduce",
-                 "--version", "--check-build"):
+                 "--version", "--check-build", "--config-file", "--log-with-timestamp",
+                 "--prefix-output-with-timestamp", "--cycle-time-ms", "--autotune",
+                 "--stall-check-warning-time-seconds", "--gloo", "--mpi",
+                 "--host-discovery-script", "--min-np", "--max-np", "--slots",
+                 "--slots-per-host", "--elastic-timeout", "--min-num-proc", "--max-num-proc"):
         assert flag in usage, flag
+
+
+@pytest.mark.parametrize("flag", ["--gloo", "--mpi", "--autotune", "--disable-cache",
+                                  "--no-stall-check", "--torus-allreduce"])
+def test_flags_without_a_meaning_are_accepted_with_a_note(flag, capsys):
+    args = parse("-np", "2", flag)
+    assert run.tuning_env(args) == {}
+    notes = capsys.readouterr().err.splitlines()
+    assert len(notes) == 1 and notes[0].startswith(f"tfps-run: {flag} has no meaning here")
+
+
+def test_short_spellings_of_version_and_check_build(capsys):
+    assert run.parse_args(["-cb"]).check_build
+    with pytest.raises(SystemExit) as exited:
+        run.parse_args(["-v"])
+    assert exited.value.code == 0 and "tf_ps_ops" in capsys.readouterr().out
+
+
+def write_config(tmp_path, text):
+    path = tmp_path / "horovod.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_config_file_takes_horovodrun_keys(tmp_path, capsys):
+    config = write_config(tmp_path, """
+params:
+  fusion_threshold_mb: 32
+  hierarchical_allreduce: false
+  cycle_time_ms: 3.5
+timeline:
+  filename: /t/tl.json
+logging:
+  level: DEBUG
+  with_timestamp: true
+stall_check:
+  enabled: false
+controller: gloo
+""")
+    args = parse("-np", "2", "--config-file", config)
+    assert run.tuning_env(args) == {
+        "TFPS_FUSION_BYTES": str(32 << 20), "TFPS_HIERARCHICAL": "0",
+        "TFPS_TIMELINE": "/t/tl.%r.json", "TFPS_LOG_LEVEL": "debug", "TFPS_LOG_TIMESTAMP": "1"}
+    err = capsys.readouterr().err
+    for flag in ("--cycle-time-ms", "--no-stall-check", "--gloo"):
+        assert f"tfps-run: {flag} has no meaning here" in err, flag
+
+
+def test_command_line_flags_win_over_the_config_file(tmp_path):
+    config = write_config(tmp_path, "params:\n  fusion_threshold_mb: 32\n"
+                                    "logging:\n  level: ERROR\n")
+    # Given before and after the file: the command line wins either way, as in horovodrun.
+    for argv in (["--fusion-threshold-mb", "8", "--config-file", config],
+                 ["--config-file", config, "--fusion-threshold-mb", "8"]):
+        env = run.tuning_env(parse("-np", "2", *argv))
+        assert env == {"TFPS_FUSION_BYTES": str(8 << 20), "TFPS_LOG_LEVEL": "error"}
+
+
+@pytest.mark.parametrize("text,message", [
+    ("params:\n  fusion_threshold_mb: -1\n",
+     "params.fusion_threshold_mb: must be at least 0"),
+    ("logging:\n  level: LOUD\n", "logging.level: 'LOUD' is not one of TRACE"),
+    ("params:\n  hierarchical_allreduce: maybe\n",
+     "params.hierarchical_allreduce must be true or false"),
+    ("params:\n  fusion_mb: 3\n", "params.fusion_mb is not one of horovodrun's keys"),
+    ("tuning:\n  x: 1\n", "'tuning' is not one of horovodrun's sections"),
+    ("controller: nccl\n", "controller: 'nccl' is not gloo or mpi"),
+    ("- a list\n", "expected a mapping of horovodrun's sections"),
+    ("params: [\n", "--config-file"),
+])
+def test_bad_config_files_are_refused_naming_the_key(tmp_path, text, message, capsys):
+    config = write_config(tmp_path, text)
+    with pytest.raises(SystemExit) as exited:
+        parse("-np", "2", "--config-file", config)
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_missing_config_file_is_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        parse("-np", "2", "--config-file", str(tmp_path / "absent.yaml"))
+    assert "absent.yaml" in capsys.readouterr().err

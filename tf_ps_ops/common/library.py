@@ -13,6 +13,8 @@ import re
 
 import tensorflow as tf
 
+from tf_ps_ops.common.version import BUILD_HINT
+
 # The package folder: the op library and its headers are package data of tf_ps_ops.
 _HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIBRARY_PATH = os.path.join(_HERE, "_tf_ps_ops.so")
@@ -21,8 +23,9 @@ BUILD_INFO_PATH = os.path.join(_HERE, "_build_info.json")
 REBUILD_HINT = (
     "Rebuild tf_ps_ops against the TensorFlow you run: from a checkout, `make build` (or "
     "`python3 setup.py build_tfps`); for an installed package, `pip install "
-    "--no-build-isolation --force-reinstall --no-deps <checkout or sdist>`, which compiles "
-    "against the TensorFlow installed in that environment.")
+    "--no-build-isolation --force-reinstall --no-deps <checkout or sdist>` (with pybind11 and "
+    "setuptools>=77 installed), which compiles against the TensorFlow installed in that "
+    "environment (any of 2.16 to 2.21); a plain `pip install` compiles against the newest.")
 
 
 class TensorFlowVersionError(ImportError):
@@ -65,8 +68,7 @@ def c_declarations(headers=C_HEADERS):
 def _check_built():
     if not os.path.exists(LIBRARY_PATH):
         raise RuntimeError(
-            f"the tf_ps_ops op library {LIBRARY_PATH} is missing: run `make build` "
-            "(or `python3 setup.py build_tfps`) in the source tree first")
+            f"the tf_ps_ops op library {LIBRARY_PATH} is missing: {BUILD_HINT}")
 
 
 def built_against():
@@ -86,14 +88,16 @@ def _minor(version):
 def check_tensorflow_version(built, running):
     """Raises TensorFlowVersionError unless `built` and `running` share major.minor.
 
-    TensorFlow keeps its C++ ABI within a minor release only (pip's build pins
-    tensorflow==2.21.*); across minors a custom op library fails to load with an undefined
-    symbol, or worse, loads and misbehaves.
+    TensorFlow keeps its C++ ABI within a minor release only; across minors a custom op
+    library fails to load with an undefined symbol, or worse, loads and misbehaves. The
+    package builds against any TensorFlow in 2.16-2.21 (requirements.txt), one at a time.
     """
     if built is not None and _minor(built) != _minor(running):
         raise TensorFlowVersionError(
             f"tf_ps_ops was compiled against TensorFlow {built}, but this process runs "
-            f"TensorFlow {running}: its op library would not load. " + REBUILD_HINT)
+            f"TensorFlow {running}: its op library would not load. " + REBUILD_HINT +
+            f" Or run the TensorFlow it was built for: `pip install "
+            f"'tensorflow=={'.'.join(_minor(built))}.*'`.")
 
 
 @functools.cache

@@ -17,7 +17,10 @@ scheduler (a member notice, in seconds), fail what is in flight, and re-initiali
 new epoch (tf_ps_ops.elastic). A worker started later (a restart, `--elastic-restarts`)
 announces itself with join-<id>; once every member of the current epoch has acknowledged
 it, the driver publishes the next epoch with the newcomer appended, which the members see
-at their next commit (elastic.State.commit -> check_host_updates).
+at their next commit (elastic.State.commit -> check_host_updates). With a host discovery
+script (elastic_growth.py), new slots get new workers that join the same way, and workers
+the driver stops because their host is gone (`removed`) are a membership change, not a
+failure.
 
 The old epoch's scheduler and servers exit by themselves once the survivors said goodbye;
 those still running _OLD_EPOCH_GRACE_S later are stopped. Their exit codes are no failure
@@ -114,6 +117,7 @@ class ElasticJob:
         self._host_of = {}  # worker id -> its Host
         self.lost_hosts = set()  # names of remote hosts some ssh session to which failed
         self._published = None  # the current epoch, as written to epoch.json
+        self.removed = {}  # worker id -> why the driver stopped it (no failure of the job)
 
     # --- epochs -----------------------------------------------------------------------
 
@@ -199,14 +203,13 @@ class ElasticJob:
     def run(self, num_workers):
         """Returns 0 once every member of the last epoch exited 0; raises LaunchError."""
         self.hang_limit_s = _heartbeat_timeout(self.env)
-        hosts = self.worker_hosts or [LOCAL] * num_workers
-        members = [self._start_worker(hosts[i]) for i in range(num_workers)]
-        self._start_epoch(members)
+        self._start_epoch(self._first_workers(num_workers))
         while True:
             self._check_deadline()
             self._kill_stopped_members()
             self._watch_workers()
             self._watch_roles()
+            self._watch_hosts()
             self._admit_joiners()
             self._retire_old_epochs()
             if self.members and all(m in self.finished for m in self.members):
@@ -215,6 +218,14 @@ class ElasticJob:
                     self._worker(j).signal_group(signal.SIGTERM)
                 return 0
             time.sleep(_POLL_S)
+
+    def _first_workers(self, num_workers):
+        """Starts the workers of the first epoch; returns their ids."""
+        hosts = self.worker_hosts or [LOCAL] * num_workers
+        return [self._start_worker(hosts[i]) for i in range(num_workers)]
+
+    def _watch_hosts(self):
+        """Each turn of the loop: the hosts are fixed here (elastic_growth.py grows)."""
 
     def _worker(self, worker_id):
         return self.workers.process("worker", worker_id)
@@ -226,7 +237,7 @@ class ElasticJob:
             code = p.poll()
             if code is None or worker_id in self.finished:
                 continue
-            if code == 0:
+            if code == 0 and worker_id not in self.removed:
                 self.finished.add(worker_id)
                 continue
             self._note_lost_host(p, code)
@@ -237,6 +248,8 @@ class ElasticJob:
             self.finished.add(worker_id)  # it is over for this id either way
             if worker_id in self.joining:
                 self.joining.remove(worker_id)
+                if worker_id in self.removed:
+                    continue
                 _say(f"joining worker {worker_id} "
                      f"{describe_remote_exit(self._worker(worker_id), code)}")
         survivors = [m for m in self.members if m not in self.finished]
@@ -244,18 +257,31 @@ class ElasticJob:
         if not lost:
             return
         names = ", ".join(f"worker {w} (rank {self.members.index(w)}) "
-                          f"{describe_remote_exit(self._worker(w), c)}" for w, c in lost)
-        if any(m in self.finished for m in survivors) or \
-                any(self._worker(m).returncode == 0 for m in self.members):
-            # Some member already finished: the job is ending, not shrinking.
+                          + (self.removed[w] if w in self.removed else
+                             describe_remote_exit(self._worker(w), c)) for w, c in lost)
+        if self._ending():
+            if all(w in self.removed for w, _ in lost):
+                return  # stopped by the driver: nothing the others need any more
             raise LaunchError(f"{names} while the others were finishing", 1)
+        self._check_survivors(survivors, names, lost)
+        _say(f"{names}; the job goes on with {len(survivors)} worker(s)")
+        self._start_epoch(survivors)
+        self._replace([w for w, _ in lost if w not in self.removed])
+
+    def _ending(self):
+        """Some member already finished: the job is ending, not shrinking."""
+        return any(self._worker(m).returncode == 0 and m not in self.removed
+                   for m in self.members)
+
+    def _check_survivors(self, survivors, names, lost):
         if len(survivors) < self.min_workers:
             raise LaunchError(f"{names}; {len(survivors)} left, fewer than "
                               f"--elastic-min-workers {self.min_workers}; stopped the others",
                               1, self._worker(lost[0][0]))
-        _say(f"{names}; the job goes on with {len(survivors)} worker(s)")
-        self._start_epoch(survivors)
-        for worker_id, _ in lost:
+
+    def _replace(self, lost):
+        """Starts a new worker for each of `lost` while --elastic-restarts allows."""
+        for worker_id in lost:
             if self.restarts_left > 0:
                 self.restarts_left -= 1
                 host = self._host_of[worker_id]

@@ -31,8 +31,8 @@ class RelayOutput(Prefixed):
     """Prefixed output that takes the relay lines of remote elastic workers out of their
     stdout and makes the files they name in `directory`."""
 
-    def __init__(self, directory):
-        super().__init__()
+    def __init__(self, directory, timestamps=False):
+        super().__init__(timestamps=timestamps)
         self.directory = directory
 
     def start(self, process, popen):

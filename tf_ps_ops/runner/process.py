@@ -126,13 +126,23 @@ class Prefixed:
 
     One lock for both streams keeps whole lines of different processes apart. With
     `log_dir` (horovodrun's --output-filename), each worker's lines also go, unprefixed, to
-    log_dir/rank.N/stdout and log_dir/rank.N/stderr.
+    log_dir/rank.N/stdout and log_dir/rank.N/stderr. With `timestamps` (horovodrun's
+    --prefix-output-with-timestamp) each printed line starts with the local time it
+    arrived: `2026-12-01 20:15:03.123 [worker 1] ...`.
     """
 
-    def __init__(self, log_dir=None):
+    def __init__(self, log_dir=None, timestamps=False):
         self._lock = threading.Lock()
         self._pumps = {}  # Process -> its pump threads
         self._log_dir = log_dir
+        self._timestamps = timestamps
+
+    def _stamp(self):
+        if not self._timestamps:
+            return b""
+        now = time.time()
+        return (time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now))
+                + f".{int(now % 1 * 1000):03d} ").encode()
 
     def start(self, process, popen):
         child = popen(stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -164,7 +174,7 @@ class Prefixed:
                     log.flush()
                 with self._lock:
                     try:
-                        dst.write(prefix + line)
+                        dst.write(self._stamp() + prefix + line)
                         dst.flush()
                     except (BrokenPipeError, ValueError):
                         pass  # our output is gone; keep draining so the child never blocks

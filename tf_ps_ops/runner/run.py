@@ -25,12 +25,14 @@ import sys
 import tempfile
 
 from tf_ps_ops.common import config as _config
-from tf_ps_ops.common.version import __version__
-from tf_ps_ops.runner import ssh
+from tf_ps_ops.common.version import BUILD_HINT, __version__
+from tf_ps_ops.runner import discovery, horovodrun, ssh
 from tf_ps_ops.runner.elastic import ElasticJob, _heartbeat_timeout
+from tf_ps_ops.runner.elastic_growth import GrowingElasticJob
 from tf_ps_ops.runner.elastic_ssh import RelayOutput, keepalive_options
 from tf_ps_ops.runner.env import LOCAL_ADDRESS, Place
 from tf_ps_ops.runner.env import worker_env as _place_env
+from tf_ps_ops.runner.horovodrun import tuning_env
 from tf_ps_ops.runner.job import Job, LaunchError, run_to_teardown
 from tf_ps_ops.runner.process import LOCAL, Prefixed
 
@@ -76,71 +78,6 @@ def _first_interface(text):
     if not names:
         raise argparse.ArgumentTypeError("expected an interface name, e.g. eth0")
     return names[0]
-
-
-_LOG_LEVELS = {"trace": "debug", "debug": "debug", "info": "info", "warning": "warning",
-               "error": "error", "fatal": "error"}
-
-
-def _log_level(text):
-    try:
-        return _LOG_LEVELS[text.lower()]
-    except KeyError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not one of {', '.join(name.upper() for name in _LOG_LEVELS)}") from None
-
-
-def _add_horovodrun_flags(parser):
-    """horovodrun's flags that map onto this job's environment (tuning_env)."""
-    group = parser.add_argument_group("horovodrun's flags")
-    group.add_argument("--start-timeout", type=_positive_float, metavar="S",
-                       help="seconds the rendezvous (and any other wait) may take before it "
-                            "fails naming who is missing (TFPS_TIMEOUT)")
-    group.add_argument("--verbose", action="store_true",
-                       help="debug logs from every role (TFPS_LOG_LEVEL=debug)")
-    group.add_argument("--log-level", type=_log_level, metavar="LEVEL",
-                       help="TRACE, DEBUG, INFO, WARNING, ERROR or FATAL (TFPS_LOG_LEVEL; "
-                            "TRACE is debug, FATAL error)")
-    group.add_argument("--timeline-filename", metavar="F",
-                       help="each worker writes a Chrome-trace timeline at shutdown "
-                            "(TFPS_TIMELINE): F with .%%r (its rank) before the extension, "
-                            "unless F holds %%r itself")
-    group.add_argument("--timeline-mark-cycles", action="store_true",
-                       help="accepted; no meaning here: the engine has no cycles to mark")
-    group.add_argument("--output-filename", metavar="DIR",
-                       help="also write each worker's output to DIR/rank.N/stdout and "
-                            "DIR/rank.N/stderr")
-    group.add_argument("--fusion-threshold-mb", type=float, metavar="MB",
-                       help="payload of one fused batch of small partitions "
-                            "(TFPS_FUSION_BYTES; 0 turns fusion off)")
-    group.add_argument("--hierarchical-allreduce", action="store_true",
-                       help="sum one host's workers locally first (TFPS_HIERARCHICAL=1, "
-                            "the default here)")
-
-
-def _timeline_path(path):
-    if "%r" in path:
-        return path
-    root, ext = os.path.splitext(path)
-    return f"{root}.%r{ext}"
-
-
-def tuning_env(args):
-    """What the flags set in every role's environment."""
-    env = {}
-    if args.consistency:
-        env["TFPS_CONSISTENCY"] = args.consistency
-    if args.start_timeout:
-        env["TFPS_TIMEOUT"] = repr(args.start_timeout)
-    if args.log_level or args.verbose:
-        env["TFPS_LOG_LEVEL"] = args.log_level or "debug"
-    if args.timeline_filename:
-        env["TFPS_TIMELINE"] = os.path.abspath(_timeline_path(args.timeline_filename))
-    if args.fusion_threshold_mb is not None:
-        env["TFPS_FUSION_BYTES"] = str(int(args.fusion_threshold_mb * (1 << 20)))
-    if args.hierarchical_allreduce:
-        env["TFPS_HIERARCHICAL"] = "1"
-    return env
 
 
 def parse_args(argv=None):
@@ -204,23 +141,24 @@ def parse_args(argv=None):
                              "dies starts a new epoch with new servers and the same workers, "
                              "who go on from their last commit, up to S times; then it ends "
                              "the job (default 3)")
-    _add_horovodrun_flags(parser)
-    parser.add_argument("--version", action="version",
+    discovery.add_flags(parser)
+    horovodrun.add_flags(parser)
+    parser.add_argument("-v", "--version", action="version",
                         version=f"%(prog)s (tf_ps_ops) {__version__}")
-    parser.add_argument("--check-build", action="store_true",
+    parser.add_argument("-cb", "--check-build", action="store_true",
                         help="print what the build contains and exit")
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND",
                         help="the worker command line, e.g. python3 train.py")
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
     if args.command[:1] == ["--"]:
         args.command = args.command[1:]
     if args.check_build:
         return args
-    if args.timeline_mark_cycles:
-        print("tfps-run: --timeline-mark-cycles has no meaning here (the engine has no "
-              "cycles to mark); ignored", file=sys.stderr)
-    if args.fusion_threshold_mb is not None and args.fusion_threshold_mb < 0:
-        parser.error(f"--fusion-threshold-mb must be at least 0, got {args.fusion_threshold_mb}")
+    if args.config_file:
+        horovodrun.apply_config_file(parser, args, argv)
+    for note in horovodrun.ignored_notes(parser, args):
+        print(note, file=sys.stderr)
     if args.hosts and args.hostfile:
         parser.error("give -H or --hostfile, not both")
     args.host_slots = None
@@ -231,6 +169,7 @@ def parse_args(argv=None):
             args.host_slots = ssh.parse_hostfile(args.hostfile)
     except (ValueError, OSError) as e:
         parser.error(str(e))
+    discovery.check_args(parser, args)
     if args.host_slots is None:
         if args.num_workers is None:
             parser.error("the following arguments are required: -np/--num-workers "
@@ -321,8 +260,8 @@ def job_env(args, tmpdir, local):
 
 def run_job(job, args, port_file):
     if not os.access(args.ps_server, os.X_OK):
-        raise LaunchError(f"ps_server not built: run `make build` "
-                          f"(no executable at {args.ps_server})")
+        raise LaunchError(f"ps_server not built (no executable at {args.ps_server}): "
+                          f"{BUILD_HINT}")
     hosts, servers, workers = placement(args)
     base = {**os.environ, **tuning_env(args)}
     base.update(job_env(args, os.path.dirname(port_file), local=args.host_slots is None))
@@ -341,8 +280,8 @@ def run_job(job, args, port_file):
 
 def run_elastic_job(job, args, tmpdir):
     if not os.access(args.ps_server, os.X_OK):
-        raise LaunchError(f"ps_server not built: run `make build` "
-                          f"(no executable at {args.ps_server})")
+        raise LaunchError(f"ps_server not built (no executable at {args.ps_server}): "
+                          f"{BUILD_HINT}")
     env = {**os.environ, **tuning_env(args)}
     env.update(job_env(args, tmpdir, local=args.host_slots is None))
     job.env.update(env)
@@ -388,17 +327,25 @@ def main(argv=None):
         return check_build(args.ps_server)
     tmpdir = tempfile.mkdtemp(prefix="tfps-run-")
     if args.elastic:
-        output = Prefixed(args.output_filename) if args.host_slots is None else \
-            RelayOutput(tmpdir)
-        job = ElasticJob(args.ps_server, args.num_servers, output, tmpdir, args.command,
-                         {}, min_workers=args.elastic_min_workers,
-                         restarts=args.elastic_restarts, timeout=args.timeout,
-                         server_threads=args.server_threads,
-                         server_restarts=args.elastic_server_restarts)
+        stamps = args.prefix_output_with_timestamp
+        output = Prefixed(args.output_filename, stamps) if args.host_slots is None else \
+            RelayOutput(tmpdir, stamps)
+        job_class, growth = ElasticJob, {}
+        if args.host_discovery_script:
+            job_class, growth = GrowingElasticJob, dict(
+                discovery=discovery.HostDiscovery(args.host_discovery_script, args.slots,
+                                                  tmpdir),
+                min_np=args.min_np, max_np=args.max_np,
+                elastic_timeout=args.elastic_timeout)
+        job = job_class(args.ps_server, args.num_servers, output, tmpdir, args.command,
+                        {}, min_workers=args.elastic_min_workers,
+                        restarts=args.elastic_restarts, timeout=args.timeout,
+                        server_threads=args.server_threads,
+                        server_restarts=args.elastic_server_restarts, **growth)
         body = lambda: run_elastic_job(job, args, tmpdir)  # noqa: E731
     else:
         job = Job(args.ps_server, args.num_workers, args.num_servers,
-                  Prefixed(args.output_filename),
+                  Prefixed(args.output_filename, args.prefix_output_with_timestamp),
                   timeout=args.timeout)
         body = lambda: run_job(job, args, os.path.join(tmpdir, "port"))  # noqa: E731
     code, message = run_to_teardown(

@@ -2,6 +2,8 @@
 
     loop_worker.py OUT_DIR MIN_STEPS FINAL_SIZE KILL_ID KILL_STEP [--ps]
                    [--kill-server ID:STEP] [--stop ID:STEP] [--die-in-rendezvous ID]
+                   [--mark ID:STEP] [--mark-sizes ID] [--size-runs N1,N2,...]
+                   [--step-sleep S]
 
 Trains one float64 vector by SGD on a gradient that depends on the worker's stable id and
 the step, averaged over the workers by hvd.allreduce, inside hvd.elastic.run with a
@@ -16,6 +18,12 @@ start of step STEP, once. --ps: PS mode, the servers run the SGD update
 (tf.raw_ops.ResourceApplyGradientDescent under the graph rewrite) on the average of the
 workers' gradients, which is the same arithmetic as the allreduce loop.
 --stop ID:STEP: worker ID SIGSTOPs itself at the start of step STEP (the driver kills it).
+--mark ID:STEP: worker ID creates OUT_DIR/mark-STEP at the start of step STEP, so that a
+test can change the job's hosts at a known point of the training (test_elastic_growth.py);
+--mark-sizes ID: worker ID creates OUT_DIR/size-N once it committed a step of N workers.
+--size-runs N1,N2,...: instead of FINAL_SIZE, the loop ends (after MIN_STEPS) once the
+sizes of the steps so far, runs of equal sizes merged, are N1,N2,... (e.g. 2,3,2: grown
+by one, then shrunk back). --step-sleep S: the pause after each step (default 0.02 s).
 --die-in-rendezvous ID: every worker writes OUT_DIR/initing-<id> just before init(); worker
 ID waits until all others have, gives them a second to register, and SIGKILLs itself, so
 that the others wait in the first epoch's rendezvous for it.
@@ -52,6 +60,10 @@ def main():
     parser.add_argument("--kill-server", default="-:-1")
     parser.add_argument("--stop", default="-:-1")
     parser.add_argument("--die-in-rendezvous", default="-")
+    parser.add_argument("--mark", default="-:-1")
+    parser.add_argument("--mark-sizes", default="-")
+    parser.add_argument("--size-runs", default=None)
+    parser.add_argument("--step-sleep", type=float, default=0.02)
     parser.add_argument("--workers", type=int, default=0, help="for --die-in-rendezvous")
     args = parser.parse_args()
     out_dir, min_steps, final_size = args.out_dir, args.min_steps, args.final_size
@@ -60,6 +72,8 @@ def main():
     server_kill_step = int(server_kill_step)
     stopper, stop_step = args.stop.split(":")
     stop_step = int(stop_step)
+    marker, mark_step = args.mark.split(":")
+    mark_step = int(mark_step)
     me = os.environ["TFPS_ELASTIC_ID"]
     with open(os.path.join(out_dir, f"initing-{me}"), "w"):
         pass
@@ -77,14 +91,27 @@ def main():
         ps_mode.initialize_variables([w])
     state = hvd.elastic.TensorFlowState([w], step=0, history=())
     killed_server = []
+    size_runs = [int(n) for n in args.size_runs.split(",")] if args.size_runs else None
+
+    def done():
+        if state.step < min_steps:
+            return False
+        if size_runs is None:
+            return len(state.history[-1]) == final_size
+        sizes = [len(ids) for ids in state.history]
+        return [n for k, n in enumerate(sizes) if k == 0 or sizes[k - 1] != n] == size_runs
 
     @hvd.elastic.run
     def train(state):
-        while not (state.step >= min_steps and len(state.history[-1]) == final_size):
+        while not done():
             if state.step >= MAX_STEPS:
-                raise RuntimeError(f"no step with {final_size} workers by step {MAX_STEPS}")
+                raise RuntimeError(f"no step with {final_size} workers (--size-runs "
+                                   f"{args.size_runs}) by step {MAX_STEPS}")
             if me == kill_id and state.step == kill_step:
                 os.kill(os.getpid(), signal.SIGKILL)
+            if me == marker and state.step == mark_step:
+                with open(os.path.join(out_dir, f"mark-{mark_step}"), "w"):
+                    pass
             if me == stopper and state.step == stop_step:
                 os.kill(os.getpid(), signal.SIGSTOP)
             if me == server_killer and state.step == server_kill_step and not killed_server:
@@ -102,7 +129,10 @@ def main():
             state.history = state.history + (tuple(ids),)
             state.step += 1
             state.commit()
-            time.sleep(0.02)  # the other workers run on the same two cores
+            if me == args.mark_sizes:
+                with open(os.path.join(out_dir, f"size-{len(ids)}"), "w"):
+                    pass
+            time.sleep(args.step_sleep)  # the other workers run on the same two cores
 
     train(state)
     with open(os.path.join(out_dir, f"{me}.json"), "w") as f:

@@ -37,6 +37,10 @@ const std::vector<ConfigEntry>& ConfigTable() {
       {"TFPS_SERVER_THREADS", "int", "2",
        "Summation threads per ps_server (keys are sharded over them)."},
       {"TFPS_LOG_LEVEL", "string", "info", "debug, info, warning or error."},
+      {"TFPS_LOG_TIMESTAMP", "int", "1",
+       "1: every log line of the engine and ps_server starts with the UTC time, e.g. "
+       "`2026-12-01 20:15:03.123456 [tfps worker 1] INFO: ...`; 0: without it (tfps-run "
+       "--log-without-timestamp)."},
       {"TFPS_CHECKPOINT_DIR", "string", "",
        "ps_server: a directory (shared by all servers) where each summation thread writes its "
        "part of the server's PS-mode parameters and slots, and from which a server restores "
@@ -311,8 +315,10 @@ Status LoadFeatures(Config* config) {
   return ParseInt("TFPS_CHECKPOINT_EVERY", 0, int64_t{1} << 50, &config->checkpoint_every);
 }
 
-// TFPS_LOG_LEVEL, which takes effect at once.
+// TFPS_LOG_LEVEL and TFPS_LOG_TIMESTAMP, which take effect at once.
 Status LoadLogLevel(Config* config) {
+  TFPS_RETURN_IF_ERROR(ParseSwitch("TFPS_LOG_TIMESTAMP", &config->log_timestamp));
+  SetLogTimestamps(config->log_timestamp);
   config->log_level = Lookup("TFPS_LOG_LEVEL");
   LogLevel level;
   if (!ParseLogLevel(config->log_level, &level)) {

@@ -33,6 +33,7 @@ struct Config {
   int64_t partition_bytes = 0;     // TFPS_PARTITION_BYTES
   int server_threads = 0;          // TFPS_SERVER_THREADS
   std::string log_level;           // TFPS_LOG_LEVEL
+  bool log_timestamp = false;      // TFPS_LOG_TIMESTAMP
   std::string checkpoint_dir;      // TFPS_CHECKPOINT_DIR (empty: no server checkpoints)
   int64_t checkpoint_every = 0;    // TFPS_CHECKPOINT_EVERY
   int64_t scheduling_credit = 0;   // TFPS_SCHEDULING_CREDIT (0: unlimited)

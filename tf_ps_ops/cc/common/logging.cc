@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <ctime>
 #include <mutex>
 
 namespace tfps {
 namespace {
 
 std::atomic<int> g_level{static_cast<int>(LogLevel::kInfo)};
+std::atomic<bool> g_timestamps{true};
 std::mutex g_role_mu;
 std::string g_role = "tfps";  // guarded by g_role_mu
 
@@ -22,7 +24,21 @@ const char* LevelName(LogLevel level) {
   return "?";
 }
 
+// "2026-12-01 20:15:03.123456 " in UTC.
+std::string Timestamp() {
+  timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  tm utc;
+  gmtime_r(&now.tv_sec, &utc);
+  char text[48];
+  const size_t n = std::strftime(text, sizeof(text), "%Y-%m-%d %H:%M:%S", &utc);
+  std::snprintf(text + n, sizeof(text) - n, ".%06ld ", now.tv_nsec / 1000);
+  return text;
+}
+
 }  // namespace
+
+void SetLogTimestamps(bool on) { g_timestamps = on; }
 
 void SetLogLevel(LogLevel level) { g_level = static_cast<int>(level); }
 LogLevel GetLogLevel() { return static_cast<LogLevel>(g_level.load()); }
@@ -73,7 +89,9 @@ LogMessage::~LogMessage() {
     text.insert(at + 1, "    ");
   }
   // One fprintf per line so lines from several threads do not interleave.
-  std::fprintf(stderr, "[%s] %s: %s\n", role.c_str(), LevelName(level_), text.c_str());
+  const std::string time = g_timestamps ? Timestamp() : std::string();
+  std::fprintf(stderr, "%s[%s] %s: %s\n", time.c_str(), role.c_str(), LevelName(level_),
+               text.c_str());
   std::fflush(stderr);
 }
 

@@ -1,5 +1,6 @@
 // Minimal leveled logging to stderr, one line per message, prefixed with the role
-// ("[tfps worker 1]", "[tfps server 0]") so interleaved logs of a job stay readable.
+// ("[tfps worker 1]", "[tfps server 0]") so interleaved logs of a job stay readable, and
+// optionally with the time.
 #ifndef TFPS_CC_COMMON_LOGGING_H_
 #define TFPS_CC_COMMON_LOGGING_H_
 
@@ -15,6 +16,8 @@ LogLevel GetLogLevel();
 // Parses "debug", "info", "warning", "error"; false on anything else.
 bool ParseLogLevel(const std::string& text, LogLevel* level);
 void SetLogRole(const std::string& role);  // e.g. "server 0"
+// true: each line starts with the UTC time to the microsecond (TFPS_LOG_TIMESTAMP).
+void SetLogTimestamps(bool on);
 
 // Text from the network (a peer's routing id, say) as it may appear inside a log line:
 // printable ASCII stays, a backslash and anything else (a newline that would start a
