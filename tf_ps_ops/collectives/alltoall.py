@@ -197,23 +197,26 @@ def _reducescatter_by_servers(tensor, compression, key, process_set, members, pr
 
 
 def _agreed_rows(rows, key):
-    # Every worker's first dimension, gathered (8 bytes from each peer): with different
-    # ones the split would differ between workers, and a worker could get a wrong slice
-    # without noticing. Every worker sees the same list, so all fail together, before the
-    # exchange (the servers' path reports this as its shape mismatch). It goes under the
-    # call's own key: a worker that raised before the call (abort.guarded) tells the
-    # others under that key, and they are waiting here.
-    every = allgather(tf.reshape(rows, [1]), name=key)
-    message = (f"reducescatter {key!r}: the workers' first dimensions differ (rank order): "
-               "every worker must pass a tensor of the same shape")
+    # Every worker's first dimension, gathered (8 bytes from each peer; in a graph only
+    # a shape, below): with different ones the split would differ between workers, and a
+    # worker could get a wrong slice without noticing. Every worker sees the same list, so
+    # all fail together, before the exchange (the servers' path reports this as its shape
+    # mismatch). It goes under the call's own key: a worker that raised before the call
+    # (abort.guarded) tells the others under that key, and they are waiting here.
     if tf.executing_eagerly():
-        values = every.numpy().tolist()
+        values = allgather(tf.reshape(rows, [1]), name=key).numpy().tolist()
         if any(v != values[0] for v in values):
-            raise tf.errors.FailedPreconditionError(None, None, f"{message}: {values}")
+            raise tf.errors.FailedPreconditionError(
+                None, None, f"reducescatter {key!r}: the workers' first dimensions differ "
+                f"(rank order): {values}; every worker must pass a tensor of the same shape")
         return rows
-    check = tf.debugging.assert_equal(every, tf.fill(tf.shape(every), every[0]),
-                                      message=message)
-    with tf.control_dependencies([check]):
+    # In a graph the allgather op's own shape check says it, with the FailedPreconditionError
+    # of Horovod's mismatches (a tf.debugging assertion raises InvalidArgumentError, and a
+    # py_function's error turns Unknown inside a tf.function): an empty tensor whose second
+    # dimension is `rows` carries no data.
+    probe = allgather(tf.zeros(tf.stack([tf.constant(1, rows.dtype), 0, rows]), tf.int8),
+                      name=key)
+    with tf.control_dependencies([probe]):
         return tf.identity(rows)
 
 

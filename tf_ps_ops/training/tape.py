@@ -98,6 +98,17 @@ class _DistributedGradientTapeMixin:
                 tf.nest.flatten(grads), tf.nest.flatten(sources), reduce))
         return tf.nest.pack_sequence_as(grads, reduce(tf.nest.flatten(grads)))
 
+    def get_local_and_global_gradients(self, target, sources, output_gradients=None,
+                                       unconnected_gradients=tf.UnconnectedGradients.NONE):
+        """Horovod's: gradient(), split into ([(source, grad)] of the local sources,
+        [(source, grad)] of the others), each in the order of `sources`."""
+        grads = self.gradient(target, sources, output_gradients, unconnected_gradients)
+        local = getattr(self, "_tfps_local", None) or ()
+        local_pairs, global_pairs = [], []
+        for source, grad in zip(tf.nest.flatten(sources), tf.nest.flatten(grads)):
+            (local_pairs if source in local else global_pairs).append((source, grad))
+        return local_pairs, global_pairs
+
     def register_local_source(self, source):
         """Horovod's: `source`'s gradient stays this worker's own, never reduced."""
         if getattr(self, "_tfps_local", None) is None:

@@ -254,13 +254,43 @@ def check_sync_batch_normalization(hvd):
                                    rtol=1e-4, atol=1e-5)
 
 
+def check_reducescatter_mismatch_in_graphs(hvd):
+    # Horovod raises FailedPreconditionError when the workers' shapes differ, in a
+    # tf.function and in a v1 Session as eagerly (its test_horovod_reducescatter_error),
+    # and the next reducescatter under the same key works.
+    size, me = hvd.size(), hvd.rank()
+    dims = [2 + me, 3]
+
+    @tf.function
+    def in_function():
+        return hvd.reducescatter(tf.ones(dims), name="rs.mismatch.function")
+
+    def in_session():
+        with tf.Graph().as_default():
+            out = hvd.reducescatter(tf.ones(dims), name="rs.mismatch.session")
+            with tf.compat.v1.Session() as session:
+                return session.run(out)
+
+    for run in (in_function, in_session):
+        try:
+            run()
+        except tf.errors.FailedPreconditionError as error:
+            # The allgather of the row counts' shape check (an empty int8[1, 0, rows]).
+            assert "rs.mismatch." in str(error) and f"int8[1,0,{2 + me}]" in str(error), error
+        else:
+            raise AssertionError(f"rank {me}: {run.__name__} raised no FailedPreconditionError")
+    out = tf.function(lambda: hvd.reducescatter(tf.ones([size, 3]) * (me + 1), op=hvd.Sum,
+                                                name="rs.mismatch.function"))()
+    np.testing.assert_array_equal(out, np.full([1, 3], size * (size + 1) / 2, np.float32))
+
+
 CHECKS = [check_broadcast_grad_is_averaged, check_allgather_grad,
           check_allgather_grad_in_v1_graph, check_broadcast_inplace_in_v1_graph,
           check_indexed_slices_without_dense_shape, check_fp16_scaling_in_fp32,
           check_objects_in_v1_graph, check_callback_broadcasts_model_without_input,
           check_callback_local_variables, check_topology, check_byteps_push_pull_scope,
           check_keras_namespace_collectives, check_broadcast_global_variables_in_v1_graph,
-          check_sync_batch_normalization]
+          check_sync_batch_normalization, check_reducescatter_mismatch_in_graphs]
 
 if __name__ == "__main__":
     run_checks(CHECKS)

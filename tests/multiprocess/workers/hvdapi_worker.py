@@ -228,6 +228,17 @@ def check_partial_tape(hvd):
     got = tape.gradient(loss, model.trainable_variables)
     for g, w in zip(got, expected_partial(hvd, {0}, True)):
         np.testing.assert_allclose(g.numpy(), w, rtol=1e-5, atol=1e-6)
+    # Horovod's get_local_and_global_gradients: the same gradients as (source, grad)
+    # pairs, split into the local layer's and the others', each in the sources' order.
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(model(x) - y))
+    tape = hvd.PartialDistributedGradientTape(tape, local_layers=model.layers[1])
+    variables = model.trainable_variables
+    local, shared = tape.get_local_and_global_gradients(loss, variables)
+    assert [id(v) for v, _ in local] == [id(v) for v in variables[2:]], local
+    assert [id(v) for v, _ in shared] == [id(v) for v in variables[:2]], shared
+    for (_, g), w in zip(shared + local, expected_partial(hvd, {2, 3}, True)):
+        np.testing.assert_allclose(g.numpy(), w, rtol=1e-5, atol=1e-6)
 
 
 def check_v1_optimizer_aggregation(hvd):
