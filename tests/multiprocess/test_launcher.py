@@ -154,7 +154,9 @@ def test_bad_arguments_exit_2(args, message):
 def test_missing_ps_server_says_how_to_build_it(tmp_path):
     code, _, err, _ = launch("--ps-server", str(tmp_path / "nope"), "-np", "1", "true",
                              timeout=30)
-    assert code == 1 and "ps_server not built: run `make build`" in err
+    assert code == 1 and "ps_server not built (no executable at" in err
+    # What to do, for a checkout and for a pip install.
+    assert "run `make build`" in err and "pip install --force-reinstall" in err
 
 
 def test_command_that_cannot_start_is_reported(fake_ps_server):
