@@ -22,6 +22,8 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+from smoke_tf import copy_tree  # noqa: E402
 JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "allreduce_job.py")
 PIP_TIMEOUT_S = 1200  # a cold pip cache downloads TensorFlow (~600 MB) for each isolated env
 JOB_TIMEOUT_S = 300
@@ -36,15 +38,8 @@ def work(tmp_path):
 
 
 def fresh_tree(dest):
-    """Copies the files a clone of the working tree would have: tracked and untracked,
-    minus git's ignored ones (the in-place build, virtualenvs)."""
-    listed = subprocess.run(["git", "ls-files", "-z", "-co", "--exclude-standard"], cwd=ROOT,
-                            capture_output=True, check=True).stdout.split(b"\0")
-    for rel in filter(None, (p.decode() for p in listed)):
-        src = os.path.join(ROOT, rel)
-        if os.path.isfile(src):  # a tracked file deleted in the working tree is skipped
-            os.makedirs(os.path.dirname(os.path.join(dest, rel)), exist_ok=True)
-            shutil.copy2(src, os.path.join(dest, rel))
+    """The files a clone of the working tree would have (tools/smoke_tf.py's copy)."""
+    copy_tree(dest)
     return dest
 
 

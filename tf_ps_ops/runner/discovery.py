@@ -11,11 +11,12 @@ Also the flags (`add_flags`, `check_args`), so that run.py only calls two functi
 Standard library only, as the rest of the launcher.
 """
 
-import argparse
 import os
 import signal
 import subprocess
 import time
+
+from tf_ps_ops.runner.flag_types import int_at_least, positive_float
 
 INTERVAL_S = 1.0
 SCRIPT_TIMEOUT_S = 10.0
@@ -133,22 +134,6 @@ class HostDiscovery:
 
 # --- the flags (run.py) -----------------------------------------------------------------
 
-def _at_least(low):
-    def parse(text):
-        value = int(text)
-        if value < low:
-            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
-        return value
-    return parse
-
-
-def _positive_float(text):
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-    return value
-
-
 def add_flags(parser):
     """horovodrun's elastic flags that grow and shrink a job (docs/elastic.md)."""
     group = parser.add_argument_group("elastic jobs that grow and shrink (horovodrun's flags)")
@@ -157,17 +142,17 @@ def add_flags(parser):
                             "`host` or `host:slots` a line, run every ~1 s; new slots get new "
                             "workers (up to --max-np), a host that is gone loses its workers "
                             "(localhost/127.0.0.1 only, for now)")
-    group.add_argument("--min-np", "--min-num-proc", dest="min_np", type=_at_least(1),
+    group.add_argument("--min-np", "--min-num-proc", dest="min_np", type=int_at_least(1),
                        metavar="N", help="with a discovery script: workers needed to start and "
                                          "to go on (default -np); fewer wait up to "
                                          "--elastic-timeout")
-    group.add_argument("--max-np", "--max-num-proc", dest="max_np", type=_at_least(1),
+    group.add_argument("--max-np", "--max-num-proc", dest="max_np", type=int_at_least(1),
                        metavar="N", help="with a discovery script: never more workers than N "
                                          "(default: as many as the slots)")
-    group.add_argument("--slots", "--slots-per-host", dest="slots", type=_at_least(1),
+    group.add_argument("--slots", "--slots-per-host", dest="slots", type=int_at_least(1),
                        metavar="N", help="with a discovery script: slots of a host printed "
                                          "without a count (default 1)")
-    group.add_argument("--elastic-timeout", type=_positive_float, default=600.0, metavar="S",
+    group.add_argument("--elastic-timeout", type=positive_float, default=600.0, metavar="S",
                        help="with a discovery script: how long the job waits for --min-np "
                             "slots, at the start or after losing workers (default 600)")
 

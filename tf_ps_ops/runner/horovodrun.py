@@ -12,6 +12,8 @@ Imports only the standard library (PyYAML, only when --config-file is given).
 import argparse
 import os
 
+from tf_ps_ops.runner.flag_types import non_negative_float, positive_float
+
 _LOG_LEVELS = {"trace": "debug", "debug": "debug", "info": "info", "warning": "warning",
                "error": "error", "fatal": "error"}
 
@@ -24,18 +26,8 @@ def _log_level(text):
             f"{text!r} is not one of {', '.join(name.upper() for name in _LOG_LEVELS)}") from None
 
 
-def _positive_float(text):
-    value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-    return value
 
 
-def _non_negative_float(text):
-    value = float(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be at least 0, got {text}")
-    return value
 
 
 # Flags accepted without effect: (flags, dest, kind, why). kind: "flag" (store_true),
@@ -96,7 +88,7 @@ def add_flags(parser):
                        help="a YAML file of horovodrun's keys (params, timeline, logging, "
                             "autotune, stall_check, library_options); a flag given on the "
                             "command line wins")
-    group.add_argument("--start-timeout", type=_positive_float, metavar="S",
+    group.add_argument("--start-timeout", type=positive_float, metavar="S",
                        help="seconds the rendezvous (and any other wait) may take before it "
                             "fails naming who is missing (TFPS_TIMEOUT)")
     group.add_argument("--verbose", action="store_true",
@@ -121,7 +113,7 @@ def add_flags(parser):
     group.add_argument("--output-filename", metavar="DIR",
                        help="also write each worker's output to DIR/rank.N/stdout and "
                             "DIR/rank.N/stderr")
-    group.add_argument("--fusion-threshold-mb", type=_non_negative_float, metavar="MB",
+    group.add_argument("--fusion-threshold-mb", type=non_negative_float, metavar="MB",
                        help="payload of one fused batch of small partitions "
                             "(TFPS_FUSION_BYTES; 0 turns fusion off)")
     group.add_argument("--hierarchical-allreduce", dest="hierarchical_allreduce",

@@ -32,6 +32,7 @@ from tf_ps_ops.runner.elastic_growth import GrowingElasticJob
 from tf_ps_ops.runner.elastic_ssh import RelayOutput, keepalive_options
 from tf_ps_ops.runner.env import LOCAL_ADDRESS, Place
 from tf_ps_ops.runner.env import worker_env as _place_env
+from tf_ps_ops.runner.flag_types import int_at_least, positive_float
 from tf_ps_ops.runner.horovodrun import tuning_env
 from tf_ps_ops.runner.job import Job, LaunchError, run_to_teardown
 from tf_ps_ops.runner.process import LOCAL, Prefixed
@@ -50,20 +51,8 @@ _SERVER_EXIT_WAIT_S = 2.0
 _KILL_GRACE_S = 3.0
 
 
-def _int_at_least(low):
-    def parse(text):
-        value = int(text)
-        if value < low:
-            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
-        return value
-    return parse
 
 
-def _positive_float(text):
-    value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-    return value
 
 
 def _consistency(text):
@@ -88,10 +77,10 @@ def parse_args(argv=None):
                     "accepted with its meaning; the few without one here say so and are "
                     "ignored.")
     parser.add_argument("-np", "--num-workers", "--num-proc", dest="num_workers",
-                        type=_int_at_least(1), metavar="N",
+                        type=int_at_least(1), metavar="N",
                         help="number of worker processes running COMMAND (with -H: "
                              "default every slot)")
-    parser.add_argument("-ns", "--num-servers", type=_int_at_least(1), metavar="M",
+    parser.add_argument("-ns", "--num-servers", type=int_at_least(1), metavar="M",
                         help="number of ps_server processes (default 1; with -H one per "
                              "host, spread over the hosts in turn)")
     parser.add_argument("-H", "--hosts", metavar="HOSTS",
@@ -103,7 +92,7 @@ def parse_args(argv=None):
                              "measure on a trusted network; the default is a key per job")
     parser.add_argument("--hostfile", metavar="F",
                         help="a file of `host slots=N` (or host:N) lines, instead of -H")
-    parser.add_argument("-p", "--ssh-port", type=_int_at_least(1), metavar="P",
+    parser.add_argument("-p", "--ssh-port", type=int_at_least(1), metavar="P",
                         help="ssh port of the remote hosts (default: ssh's own)")
     parser.add_argument("-i", "--ssh-identity-file", metavar="FILE",
                         help="private key for ssh (ssh -i)")
@@ -114,11 +103,11 @@ def parse_args(argv=None):
                         help="the hosts reach each other at their address on interface IF "
                              "(default: at the names given in -H); horovodrun's list "
                              "IF1,IF2 takes the first")
-    parser.add_argument("--port", type=_int_at_least(0), default=0, metavar="P",
+    parser.add_argument("--port", type=int_at_least(0), default=0, metavar="P",
                         help="scheduler port (default 0: any free port)")
-    parser.add_argument("--timeout", type=_positive_float, metavar="S",
+    parser.add_argument("--timeout", type=positive_float, metavar="S",
                         help="kill the whole job after S seconds and exit 124")
-    parser.add_argument("--server-threads", type=_int_at_least(1), metavar="T",
+    parser.add_argument("--server-threads", type=int_at_least(1), metavar="T",
                         help="threads per ps_server (default: TFPS_SERVER_THREADS, else the "
                              "server's own)")
     parser.add_argument("--consistency", type=_consistency, metavar="MODEL",
@@ -130,13 +119,13 @@ def parse_args(argv=None):
     parser.add_argument("--elastic", action="store_true",
                         help="elastic membership: a worker that dies does not end the job, "
                              "the others go on (docs/elastic.md; with -H over ssh too)")
-    parser.add_argument("--elastic-min-workers", type=_int_at_least(1), default=1,
+    parser.add_argument("--elastic-min-workers", type=int_at_least(1), default=1,
                         metavar="N", help="with --elastic: end the job when fewer than N "
                                           "workers are left (default 1)")
-    parser.add_argument("--elastic-restarts", type=_int_at_least(0), default=0, metavar="R",
+    parser.add_argument("--elastic-restarts", type=int_at_least(0), default=0, metavar="R",
                         help="with --elastic: replace up to R dead workers by new ones, "
                              "which join at the others' next commit (default 0)")
-    parser.add_argument("--elastic-server-restarts", type=_int_at_least(0), default=3,
+    parser.add_argument("--elastic-server-restarts", type=int_at_least(0), default=3,
                         metavar="S", help="with --elastic: a server (or the scheduler) that "
                              "dies starts a new epoch with new servers and the same workers, "
                              "who go on from their last commit, up to S times; then it ends "
