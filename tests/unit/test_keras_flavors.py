@@ -11,7 +11,6 @@ import pytest
 
 tf_keras = pytest.importorskip("tf_keras")
 import keras  # noqa: E402
-import tensorflow as tf  # noqa: E402
 
 import tf_ps_ops.keras as hvd  # noqa: E402
 from tf_ps_ops.training.keras_flavor import (is_tf_keras,  # noqa: E402
