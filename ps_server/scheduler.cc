@@ -53,14 +53,16 @@ int Scheduler::Run(const std::atomic<bool>& stop) {
     }
     zmq::pollitem_t items[] = {{router_.handle(), 0, ZMQ_POLLIN, 0},
                                {monitor.socket().handle(), 0, ZMQ_POLLIN, 0}};
-    Poll(items, 2, 200);
+    Poll(items, 2, silent.PollTimeoutMs(200));
     while (RecvFrames(router_, &frames)) {
-      if (frames.size() > 1) silent.OnMessage(frames[1]);
+      silent.OnMessage(frames);
+      const int fd = frames.size() > 1 ? SilentConnections::SourceFd(frames[1]) : -1;
       try {
         OnMessage(frames);
       } catch (const std::exception& e) {  // no exception leaves the scheduler's thread
         TFPS_LOG(Error) << "dropped a message that could not be handled: " << e.what();
       }
+      if (fd >= 0 && IsMemberConnection(fd)) silent.OnMember(fd);
     }
     int event = 0, value = 0;
     std::string address;
@@ -351,6 +353,16 @@ void Scheduler::TellMembers(Code code, const std::string& text, const std::strin
   };
   for (const Member& m : servers_) tell(m);
   for (const auto& w : workers_) tell(w.second);
+}
+
+bool Scheduler::IsMemberConnection(int fd) const {
+  for (const Member& m : servers_) {
+    if (m.fd == fd) return true;
+  }
+  for (const auto& w : workers_) {
+    if (w.second.fd == fd) return true;
+  }
+  return false;
 }
 
 std::string Scheduler::NameOf(const std::string& identity) const {
