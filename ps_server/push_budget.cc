@@ -8,9 +8,11 @@
 namespace tfps {
 
 struct PushBudget::Counts {
-  explicit Counts(int num_workers) : by_rank(num_workers) {}
+  explicit Counts(int num_workers) : by_rank(num_workers), refusals(num_workers) {}
   std::atomic<uint64_t> total{0};
   std::vector<std::atomic<uint64_t>> by_rank;
+  std::atomic<uint64_t> refusals_total{0};
+  std::vector<std::atomic<uint64_t>> refusals;  // by rank: HoldRefusal's, not yet written
 };
 
 namespace {
@@ -109,6 +111,19 @@ Buffer PushBudget::HoldReply(int rank, Buffer payload) {
   auto held = std::make_shared<HeldReply>(payload.owner(), payload.size(), counts_,
                                           &counts_->total, &counts_->by_rank[rank]);
   return Buffer::Adopt(payload.data(), payload.size(), std::move(held));
+}
+
+bool PushBudget::HoldRefusal(int rank, const std::string& text, Buffer* out) {
+  if (rank < 0 || rank >= num_workers_) return false;
+  // Its head and ZeroMQ's bookkeeping of the two frames count too.
+  const uint64_t bytes = text.size() + 256;
+  std::atomic<uint64_t>* mine = &counts_->refusals[rank];
+  if (mine->load(std::memory_order_relaxed) + bytes > kRefusalBytes) return false;
+  Buffer copy = Buffer::CopyOf(text.data(), text.size());
+  auto held = std::make_shared<HeldReply>(copy.owner(), bytes, counts_,
+                                          &counts_->refusals_total, mine);
+  *out = Buffer::Adopt(copy.data(), copy.size(), std::move(held));
+  return true;
 }
 
 uint64_t PushBudget::held() const { return counts_->total.load(std::memory_order_relaxed); }

@@ -26,6 +26,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include <zmq.hpp>
 
@@ -52,6 +53,13 @@ class PushBudget {
   // dies (ZeroMQ frees it once written or dropped). A borrowed (shared-memory) or empty
   // payload is returned as it is.
   Buffer HoldReply(int rank, Buffer payload);
+
+  // A refusal's text (Admit's status) for worker `rank` in *out, counted apart from the
+  // budget until ZeroMQ has written it: at most kRefusalBytes of them unread per worker
+  // (a worker that reads gets every one). False, and nothing in *out, beyond that: a
+  // worker that never reads while pushing on cannot queue refusals without bound.
+  static constexpr uint64_t kRefusalBytes = 1 << 20;
+  bool HoldRefusal(int rank, const std::string& text, Buffer* out);
 
   uint64_t held() const;
   uint64_t held_by(int rank) const;

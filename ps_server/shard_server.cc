@@ -629,14 +629,21 @@ bool ShardServer::AdmitOnIoThread(const std::string& identity, Work* w) {
     return true;
   }
   // The push fails at once (not silently, not after TFPS_TIMEOUT); the log is rate-limited
-  // per peer, the answers are not: each refused push is an op its worker waits for.
+  // per peer, the answers are not (each refused push is an op its worker waits for) unless
+  // the worker leaves kRefusalBytes of them unread (push_budget.h).
+  Buffer text;
+  const bool answered = budget_.HoldRefusal(h.sender, s.message(), &text);
   uint64_t suppressed = 0;
   if (limiter_.Allow(identity, &suppressed)) {
-    TFPS_LOG(Warning) << s.message() << SuppressedNote(suppressed);
+    TFPS_LOG(Warning) << s.message()
+                      << (answered ? "" : " (not answered: the worker has not read the last "
+                                          "1 MiB of refusals)")
+                      << SuppressedNote(suppressed);
   }
+  if (!answered) return false;
   Head about = HeadAbout(h, MsgType::kError, server_id_);
   about.header.status = static_cast<uint16_t>(s.code());
-  (void)SendText(router_, identity, about.header, s.message());
+  (void)SendMessage(router_, identity, about, MessageOf(text));
   return false;
 }
 

@@ -19,6 +19,7 @@ import time
 
 import numpy as np
 import pytest
+import zmq
 
 from hostile import Job, T, core, rss_kib
 
@@ -165,4 +166,44 @@ def test_unread_replies_of_pushes_without_data_count_against_the_budget(tmp_path
     finally:
         if sock is not None:
             sock.close()
+        job.close()
+
+
+def test_rounds_opened_by_pushes_without_data_count_while_they_wait(tmp_path):
+    """A member that pushes tiny pushes without data to distinct tensors its peer never
+    pushes opens a round each, which waits for TFPS_TIMEOUT: the push that opened it now
+    counts (at least 4 KiB) until the round ends, so past its share the pushes are refused
+    instead of each leaving its round's bookkeeping behind."""
+    limit, flood = 16 * MIB, 200_000
+    job = Job(tmp_path, num_workers=2,
+              env={"TFPS_SERVER_PUSH_BYTES": str(limit), "TFPS_MAX_MESSAGE_BYTES": str(limit),
+                   "TFPS_SERVER_THREADS": "1", "TFPS_SHM_SERVER": "0", "TFPS_TIMEOUT": "60"})
+    try:
+        address = job.register_workers(2)
+        honest, flooder = [job.connect_worker(address, rank) for rank in range(2)]
+        flooder.setsockopt(zmq.SNDHWM, 0)
+        pid = job.server.pid
+        before = rss_kib(pid)
+        for key in range(flood):
+            head = core.encode_head(dict(type=T["PUSH_PULL"], key=1000 + key, partition=0,
+                                         num_partitions=1, step=0, dtype=F32, sender=1,
+                                         count=1, total_count=1, flags=core.FLAG_NO_DATA), [1])
+            flooder.send_multipart([head, b""])
+        last, since, deadline = before, time.monotonic(), time.monotonic() + 30
+        while time.monotonic() - since < 2.0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+            now = rss_kib(pid)
+            if abs(now - last) > 512:
+                last, since = now, time.monotonic()
+        grown = (last - before) / 1024
+        print(f"server RSS {before >> 10} -> {last >> 10} MiB (+{grown:.0f} MiB) after {flood} "
+              f"pushes without data opening rounds that wait, TFPS_SERVER_PUSH_BYTES="
+              f"{limit >> 20} MiB")
+        assert job.server.poll() is None, job.server_log_text()[-3000:]
+        log = job.server_log_text()
+        assert "refused worker 1's push of tensor key" in log, log[-3000:]
+        # At most its share (8 MiB) of 4 KiB pushes (about 2,000 open rounds), 1 MiB of
+        # refusals, and what ZeroMQ queued on the way in; each round stayed before.
+        assert grown < 32, grown
+    finally:
         job.close()
