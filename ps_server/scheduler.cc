@@ -1,6 +1,8 @@
 #include "ps_server/scheduler.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 
 #include "ps_server/exit_codes.h"
@@ -14,6 +16,12 @@
 
 namespace tfps {
 
+namespace {
+
+constexpr int64_t kSchedulerMaxMessageBytes = 1 << 20;
+
+}  // namespace
+
 Scheduler::Scheduler(int num_workers, int num_servers, const Config& config)
     : num_workers_(num_workers),
       num_servers_(num_servers),
@@ -22,6 +30,11 @@ Scheduler::Scheduler(int num_workers, int num_servers, const Config& config)
       router_(context_, zmq::socket_type::router),
       liveness_(config.heartbeat_timeout_s) {
   SetCommonOptions(router_, config_);
+  // Everything a scheduler is sent is small (a registration, a notice of at most
+  // kMaxNoticeBytes, a pong, a goodbye): a frame in progress, which ZeroMQ buffers whole
+  // before we see it, costs a member's connection at most this, not TFPS_MAX_MESSAGE_BYTES.
+  router_.set(zmq::sockopt::maxmsgsize,
+              std::min<int64_t>(config_.max_message_bytes, kSchedulerMaxMessageBytes));
   zap_ = ZapHandler::StartIfKeyed(context_, config_);  // before the socket binds
 }
 

@@ -29,17 +29,18 @@ FRAME = MAX_MESSAGE - MIB  # just under the limit
 CONNECTIONS = 4
 
 
-def hold_partial_frame(port):
-    """Connects, announces one FRAME-byte frame and sends all of it but 1 MiB; returns the
-    socket (left open) and how much was sent before the role closed the connection."""
+def hold_partial_frame(port, frame=FRAME, left=MIB):
+    """Connects, announces one `frame`-byte frame and sends all of it but `left` bytes;
+    returns the socket (left open) and how much was sent before the role closed it."""
     sock, _ = zmtp_connect(port, b"")
-    chunk = b"\x00" * MIB
+    chunk = b"\x00" * (64 << 10)
     sent = 0
     try:
-        sock.sendall(b"\x02" + struct.pack(">Q", FRAME))
-        while sent < FRAME - MIB:
-            sock.sendall(chunk)
-            sent += len(chunk)
+        sock.sendall(b"\x02" + struct.pack(">Q", frame))
+        while sent < frame - left:
+            n = min(len(chunk), frame - left - sent)
+            sock.sendall(chunk[:n])
+            sent += n
     except (BrokenPipeError, ConnectionResetError, socket.timeout):
         pass
     return sock, sent
@@ -56,37 +57,69 @@ def settled_rss(pid, seconds=1.0):
     return last
 
 
-def test_partial_frames_of_connections_not_registered_are_bounded(tmp_path):
+def attack(proc, port, connections, frame, left, held):
+    """Holds `connections` partial frames on `port`; (MiB grown, MiB sent per connection)."""
+    before = settled_rss(proc.pid, 0.3)
+    sent = []
+    for _ in range(connections):
+        sock, n = hold_partial_frame(port, frame, left)
+        held.append(sock)
+        sent.append(round(n / MIB, 1))
+    after = settled_rss(proc.pid)
+    assert proc.poll() is None
+    return (after - before) / 1024, sent
+
+
+def log_of(job, tmp_path, role):
+    if role == "server":
+        return job.server_log_text()
+    job.scheduler_log.flush()
+    return (tmp_path / "scheduler.log").read_text()
+
+
+def test_a_server_cuts_connections_holding_partial_frames_before_a_hello(tmp_path):
     job = Job(tmp_path, num_workers=1, env={"TFPS_MAX_MESSAGE_BYTES": str(MAX_MESSAGE)})
     held = []
     try:
         address = job.register_workers(1)
-        server_port = int(address.rsplit(":", 1)[1])
-        roles = {"scheduler": (job.scheduler, job.scheduler_port),
-                 "server": (job.server, server_port)}
-        grown = {}
-        for name, (proc, port) in roles.items():
-            before = settled_rss(proc.pid, 0.3)
-            sent = []
-            for _ in range(CONNECTIONS):
-                sock, n = hold_partial_frame(port)
-                held.append(sock)
-                sent.append(n >> 20)
-            after = settled_rss(proc.pid)
-            grown[name] = (after - before) >> 10
-            print(f"{name}: RSS {before >> 10} -> {after >> 10} MiB (+{grown[name]} MiB) with "
-                  f"{CONNECTIONS} connections holding partial frames of {FRAME >> 20} MiB "
-                  f"(MiB sent each before being closed: {sent})")
-            assert proc.poll() is None
-        for name, growth in grown.items():
-            # Before: the four frames, about 4 x 63 MiB, held by each role.
-            assert growth < 24, (name, growth)
-        job.scheduler_log.flush()
-        scheduler_log = (tmp_path / "scheduler.log").read_text()
-        for log in (scheduler_log, job.server_log_text()):
-            assert "that held" in log and "of messages not yet complete" in log, log[-2000:]
+        port = int(address.rsplit(":", 1)[1])
+        grown, sent = attack(job.server, port, CONNECTIONS, FRAME, MIB, held)
+        print(f"server: +{grown:.0f} MiB with {CONNECTIONS} connections holding partial "
+              f"frames of {FRAME >> 20} MiB (MiB sent each before being closed: {sent})")
+        # Before: the four frames, 4 x 62 MiB, held until the connections closed.
+        assert grown < 24, grown
+        log = log_of(job, tmp_path, "server")
+        assert "that held" in log and "of messages not yet complete" in log, log[-2000:]
         # Members are untouched: the registered worker says hello to the server.
         job.connect_worker(address, 0)
+    finally:
+        for sock in held:
+            sock.close()
+        job.close()
+
+
+def test_a_scheduler_bounds_partial_frames_of_connections_not_registered(tmp_path):
+    job = Job(tmp_path, num_workers=1, env={"TFPS_MAX_MESSAGE_BYTES": str(MAX_MESSAGE)},
+              server=False)
+    held = []
+    try:
+        # Frames above the scheduler's own 1 MiB limit: refused as announced.
+        grown, sent = attack(job.scheduler, job.scheduler_port, CONNECTIONS, FRAME, MIB, held)
+        print(f"scheduler: +{grown:.0f} MiB with {CONNECTIONS} connections holding partial "
+              f"frames of {FRAME >> 20} MiB (MiB sent each before being closed: {sent})")
+        assert grown < 24, grown  # before: 4 x 62 MiB
+        # Many frames under it, 0.9 MiB each: together at most 32 MiB stay.
+        many = 100
+        grown, sent = attack(job.scheduler, job.scheduler_port, many, 960 << 10, 64 << 10,
+                             held)
+        print(f"scheduler: +{grown:.0f} MiB with {many} connections holding partial frames "
+              f"of 0.9 MiB ({sum(1 for n in sent if n > 0.8)} sent all of theirs)")
+        assert grown < 48, grown  # before: 100 x 0.9 MiB
+        log = log_of(job, tmp_path, "scheduler")
+        assert "that held" in log and "of messages not yet complete" in log, log[-2000:]
+        # A member registers all the same.
+        job.start_server()
+        assert job.register_workers(1).startswith("127.0.0.1:")
     finally:
         for sock in held:
             sock.close()

@@ -41,13 +41,19 @@ SilentConnections::SilentConnections(zmq::socket_t& socket, const std::string& w
       who_(who),
       endpoint_(socket.get(zmq::sockopt::last_endpoint)),
       cap_(static_cast<size_t>(cap)),
-      // CURVE wraps each frame in a MESSAGE command: name, nonce, MAC and flags.
-      frame_overhead_(socket.get(zmq::sockopt::mechanism) == ZMQ_CURVE ? 9 + 8 + 8 + 17 : 9) {}
+      curve_(socket.get(zmq::sockopt::mechanism) == ZMQ_CURVE) {}
 
 namespace {
 
-// Handshake and commands (greeting, READY, PING) a connection may send beyond its messages.
-constexpr uint64_t kCommandSlack = 64 << 10;
+// Handshake and commands (greeting, READY, PONG) a connection may send beyond its messages.
+constexpr uint64_t kCommandSlack = 4 << 10;
+
+// The bytes a frame of `size` takes on the wire (ZMTP 3: a flags byte and a 1- or 8-byte
+// length; under CURVE inside a MESSAGE command: its name, nonce, MAC and flags).
+uint64_t WireBytes(uint64_t size, bool curve) {
+  const uint64_t body = curve ? size + 8 + 8 + 16 + 1 : size;
+  return body + (body < 256 ? 2 : 9);
+}
 
 std::string MiB(uint64_t bytes) { return std::to_string((bytes + (1 << 19)) >> 20) + " MiB"; }
 
@@ -59,7 +65,7 @@ void SilentConnections::OnMessage(const std::vector<zmq::message_t>& frames) {
   if (fd < 0 || members_.count(fd) != 0) return;
   // Its ACCEPTED event may still be queued in the monitor: the entry starts here then.
   auto it = silent_.emplace(fd, Open{Clock::now(), 0}).first;
-  for (size_t i = 1; i < frames.size(); ++i) it->second.delivered += frames[i].size() + frame_overhead_;
+  for (size_t i = 1; i < frames.size(); ++i) it->second.delivered += WireBytes(frames[i].size(), curve_);
 }
 
 int SilentConnections::SourceFd(const zmq::message_t& message) {

@@ -104,7 +104,7 @@ class SilentConnections {
   const std::string who_;
   const std::string endpoint_;  // the bound one, for the log
   const size_t cap_;
-  const uint64_t frame_overhead_;  // bytes a frame takes on the wire beyond its data
+  const bool curve_;  // CURVE: each frame travels inside a MESSAGE command
   std::unordered_map<int, Open> silent_;  // descriptor -> not a member's yet
   std::unordered_set<int> members_;  // descriptors of members, until disconnected
   uint64_t shut_ = 0;  // shut down since the last log line (the cap)
