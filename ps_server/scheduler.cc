@@ -83,7 +83,7 @@ int Scheduler::Run(const std::atomic<bool>& stop) {
       if (silent.OnEvent(event, value)) continue;
       if (event == ZMQ_EVENT_DISCONNECTED) OnDisconnect(value);
     }
-    silent.Tick();
+    silent.Tick([this](int fd) { return IsMemberConnection(fd); });
     if (!conflict_.empty()) {
       if (conflict_at == Clock::time_point()) conflict_at = Clock::now();
       // Refusals are out (an abandoned rendezvous lingers less: a stop is waiting).

@@ -28,7 +28,6 @@ enum WorkerState { kUnseen = 0, kConnected = 1, kDone = 2, kGone = 3 };
 // the reason); fewer reach the workers as warnings.
 constexpr int kCheckpointFailuresFatal = 3;
 
-// A reply sent from its buffer in place; ZeroMQ holds a reference until the bytes are out.
 // The rank of a worker's routing id ("w<rank>", WorkerIdentity), or -1.
 int RankOfIdentity(const std::string& identity) {
   if (identity.size() < 2 || identity.size() > 10 || identity[0] != 'w') return -1;
@@ -40,6 +39,7 @@ int RankOfIdentity(const std::string& identity) {
   return rank;
 }
 
+// A reply sent from its buffer in place; ZeroMQ holds a reference until the bytes are out.
 zmq::message_t MessageOf(const Buffer& buffer) {
   return ZeroCopyMessage(buffer.data(), buffer.size(), buffer.owner());
 }
@@ -433,7 +433,12 @@ int ShardServer::Run(const std::atomic<bool>& stop) {
         }
       }
     }
-    silent.Tick();
+    silent.Tick([this](int fd) {
+      for (const auto& rf : fd_of_rank_) {
+        if (rf.second == fd && worker_state_[rf.first] == kConnected) return true;
+      }
+      return false;
+    });
     int finished = 0;
     for (int s : worker_state_) finished += (s == kDone || s == kGone) ? 1 : 0;
     if (finished == num_workers_) break;

@@ -65,7 +65,9 @@ void SilentConnections::OnMessage(const std::vector<zmq::message_t>& frames) {
   if (fd < 0 || members_.count(fd) != 0) return;
   // Its ACCEPTED event may still be queued in the monitor: the entry starts here then.
   auto it = silent_.emplace(fd, Open{Clock::now(), 0}).first;
-  for (size_t i = 1; i < frames.size(); ++i) it->second.delivered += WireBytes(frames[i].size(), curve_);
+  for (size_t i = 1; i < frames.size(); ++i) {
+    it->second.delivered += WireBytes(frames[i].size(), curve_);
+  }
 }
 
 int SilentConnections::SourceFd(const zmq::message_t& message) {
@@ -105,14 +107,19 @@ bool SilentConnections::OnEvent(int event, int value, Clock::time_point now) {
   }
 }
 
-void SilentConnections::Tick(Clock::time_point now) {
-  CheckBytes(now);
+void SilentConnections::Tick(const IsMember& is_member, Clock::time_point now) {
+  CheckBytes(is_member, now);
   if (silent_.size() < cap_) return;
   const auto grace = std::chrono::milliseconds(kSilentGraceMs);
   size_t shut = 0;
   for (auto it = silent_.begin(); it != silent_.end();) {
     if (now - it->second.accepted < grace) {
       ++it;
+      continue;
+    }
+    if (is_member && is_member(it->first)) {
+      members_.insert(it->first);
+      it = silent_.erase(it);
       continue;
     }
     // ZeroMQ sees the end of the stream and closes the connection (its descriptor too).
@@ -148,7 +155,7 @@ uint64_t SilentConnections::Buffered(int fd, const Open& open) const {
   return read > accounted ? read - accounted : 0;
 }
 
-void SilentConnections::CheckBytes(Clock::time_point now) {
+void SilentConnections::CheckBytes(const IsMember& is_member, Clock::time_point now) {
   if (silent_.empty() || now - checked_ < std::chrono::milliseconds(kByteCheckMs)) return;
   checked_ = now;
   std::vector<std::pair<uint64_t, int>> held;  // bytes, descriptor
@@ -164,9 +171,13 @@ void SilentConnections::CheckBytes(Clock::time_point now) {
   size_t shut = 0;
   for (const auto& h : held) {
     if (h.first <= kUnregisteredConnectionBytes && total <= kUnregisteredBytes) break;
-    (void)shutdown(h.second, SHUT_RDWR);  // ZeroMQ closes it, and frees what it held
-    silent_.erase(h.second);
     total -= h.first;
+    silent_.erase(h.second);
+    if (is_member && is_member(h.second)) {
+      members_.insert(h.second);
+      continue;
+    }
+    (void)shutdown(h.second, SHUT_RDWR);  // ZeroMQ closes it, and frees what it held
     shut_held_ += h.first;
     ++shut;
   }

@@ -31,6 +31,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -82,8 +83,12 @@ class SilentConnections {
   // another queue): members' descriptors are kept until their disconnect, and ACCEPTED
   // skips them.
   void OnMember(int fd);
-  // Shuts down connections as the header says; call it every loop turn.
-  void Tick(Clock::time_point now = Clock::now());
+  // Shuts down connections as the header says; call it every loop turn. `is_member(fd)`
+  // says whether a descriptor is a member's connection now: it is checked before any is
+  // shut down, since a disconnect read late (the monitor is another queue) can make a
+  // member's reused descriptor look new.
+  using IsMember = std::function<bool(int fd)>;
+  void Tick(const IsMember& is_member, Clock::time_point now = Clock::now());
   // How long the role's poll may wait: `normal`, or kByteCheckMs while connections that
   // are not a member's are open.
   int PollTimeoutMs(int normal) const { return silent_.empty() ? normal : kByteCheckMs; }
@@ -96,7 +101,7 @@ class SilentConnections {
     uint64_t delivered = 0;  // bytes on the wire of the messages that reached the role
   };
   // Shuts down those that hold too much (kUnregistered*), every kByteCheckMs.
-  void CheckBytes(Clock::time_point now);
+  void CheckBytes(const IsMember& is_member, Clock::time_point now);
   // What ZeroMQ holds for connection `fd` beyond the messages it delivered.
   uint64_t Buffered(int fd, const Open& open) const;
 
