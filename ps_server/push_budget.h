@@ -1,9 +1,18 @@
-// The bytes of pushes a server holds and has not answered yet (TFPS_SERVER_PUSH_BYTES).
-// A push's payload counts from the moment the I/O thread accepts it until its last
-// reference dies, wherever it is then: queued for a summation thread, the accumulator of a
-// round that waits for the other workers, a kept push of a stale round, or the sum on its
-// way out. So a peer that pushes many distinct keys or steps and never completes them (a
-// hostile one, or one far ahead of the others) cannot grow the server without bound.
+// The bytes a server holds for its workers (TFPS_SERVER_PUSH_BYTES), both ways: pushes
+// not answered yet, and replies not yet taken by their worker's connection.
+//
+// A push counts from the moment the I/O thread accepts it until its last reference dies,
+// wherever it is then: queued for a summation thread, the accumulator of a round that waits
+// for the other workers, a kept push of a stale round, or the sum on its way out. It counts
+// what it makes the server allocate, not only what it carried: the larger of its payload
+// and the reply it stands for (count x element size; a push "without data" of 2^26 float32
+// carries nothing and stands for a 256 MiB reply), so the check happens before the reply
+// exists. A reply counts against the worker it goes to, from the moment its summation
+// thread makes it (while the push that made it still counts) until ZeroMQ has written it
+// to the connection or dropped it: a worker that never reads its replies holds them
+// against its own share. So a peer that pushes many distinct keys or steps and never
+// completes them, or never reads (a hostile one, or one far ahead of the others), cannot
+// grow the server without bound. A reply shared by several workers counts for each.
 //
 // Over the limit, a push is refused only from a worker that holds at least its fair share
 // (limit / workers): one flooding peer cannot make the others' pushes fail, and what the
@@ -17,6 +26,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include <zmq.hpp>
 
@@ -30,12 +40,26 @@ class PushBudget {
  public:
   PushBudget(uint64_t limit, int num_workers);
 
-  // A push counts its payload's size, at least 4 KiB (its round's bookkeeping).
+  // A push counts the larger of its payload and the reply it stands for (Charge), at
+  // least 4 KiB (its round's bookkeeping).
+  static uint64_t Charge(const Header& h, uint64_t payload_bytes);
   // Ok if the push `h` of `payload_bytes` may be accepted; else ResourceExhausted naming
   // the server, the worker, the tensor's key, partition and step, and what to do.
   Status Admit(const Header& h, uint64_t payload_bytes, int server_id) const;
-  // The payload as a Buffer counted against `rank` until its last reference dies.
-  Buffer Hold(int rank, zmq::message_t message);
+  // The payload of the push `h` as a Buffer counted (Charge) against its sender until its
+  // last reference dies.
+  Buffer Hold(const Header& h, zmq::message_t message);
+  // The reply `payload` for worker `rank`, counted against it until its last reference
+  // dies (ZeroMQ frees it once written or dropped). A borrowed (shared-memory) or empty
+  // payload is returned as it is.
+  Buffer HoldReply(int rank, Buffer payload);
+
+  // A refusal's text (Admit's status) for worker `rank` in *out, counted apart from the
+  // budget until ZeroMQ has written it: at most kRefusalBytes of them unread per worker
+  // (a worker that reads gets every one). False, and nothing in *out, beyond that: a
+  // worker that never reads while pushing on cannot queue refusals without bound.
+  static constexpr uint64_t kRefusalBytes = 1 << 20;
+  bool HoldRefusal(int rank, const std::string& text, Buffer* out);
 
   uint64_t held() const;
   uint64_t held_by(int rank) const;

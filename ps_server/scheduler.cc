@@ -1,6 +1,8 @@
 #include "ps_server/scheduler.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 
 #include "ps_server/exit_codes.h"
@@ -14,6 +16,12 @@
 
 namespace tfps {
 
+namespace {
+
+constexpr int64_t kSchedulerMaxMessageBytes = 1 << 20;
+
+}  // namespace
+
 Scheduler::Scheduler(int num_workers, int num_servers, const Config& config)
     : num_workers_(num_workers),
       num_servers_(num_servers),
@@ -22,6 +30,11 @@ Scheduler::Scheduler(int num_workers, int num_servers, const Config& config)
       router_(context_, zmq::socket_type::router),
       liveness_(config.heartbeat_timeout_s) {
   SetCommonOptions(router_, config_);
+  // Everything a scheduler is sent is small (a registration, a notice of at most
+  // kMaxNoticeBytes, a pong, a goodbye): a frame in progress, which ZeroMQ buffers whole
+  // before we see it, costs a member's connection at most this, not TFPS_MAX_MESSAGE_BYTES.
+  router_.set(zmq::sockopt::maxmsgsize,
+              std::min<int64_t>(config_.max_message_bytes, kSchedulerMaxMessageBytes));
   zap_ = ZapHandler::StartIfKeyed(context_, config_);  // before the socket binds
 }
 
@@ -53,14 +66,16 @@ int Scheduler::Run(const std::atomic<bool>& stop) {
     }
     zmq::pollitem_t items[] = {{router_.handle(), 0, ZMQ_POLLIN, 0},
                                {monitor.socket().handle(), 0, ZMQ_POLLIN, 0}};
-    Poll(items, 2, 200);
+    Poll(items, 2, silent.PollTimeoutMs(200));
     while (RecvFrames(router_, &frames)) {
-      if (frames.size() > 1) silent.OnMessage(frames[1]);
+      silent.OnMessage(frames);
+      const int fd = frames.size() > 1 ? SilentConnections::SourceFd(frames[1]) : -1;
       try {
         OnMessage(frames);
       } catch (const std::exception& e) {  // no exception leaves the scheduler's thread
         TFPS_LOG(Error) << "dropped a message that could not be handled: " << e.what();
       }
+      if (fd >= 0 && IsMemberConnection(fd)) silent.OnMember(fd);
     }
     int event = 0, value = 0;
     std::string address;
@@ -68,7 +83,7 @@ int Scheduler::Run(const std::atomic<bool>& stop) {
       if (silent.OnEvent(event, value)) continue;
       if (event == ZMQ_EVENT_DISCONNECTED) OnDisconnect(value);
     }
-    silent.Tick();
+    silent.Tick([this](int fd) { return IsMemberConnection(fd); });
     if (!conflict_.empty()) {
       if (conflict_at == Clock::time_point()) conflict_at = Clock::now();
       // Refusals are out (an abandoned rendezvous lingers less: a stop is waiting).
@@ -351,6 +366,16 @@ void Scheduler::TellMembers(Code code, const std::string& text, const std::strin
   };
   for (const Member& m : servers_) tell(m);
   for (const auto& w : workers_) tell(w.second);
+}
+
+bool Scheduler::IsMemberConnection(int fd) const {
+  for (const Member& m : servers_) {
+    if (m.fd == fd) return true;
+  }
+  for (const auto& w : workers_) {
+    if (w.second.fd == fd) return true;
+  }
+  return false;
 }
 
 std::string Scheduler::NameOf(const std::string& identity) const {

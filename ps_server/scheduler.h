@@ -51,6 +51,8 @@ class Scheduler {
   void TellMembers(Code code, const std::string& text, const std::string& about);
   // "server 1 (host:port)" or "worker 2 (host)" for a registered routing id; empty if none.
   std::string NameOf(const std::string& identity) const;
+  // Whether descriptor `fd` is a registered member's connection.
+  bool IsMemberConnection(int fd) const;
   // Tells every registrant the cluster, once it is complete.
   void AbandonRendezvous();
   void AnnounceCluster();

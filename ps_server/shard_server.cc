@@ -28,6 +28,17 @@ enum WorkerState { kUnseen = 0, kConnected = 1, kDone = 2, kGone = 3 };
 // the reason); fewer reach the workers as warnings.
 constexpr int kCheckpointFailuresFatal = 3;
 
+// The rank of a worker's routing id ("w<rank>", WorkerIdentity), or -1.
+int RankOfIdentity(const std::string& identity) {
+  if (identity.size() < 2 || identity.size() > 10 || identity[0] != 'w') return -1;
+  int rank = 0;
+  for (size_t i = 1; i < identity.size(); ++i) {
+    if (identity[i] < '0' || identity[i] > '9') return -1;
+    rank = rank * 10 + (identity[i] - '0');
+  }
+  return rank;
+}
+
 // A reply sent from its buffer in place; ZeroMQ holds a reference until the bytes are out.
 zmq::message_t MessageOf(const Buffer& buffer) {
   return ZeroCopyMessage(buffer.data(), buffer.size(), buffer.owner());
@@ -201,6 +212,10 @@ void ShardServer::SummationLoop(int index) {
 void ShardServer::SummationWorkOnSummationThread(KeyStore& store, Work& w,
                                                  std::vector<Outgoing>* replies,
                                                  ShmAnswers* shm_answers) {
+  // The replies this work makes count against their workers (push_budget.h) before the
+  // push that made them stops counting: `pushed` keeps its payload until then.
+  const size_t first_reply = replies->size();
+  const Buffer pushed = w.data;
   try {
     if (w.kind == Work::kPush && w.shm) {
       // Summed in place (sum_rounds.cc never writes a borrowed buffer); the stale
@@ -225,6 +240,10 @@ void ShardServer::SummationWorkOnSummationThread(KeyStore& store, Work& w,
     if (w.kind == Work::kPush && w.head.header.sender >= 0) {
       replies->push_back(ErrorReply(w.head.header, w.head.header.sender, server_id_, s));
     }
+  }
+  for (size_t i = first_reply; i < replies->size(); ++i) {
+    Outgoing& o = (*replies)[i];
+    o.payload = budget_.HoldReply(RankOfIdentity(o.identity), std::move(o.payload));
   }
 }
 
@@ -366,7 +385,7 @@ int ShardServer::Run(const std::atomic<bool>& stop) {
                                {monitor.socket().handle(), 0, ZMQ_POLLIN, 0},
                                {nullptr, wake_fd_, ZMQ_POLLIN, 0},
                                {scheduler_.handle(), 0, ZMQ_POLLIN, 0}};
-    Poll(items, 4, 200);
+    Poll(items, 4, silent.PollTimeoutMs(200));
     if (items[2].revents & ZMQ_POLLIN) {
       uint64_t n;
       (void)!read(wake_fd_, &n, sizeof(n));
@@ -374,11 +393,18 @@ int ShardServer::Run(const std::atomic<bool>& stop) {
     SendOutboxOnIoThread();
     if (!ExchangeNoticesOnIoThread(&failed)) break;
     for (int i = 0; i < 256 && RecvFrames(router_, &frames); ++i) {
-      if (frames.size() > 1) silent.OnMessage(frames[1]);
+      silent.OnMessage(frames);
+      const int fd = frames.size() > 1 ? SilentConnections::SourceFd(frames[1]) : -1;
+      const int rank = RankOfIdentity(frames[0].to_string());
       try {
         OnMessageOnIoThread(frames);
       } catch (const std::exception& e) {  // no exception leaves the I/O thread
         TFPS_LOG(Error) << "dropped a message that could not be handled: " << e.what();
+      }
+      // A worker's connection once its hello is taken (OnHelloOnIoThread).
+      if (fd >= 0 && rank >= 0 && rank < num_workers_ && worker_state_[rank] == kConnected &&
+          fd_of_rank_.count(rank) != 0 && fd_of_rank_[rank] == fd) {
+        silent.OnMember(fd);
       }
     }
     int event = 0, value = 0;
@@ -407,7 +433,12 @@ int ShardServer::Run(const std::atomic<bool>& stop) {
         }
       }
     }
-    silent.Tick();
+    silent.Tick([this](int fd) {
+      for (const auto& rf : fd_of_rank_) {
+        if (rf.second == fd && worker_state_[rf.first] == kConnected) return true;
+      }
+      return false;
+    });
     int finished = 0;
     for (int s : worker_state_) finished += (s == kDone || s == kGone) ? 1 : 0;
     if (finished == num_workers_) break;
@@ -599,18 +630,25 @@ bool ShardServer::AdmitOnIoThread(const std::string& identity, Work* w) {
   const Header& h = w->head.header;
   Status s = budget_.Admit(h, w->payload.size(), server_id_);
   if (s.ok()) {
-    w->data = budget_.Hold(h.sender, std::move(w->payload));
+    w->data = budget_.Hold(h, std::move(w->payload));
     return true;
   }
   // The push fails at once (not silently, not after TFPS_TIMEOUT); the log is rate-limited
-  // per peer, the answers are not: each refused push is an op its worker waits for.
+  // per peer, the answers are not (each refused push is an op its worker waits for) unless
+  // the worker leaves kRefusalBytes of them unread (push_budget.h).
+  Buffer text;
+  const bool answered = budget_.HoldRefusal(h.sender, s.message(), &text);
   uint64_t suppressed = 0;
   if (limiter_.Allow(identity, &suppressed)) {
-    TFPS_LOG(Warning) << s.message() << SuppressedNote(suppressed);
+    TFPS_LOG(Warning) << s.message()
+                      << (answered ? "" : " (not answered: the worker has not read the last "
+                                          "1 MiB of refusals)")
+                      << SuppressedNote(suppressed);
   }
+  if (!answered) return false;
   Head about = HeadAbout(h, MsgType::kError, server_id_);
   about.header.status = static_cast<uint16_t>(s.code());
-  (void)SendText(router_, identity, about.header, s.message());
+  (void)SendMessage(router_, identity, about, MessageOf(text));
   return false;
 }
 

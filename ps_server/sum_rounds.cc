@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <sstream>
+#include <utility>
 
 #include "ps_server/process_sets.h"
 #include "ps_server/reduce.h"
@@ -213,6 +215,10 @@ void SumRounds::Accumulate(Round& r, const Head& head, Buffer* payload,
     r.rows[h.sender] = std::move(*payload);  // merged at the end, in rank order
   } else if ((h.flags & kFlagNoData) == 0) {
     ReduceDense(r, h, payload);
+  } else if (!r.has_data && r.sum.owner() == nullptr) {
+    // Kept until data comes or the round ends: the push that opened the round goes on
+    // counting against its sender (push_budget.h) while the round waits.
+    r.sum = std::move(*payload);
   }
 }
 
@@ -342,6 +348,13 @@ Status SumRounds::DecodeInto(Round& r, const Header& h, Buffer* payload, bool* s
   TFPS_RETURN_IF_ERROR(Decode(id, in, h.count, k,
                               RandomKSeed(h.key, h.partition, h.step),
                               reinterpret_cast<float*>(decoded.data())));
+  if (!r.has_data && payload->owner() != nullptr) {
+    // The decoding becomes the round's sum: it keeps the push alive, which counts the
+    // float32 sum against its sender (push_budget.h) while the round waits.
+    auto both = std::make_shared<std::pair<std::shared_ptr<void>, std::shared_ptr<void>>>(
+        decoded.owner(), payload->owner());
+    decoded = Buffer::Adopt(decoded.data(), decoded.size(), std::move(both));
+  }
   *payload = std::move(decoded);
   return Status::Ok();
 }

@@ -66,8 +66,10 @@ const std::vector<ConfigEntry>& ConfigTable() {
        "anything is allocated. TFPS_PARTITION_BYTES and TFPS_FUSION_BYTES may not exceed it; "
        "an allgather's tensor (per worker) must fit in it."},
       {"TFPS_SERVER_PUSH_BYTES", "int", "0",
-       "ps_server: bytes of pushes a server holds and has not answered yet (queued for its "
-       "summation threads, or waiting in a round for the other workers). Beyond it, a push "
+       "ps_server: bytes a server holds for its workers: pushes not answered yet (queued for "
+       "its summation threads, or waiting in a round for the other workers; a push counts "
+       "the larger of its payload and the reply it stands for) and replies not yet taken by "
+       "their worker's connection. Beyond it, a push "
        "from a worker that holds at least its share (this / workers) fails at once with an "
        "error naming the worker and the tensor; the others' pushes are still taken, so a "
        "server holds at most about twice this. Shared-memory pushes do not count. At least "
