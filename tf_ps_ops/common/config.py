@@ -75,7 +75,16 @@ VARIABLES = (
     EnvVar("TFPS_MODE", "str", None,
            "Default of `sfb.convert(model)`: `sfb` (every Dense layer by SFB; also when "
            "unset), `hybrid` (HybComm's cost model picks SFB or PS per Dense layer), "
-           "`ps` or `sum` (no layer by SFB). See docs/sfb.md."),
+           "`ps` or `sum` (no layer by SFB), `auto` (the planner decides from the cluster's "
+           "measurements, docs/plan.md). See docs/sfb.md."),
+    EnvVar("TFPS_PLAN", "str", None,
+           "`auto`: `DistributedOptimizer` plans as with `plan=\"auto\"` (a codec per "
+           "gradient, from TFPS_PLAN_CODECS, chosen from the cluster's measurements). "
+           "Unset: no plan. See docs/plan.md."),
+    EnvVar("TFPS_PLAN_CODECS", "str", "none",
+           "Comma-separated codecs the automatic plan may pick (none, fp16, bf16, int8, "
+           "onebit). Default none only: a codec changes what training computes, so it is "
+           "opt-in. See docs/plan.md."),
 )
 
 _BY_NAME = {var.name: var for var in VARIABLES}
