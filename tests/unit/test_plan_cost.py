@@ -136,6 +136,7 @@ def test_plan_never_predicted_slower_than_default_and_pins_kept():
 
 def test_builtin_layer_lists_have_the_published_sizes():
     assert sum(l.params for l in layers.vgg16()) == 138_357_544
+    assert sum(l.params for l in layers.vgg19()) == 143_667_240
     # keras.applications: 25,636,712 weights, 25,583,592 trainable (BatchNorm statistics not)
     assert sum(l.params for l in layers.resnet50()) == 25_583_592
     assert sum(l.params for l in layers.bert_large()) == 335_141_888

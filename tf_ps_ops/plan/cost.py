@@ -87,7 +87,8 @@ class Cluster:
 class Machine:
     """CPU and compute rates. Codec costs are seconds per float32 byte of the tensor:
     {codec: (encode, decode, decode-add)}; sum_per_byte is a float32 add of one byte's
-    worth; rebuild_rate is SFB's multiply-adds per second; macs_per_s the model's
+    worth; local_per_byte the host's local sum under hierarchical aggregation, per byte
+    and local peer (shared memory and a CPU add here; NVLink for GPUs); rebuild_rate is SFB's multiply-adds per second; macs_per_s the model's
     forward rate (backward costs backward_ratio times the forward)."""
     macs_per_s: float = 5e12
     backward_ratio: float = 2.0
@@ -96,6 +97,7 @@ class Machine:
     rebuild_rate: float = 1.5e10
     message_overhead: float = 20e-6
     server_threads: int = 2
+    local_per_byte: float = 0.2e-9  # hierarchical: add one local peer's byte and copy back
 
     def codec(self, name):
         table = dict(self.codec_per_byte)
@@ -110,7 +112,7 @@ _DEFAULT_CODEC_COST = {"fp16": (0.15e-9, 0.1e-9, 0.15e-9), "bf16": (0.1e-9, 0.1e
                        "int8": (0.4e-9, 0.2e-9, 0.3e-9), "onebit": (0.4e-9, 0.2e-9, 0.3e-9)}
 FREE = Machine(macs_per_s=math.inf, codec_per_byte=tuple(
     (c, (0.0, 0.0, 0.0)) for c in CODECS), sum_per_byte=0.0, rebuild_rate=math.inf,
-    message_overhead=0.0)
+    message_overhead=0.0, local_per_byte=0.0)
 
 
 def wire_bytes(codec, elements, partition_elements):
@@ -207,7 +209,7 @@ def _summed(raw, choice, cluster, machine, partition_bytes):
     server = raw / cluster.servers * (pushes * decode_add + encode) / machine.server_threads
     local = 0.0
     if hierarchical:  # the leader adds its host's tensors and hands the answer back
-        local = raw * (cluster.workers_per_host - 1) * machine.sum_per_byte * 2
+        local = raw * (cluster.workers_per_host - 1) * machine.local_per_byte
     partitions = max(1, math.ceil(raw / partition_bytes))
     return LayerCost(_server_link(wire, cluster, hierarchical), partitions,
                      min(wire, wire / partitions), raw * encode,
@@ -288,7 +290,9 @@ def step_time(layers, choices, cluster, machine, batch_size, settings=Settings()
                            msg["layers"] if piece == count - 1 else []))
     pieces.sort(key=lambda p: (p[0], p[2], p[3]))
     done = [t_bwd_end if costs[i].messages == 0 else 0.0 for i in range(len(layers))]
-    clock, waiting, next_piece = 0.0, [], 0
+    # The CPU work after a layer's bytes arrive (server sums, decoding, local sums,
+    # rebuilds) queues on one more resource, in arrival order.
+    clock, cpu_clock, waiting, next_piece = 0.0, 0.0, [], 0
     while next_piece < len(pieces) or waiting:
         if not waiting and pieces[next_piece][0] > clock:
             clock = pieces[next_piece][0]
@@ -301,7 +305,8 @@ def step_time(layers, choices, cluster, machine, batch_size, settings=Settings()
         clock += piece[4]
         for index in piece[5]:
             c = costs[index]
-            done[index] = clock + cluster.latency + c.tail_bytes / bandwidth + c.cpu_after
+            cpu_clock = max(cpu_clock, clock) + c.cpu_after
+            done[index] = cpu_clock + cluster.latency + c.tail_bytes / bandwidth
     # The next forward pass: layer l starts once l−1 is done and l's parameters are back.
     t = t_bwd_end
     for index in range(len(layers)):

@@ -67,15 +67,29 @@ def other(name, params, macs=0.0, kind=OTHER):
 
 def vgg16():
     """keras.applications.VGG16 (include_top): 138,357,544 parameters."""
+    return _vgg((2, 2, 3, 3, 3), 1000)
+
+
+def vgg19():
+    """keras.applications.VGG19 (include_top): 143,667,240 parameters."""
+    return _vgg((2, 2, 4, 4, 4), 1000)
+
+
+def vgg19_22k():
+    """VGG19 with a 21,841-class output (ImageNet-22K), Poseidon's VGG19-22K."""
+    return _vgg((2, 2, 4, 4, 4), 21841)
+
+
+def _vgg(counts, classes):
     layers, cin, size = [], 3, 224
-    blocks = [(2, 64), (2, 128), (3, 256), (3, 512), (3, 512)]
+    blocks = list(zip(counts, (64, 128, 256, 512, 512)))
     for b, (count, cout) in enumerate(blocks, start=1):
         for c in range(1, count + 1):
             layers.append(conv(f"block{b}_conv{c}", 3, 3, cin, cout, size, size))
             cin = cout
         size //= 2
     return layers + [dense("fc1", 7 * 7 * 512, 4096), dense("fc2", 4096, 4096),
-                     dense("predictions", 4096, 1000)]
+                     dense("predictions", 4096, classes)]
 
 
 def _bn(name, channels):
@@ -128,7 +142,8 @@ def bert_large(seq_len=128):
         dense("pooler", h, h, 1)]
 
 
-BUILTIN = {"resnet50": resnet50, "vgg16": vgg16, "bert-large": bert_large}
+BUILTIN = {"resnet50": resnet50, "vgg16": vgg16, "vgg19": vgg19, "vgg19-22k": vgg19_22k,
+           "bert-large": bert_large}
 
 
 def builtin(name):
