@@ -168,6 +168,9 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
         from tf_ps_ops.training.v1_optimizer import DistributedV1Optimizer
         if algorithm is not None:
             raise ValueError("algorithms need a Keras 3 optimizer")
+        if plan is not None or plan_pins:
+            raise ValueError("plan=\"auto\" needs a Keras optimizer (Keras 3 or tf_keras), "
+                             "not a tf.compat.v1.train one")
         return DistributedV1Optimizer(
             optimizer, name, compression, check_gradient_options(op, gradient_predivide_factor),
             gradient_predivide_factor, device_dense, backward_passes_per_step,

@@ -141,3 +141,32 @@ def measure_cluster(refresh=False, repeats=5):
     if basics.rank() == 0:
         _logger.info("%s", result.describe())
     return result
+
+
+def model_rate(model, batch_size, steps=3, backward_ratio=2.0):
+    """Forward multiply-adds per second of `model` on this worker: a profiled local step
+    (forward and backward, no communication) on random data, best of `steps`; the
+    planner's per-layer compute times are the layers' multiply-adds at this rate."""
+    import tensorflow as tf
+
+    from tf_ps_ops.plan import layers as layer_lists
+
+    macs = sum(layer.macs for layer in layer_lists.from_keras(model)) * batch_size
+    if not macs:
+        return None
+    shape = [batch_size] + [int(d) for d in model.inputs[0].shape[1:]]
+    x = tf.random.normal(shape)
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(model(x, training=True))
+        return tape.gradient(loss, model.trainable_variables)
+
+    step()  # traces
+    best = float("inf")
+    for _ in range(steps):
+        start = time.perf_counter()
+        [g.numpy() for g in step() if g is not None]
+        best = min(best, time.perf_counter() - start)
+    return macs * (1 + backward_ratio) / best

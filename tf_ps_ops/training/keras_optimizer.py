@@ -45,22 +45,27 @@ class ReducingMixin:
     _tfps_plan_pins = None
     _tfps_planned = None  # {key: compressor}, made at the first reduction
 
-    def _tfps_compression_for(self, grads, keys):
+    def _tfps_compression_for(self, grads, keys, variables):
         """The job's compressor, or under plan="auto" the planner's per key (planned once,
-        from the gradients' sizes: the same on every worker)."""
+        from the gradients' sizes: the same on every worker). SFB kernels' gradients
+        (already exchanged) and None gradients are not in the plan."""
         if self._tfps_plan is None:
             return self._tfps_compression
         if self._tfps_planned is None:
             from tf_ps_ops.plan import auto
 
-            sizes = [0 if g is None else int(np.prod(g.shape)) for g in grads]
+            variables = list(variables) or [None] * len(grads)
+            reduced = [(k, int(np.prod(g.shape))) for g, k, v in zip(grads, keys, variables)
+                       if g is not None and not getattr(v, "_tfps_sfb", False)]
             self._tfps_planned, self.tfps_plan = auto.compressions(
-                list(keys), sizes, self._tfps_plan, self._tfps_plan_pins)
+                [k for k, _ in reduced], [n for _, n in reduced], self._tfps_plan,
+                self._tfps_plan_pins)
         return self._tfps_planned
 
     def _tfps_reduce(self, grads, keys, variables):
         def reduce(grads_, keys_, variables_):
-            return reduce_gradients(grads_, keys_, self._tfps_compression_for(grads_, keys_),
+            return reduce_gradients(grads_, keys_,
+                                    self._tfps_compression_for(grads_, keys_, variables_),
                                     self._tfps_op,
                                     self._tfps_predivide, self._tfps_device, variables_,
                                     self._tfps_process_set)
