@@ -48,6 +48,9 @@ def parse_args(argv):
                    help="forward multiply-adds per second of one worker, in 10^12")
     p.add_argument("--rebuild-gmacs", type=float, default=15.0,
                    help="SFB rebuild rate, 10^9 multiply-adds per second")
+    p.add_argument("--local-gbytes", type=float, default=5.0,
+                   help="hierarchical local sum, GB/s per local peer (5: shared memory and "
+                        "a CPU add; NVLink GPUs: ~150)")
     p.add_argument("--codecs", default="none",
                    help="codecs the plan may pick, comma-separated (none,fp16,bf16,int8,onebit)")
     p.add_argument("--pin", action="append", default=[], metavar="LAYER=CHOICE",
@@ -89,7 +92,8 @@ def scaling_table(layers, batch_size, machine, cluster_args, codecs, pins,
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     layers = load_layers(args.model)
-    machine = cost.Machine(macs_per_s=args.tmacs * 1e12, rebuild_rate=args.rebuild_gmacs * 1e9)
+    machine = cost.Machine(macs_per_s=args.tmacs * 1e12, rebuild_rate=args.rebuild_gmacs * 1e9,
+                           local_per_byte=1 / (args.local_gbytes * 1e9))
     cluster_args = dict(workers_per_host=args.workers_per_host,
                         servers_per_host=args.servers_per_host,
                         dedicated_servers=args.dedicated_servers,
