@@ -163,3 +163,19 @@ def test_cli_prints_plan_and_scaling():
     assert [int(r[0]) for r in rows[::2]] == list(range(1, 11)) and len(rows) == 20 or \
         [int(r[0]) for r in rows[::2]] == [2 ** i for i in range(1, 11)]
     assert "tensorflow" not in out.stderr.lower()
+
+
+def test_engine_defaults_match_the_core_table():
+    # The planner's default Settings and config.ENGINE_INTS are the C++ core's defaults.
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from native import load_core
+    from tf_ps_ops.common import config
+
+    table = {name: default for name, _, default, _ in load_core().config_table()}
+    for name, value in config.ENGINE_INTS.items():
+        assert int(table[name]) == value, name
+    settings = cost.Settings()
+    assert (settings.partition_bytes, settings.fusion_bytes, settings.credit) == (
+        config.ENGINE_INTS["TFPS_PARTITION_BYTES"], config.ENGINE_INTS["TFPS_FUSION_BYTES"],
+        config.ENGINE_INTS["TFPS_SCHEDULING_CREDIT"])
+    assert config.engine_int("TFPS_FUSION_BYTES", {"TFPS_FUSION_BYTES": "0"}) == 0

@@ -298,6 +298,20 @@ def read_cluster(environ=None):
     return ClusterConfig(host, port, rank, size, num_servers, local_rank, local_size)
 
 
+# The engine's own variables the planner needs to know (tf_ps_ops/plan): read here as the
+# C++ core reads them, with its defaults (tests/unit/test_plan_cost.py holds these to the
+# core's table).
+ENGINE_INTS = {"TFPS_PARTITION_BYTES": 1048576, "TFPS_FUSION_BYTES": 262144,
+               "TFPS_SCHEDULING_CREDIT": 0}
+
+
+def engine_int(name, environ=None):
+    """The value the engine runs with for one of ENGINE_INTS."""
+    environ = os.environ if environ is None else environ
+    raw = environ.get(name, "").strip()
+    return _parse_int(name, raw) if raw else ENGINE_INTS[name]
+
+
 def markdown_table():
     """The table as Markdown rows, for docs/env.md."""
     lines = ["| variable | type | default | meaning | also read |", "|---|---|---|---|---|"]

@@ -3,9 +3,10 @@ summation per Dense layer) and `DistributedOptimizer(..., plan="auto")` (a codec
 gradient, from the codecs TFPS_PLAN_CODECS allows), both from the cluster's measurements
 (measure.py) and the same planner as tfps-plan.
 
-The engine's partition size, fusion and credit are read when the engine starts; the plan
-names its choice of them in its table and log line ("engine settings for the next
-launch"), and they take effect when the job is started with those variables.
+The engine's partition size, fusion and credit are read when the engine starts: a job's
+plan is made under the running ones, and the log names the planner's own choice of them
+("engine settings for the next launch"), which takes effect when the job is started with
+those variables.
 """
 
 import logging
@@ -55,20 +56,47 @@ def log_once(text):
         print(text, file=sys.stderr, flush=True)
 
 
-def describe(plan, measurements):
-    lines = [planner.format_table(plan, max_rows=40), measurements.describe(),
-             "engine settings for the next launch: " +
-             " ".join(f"{k}={v}" for k, v in plan.environment().items())]
+ENGINE_PINS = {"partition_bytes": "TFPS_PARTITION_BYTES", "fusion_bytes": "TFPS_FUSION_BYTES",
+               "credit": "TFPS_SCHEDULING_CREDIT"}
+
+
+def engine_settings():
+    """The running engine's settings, as pins: a job's plan cannot change them."""
+    from tf_ps_ops.common import config
+
+    return {pin: config.engine_int(name) for pin, name in ENGINE_PINS.items()}
+
+
+def describe(plan, measurements, better=None):
+    """The plan's table, the measurements, and the engine settings the planner would pick
+    for the next launch (`better`, a plan free to choose them) when they differ."""
+    lines = [planner.format_table(plan, max_rows=40), measurements.describe()]
+    if better is not None and better.step_time < 0.99 * plan.step_time:
+        lines.append(f"engine settings for the next launch (predicted step "
+                     f"{better.step_time * 1e3:.2f} ms): " +
+                     " ".join(f"{k}={v}" for k, v in better.environment().items()))
+    else:
+        lines.append("engine settings: the running ones are the planner's choice")
     return "\n".join(lines)
+
+
+def _plans(layers, measurements, batch_size, codecs, pins, modes=planner.MODES_AUTO):
+    """(the plan under the running engine settings, the plan free to choose them)."""
+    pins = dict(pins or {})
+    free = planner.make_plan(layers, measurements.cluster, batch_size, measurements.machine,
+                             codecs, modes=modes, pins=pins)
+    running = planner.make_plan(layers, measurements.cluster, batch_size,
+                                measurements.machine, codecs, modes=modes,
+                                pins={**engine_settings(), **pins})
+    return running, free
 
 
 def plan_model(model, batch_size, pins=None, measurements=None, codecs=None):
     """The Plan of a built Keras model on the running cluster (measured once)."""
     measurements = measurements or measure.measure_cluster()
     layers = layer_lists.from_keras(model)
-    plan = planner.make_plan(layers, measurements.cluster, batch_size, measurements.machine,
-                             codecs or allowed_codecs(), pins=pins)
-    log_once(describe(plan, measurements))
+    plan, better = _plans(layers, measurements, batch_size, codecs or allowed_codecs(), pins)
+    log_once(describe(plan, measurements, better))
     return plan
 
 
@@ -76,6 +104,9 @@ def _pins_by_key(keys, pins):
     """Pins named by a variable's path (or its key) -> by key."""
     out = {}
     for name, value in (pins or {}).items():
+        if name in ENGINE_PINS:
+            out[name] = value
+            continue
         matches = [k for k in keys if k == name or k.endswith("." + name)]
         if not matches:
             raise ValueError(f"plan pin {name!r} names no reduced gradient; keys: "
@@ -92,10 +123,9 @@ def compressions(keys, sizes, measurements, pins=None, codecs=None):
 
     layers = [layer_lists.Layer(key, layer_lists.OTHER, int(size))
               for key, size in zip(keys, sizes)]
-    plan = planner.make_plan(layers, measurements.cluster, 1, measurements.machine,
-                             codecs or allowed_codecs(), modes=(cost.SUM,),
-                             pins=_pins_by_key(list(keys), pins))
-    log_once(describe(plan, measurements))
+    plan, better = _plans(layers, measurements, 1, codecs or allowed_codecs(),
+                          _pins_by_key(list(keys), pins), modes=(cost.SUM,))
+    log_once(describe(plan, measurements, better))
     return {key: (Compression.uncompressed if choice.codec == "none"
                   else Compression.parse(choice.codec))
             for key, choice in zip(keys, plan.choices)}, plan

@@ -15,6 +15,7 @@ import itertools
 from tf_ps_ops.plan import cost
 from tf_ps_ops.plan.cost import SFB, SUM, Choice, Settings
 
+MODES_AUTO = (SUM, SFB)
 PARTITIONS = (1 << 18, 1 << 20, 4 << 20, 16 << 20)
 FUSIONS = (0, 1 << 16, 1 << 18, 1 << 20)
 CREDITS = (0, 1 << 20, 4 << 20, 16 << 20)
@@ -84,7 +85,7 @@ def _pins(layers, pins):
 
 
 def make_plan(layers, cluster, batch_size, machine=cost.Machine(), allowed_codecs=("none",),
-              modes=(SUM, SFB), pins=None):
+              modes=MODES_AUTO, pins=None):
     """The Plan for `layers` on `cluster`. pins: {layer name: 'sum' | 'sfb' | 'ps' |
     'sum+int8' ..., and optionally 'partition_bytes' / 'fusion_bytes' / 'credit': int}."""
     layers = tuple(layers)
@@ -99,6 +100,9 @@ def make_plan(layers, cluster, batch_size, machine=cost.Machine(), allowed_codec
         [pins["partition_bytes"]] if "partition_bytes" in pins else PARTITIONS,
         [pins["fusion_bytes"]] if "fusion_bytes" in pins else FUSIONS,
         [pins["credit"]] if "credit" in pins else CREDITS)
+    # The default settings first: on a tie (strict < below) the plan keeps them.
+    grid = sorted(grid, key=lambda g: g != (default.partition_bytes, default.fusion_bytes,
+                                            default.credit))
     by_partition = {}  # a layer's choice depends on the partition size only
     for partition, fusion, credit in grid:
         settings = Settings(int(partition), int(fusion), int(credit))
