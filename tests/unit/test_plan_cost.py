@@ -179,3 +179,25 @@ def test_engine_defaults_match_the_core_table():
         config.ENGINE_INTS["TFPS_PARTITION_BYTES"], config.ENGINE_INTS["TFPS_FUSION_BYTES"],
         config.ENGINE_INTS["TFPS_SCHEDULING_CREDIT"])
     assert config.engine_int("TFPS_FUSION_BYTES", {"TFPS_FUSION_BYTES": "0"}) == 0
+
+
+@pytest.mark.parametrize("cluster,machine", [
+    (Cluster(8, bandwidth=1.25e9), cost.Machine()),
+    (Cluster(4, bandwidth=0.125e9), cost.Machine()),
+    (Cluster(16, 4, bandwidth=3e9), cost.Machine(rebuild_rate=1e12)),
+    (Cluster(64, 8, bandwidth=12.5e9, latency=1e-3), cost.Machine(rebuild_rate=1e12))])
+def test_plan_within_5_percent_of_every_hand_picked_configuration(cluster, machine):
+    # Every combination of per-layer choices (sum with each codec, SFB) at the same engine
+    # settings: the plan's predicted step is within 5% of the best of them.
+    import itertools
+
+    model = [layers.conv("conv", 3, 3, 64, 128, 56, 56), layers.dense("fc1", 9216, 4096),
+             layers.dense("fc2", 4096, 4096), layers.dense("out", 4096, 1000)]
+    codecs = ("none", "fp16", "int8")
+    pins = {"partition_bytes": MB, "fusion_bytes": 1 << 18, "credit": 0}
+    plan = planner.make_plan(model, cluster, 32, machine, codecs, pins=pins)
+    candidates = [planner._candidates(layer, codecs, ("sum", "sfb")) for layer in model]
+    best = min(cost.step_time(model, choices, cluster, machine, 32, plan.settings)[0]
+               for choices in itertools.product(*candidates))
+    assert plan.step_time <= 1.05 * best, (plan.step_time, best)
+    assert plan.step_time <= plan.default_step_time

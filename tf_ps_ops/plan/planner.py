@@ -116,11 +116,37 @@ def make_plan(layers, cluster, batch_size, machine=cost.Machine(), allowed_codec
                                          settings)
         if best is None or time < best[0] - 1e-12:
             best = (time, choices, settings, per_layer)
+    best = _refine(layers, cluster, machine, batch_size, best, fixed, allowed_codecs, modes)
     if best[0] > default_time:
         best = (default_time, default_choices, default, default_layers)
     time, choices, settings, per_layer = best
     return Plan(layers, choices, settings, cluster, batch_size, time,
                 tuple(t for _, t in per_layer), default_time, frozenset(pins))
+
+
+def _refine(layers, cluster, machine, batch_size, best, fixed, allowed_codecs, modes,
+            passes=2):
+    """Coordinate descent on the timeline: the per-layer choice above adds link and CPU
+    time, but on the timeline they overlap; try each layer's other candidates under the
+    best settings and keep what shortens the predicted step."""
+    time, choices, settings, per_layer = best
+    choices = list(choices)
+    for _ in range(passes):
+        improved = False
+        for index, layer in enumerate(layers):
+            if layer.name in fixed:
+                continue
+            for candidate in _candidates(layer, allowed_codecs, modes):
+                if candidate == choices[index]:
+                    continue
+                trial = choices[:index] + [candidate] + choices[index + 1:]
+                t, trial_layers = cost.step_time(layers, trial, cluster, machine, batch_size,
+                                                 settings)
+                if t < time * (1 - 1e-9):
+                    time, choices, per_layer, improved = t, trial, trial_layers, True
+        if not improved:
+            break
+    return time, tuple(choices), settings, per_layer
 
 
 def format_table(plan, max_rows=None):
