@@ -97,7 +97,16 @@ def plan_model(model, batch_size, pins=None, measurements=None, codecs=None):
     layers = layer_lists.from_keras(model)
     plan, better = _plans(layers, measurements, batch_size, codecs or allowed_codecs(), pins)
     log_once(describe(plan, measurements, better))
+    _last["model"] = plan
     return plan
+
+
+_last = {}
+
+
+def last_model_plan():
+    """The Plan sfb.convert(mode="auto") made last in this process, or None."""
+    return _last.get("model")
 
 
 def _pins_by_key(keys, pins):

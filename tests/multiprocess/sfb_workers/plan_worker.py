@@ -16,6 +16,8 @@ from harness import run_checks  # noqa: E402
 
 import sfb  # noqa: E402
 from sfb_train_worker import conv_model, images, save, sgd_momentum  # noqa: E402
+from tf_ps_ops.plan import auto  # noqa: E402
+from tf_ps_ops.plan.monitor import PlanMonitor  # noqa: E402
 
 NUM_WORKERS = 2
 BATCH = 8
@@ -30,10 +32,10 @@ def shard(array, rank):
     return batches[:, rank].reshape(STEPS * BATCH, *array.shape[1:])
 
 
-def _fit(hvd, model, optimizer, x, y):
+def _fit(hvd, model, optimizer, x, y, extra=()):
     model.compile(optimizer=optimizer, loss="mse", jit_compile=False)
     model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0,
-              callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
+              callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0), *extra])
     assert int(model.optimizer.iterations) == STEPS
 
 
@@ -48,7 +50,8 @@ def check_auto_plan_matches_hand_picked(hvd):
         auto_opt = hvd.DistributedOptimizer(sgd_momentum(), plan_pins={"out/kernel": "sum"})
     finally:
         del os.environ["TFPS_PLAN"]
-    _fit(hvd, auto_model, auto_opt, xs, ys)
+    monitor = PlanMonitor(auto.last_model_plan(), every=3)
+    _fit(hvd, auto_model, auto_opt, xs, ys, [monitor])
     by_sfb = {layer.name: isinstance(layer, sfb.Dense) for layer in auto_model.layers
               if isinstance(layer, keras.layers.Dense)}
     assert by_sfb["out"] is False, by_sfb  # pinned to summation
@@ -56,6 +59,12 @@ def check_auto_plan_matches_hand_picked(hvd):
     # The default allowed codecs are none only: every gradient summed uncompressed.
     assert [str(c) for c in plan.choices] == ["sum"] * len(plan.choices), plan.choices
     assert any(key.endswith("out/kernel") for key in plan.pinned), plan.pinned
+    # The monitor's peer bytes: SFB layers' factors, K·(M+N)·4 per step to the one peer.
+    sfb_bytes = sum(BATCH * (144 + 64) * 4 for name, on in by_sfb.items() if on)
+    assert len(monitor.reports) == STEPS // 3, monitor.reports
+    for report in monitor.reports:
+        assert report["peer_bytes"] == sfb_bytes, (report, by_sfb)
+        assert report["server_bytes"] > 0 and report["step_s"] > 0, report
 
     hand_model = sfb.convert(base, mode="ps",
                              overrides={name: "sfb" for name, on in by_sfb.items() if on})
