@@ -9,7 +9,7 @@ from sfb import policy
 from sfb.layers import Dense, tf_keras_dense
 from tf_ps_ops.training.keras_flavor import is_tf_keras
 
-MODES = ("sfb", "hybrid", "ps", "sum")
+MODES = ("sfb", "hybrid", "ps", "sum", "auto")
 _logger = logging.getLogger("sfb")
 
 
@@ -57,9 +57,11 @@ def _choices(model, mode, batch_size, num_workers, num_servers, colocated, overr
             raise ValueError(f"overrides name layers that are not Dense layers of the "
                              f"model: {sorted(unknown)}")
         return {layer.name: (overrides or {}).get(layer.name, policy.PS) for layer in layers}
-    if mode == "hybrid" and batch_size is None:
-        raise ValueError("hybrid mode needs batch_size (examples per worker and step): "
-                         "the SFB cost grows with it")
+    if mode in ("hybrid", "auto") and batch_size is None:
+        raise ValueError(f"{mode} mode needs batch_size (examples per worker and step): "
+                         f"the SFB cost grows with it")
+    if mode == "auto":
+        return _auto_choices(model, batch_size, overrides)
     if mode == "hybrid":
         num_workers, num_servers = _cluster(num_workers, num_servers)
     else:  # every Dense layer takes SFB unless overridden: the costs are only reported
@@ -71,6 +73,25 @@ def _choices(model, mode, batch_size, num_workers, num_servers, colocated, overr
     return {d.layer: d.choice for d in decisions}
 
 
+def _auto_choices(model, batch_size, overrides):
+    """The planner's choice per Dense layer, from the cluster's measurements (collective:
+    every worker converts at the same point). Overrides pin layers ('ps' = summation)."""
+    import tf_ps_ops
+    from tf_ps_ops.plan import auto
+
+    if not tf_ps_ops.is_initialized():
+        raise ValueError("auto mode measures the cluster: call tf_ps_ops.init() first")
+    names = {layer.name for layer in policy.dense_layers(model)}
+    unknown = set(overrides or {}) - names
+    if unknown:
+        raise ValueError(f"overrides name layers that are not Dense layers of the model: "
+                         f"{sorted(unknown)}")
+    pins = {name: {"ps": "sum"}.get(value, value) for name, value in (overrides or {}).items()}
+    plan = auto.plan_model(model, batch_size, pins=pins)
+    return {name: (policy.SFB if plan.choice(name).mode == policy.SFB else policy.PS)
+            for name in names}
+
+
 def convert(model, mode=None, batch_size=None, num_workers=None, num_servers=None,
             colocated=True, overrides=None):
     """Returns a copy of `model` (Sequential or functional) with its Dense layers replaced
@@ -79,9 +100,11 @@ def convert(model, mode=None, batch_size=None, num_workers=None, num_servers=Non
 
     Args:
       mode: 'sfb' (every Dense layer), 'hybrid' (the HybComm cost model picks per layer
-        and the decision table is logged on rank 0), or 'ps' / 'sum' (none). Defaults to
+        and the decision table is logged on rank 0), 'auto' (the planner picks from the
+        cluster's measurements, which every worker takes here together; the plan table is
+        logged on rank 0; docs/plan.md), or 'ps' / 'sum' (none). Defaults to
         TFPS_MODE, else 'sfb'.
-      batch_size: examples per worker and step; needed in hybrid mode.
+      batch_size: examples per worker and step; needed in hybrid and auto modes.
       num_workers, num_servers: default to tf_ps_ops.size() and num_servers().
       colocated: servers run on the worker machines (tfps-run's layout); False for
         dedicated server machines.

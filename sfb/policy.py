@@ -15,21 +15,11 @@ This module needs neither TensorFlow nor the op library for the arithmetic (`ps_
 import dataclasses
 import math
 
+# The formulas live with the planner's cost model, which generalises them to time.
+from tf_ps_ops.plan.cost import ps_cost, sfb_cost  # noqa: F401  (part of this API)
+
 SFB, PS = "sfb", "ps"
 CHOICES = (SFB, PS)
-
-
-def ps_cost(m, n, workers, servers, colocated=True):
-    """Floats per step through the busiest node when the servers hold the M×N layer."""
-    if colocated:
-        return 2 * m * n * (workers + servers - 2) / servers
-    return max(2 * m * n, 2 * workers * m * n / servers)
-
-
-def sfb_cost(m, n, k, workers):
-    """Floats per step each worker sends and receives: its K×(M+N) factors to every peer,
-    and every peer's to it."""
-    return 2 * k * (workers - 1) * (m + n)
 
 
 def best_scheme(m, n, k, workers, servers, colocated=True):

@@ -96,12 +96,30 @@ def _distributed_class(optimizer_class):
     return distributed_class(optimizer_class, _DistributedOptimizerMixin)
 
 
+def _attach_plan(distributed, plan, pins, compression):
+    from tf_ps_ops.plan import auto, measure
+
+    plan = auto.plan_mode_from_environment() if plan is None else plan
+    if plan is None:
+        if pins:
+            raise ValueError("plan_pins without plan=\"auto\" (or TFPS_PLAN=auto) pins nothing")
+        return
+    if plan != "auto":
+        raise ValueError(f"plan={plan!r}: use \"auto\" or None")
+    if compression is not Compression.none:
+        raise ValueError(f"plan=\"auto\" picks the codecs itself: leave compression at "
+                         f"Compression.none (got {compression!r}), or pin gradients with "
+                         f"plan_pins")
+    distributed._tfps_plan = measure.measure_cluster()  # collective: every worker, here
+    distributed._tfps_plan_pins = dict(pins or {})
+
+
 def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
                          compression=Compression.none, sparse_as_dense=False,
                          gradient_predivide_factor=1.0, op=Average,
                          backward_passes_per_step=1, average_aggregated_gradients=False,
                          num_groups=0, groups=None, algorithm=None,
-                         process_set=global_process_set):
+                         process_set=global_process_set, plan=None, plan_pins=None):
     """Returns a copy of a Keras optimizer that averages gradients over all workers.
 
     The result is an instance of a subclass of the optimizer's own class, created from
@@ -138,6 +156,11 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
         runs one algorithm step on the sums (its step counter counts those steps).
       process_set: average over that process set's members only
         (tf_ps_ops/collectives/process_sets.py).
+      plan: "auto": the planner picks a codec per gradient (from those TFPS_PLAN_CODECS
+        allows; default none) from the cluster's measurements, which every worker takes
+        here, together; the plan table is logged on rank 0 at the first step
+        (docs/plan.md). Default: TFPS_PLAN. Needs compression=Compression.none.
+      plan_pins: {variable path or key: "sum" | "sum+int8" | ...}: choices the plan keeps.
       device_sparse, num_groups, groups: accepted for
         Horovod compatibility; they do not change results here.
     """
@@ -145,6 +168,9 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
         from tf_ps_ops.training.v1_optimizer import DistributedV1Optimizer
         if algorithm is not None:
             raise ValueError("algorithms need a Keras 3 optimizer")
+        if plan is not None or plan_pins:
+            raise ValueError("plan=\"auto\" needs a Keras optimizer (Keras 3 or tf_keras), "
+                             "not a tf.compat.v1.train one")
         return DistributedV1Optimizer(
             optimizer, name, compression, check_gradient_options(op, gradient_predivide_factor),
             gradient_predivide_factor, device_dense, backward_passes_per_step,
@@ -172,6 +198,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     distributed._tfps_process_set = process_set
     if aggregation.passes > 1:
         distributed._tfps_aggregation = aggregation
+    _attach_plan(distributed, plan, plan_pins, compression)
     if algorithm is not None:
         if getattr(algorithm, "owns_step", False):
             algorithm.attach(distributed)

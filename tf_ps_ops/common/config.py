@@ -75,7 +75,16 @@ VARIABLES = (
     EnvVar("TFPS_MODE", "str", None,
            "Default of `sfb.convert(model)`: `sfb` (every Dense layer by SFB; also when "
            "unset), `hybrid` (HybComm's cost model picks SFB or PS per Dense layer), "
-           "`ps` or `sum` (no layer by SFB). See docs/sfb.md."),
+           "`ps` or `sum` (no layer by SFB), `auto` (the planner decides from the cluster's "
+           "measurements, docs/plan.md). See docs/sfb.md."),
+    EnvVar("TFPS_PLAN", "str", None,
+           "`auto`: `DistributedOptimizer` plans as with `plan=\"auto\"` (a codec per "
+           "gradient, from TFPS_PLAN_CODECS, chosen from the cluster's measurements). "
+           "Unset: no plan. See docs/plan.md."),
+    EnvVar("TFPS_PLAN_CODECS", "str", "none",
+           "Comma-separated codecs the automatic plan may pick (none, fp16, bf16, int8, "
+           "onebit). Default none only: a codec changes what training computes, so it is "
+           "opt-in. See docs/plan.md."),
 )
 
 _BY_NAME = {var.name: var for var in VARIABLES}
@@ -287,6 +296,20 @@ def read_cluster(environ=None):
         if not 0 <= local_rank < bound:
             raise ValueError(f"{local_rank_source}={local_rank} is outside 0..{bound - 1}")
     return ClusterConfig(host, port, rank, size, num_servers, local_rank, local_size)
+
+
+# The engine's own variables the planner needs to know (tf_ps_ops/plan): read here as the
+# C++ core reads them, with its defaults (tests/unit/test_plan_cost.py holds these to the
+# core's table).
+ENGINE_INTS = {"TFPS_PARTITION_BYTES": 1048576, "TFPS_FUSION_BYTES": 262144,
+               "TFPS_SCHEDULING_CREDIT": 0}
+
+
+def engine_int(name, environ=None):
+    """The value the engine runs with for one of ENGINE_INTS."""
+    environ = os.environ if environ is None else environ
+    raw = environ.get(name, "").strip()
+    return _parse_int(name, raw) if raw else ENGINE_INTS[name]
 
 
 def markdown_table():

@@ -7,6 +7,7 @@ optimizer class (`distributed_class`), so `super()` is the user's class.
 
 import functools
 
+import numpy as np
 import tensorflow as tf
 
 from tf_ps_ops.collectives.compression import Compression
@@ -40,9 +41,32 @@ class ReducingMixin:
     def _tfps_keys(self, variables):
         return keys_for(variables, self._tfps_key_prefix or f"Distributed{type(self).__name__}")
 
+    _tfps_plan = None  # cluster measurements when DistributedOptimizer(plan="auto")
+    _tfps_plan_pins = None
+    _tfps_planned = None  # {key: compressor}, made at the first reduction
+
+    def _tfps_compression_for(self, grads, keys, variables):
+        """The job's compressor, or under plan="auto" the planner's per key (planned once,
+        from the gradients' sizes: the same on every worker). SFB kernels' gradients
+        (already exchanged) and None gradients are not in the plan."""
+        if self._tfps_plan is None:
+            return self._tfps_compression
+        if self._tfps_planned is None:
+            from tf_ps_ops.plan import auto
+
+            variables = list(variables) or [None] * len(grads)
+            reduced = [(k, int(np.prod(g.shape))) for g, k, v in zip(grads, keys, variables)
+                       if g is not None and not getattr(v, "_tfps_sfb", False)]
+            self._tfps_planned, self.tfps_plan = auto.compressions(
+                [k for k, _ in reduced], [n for _, n in reduced], self._tfps_plan,
+                self._tfps_plan_pins)
+        return self._tfps_planned
+
     def _tfps_reduce(self, grads, keys, variables):
         def reduce(grads_, keys_, variables_):
-            return reduce_gradients(grads_, keys_, self._tfps_compression, self._tfps_op,
+            return reduce_gradients(grads_, keys_,
+                                    self._tfps_compression_for(grads_, keys_, variables_),
+                                    self._tfps_op,
                                     self._tfps_predivide, self._tfps_device, variables_,
                                     self._tfps_process_set)
 

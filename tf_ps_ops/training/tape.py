@@ -22,7 +22,8 @@ def check_gradient_options(op, gradient_predivide_factor):
 
 def reduce_gradients(grads, keys, compression, op, gradient_predivide_factor=1.0,
                      device_dense="", variables=(), process_set=None):
-    """allreduce of each gradient under its key; None gradients stay None.
+    """allreduce of each gradient under its key; None gradients stay None. `compression`:
+    one compressor for all, or {key: compressor} (a key not in it: Compression.none).
 
     With op=Average and a predivide factor f, as in Horovod: each worker multiplies by
     1/f before the sum and the sum is multiplied by f/size() after it. A tf.IndexedSlices
@@ -40,8 +41,12 @@ def reduce_gradients(grads, keys, compression, op, gradient_predivide_factor=1.0
     # with the rest of backward) and its index as priority: variables come in layer
     # order, and the layers nearest the input are needed first by the next forward pass.
     variables = list(variables) or [None] * len(grads)
+    # A dict (a plan's choice per key) gives each gradient its own compressor.
+    per_key = compression if isinstance(compression, dict) else None
     return [grad if grad is None or skip else
-            allreduce(grad, device_dense=device_dense, compression=compression,
+            allreduce(grad, device_dense=device_dense,
+                      compression=per_key.get(key, Compression.none) if per_key is not None
+                      else compression,
                       **_scaling(grad, op, prescale, postscale, slices_op), name=key,
                       _variable=_handle_owner(variable), _priority=index,
                       process_set=process_set or global_process_set)

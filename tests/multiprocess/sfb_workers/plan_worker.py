@@ -1,0 +1,82 @@
+"""Worker for test_plan_auto.py (2 workers, 1 server): the automatic plan
+(sfb.convert(mode="auto") and DistributedOptimizer under TFPS_PLAN=auto, with pins) trains,
+and then the same choices made by hand train from the same weights. Each worker saves
+both results to $TFPS_TEST_OUT/rank<r>.npz; the test compares them with each other and
+with single-process training.
+"""
+
+import os
+import sys
+
+import keras
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "workers"))
+from harness import run_checks  # noqa: E402
+
+import sfb  # noqa: E402
+from sfb_train_worker import conv_model, images, save, sgd_momentum  # noqa: E402
+from tf_ps_ops.plan import auto  # noqa: E402
+from tf_ps_ops.plan.monitor import PlanMonitor  # noqa: E402
+
+NUM_WORKERS = 2
+BATCH = 8
+STEPS = 6
+
+
+def shard(array, rank):
+    """Worker `rank`'s rows: global batch k is rows [k·2·BATCH, (k+1)·2·BATCH), rank r
+    taking its r-th half."""
+    batches = array[:STEPS * NUM_WORKERS * BATCH].reshape(STEPS, NUM_WORKERS, BATCH,
+                                                          *array.shape[1:])
+    return batches[:, rank].reshape(STEPS * BATCH, *array.shape[1:])
+
+
+def _fit(hvd, model, optimizer, x, y, extra=()):
+    model.compile(optimizer=optimizer, loss="mse", jit_compile=False)
+    model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0,
+              callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0), *extra])
+    assert int(model.optimizer.iterations) == STEPS
+
+
+def check_auto_plan_matches_hand_picked(hvd):
+    me = hvd.rank()
+    x, y = images(STEPS * NUM_WORKERS * BATCH)
+    xs, ys = shard(x, me), shard(y, me)
+    base = conv_model(seed=3)
+    auto_model = sfb.convert(base, mode="auto", batch_size=BATCH, overrides={"out": "ps"})
+    os.environ["TFPS_PLAN"] = "auto"
+    try:
+        auto_opt = hvd.DistributedOptimizer(sgd_momentum(), plan_pins={"out/kernel": "sum"})
+    finally:
+        del os.environ["TFPS_PLAN"]
+    monitor = PlanMonitor(auto.last_model_plan(), every=3)
+    _fit(hvd, auto_model, auto_opt, xs, ys, [monitor])
+    by_sfb = {layer.name: isinstance(layer, sfb.Dense) for layer in auto_model.layers
+              if isinstance(layer, keras.layers.Dense)}
+    assert by_sfb["out"] is False, by_sfb  # pinned to summation
+    plan = auto_opt.tfps_plan
+    # The default allowed codecs are none only: every gradient summed uncompressed.
+    assert [str(c) for c in plan.choices] == ["sum"] * len(plan.choices), plan.choices
+    assert any(key.endswith("out/kernel") for key in plan.pinned), plan.pinned
+    # The monitor's peer bytes: SFB layers' factors, K·(M+N)·4 per step to the one peer.
+    sfb_bytes = sum(BATCH * (144 + 64) * 4 for name, on in by_sfb.items() if on)
+    assert len(monitor.reports) == STEPS // 3, monitor.reports
+    for report in monitor.reports:
+        assert report["peer_bytes"] == sfb_bytes, (report, by_sfb)
+        assert report["server_bytes"] > 0 and report["step_s"] > 0, report
+
+    hand_model = sfb.convert(base, mode="ps",
+                             overrides={name: "sfb" for name, on in by_sfb.items() if on})
+    hand_opt = hvd.DistributedOptimizer(sgd_momentum(), compression=hvd.Compression.none)
+    _fit(hvd, hand_model, hand_opt, xs, ys)
+    save(**{f"auto.{i}": w for i, w in enumerate(auto_model.get_weights())},
+         **{f"hand.{i}": w for i, w in enumerate(hand_model.get_weights())},
+         initial=np.concatenate([w.ravel() for w in base.get_weights()]),
+         sfb_layers=np.array(sorted(name for name, on in by_sfb.items() if on)))
+
+
+CHECKS = [check_auto_plan_matches_hand_picked]
+
+if __name__ == "__main__":
+    run_checks(CHECKS)

@@ -1,0 +1,48 @@
+"""The automatic plan on a real cluster (2 workers, 1 server, loopback): it measures the
+link through the transport, plans, and trains to the same weights as the same choices
+made by hand, and as single-process training (sfb_workers/plan_worker.py)."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from oracles import train_on_cluster, worker_module
+
+WORKER = Path(__file__).resolve().parent / "sfb_workers" / "plan_worker.py"
+pytestmark = pytest.mark.timeout(400)
+
+
+def _weights(saved, prefix):
+    return [saved[f"{prefix}.{i}"] for i in range(sum(k.startswith(prefix + ".") for k in saved))]
+
+
+def test_auto_plan_trains_like_the_hand_picked_configuration(tmp_path_factory):
+    # Generous timeouts: importing TensorFlow alone can take a minute on a loaded machine.
+    saved, results = train_on_cluster(tmp_path_factory, WORKER, 2, 1, timeout=280,
+                                      env={"TFPS_TIMEOUT": "150"})
+    for prefix in ("auto", "hand"):
+        for i, (mine, theirs) in enumerate(zip(_weights(saved[1], prefix),
+                                               _weights(saved[0], prefix))):
+            np.testing.assert_array_equal(mine, theirs, err_msg=f"{prefix} {i}: replicas")
+    auto, hand = _weights(saved[0], "auto"), _weights(saved[0], "hand")
+    assert auto and len(auto) == len(hand)
+    for i, (a, h) in enumerate(zip(auto, hand)):
+        np.testing.assert_array_equal(a, h, err_msg=f"weight {i}: auto vs hand-picked")
+    # The oracle: single-process training on the concatenated global batches.
+    worker = worker_module(WORKER)
+    x, y = worker.images(worker.STEPS * 2 * worker.BATCH)
+    model = worker.conv_model(seed=3)
+    model.compile(optimizer=worker.sgd_momentum(), loss="mse", jit_compile=False)
+    model.fit(x, y, batch_size=2 * worker.BATCH, epochs=1, shuffle=False, verbose=0)
+    for i, (got, want) in enumerate(zip(auto, model.get_weights())):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"weight {i}")
+    # Rank 0 logged both plans (the model's, the optimizer's) and the measurements.
+    logs = [r.stderr for r in results]
+    assert [log.count("plan: 2 workers") for log in logs] == [2, 0], logs[0][-3000:]
+    assert logs[0].count("measured: link ") == 2
+    assert logs[0].count("engine settings") == 2  # the running ones, or better ones
+    assert logs[0].count("plan monitor: step ") == 2 and "plan monitor" not in logs[1]
+    # Each plan is made under the running engine's settings (the defaults here).
+    assert logs[0].count("partition 1048576 B, fusion 262144 B, credit 0 B;") == 2
+    print("\n".join(l for l in logs[0].splitlines() if not l.startswith(("20", "W0", "I0"))))

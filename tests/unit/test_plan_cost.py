@@ -1,0 +1,203 @@
+"""The planner's cost model (tf_ps_ops/plan) against hand-computed cases, the published
+bounds (BytePS's all-reduce and dedicated-server times, HybComm's float counts) and
+HybComm's decisions (sfb.policy). No TensorFlow."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+
+from sfb import policy  # noqa: E402
+from tf_ps_ops.plan import cost, layers, planner  # noqa: E402
+from tf_ps_ops.plan.cost import Choice, Cluster, FREE  # noqa: E402
+
+MB = 1 << 20
+FC6 = layers.dense("fc6", 25088, 4096, bias=False)
+FC7 = layers.dense("fc7", 4096, 4096, bias=False)
+
+
+def link(layer, choice, cluster, batch=32, partition=MB):
+    return cost.layer_cost(layer, choice, cluster, FREE, batch, partition).link_bytes
+
+
+def test_colocated_summation_is_the_all_reduce_bound():
+    # One worker and one server per host: 2·(n−1)·M/n bytes per direction (BytePS).
+    for n in (2, 8, 64):
+        assert link(FC7, Choice(), Cluster(n)) == pytest.approx(2 * (n - 1) * FC7.bytes / n)
+
+
+def test_dedicated_servers_cost_the_busier_host():
+    # k = n server machines: M per direction (BytePS's PS bound); k = n/4: the server's 4·M.
+    assert link(FC7, Choice(), Cluster(8, dedicated_servers=8)) == FC7.bytes
+    assert link(FC7, Choice(), Cluster(8, dedicated_servers=2)) == 4 * FC7.bytes
+
+
+def test_matches_hybcomm_float_counts_times_two_directions():
+    # HybComm counts floats sent + received; the planner bytes per direction.
+    for n in (2, 8, 220):
+        ps = link(FC6, Choice(), Cluster(n))
+        assert 2 * ps / 4 == pytest.approx(policy.ps_cost(4096, 25088, n, n))
+        sfb = link(FC6, Choice("sfb"), Cluster(n))
+        assert 2 * sfb / 4 == pytest.approx(policy.sfb_cost(4096, 25088, 32, n))
+
+
+def test_hierarchical_divides_the_host_link_by_workers_per_host():
+    # 4 hosts × 8 workers: flat, a host carries 8 workers' pushes; hierarchical, one.
+    flat = link(FC7, Choice(), Cluster(32, workers_per_host=8, hierarchical=False))
+    hier = link(FC7, Choice(), Cluster(32, workers_per_host=8))
+    assert flat == pytest.approx(8 * 2 * 3 / 4 * FC7.bytes)
+    assert hier == pytest.approx(2 * 3 / 4 * FC7.bytes)
+    # A compressed tensor stays on the flat path.
+    int8 = link(FC7, Choice("sum", "int8"), Cluster(32, workers_per_host=8))
+    assert int8 == pytest.approx(flat * (4096 * 4096 + 8 * 4096 * 4096 / 1024) / FC7.bytes)
+
+
+def test_codec_wire_bytes():
+    assert cost.wire_bytes("fp16", 1000, 1000) == 2000
+    assert cost.wire_bytes("int8", 2048 + 10, 1024) == 2058 + 3 * 8
+    assert cost.wire_bytes("onebit", 4096, 4096) == 512 + 4 * 4
+
+
+@pytest.mark.parametrize("layer,k,p", [(FC6, 32, 8), (FC7, 32, 8), (FC7, 256, 64),
+                                       (layers.dense("logits", 4096, 10, bias=False), 32, 8),
+                                       (FC6, 32, 220), (FC6, 32, 221)])
+def test_free_cpu_reproduces_hybcomm_decisions(layer, k, p):
+    # With free CPUs and no per-message cost the planner's choice is HybComm's BestScheme
+    # (ties aside: HybComm takes SFB when equal, the planner keeps summation).
+    n, m = layer.kernel
+    chosen = planner.choose_layer(layer, Cluster(p), FREE, k, cost.Settings())
+    want = policy.best_scheme(m, n, k, p, p)
+    assert {"sum": "ps", "sfb": "sfb"}[chosen.mode] == want
+
+
+def test_sfb_rebuild_on_the_cpu_can_outweigh_its_bytes():
+    # fc6 at 8 workers, K = 32: 27× fewer bytes, but 25088·4096·32·8 multiply-adds at
+    # 1.5e10/s (1.75 s) against 360 MB at 10 Gbit/s per direction (0.36 s).
+    slow = cost.Machine(rebuild_rate=1.5e10)
+    cluster = Cluster(8, bandwidth=1.25e9)
+    assert planner.choose_layer(FC6, cluster, slow, 32, cost.Settings()).mode == "sum"
+    fast = cost.Machine(rebuild_rate=1e13)
+    assert planner.choose_layer(FC6, cluster, fast, 32, cost.Settings()).mode == "sfb"
+
+
+def test_step_time_hand_computed_two_layers():
+    # Two layers, 2 workers, FIFO, no CPU costs: compute 1 ms forward, 2 ms backward each.
+    # Link 1e9 B/s; layer b (4 MB) ready at 2+2 = 4 ms, 4 partitions of 1 MB... both
+    # layers 4 MB = 4 partitions each, 2·(n−1)/n = 1 → 4 MB per direction = 4 ms each.
+    a = layers.Layer("a", "other", MB, None, 1, 1e6)
+    b = layers.Layer("b", "other", MB, None, 1, 1e6)
+    machine = cost.Machine(macs_per_s=1e9, sum_per_byte=0.0, message_overhead=0.0,
+                           codec_per_byte=(("none", (0, 0, 0)),))
+    cluster = Cluster(2, bandwidth=1e9, latency=0.0)
+    t, per_layer = cost.step_time([a, b], [Choice(), Choice()], cluster, machine, 1,
+                                  cost.Settings(MB, 0, 0))
+    # fwd 2 ms; b ready at 4 ms, sent 4..8.19 (4·MB/1e9 s), last pull tail +1.05 ms;
+    # a ready at 6 ms, waits, sent 8.39..12.58 ms (+tail) -> next forward a, then b.
+    per_dir = 4 * MB / 1e9
+    b_done = 0.004 + per_dir + MB / 1e9
+    a_done = 0.004 + 2 * per_dir + MB / 1e9
+    assert per_layer[1][1] == pytest.approx(b_done - 0.004)
+    assert per_layer[0][1] == pytest.approx(a_done - 0.006)
+    assert t == pytest.approx(max(a_done + 0.001, b_done) + 0.001 - 0.002)
+
+
+def test_priority_under_credit_sends_the_first_layer_first():
+    a = layers.Layer("a", "other", 4 * MB, None, 1, 1e6)
+    b = layers.Layer("b", "other", 4 * MB, None, 1, 0.0)  # ready with a's gradient
+    machine = cost.Machine(macs_per_s=1e9, sum_per_byte=0.0, message_overhead=0.0,
+                           codec_per_byte=(("none", (0, 0, 0)),))
+    cluster = Cluster(2, bandwidth=1e9, latency=0.0)
+    fifo = cost.step_time([a, b], [Choice()] * 2, cluster, machine, 1,
+                          cost.Settings(MB, 0, 0))[1]
+    prio = cost.step_time([b, a], [Choice()] * 2, cluster, machine, 1,
+                          cost.Settings(MB, 0, 1 << 40))[1]
+    assert fifo[0][1] > fifo[1][1]          # FIFO: the later-ready first layer waits
+    assert prio[0][1] < fifo[1][1] + 1e-3   # priority: the first layer goes first
+
+
+def test_plan_never_predicted_slower_than_default_and_pins_kept():
+    vgg = layers.vgg16()
+    cluster = Cluster(16, workers_per_host=4, bandwidth=25e9 / 8)
+    plan = planner.make_plan(vgg, cluster, 32, allowed_codecs=("none", "fp16"),
+                             pins={"fc1": "sum+int8", "credit": 0})
+    assert plan.step_time <= plan.default_step_time
+    assert str(plan.choice("fc1")) == "sum+int8" and plan.settings.credit == 0
+    assert "pinned" in next(l for l in planner.format_table(plan).splitlines()
+                            if l.startswith("fc1"))
+    with pytest.raises(ValueError, match="no such layer"):
+        planner.make_plan(vgg, cluster, 32, pins={"fc9": "sfb"})
+    with pytest.raises(ValueError, match="'sfb' needs a Dense layer"):
+        planner.make_plan(vgg, cluster, 32, pins={"block1_conv1": "sfb"})
+
+
+def test_builtin_layer_lists_have_the_published_sizes():
+    assert sum(l.params for l in layers.vgg16()) == 138_357_544
+    assert sum(l.params for l in layers.vgg19()) == 143_667_240
+    # keras.applications: 25,636,712 weights, 25,583,592 trainable (BatchNorm statistics not)
+    assert sum(l.params for l in layers.resnet50()) == 25_583_592
+    assert sum(l.params for l in layers.bert_large()) == 335_141_888
+
+
+def test_layer_json_round_trip_and_errors():
+    mine = layers.vgg16()
+    assert layers.from_json(layers.to_json(mine)) == mine
+    assert layers.from_json('[{"name": "fc", "kernel": [3, 4]}]')[0].params == 16
+    with pytest.raises(ValueError, match="layer 0 .*'c'.*params"):
+        layers.from_json('[{"name": "c", "kind": "conv"}]')
+
+
+def test_cli_prints_plan_and_scaling():
+    out = subprocess.run([sys.executable, "-m", "tf_ps_ops.plan", "resnet50", "--workers",
+                          "8", "--gbps", "25", "--scaling", "--rows", "3"],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": ROOT})
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("plan: 8 workers")
+    assert "TFPS_PARTITION_BYTES=" in out.stdout
+    rows = [l.split() for l in lines if l[:1].isdigit()]
+    assert [int(r[0]) for r in rows[::2]] == list(range(1, 11)) and len(rows) == 20 or \
+        [int(r[0]) for r in rows[::2]] == [2 ** i for i in range(1, 11)]
+    assert "tensorflow" not in out.stderr.lower()
+
+
+def test_engine_defaults_match_the_core_table():
+    # The planner's default Settings and config.ENGINE_INTS are the C++ core's defaults.
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from native import load_core
+    from tf_ps_ops.common import config
+
+    table = {name: default for name, _, default, _ in load_core().config_table()}
+    for name, value in config.ENGINE_INTS.items():
+        assert int(table[name]) == value, name
+    settings = cost.Settings()
+    assert (settings.partition_bytes, settings.fusion_bytes, settings.credit) == (
+        config.ENGINE_INTS["TFPS_PARTITION_BYTES"], config.ENGINE_INTS["TFPS_FUSION_BYTES"],
+        config.ENGINE_INTS["TFPS_SCHEDULING_CREDIT"])
+    assert config.engine_int("TFPS_FUSION_BYTES", {"TFPS_FUSION_BYTES": "0"}) == 0
+
+
+@pytest.mark.parametrize("cluster,machine", [
+    (Cluster(8, bandwidth=1.25e9), cost.Machine()),
+    (Cluster(4, bandwidth=0.125e9), cost.Machine()),
+    (Cluster(16, 4, bandwidth=3e9), cost.Machine(rebuild_rate=1e12)),
+    (Cluster(64, 8, bandwidth=12.5e9, latency=1e-3), cost.Machine(rebuild_rate=1e12))])
+def test_plan_within_5_percent_of_every_hand_picked_configuration(cluster, machine):
+    # Every combination of per-layer choices (sum with each codec, SFB) at the same engine
+    # settings: the plan's predicted step is within 5% of the best of them.
+    import itertools
+
+    model = [layers.conv("conv", 3, 3, 64, 128, 56, 56), layers.dense("fc1", 9216, 4096),
+             layers.dense("fc2", 4096, 4096), layers.dense("out", 4096, 1000)]
+    codecs = ("none", "fp16", "int8")
+    pins = {"partition_bytes": MB, "fusion_bytes": 1 << 18, "credit": 0}
+    plan = planner.make_plan(model, cluster, 32, machine, codecs, pins=pins)
+    candidates = [planner._candidates(layer, codecs, ("sum", "sfb")) for layer in model]
+    best = min(cost.step_time(model, choices, cluster, machine, 32, plan.settings)[0]
+               for choices in itertools.product(*candidates))
+    assert plan.step_time <= 1.05 * best, (plan.step_time, best)
+    assert plan.step_time <= plan.default_step_time

@@ -1,0 +1,59 @@
+"""plan="auto" and mode="auto": the errors a wrong call gets before any cluster is
+involved (the cluster behaviour is tests/multiprocess/test_plan_auto.py's)."""
+
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+
+keras = pytest.importorskip("keras")
+
+import sfb  # noqa: E402
+import tf_ps_ops as hvd  # noqa: E402
+from tf_ps_ops.plan import auto  # noqa: E402
+
+
+def _model():
+    return keras.Sequential([keras.Input((6,)), keras.layers.Dense(4, name="fc"),
+                             keras.layers.Dense(1, name="out")])
+
+
+def test_convert_auto_needs_batch_size_and_a_cluster():
+    with pytest.raises(ValueError, match="auto mode needs batch_size"):
+        sfb.convert(_model(), mode="auto")
+    with pytest.raises(ValueError, match="call tf_ps_ops.init"):
+        sfb.convert(_model(), mode="auto", batch_size=8)
+
+
+def test_optimizer_plan_arguments_checked():
+    sgd = keras.optimizers.SGD(0.1)
+    with pytest.raises(ValueError, match='use "auto" or None'):
+        hvd.DistributedOptimizer(sgd, plan="fast")
+    with pytest.raises(ValueError, match="plan_pins without plan"):
+        hvd.DistributedOptimizer(sgd, plan_pins={"fc/kernel": "sum"})
+    with pytest.raises(ValueError, match="picks the codecs itself"):
+        hvd.DistributedOptimizer(sgd, plan="auto", compression=hvd.Compression.int8)
+
+
+def test_environment_variables(monkeypatch):
+    monkeypatch.setenv("TFPS_PLAN", "sometimes")
+    with pytest.raises(ValueError, match="TFPS_PLAN='sometimes'"):
+        auto.plan_mode_from_environment()
+    monkeypatch.setenv("TFPS_PLAN", "auto")
+    assert auto.plan_mode_from_environment() == "auto"
+    monkeypatch.setenv("TFPS_PLAN_CODECS", "none,int4")
+    with pytest.raises(ValueError, match="codec 'int4'"):
+        auto.allowed_codecs()
+    monkeypatch.setenv("TFPS_PLAN_CODECS", "none, fp16")
+    assert auto.allowed_codecs() == ("none", "fp16")
+
+
+def test_pins_by_key():
+    keys = ["DistributedSGD.fc/kernel", "DistributedSGD.fc/bias"]
+    assert auto._pins_by_key(keys, {"fc/kernel": "sum+int8", "credit": 0}) == {
+        "DistributedSGD.fc/kernel": "sum+int8", "credit": 0}
+    with pytest.raises(ValueError, match="names no reduced gradient"):
+        auto._pins_by_key(keys, {"conv/kernel": "sum"})

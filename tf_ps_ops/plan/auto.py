@@ -1,0 +1,140 @@
+"""The automatic plan in a running job: `sfb.convert(model, mode="auto")` (SFB or
+summation per Dense layer) and `DistributedOptimizer(..., plan="auto")` (a codec per
+gradient, from the codecs TFPS_PLAN_CODECS allows), both from the cluster's measurements
+(measure.py) and the same planner as tfps-plan.
+
+The engine's partition size, fusion and credit are read when the engine starts: a job's
+plan is made under the running ones, and the log names the planner's own choice of them
+("engine settings for the next launch"), which takes effect when the job is started with
+those variables.
+"""
+
+import logging
+import sys
+
+from tf_ps_ops.plan import cost, layers as layer_lists, measure, planner
+
+_logger = logging.getLogger("tf_ps_ops.plan")
+ENGINE_VARIABLES = ("TFPS_PARTITION_BYTES", "TFPS_FUSION_BYTES", "TFPS_SCHEDULING_CREDIT")
+
+
+def allowed_codecs():
+    """The codecs the automatic plan may choose: TFPS_PLAN_CODECS (comma-separated),
+    default none only — any codec changes what training computes, so it is opt-in."""
+    from tf_ps_ops.common import config
+
+    value, source = config.lookup("TFPS_PLAN_CODECS")
+    codecs = tuple(c.strip() for c in (value or "none").split(",") if c.strip())
+    for codec in codecs:
+        if codec not in cost.CODECS:
+            raise ValueError(f"{source}={value!r}: codec {codec!r}; use some of "
+                             f"{', '.join(cost.CODECS)}")
+    return codecs or ("none",)
+
+
+def plan_mode_from_environment():
+    """TFPS_PLAN: 'auto' or None."""
+    from tf_ps_ops.common import config
+
+    value, source = config.lookup("TFPS_PLAN")
+    if value in (None, "", "none", "off"):
+        return None
+    if value.lower() != "auto":
+        raise ValueError(f"{source}={value!r}: use auto (or leave it unset)")
+    return "auto"
+
+
+def log_once(text):
+    """On rank 0 only: to the logger when logging is configured, else stderr."""
+    from tf_ps_ops.common import basics
+
+    if basics.is_initialized() and basics.rank() != 0:
+        return
+    if _logger.handlers or logging.getLogger().handlers:
+        _logger.info("%s", text)
+    else:
+        print(text, file=sys.stderr, flush=True)
+
+
+ENGINE_PINS = {"partition_bytes": "TFPS_PARTITION_BYTES", "fusion_bytes": "TFPS_FUSION_BYTES",
+               "credit": "TFPS_SCHEDULING_CREDIT"}
+
+
+def engine_settings():
+    """The running engine's settings, as pins: a job's plan cannot change them."""
+    from tf_ps_ops.common import config
+
+    return {pin: config.engine_int(name) for pin, name in ENGINE_PINS.items()}
+
+
+def describe(plan, measurements, better=None):
+    """The plan's table, the measurements, and the engine settings the planner would pick
+    for the next launch (`better`, a plan free to choose them) when they differ."""
+    lines = [planner.format_table(plan, max_rows=40), measurements.describe()]
+    if better is not None and better.step_time < 0.99 * plan.step_time:
+        lines.append(f"engine settings for the next launch (predicted step "
+                     f"{better.step_time * 1e3:.2f} ms): " +
+                     " ".join(f"{k}={v}" for k, v in better.environment().items()))
+    else:
+        lines.append("engine settings: the running ones are the planner's choice")
+    return "\n".join(lines)
+
+
+def _plans(layers, measurements, batch_size, codecs, pins, modes=planner.MODES_AUTO):
+    """(the plan under the running engine settings, the plan free to choose them)."""
+    pins = dict(pins or {})
+    free = planner.make_plan(layers, measurements.cluster, batch_size, measurements.machine,
+                             codecs, modes=modes, pins=pins)
+    running = planner.make_plan(layers, measurements.cluster, batch_size,
+                                measurements.machine, codecs, modes=modes,
+                                pins={**engine_settings(), **pins})
+    return running, free
+
+
+def plan_model(model, batch_size, pins=None, measurements=None, codecs=None):
+    """The Plan of a built Keras model on the running cluster (measured once)."""
+    measurements = measurements or measure.measure_cluster()
+    layers = layer_lists.from_keras(model)
+    plan, better = _plans(layers, measurements, batch_size, codecs or allowed_codecs(), pins)
+    log_once(describe(plan, measurements, better))
+    _last["model"] = plan
+    return plan
+
+
+_last = {}
+
+
+def last_model_plan():
+    """The Plan sfb.convert(mode="auto") made last in this process, or None."""
+    return _last.get("model")
+
+
+def _pins_by_key(keys, pins):
+    """Pins named by a variable's path (or its key) -> by key."""
+    out = {}
+    for name, value in (pins or {}).items():
+        if name in ENGINE_PINS:
+            out[name] = value
+            continue
+        matches = [k for k in keys if k == name or k.endswith("." + name)]
+        if not matches:
+            raise ValueError(f"plan pin {name!r} names no reduced gradient; keys: "
+                             f"{', '.join(keys[:8])}{' ...' if len(keys) > 8 else ''}")
+        out.update({k: value for k in matches})
+    return out
+
+
+def compressions(keys, sizes, measurements, pins=None, codecs=None):
+    """{key: Compressor} for the gradients under `keys` (sizes: elements of each), and the
+    Plan: the codec the planner picks per gradient (summation only; SFB is a model
+    change, sfb.convert's)."""
+    from tf_ps_ops.collectives.compression import Compression
+
+    layers = [layer_lists.Layer(key, layer_lists.OTHER, int(size))
+              for key, size in zip(keys, sizes)]
+    plan, better = _plans(layers, measurements, 1, codecs or allowed_codecs(),
+                          _pins_by_key(list(keys), pins), modes=(cost.SUM,))
+    log_once(describe(plan, measurements, better))
+    return {key: (Compression.uncompressed if choice.codec == "none"
+                  else Compression.parse(choice.codec))
+            for key, choice in zip(keys, plan.choices)}, plan

@@ -1,0 +1,314 @@
+"""The cost model: how long a layer's synchronisation takes in each mode, and a step.
+
+Poseidon's HybComm counts floats through the busiest node (`ps_cost`, `sfb_cost`, kept
+here as the published formulas and used by sfb.policy). The planner generalises it to
+time, per layer and mode, on the busiest host's link (bytes per direction; links are full
+duplex):
+
+  summation / PS, servers colocated (H hosts, L workers and s servers per host,
+  P1 = H·L workers, P2 = H·s servers):   W·(L·(P2−s) + s·(P1−L)) / P2
+      with L = 1 workers per host when hierarchical aggregation sums each host first.
+      One server per host and L = 1: 2·W·(H−1)/H, BytePS's all-reduce bound, and
+      HybComm's 2·M·N·(P1+P2−2)/P2 floats sent + received for P1 = P2.
+  summation / PS, D dedicated server machines:   max(L·W, P1·W/D)   (worker or server host)
+  SFB: L·(P1−L)·F with F = 4·K·(M+N) bytes of factors per worker (K rows per step)
+
+W is the layer's bytes on the wire after its codec (per partition: `wire_bytes`). CPU
+time adds to a layer's completion: codec encode/decode on the worker, decode-add and
+re-encode on the servers, the host's local sum under hierarchical aggregation, SFB's
+rebuild (N·M·K·P1 multiply-adds). `step_time` places it all on one timeline: backward
+produces gradients from the last layer to the first, the link serves partitions (in
+ready order, or by priority — layers nearest the input first — under a scheduling
+credit), and the next forward pass waits for each layer's parameters.
+"""
+
+import dataclasses
+import heapq
+import math
+
+SFB, SUM, PS_DENSE = "sfb", "sum", "ps"
+MODES = (SUM, SFB, PS_DENSE)
+CODECS = ("none", "fp16", "bf16", "int8", "onebit")
+CHUNK = 1024  # elements per codec chunk (cc/codec's kChunk)
+
+
+# ---------------------------------------------------------------------------------------
+# HybComm (Poseidon, ATC'17): floats sent + received per step by the busiest node
+
+
+def ps_cost(m, n, workers, servers, colocated=True):
+    """Floats per step through the busiest node when the servers hold the M×N layer."""
+    if colocated:
+        return 2 * m * n * (workers + servers - 2) / servers
+    return max(2 * m * n, 2 * workers * m * n / servers)
+
+
+def sfb_cost(m, n, k, workers):
+    """Floats per step each worker sends and receives: its K×(M+N) factors to every peer,
+    and every peer's to it."""
+    return 2 * k * (workers - 1) * (m + n)
+
+
+# ---------------------------------------------------------------------------------------
+# The cluster and the machine
+
+
+@dataclasses.dataclass(frozen=True)
+class Cluster:
+    """workers: P1. bandwidth: bytes/s per direction of a host's link. latency: seconds
+    of a tiny push_pull's round trip. dedicated_servers: 0 for servers on the worker
+    hosts (servers_per_host each), else the number of server machines."""
+    workers: int
+    workers_per_host: int = 1
+    servers_per_host: int = 1
+    dedicated_servers: int = 0
+    bandwidth: float = 1.25e9
+    latency: float = 50e-6
+    hierarchical: bool = True
+
+    def __post_init__(self):
+        for name in ("workers", "workers_per_host", "servers_per_host"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"Cluster.{name} = {getattr(self, name)}: must be >= 1")
+        if self.bandwidth <= 0 or self.latency < 0:
+            raise ValueError(f"bandwidth {self.bandwidth} B/s and latency {self.latency} s: "
+                             f"the bandwidth must be > 0 and the latency >= 0")
+
+    @property
+    def hosts(self):
+        return math.ceil(self.workers / self.workers_per_host)
+
+    @property
+    def servers(self):
+        return self.dedicated_servers or self.hosts * self.servers_per_host
+
+
+@dataclasses.dataclass(frozen=True)
+class Machine:
+    """CPU and compute rates. Codec costs are seconds per float32 byte of the tensor:
+    {codec: (encode, decode, decode-add)}; sum_per_byte is a float32 add of one byte's
+    worth; local_per_byte the host's local sum under hierarchical aggregation, per byte
+    and local peer (shared memory and a CPU add here; NVLink for GPUs); rebuild_rate is SFB's multiply-adds per second; macs_per_s the model's
+    forward rate (backward costs backward_ratio times the forward)."""
+    macs_per_s: float = 5e12
+    backward_ratio: float = 2.0
+    codec_per_byte: tuple = ()          # ((codec, (encode, decode, decode_add)), ...)
+    sum_per_byte: float = 0.1e-9
+    rebuild_rate: float = 1.5e10
+    message_overhead: float = 20e-6
+    server_threads: int = 2
+    local_per_byte: float = 0.2e-9  # hierarchical: add one local peer's byte and copy back
+
+    def codec(self, name):
+        table = dict(self.codec_per_byte)
+        if name == "none":
+            return (0.0, 0.0, table.get("none", (0, 0, self.sum_per_byte))[2])
+        return table.get(name, _DEFAULT_CODEC_COST.get(name, (0.5e-9, 0.5e-9, 0.6e-9)))
+
+
+# Seconds per float32 byte, from docs/compression.md's speed table order of magnitude;
+# measure.codec_costs() replaces them with this machine's.
+_DEFAULT_CODEC_COST = {"fp16": (0.15e-9, 0.1e-9, 0.15e-9), "bf16": (0.1e-9, 0.1e-9, 0.15e-9),
+                       "int8": (0.4e-9, 0.2e-9, 0.3e-9), "onebit": (0.4e-9, 0.2e-9, 0.3e-9)}
+FREE = Machine(macs_per_s=math.inf, codec_per_byte=tuple(
+    (c, (0.0, 0.0, 0.0)) for c in CODECS), sum_per_byte=0.0, rebuild_rate=math.inf,
+    message_overhead=0.0, local_per_byte=0.0)
+
+
+def wire_bytes(codec, elements, partition_elements):
+    """Bytes a tensor of `elements` float32 takes on the wire, cut into partitions."""
+    if codec == "none":
+        return 4 * elements
+    if codec in ("fp16", "bf16"):
+        return 2 * elements
+    full, rest = divmod(elements, max(1, partition_elements))
+    parts = [partition_elements] * full + ([rest] if rest else [])
+    if codec == "int8":
+        return sum(n + 8 * math.ceil(n / CHUNK) for n in parts)
+    if codec == "onebit":
+        return sum(math.ceil(n / 8) + 4 * math.ceil(n / CHUNK) for n in parts)
+    raise ValueError(f"codec {codec!r}: the planner knows {', '.join(CODECS)}")
+
+
+# ---------------------------------------------------------------------------------------
+# One layer in one mode
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    mode: str = SUM
+    codec: str = "none"
+
+    def __str__(self):
+        return self.mode if self.codec == "none" else f"{self.mode}+{self.codec}"
+
+
+def parse_choice(text):
+    """'sum', 'sfb', 'ps', 'sum+int8', ... -> Choice."""
+    mode, _, codec = str(text).partition("+")
+    if mode not in MODES or (codec or "none") not in CODECS or (codec and mode == SFB):
+        raise ValueError(f"choice {text!r}: use sum, sfb or ps, optionally sum+CODEC or "
+                         f"ps+CODEC with CODEC one of {', '.join(CODECS[1:])}")
+    return Choice(mode, codec or "none")
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerCost:
+    """link_bytes: per direction through the busiest host. messages: how many.
+    cpu_before: worker time before the first byte leaves. cpu_after: time after the
+    last byte arrives (servers' and workers' decoding, local sums, SFB's rebuild)."""
+    link_bytes: float
+    messages: int
+    tail_bytes: float
+    cpu_before: float
+    cpu_after: float
+
+
+def _server_link(w, cluster, hierarchical):
+    per_host = 1 if hierarchical else cluster.workers_per_host
+    workers = cluster.hosts * per_host if hierarchical else cluster.workers
+    if cluster.dedicated_servers:
+        return max(per_host * w, workers * w / cluster.dedicated_servers)
+    s, p2 = cluster.servers_per_host, cluster.servers
+    return w * (per_host * (p2 - s) + s * (workers - per_host)) / p2
+
+
+def layer_cost(layer, choice, cluster, machine, batch_size, partition_bytes):
+    """The LayerCost of `layer` synchronised by `choice`."""
+    p1 = cluster.workers
+    if p1 == 1 or layer.params == 0:
+        return LayerCost(0.0, 0, 0.0, 0.0, 0.0)
+    if choice.mode == SFB:
+        if layer.kernel is None or layer.rows is None:
+            raise ValueError(f"layer {layer.name!r}: SFB needs a Dense kernel with a known "
+                             f"number of rows per example")
+        n, m = layer.kernel
+        k = batch_size * layer.rows
+        L = min(cluster.workers_per_host, p1)
+        factors = 4 * k * (n + m)
+        bias = LayerCost(0, 0, 0, 0, 0)
+        if layer.params > n * m:  # the bias (and any other weight) by summation
+            bias = _summed(4 * (layer.params - n * m), Choice(), cluster, machine,
+                           partition_bytes)
+        rebuild = n * m * k * p1 / machine.rebuild_rate
+        return LayerCost(L * (p1 - L) * factors + bias.link_bytes, (p1 - 1) + bias.messages,
+                         factors, bias.cpu_before, max(rebuild, bias.cpu_after))
+    return _summed(layer.bytes, choice, cluster, machine, partition_bytes)
+
+
+def _summed(raw, choice, cluster, machine, partition_bytes):
+    elements = raw // 4
+    part = max(1, partition_bytes // 4)
+    wire = wire_bytes(choice.codec, elements, part)
+    # Compressed tensors and PS mode's updates stay on the flat path (docs/hierarchical.md).
+    hierarchical = (cluster.hierarchical and choice.codec == "none" and choice.mode == SUM
+                    and cluster.workers_per_host > 1)
+    encode, decode, decode_add = machine.codec(choice.codec)
+    pushes = cluster.hosts if hierarchical else cluster.workers
+    # A server decodes-and-adds every push of its share, then re-encodes the sum.
+    server = raw / cluster.servers * (pushes * decode_add + encode) / machine.server_threads
+    local = 0.0
+    if hierarchical:  # the leader adds its host's tensors and hands the answer back
+        local = raw * (cluster.workers_per_host - 1) * machine.local_per_byte
+    partitions = max(1, math.ceil(raw / partition_bytes))
+    return LayerCost(_server_link(wire, cluster, hierarchical), partitions,
+                     min(wire, wire / partitions), raw * encode,
+                     server + raw * decode + local)
+
+
+# ---------------------------------------------------------------------------------------
+# A step
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """The engine's knobs: TFPS_PARTITION_BYTES, TFPS_FUSION_BYTES, TFPS_SCHEDULING_CREDIT."""
+    partition_bytes: int = 1 << 20
+    fusion_bytes: int = 1 << 18
+    credit: int = 0
+
+
+def compute_times(layers, machine, batch_size):
+    """(forward, backward) seconds per layer."""
+    forward = [layer.macs * batch_size / machine.macs_per_s for layer in layers]
+    return forward, [f * machine.backward_ratio for f in forward]
+
+
+def _messages(layers, costs, ready, settings):
+    """[(ready, priority, link seconds-worth bytes, messages, layers it completes)] in
+    backward order; small summed layers ready one after another fuse up to fusion_bytes."""
+    out, group = [], None
+    for index in reversed(range(len(layers))):
+        cost = costs[index]
+        if cost.messages == 0:
+            continue
+        small = cost.link_bytes and layers[index].bytes < settings.fusion_bytes and \
+            cost.messages == 1
+        if small and group and group["raw"] + layers[index].bytes <= settings.fusion_bytes:
+            group["bytes"] += cost.link_bytes
+            group["raw"] += layers[index].bytes
+            group["ready"] = ready[index]
+            group["priority"] = index
+            group["layers"].append(index)
+            continue
+        if group:
+            out.append(group)
+            group = None
+        entry = dict(ready=ready[index], priority=index, bytes=cost.link_bytes,
+                     messages=cost.messages, raw=layers[index].bytes, layers=[index])
+        if small:
+            group = entry
+        else:
+            out.append(entry)
+    if group:
+        out.append(group)
+    return out
+
+
+def step_time(layers, choices, cluster, machine, batch_size, settings=Settings()):
+    """(predicted seconds per step, [per layer: its synchronisation's LayerCost,
+    seconds from gradient ready to parameters back]). choices: one Choice per layer."""
+    costs = [layer_cost(layer, choice, cluster, machine, batch_size, settings.partition_bytes)
+             for layer, choice in zip(layers, choices)]
+    forward, backward = compute_times(layers, machine, batch_size)
+    t_fwd = sum(forward)
+    ready, t = [0.0] * len(layers), t_fwd
+    for index in reversed(range(len(layers))):
+        t += backward[index]
+        ready[index] = t + costs[index].cpu_before
+    t_bwd_end = t
+    bandwidth = cluster.bandwidth
+    if settings.credit:  # a window of `credit` bytes in flight: one round trip per window
+        bandwidth *= settings.credit / (settings.credit + cluster.bandwidth * cluster.latency)
+    # Each message is cut into partitions, served one at a time.
+    pieces = []
+    for order, msg in enumerate(_messages(layers, costs, ready, settings)):
+        count = msg["messages"]
+        for piece in range(count):
+            pieces.append((msg["ready"], msg["priority"], order, piece,
+                           msg["bytes"] / count / bandwidth + machine.message_overhead,
+                           msg["layers"] if piece == count - 1 else []))
+    pieces.sort(key=lambda p: (p[0], p[2], p[3]))
+    done = [t_bwd_end if costs[i].messages == 0 else 0.0 for i in range(len(layers))]
+    # The CPU work after a layer's bytes arrive (server sums, decoding, local sums,
+    # rebuilds) queues on one more resource, in arrival order.
+    clock, cpu_clock, waiting, next_piece = 0.0, 0.0, [], 0
+    while next_piece < len(pieces) or waiting:
+        if not waiting and pieces[next_piece][0] > clock:
+            clock = pieces[next_piece][0]
+        while next_piece < len(pieces) and pieces[next_piece][0] <= clock:
+            p = pieces[next_piece]
+            # FIFO by readiness, or by priority (the layer nearest the input) under credit
+            heapq.heappush(waiting, ((p[1] if settings.credit else p[0]), p[2], p[3], p))
+            next_piece += 1
+        piece = heapq.heappop(waiting)[-1]
+        clock += piece[4]
+        for index in piece[5]:
+            c = costs[index]
+            cpu_clock = max(cpu_clock, clock) + c.cpu_after
+            done[index] = cpu_clock + cluster.latency + c.tail_bytes / bandwidth
+    # The next forward pass: layer l starts once l−1 is done and l's parameters are back.
+    t = t_bwd_end
+    for index in range(len(layers)):
+        t = max(t, done[index]) + forward[index]
+    return t - t_fwd, [(c, d - r) for c, d, r in zip(costs, done, ready)]

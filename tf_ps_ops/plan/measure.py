@@ -1,0 +1,172 @@
+"""What the automatic plan measures on the running cluster, once (or on request):
+
+- the link: a tiny and a 4 MiB push_pull through the real transport (the engine, the
+  servers, the sockets or shared memory the job uses), best of a few; latency = the tiny
+  one's time, bandwidth = the bytes per direction the cost model says the big one moves
+  through the busiest link, over the time it adds;
+- each codec's CPU cost per byte and the float32 sum's (the C++ core's own loops, timed by
+  `_core.time_codec` / `time_decode_add` where that binding is built; else the defaults
+  of cost.Machine, and the report says so);
+- the compute rate: a float32 matmul in TensorFlow, multiply-adds per second.
+
+Every worker must call `measure_cluster` at the same point (it runs collectives); rank 0's
+numbers are broadcast, so every worker makes the same plan.
+"""
+
+import dataclasses
+import importlib
+import logging
+import time
+
+import numpy as np
+
+from tf_ps_ops.plan import cost
+
+_logger = logging.getLogger("tf_ps_ops.plan")
+PROBE_BYTES = 4 << 20
+_cache = {}
+
+
+@dataclasses.dataclass(frozen=True)
+class Measurements:
+    cluster: cost.Cluster
+    machine: cost.Machine
+    codecs_measured: bool
+
+    def describe(self):
+        c = self.cluster
+        return (f"measured: link {c.bandwidth * 8 / 1e9:.3g} Gbit/s per direction, latency "
+                f"{c.latency * 1e6:.0f} us, compute {self.machine.macs_per_s / 1e9:.3g} "
+                f"GMAC/s, codec costs "
+                f"{'measured' if self.codecs_measured else 'assumed (no _core binding)'}")
+
+
+def topology(size, local_size, num_servers):
+    """The cost model's Cluster for the running job (bandwidth and latency left at their
+    defaults). On one host every worker's bytes cross the loopback transport: each worker
+    counts as its own host and the servers as dedicated ones."""
+    hosts = max(1, size // max(1, local_size))
+    if hosts == 1:
+        return cost.Cluster(size, 1, 1, num_servers)
+    if num_servers % hosts == 0:
+        return cost.Cluster(size, local_size, num_servers // hosts)
+    return cost.Cluster(size, local_size, 1, num_servers)
+
+
+def _time_push_pull(ops, tf, array, name, repeats):
+    tensor = tf.constant(array)
+    ops.allreduce(tensor, name=name).numpy()  # the first call registers the key
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        ops.allreduce(tensor, name=name).numpy()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def codec_costs(elements=1 << 20, repeat=3):
+    """((codec, (encode, decode, decode_add) seconds per float32 byte), ...), or None
+    without the _core binding."""
+    try:
+        core = importlib.import_module("tf_ps_ops._core")
+    except ImportError:
+        return None
+    data = np.random.default_rng(0).normal(size=elements).astype(np.float32)
+    nbytes = 4.0 * elements
+    total, best_sum = data.copy(), float("inf")
+    for _ in range(repeat):  # the server's float32 sum of a push into its total
+        start = time.perf_counter()
+        np.add(total, data, out=total)
+        best_sum = min(best_sum, time.perf_counter() - start)
+    table = []
+    for codec in cost.CODECS:
+        codec_id = core.CODECS[codec]
+        encode, decode = core.time_codec(codec_id, data, 0, repeat)
+        if codec == "none":
+            decode_add = best_sum
+        elif core.codec_decodes_adding(codec_id):
+            decode_add = core.time_decode_add(codec_id, data, repeat)
+        else:  # decoded, then added
+            decode_add = decode + best_sum
+        table.append((codec, (encode / nbytes, decode / nbytes, decode_add / nbytes)))
+    return tuple(table)
+
+
+def compute_rate(tf, n=512, repeat=3):
+    a = tf.random.normal([n, n])
+    tf.linalg.matmul(a, a).numpy()
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        tf.linalg.matmul(a, a).numpy()
+        best = min(best, time.perf_counter() - start)
+    return n ** 3 / best
+
+
+def measure_cluster(refresh=False, repeats=5):
+    """Measurements of this job (cached; refresh=True measures again). Collective."""
+    if "last" in _cache and not refresh:
+        return _cache["last"]
+    import tensorflow as tf
+
+    from tf_ps_ops.collectives import ops
+    from tf_ps_ops.common import basics
+
+    shape = topology(basics.size(), basics.local_size(), basics.num_servers())
+    round_ = _cache.get("round", 0)
+    _cache["round"] = round_ + 1
+    small = _time_push_pull(ops, tf, np.zeros(1, np.float32), f"tfps.plan.probe{round_}.small",
+                            repeats)
+    big = _time_push_pull(ops, tf, np.zeros(PROBE_BYTES // 4, np.float32),
+                          f"tfps.plan.probe{round_}.big", repeats)
+    per_direction = cost._server_link(PROBE_BYTES, shape, False)
+    bandwidth = per_direction / max(big - small, 1e-6)
+    codecs = codec_costs()
+    rate = compute_rate(tf)
+    flat = [bandwidth, small, rate] + [v for _, costs in (codecs or ()) for v in costs]
+    # Rank 0's numbers for everyone: the plan must be the same on every worker.
+    flat = ops.broadcast(tf.constant(flat, tf.float64), 0,
+                         name=f"tfps.plan.measured{round_}.{len(flat)}").numpy().tolist()
+    bandwidth, latency, rate = flat[:3]
+    table = ()
+    if codecs:
+        values = iter(flat[3:])
+        table = tuple((name, (next(values), next(values), next(values)))
+                      for name, _ in codecs)
+    cluster = dataclasses.replace(shape, bandwidth=bandwidth, latency=latency)
+    machine = cost.Machine(macs_per_s=rate, codec_per_byte=table,
+                           sum_per_byte=dict(table).get("none", (0, 0, 0.1e-9))[2])
+    result = Measurements(cluster, machine, bool(codecs))
+    _cache["last"] = result
+    if basics.rank() == 0:
+        _logger.info("%s", result.describe())
+    return result
+
+
+def model_rate(model, batch_size, steps=3, backward_ratio=2.0):
+    """Forward multiply-adds per second of `model` on this worker: a profiled local step
+    (forward and backward, no communication) on random data, best of `steps`; the
+    planner's per-layer compute times are the layers' multiply-adds at this rate."""
+    import tensorflow as tf
+
+    from tf_ps_ops.plan import layers as layer_lists
+
+    macs = sum(layer.macs for layer in layer_lists.from_keras(model)) * batch_size
+    if not macs:
+        return None
+    shape = [batch_size] + [int(d) for d in model.inputs[0].shape[1:]]
+    x = tf.random.normal(shape)
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(model(x, training=True))
+        return tape.gradient(loss, model.trainable_variables)
+
+    step()  # traces
+    best = float("inf")
+    for _ in range(steps):
+        start = time.perf_counter()
+        [g.numpy() for g in step() if g is not None]
+        best = min(best, time.perf_counter() - start)
+    return macs * (1 + backward_ratio) / best

@@ -1,0 +1,179 @@
+"""The plan: a mode and codec per layer, and the engine's partition size, fusion and
+credit, chosen with the cost model (cost.py), with the user's pins kept.
+
+Per layer the planner takes the allowed choice that keeps the link and the CPUs busy
+least (SFB only for Dense kernels with known rows; codecs only where allowed, since a
+lossy codec changes the training result); then it searches partition size × fusion ×
+credit for the least predicted step time. The result is never predicted slower than the
+default configuration (every layer summed uncompressed, the default knobs): if it would
+be, the default is the plan.
+"""
+
+import dataclasses
+import itertools
+
+from tf_ps_ops.plan import cost
+from tf_ps_ops.plan.cost import SFB, SUM, Choice, Settings
+
+MODES_AUTO = (SUM, SFB)
+PARTITIONS = (1 << 18, 1 << 20, 4 << 20, 16 << 20)
+FUSIONS = (0, 1 << 16, 1 << 18, 1 << 20)
+CREDITS = (0, 1 << 20, 4 << 20, 16 << 20)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    layers: tuple
+    choices: tuple          # one cost.Choice per layer
+    settings: Settings
+    cluster: cost.Cluster
+    batch_size: int
+    step_time: float        # predicted seconds per step
+    layer_times: tuple      # seconds from a layer's gradient to its parameters back
+    default_step_time: float
+    pinned: frozenset = frozenset()
+
+    def choice(self, name):
+        return {layer.name: c for layer, c in zip(self.layers, self.choices)}[name]
+
+    def environment(self):
+        """The engine settings as the environment variables that set them."""
+        return {"TFPS_PARTITION_BYTES": str(self.settings.partition_bytes),
+                "TFPS_FUSION_BYTES": str(self.settings.fusion_bytes),
+                "TFPS_SCHEDULING_CREDIT": str(self.settings.credit)}
+
+
+def _candidates(layer, allowed_codecs, modes):
+    out = []
+    if SUM in modes:
+        out += [Choice(SUM, codec) for codec in allowed_codecs]
+    if SFB in modes and layer.kind == "dense" and layer.kernel is not None and \
+            layer.rows is not None:
+        out.append(Choice(SFB))
+    return out or [Choice()]
+
+
+def _busy(layer, choice, cluster, machine, batch_size, settings):
+    c = cost.layer_cost(layer, choice, cluster, machine, batch_size, settings.partition_bytes)
+    return (c.link_bytes / cluster.bandwidth + c.messages * machine.message_overhead
+            + c.cpu_before + c.cpu_after)
+
+
+def choose_layer(layer, cluster, machine, batch_size, settings, allowed_codecs=("none",),
+                 modes=(SUM, SFB)):
+    """The candidate with the least busy time (link + CPU); ties keep the first (sum)."""
+    return min(_candidates(layer, allowed_codecs, modes),
+               key=lambda c: _busy(layer, c, cluster, machine, batch_size, settings))
+
+
+def _pins(layers, pins):
+    names = {layer.name for layer in layers}
+    parsed = {}
+    for name, value in (pins or {}).items():
+        if name in ("partition_bytes", "fusion_bytes", "credit"):
+            continue
+        if name not in names:
+            raise ValueError(f"pin for layer {name!r}: the model has no such layer with "
+                             f"trainable weights; its layers: {', '.join(sorted(names))}")
+        choice = value if isinstance(value, Choice) else cost.parse_choice(value)
+        layer = next(layer for layer in layers if layer.name == name)
+        if choice.mode == SFB and (layer.kernel is None or layer.rows is None):
+            raise ValueError(f"pin {name!r}: 'sfb' needs a Dense layer with known rows per "
+                             f"example; {name!r} is a {layer.kind} layer")
+        parsed[name] = choice
+    return parsed
+
+
+def make_plan(layers, cluster, batch_size, machine=cost.Machine(), allowed_codecs=("none",),
+              modes=MODES_AUTO, pins=None):
+    """The Plan for `layers` on `cluster`. pins: {layer name: 'sum' | 'sfb' | 'ps' |
+    'sum+int8' ..., and optionally 'partition_bytes' / 'fusion_bytes' / 'credit': int}."""
+    layers = tuple(layers)
+    pins = dict(pins or {})
+    fixed = _pins(layers, pins)
+    default = Settings()
+    default_choices = tuple(fixed.get(layer.name, Choice()) for layer in layers)
+    default_time, default_layers = cost.step_time(layers, default_choices, cluster, machine,
+                                                  batch_size, default)
+    best = None
+    grid = itertools.product(
+        [pins["partition_bytes"]] if "partition_bytes" in pins else PARTITIONS,
+        [pins["fusion_bytes"]] if "fusion_bytes" in pins else FUSIONS,
+        [pins["credit"]] if "credit" in pins else CREDITS)
+    # The default settings first: on a tie (strict < below) the plan keeps them.
+    grid = sorted(grid, key=lambda g: g != (default.partition_bytes, default.fusion_bytes,
+                                            default.credit))
+    by_partition = {}  # a layer's choice depends on the partition size only
+    for partition, fusion, credit in grid:
+        settings = Settings(int(partition), int(fusion), int(credit))
+        if settings.partition_bytes not in by_partition:
+            by_partition[settings.partition_bytes] = tuple(
+                fixed.get(layer.name) or choose_layer(
+                    layer, cluster, machine, batch_size, settings, allowed_codecs, modes)
+                for layer in layers)
+        choices = by_partition[settings.partition_bytes]
+        time, per_layer = cost.step_time(layers, choices, cluster, machine, batch_size,
+                                         settings)
+        if best is None or time < best[0] - 1e-12:
+            best = (time, choices, settings, per_layer)
+    best = _refine(layers, cluster, machine, batch_size, best, fixed, allowed_codecs, modes)
+    if best[0] > default_time:
+        best = (default_time, default_choices, default, default_layers)
+    time, choices, settings, per_layer = best
+    return Plan(layers, choices, settings, cluster, batch_size, time,
+                tuple(t for _, t in per_layer), default_time, frozenset(pins))
+
+
+def _refine(layers, cluster, machine, batch_size, best, fixed, allowed_codecs, modes,
+            passes=2):
+    """Coordinate descent on the timeline: the per-layer choice above adds link and CPU
+    time, but on the timeline they overlap; try each layer's other candidates under the
+    best settings and keep what shortens the predicted step."""
+    time, choices, settings, per_layer = best
+    choices = list(choices)
+    for _ in range(passes):
+        improved = False
+        for index, layer in enumerate(layers):
+            if layer.name in fixed:
+                continue
+            for candidate in _candidates(layer, allowed_codecs, modes):
+                if candidate == choices[index]:
+                    continue
+                trial = choices[:index] + [candidate] + choices[index + 1:]
+                t, trial_layers = cost.step_time(layers, trial, cluster, machine, batch_size,
+                                                 settings)
+                if t < time * (1 - 1e-9):
+                    time, choices, per_layer, improved = t, trial, trial_layers, True
+        if not improved:
+            break
+    return time, tuple(choices), settings, per_layer
+
+
+def format_table(plan, max_rows=None):
+    """The plan as text: layer, bytes, chosen mode, predicted synchronisation time."""
+    c = plan.cluster
+    servers = (f"{c.dedicated_servers} dedicated servers" if c.dedicated_servers
+               else f"{c.servers_per_host} server(s) per host")
+    head = [f"plan: {c.workers} workers ({c.workers_per_host} per host, {servers}, "
+            f"hierarchical {'on' if c.hierarchical else 'off'}), link "
+            f"{c.bandwidth * 8 / 1e9:.3g} Gbit/s, latency {c.latency * 1e6:.3g} us, "
+            f"batch {plan.batch_size} per worker",
+            f"partition {plan.settings.partition_bytes} B, fusion "
+            f"{plan.settings.fusion_bytes} B, credit {plan.settings.credit} B; predicted "
+            f"step {plan.step_time * 1e3:.2f} ms (default configuration "
+            f"{plan.default_step_time * 1e3:.2f} ms)"]
+    rows = [("layer", "bytes", "mode", "sync ms", "")]
+    order = list(range(len(plan.layers)))
+    if max_rows and len(order) > max_rows:
+        order = sorted(order, key=lambda i: -plan.layers[i].bytes)[:max_rows]
+        order.sort()
+    for i in order:
+        layer = plan.layers[i]
+        rows.append((layer.name, str(layer.bytes), str(plan.choices[i]),
+                     f"{plan.layer_times[i] * 1e3:.3f}",
+                     "pinned" if layer.name in plan.pinned else ""))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = head + ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
+    if len(order) < len(plan.layers):
+        lines.append(f"({len(plan.layers) - len(order)} smaller layers not shown)")
+    return "\n".join(lines)
