@@ -15,7 +15,12 @@
 namespace tfps {
 
 // Which roles render a metric (a worker does not show the server's counters as zeros).
-enum MetricRoles : uint8_t { worker_role = 1, server_role = 2, scheduler_role = 4, kEveryRole = 7 };
+enum MetricRoles : uint8_t {
+  kWorkerRole = 1,
+  kServerRole = 2,
+  kSchedulerRole = 4,
+  kEveryRole = 7,
+};
 
 class Metric {
  public:
