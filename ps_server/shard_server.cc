@@ -380,7 +380,9 @@ int ShardServer::Run(const std::atomic<bool>& stop) {
     if (!ExchangeNoticesOnIoThread(&failed)) break;
     for (int i = 0; i < 256 && RecvFrames(router_, &frames); ++i) {
       if (frames.size() > 1) silent.OnMessage(frames[1]);
-      for (size_t f = 1; f < frames.size(); ++f) metrics::server_bytes_received.Add(frames[f].size());
+      for (size_t f = 1; f < frames.size(); ++f) {
+        metrics::server_bytes_received.Add(frames[f].size());
+      }
       try {
         OnMessageOnIoThread(frames);
       } catch (const std::exception& e) {  // no exception leaves the I/O thread

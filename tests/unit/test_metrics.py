@@ -65,7 +65,7 @@ def test_every_process_of_a_job_gets_its_own_port():
 @pytest.mark.parametrize("argv, error", [
     (["--status-every", "5"], "give --metrics-port BASE too"),
     (["--metrics-port", "0", "--status-every", "5"], "a base port, not 0"),
-    (["--metrics-port", "65534"], "needs ports up to 65536"),
+    (["--metrics-port", "65534"], "needs ports up to 65537"),
     (["--metrics-port", "9400", "--elastic"], "TFPS_METRICS_PORT=0"),
 ])
 def test_tfps_run_refuses_metrics_flags_it_cannot_honour(capsys, argv, error):

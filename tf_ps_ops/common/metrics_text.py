@@ -39,5 +39,5 @@ def scrape(host, port, timeout_s=2.0):
 
 def bytes_moved(samples, role="worker"):
     """Payload bytes a worker (or server) sent and received, every kind of peer."""
-    return sum(v for k, v in samples.items()
-               if k.startswith((f"tfps_{role}_sent_bytes_total", f"tfps_{role}_received_bytes_total")))
+    prefixes = (f"tfps_{role}_sent_bytes_total", f"tfps_{role}_received_bytes_total")
+    return sum(v for k, v in samples.items() if k.startswith(prefixes))

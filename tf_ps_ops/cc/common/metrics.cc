@@ -84,10 +84,11 @@ void Histogram::RenderSamples(const std::string& common, std::string* out) const
   uint64_t cumulative = 0;
   for (size_t i = 0; i < kBounds.size(); ++i) {
     cumulative = std::min(count, cumulative + buckets_[i].load(std::memory_order_relaxed));
-    *out += Series(family(), "_bucket", common, labels(), "le=\"" + FormatDouble(kBounds[i]) + "\"") +
-            std::to_string(cumulative) + "\n";
+    const std::string le = "le=\"" + FormatDouble(kBounds[i]) + "\"";
+    *out += Series(family(), "_bucket", common, labels(), le) + std::to_string(cumulative) + "\n";
   }
-  *out += Series(family(), "_bucket", common, labels(), "le=\"+Inf\"") + std::to_string(count) + "\n";
+  *out += Series(family(), "_bucket", common, labels(), "le=\"+Inf\"") +
+          std::to_string(count) + "\n";
   *out += Series(family(), "_sum", common, labels(), "") + FormatDouble(sum_seconds()) + "\n";
   *out += Series(family(), "_count", common, labels(), "") + std::to_string(count) + "\n";
 }
@@ -133,7 +134,8 @@ Counter worker_steps("tfps_worker_steps_total", "",
                      "Training steps: the most push_pull calls any one tensor name completed "
                      "(a gradient is reduced once a step).", kW);
 Counter worker_push_pulls("tfps_worker_push_pulls_total", "",
-                          "push_pull (and allreduce, broadcast) calls completed, every tensor.", kW);
+                          "push_pull (and allreduce, broadcast) calls completed, every tensor.",
+                          kW);
 Histogram worker_push_pull_seconds("tfps_worker_push_pull_seconds", "",
                                    "Time from a push_pull's enqueue to its answer, in seconds.",
                                    kW);
