@@ -195,15 +195,14 @@ def test_a_keyless_server_refuses_a_metrics_port_beyond_loopback():
 
 def test_a_keyless_worker_refuses_a_metrics_port_beyond_loopback():
     require_build()
-    code = ("import sys; import tf_ps_ops as hvd\n"
-            "try:\n    hvd.init()\n"
-            "except Exception as e:\n    print(e); sys.exit(3)\n")
+    # The worker core without TensorFlow (tests/native.py): the same engine as the op
+    # library's, which refuses before it contacts any scheduler.
+    code = ("import sys; sys.path.insert(0, 'tests'); from native import load_core\n"
+            "try:\n    load_core().init('127.0.0.1', 9, 0, 1, 1)\n"
+            "except RuntimeError as e:\n    print(e); sys.exit(3)\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=90, cwd=REPO,
-                          env={**KEYLESS, "PYTHONPATH": str(REPO), "TFPS_TIMEOUT": "5",
-                               "TF_CPP_MIN_LOG_LEVEL": "2", "TFPS_METRICS_PORT": "0",
-                               "TFPS_SCHEDULER": "127.0.0.1:9", "TFPS_RANK": "0",
-                               "TFPS_SIZE": "1"})
+                          timeout=60, cwd=REPO,
+                          env={**KEYLESS, "TFPS_TIMEOUT": "5", "TFPS_METRICS_PORT": "0"})
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "worker 0's metrics port (TFPS_METRICS_PORT) would listen on every interface" \
         in proc.stdout
