@@ -4,6 +4,7 @@ TensorBoard scalars, through tf.summary, every `every_n_batches` batches."""
 import time
 
 import tensorflow as tf
+from tensorflow.core.framework import summary_pb2
 
 from tf_ps_ops.common.basics import rank, size
 from tf_ps_ops.common.metrics import metrics
@@ -11,6 +12,12 @@ from tf_ps_ops.common.metrics_text import bytes_moved
 from tf_ps_ops.training.keras_callbacks import FollowsTheModel
 
 _COMM_SECONDS = "tfps_worker_push_pull_seconds_sum"
+# What tf.summary.scalar tags a scalar with (TensorBoard's scalars plugin), written through
+# tf.summary.write, which TensorFlow has itself: tf.summary.scalar needs the tensorboard
+# package installed, writing these events does not.
+_SCALAR_METADATA = summary_pb2.SummaryMetadata(
+    plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"),
+    data_class=summary_pb2.DATA_CLASS_SCALAR).SerializeToString()
 
 
 class MetricsCallback(FollowsTheModel):
@@ -82,7 +89,8 @@ class MetricsCallback(FollowsTheModel):
         if self._writer is not None:
             with self._writer.as_default():
                 for name, value in values.items():
-                    tf.summary.scalar(name, value, step=self._step)
+                    tf.summary.write(name, tf.constant(value, tf.float32), step=self._step,
+                                     metadata=_SCALAR_METADATA)
             self._writer.flush()
 
     def on_train_end(self, logs=None):
