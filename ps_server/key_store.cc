@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "tf_ps_ops/cc/common/metrics.h"
+
 namespace tfps {
 
 KeyStore::KeyStore(int num_workers, int server_id, double timeout_s, Consistency consistency,
@@ -31,6 +33,7 @@ void KeyStore::OnPush(const Head& head, Buffer payload, std::vector<Outgoing>* o
   }
   Round complete;
   if (rounds_.Add(head, std::move(payload), received_us, out, &complete)) {
+    metrics::server_rounds.Add();
     Answer(complete, out);
   }
 }

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -16,9 +17,11 @@
 #include "ps_server/shard_server.h"
 #include "tf_ps_ops/cc/common/config.h"
 #include "tf_ps_ops/cc/common/logging.h"
+#include "tf_ps_ops/cc/common/metrics.h"
 #include "tf_ps_ops/cc/common/version.h"
 #include "tf_ps_ops/cc/transport/auth.h"
 #include "tf_ps_ops/cc/transport/connection_limits.h"
+#include "tf_ps_ops/cc/transport/metrics_http.h"
 
 namespace {
 
@@ -171,6 +174,10 @@ int RunScheduler(const Flags& flags, int num_workers, int num_servers,
   const std::string port_text = FlagOrEnv(flags, "port", "DMLC_PS_ROOT_PORT");
   if (!port_text.empty() && !ParseInt(port_text, 0, &port)) return Fail("bad --port " + port_text);
   tfps::SetLogRole("scheduler");
+  tfps::SetMetricsRole(tfps::kSchedulerRole, "scheduler", -1);
+  std::unique_ptr<tfps::MetricsEndpoint> metrics;
+  tfps::Status started = tfps::MetricsEndpoint::StartIfAsked(config, "the scheduler", &metrics);
+  if (!started.ok()) return Fail(started.message());
   tfps::Scheduler scheduler(num_workers, num_servers, config);
   int bound = 0;
   tfps::Status s = scheduler.Bind(port, &bound);
@@ -215,6 +222,13 @@ int RunServer(const Flags& flags, int num_workers, int num_servers, const tfps::
   const std::string port_text = FlagOrEnv(flags, "port", nullptr);
   if (!port_text.empty() && !ParseInt(port_text, 0, &port)) return Fail("bad --port " + port_text);
   tfps::SetLogRole("server");
+  tfps::SetMetricsRole(tfps::kServerRole, "server", -1);  // its id once registered
+  std::unique_ptr<tfps::MetricsEndpoint> metrics;
+  tfps::Status started = tfps::MetricsEndpoint::StartIfAsked(config, "this server", &metrics);
+  if (!started.ok()) {
+    TFPS_LOG(Error) << started.message();
+    return 1;
+  }
   tfps::ShardServer server(num_workers, num_servers, config);
   tfps::Status s =
       server.Start(sched_host, sched_port, port, FlagOrEnv(flags, "host", "DMLC_NODE_HOST"));

@@ -9,6 +9,7 @@
 #include "tf_ps_ops/cc/cluster/messages.h"
 #include "tf_ps_ops/cc/cluster/notice.h"
 #include "tf_ps_ops/cc/common/logging.h"
+#include "tf_ps_ops/cc/common/metrics.h"
 #include "tf_ps_ops/cc/transport/auth.h"
 #include "tf_ps_ops/cc/transport/connection_limits.h"
 #include "tf_ps_ops/cc/transport/zmq_util.h"
@@ -164,6 +165,18 @@ void Scheduler::OnMessage(std::vector<zmq::message_t>& frames) {
   }
 }
 
+namespace {
+
+// A member registered (+1) or left (-1): the scheduler's membership metrics.
+void CountMembership(int change) {
+  metrics::membership_changes.Add();
+  if (change > 0) metrics::scheduler_registrations.Add();
+  if (change < 0) metrics::scheduler_departures.Add();
+  metrics::scheduler_members.Add(change);
+}
+
+}  // namespace
+
 void Scheduler::OnRegister(const std::string& identity, zmq::message_t& payload, int fd) {
   if (!conflict_.empty()) {
     Refuse(identity, Code::kInvalidArgument, conflict_);
@@ -209,6 +222,7 @@ void Scheduler::OnRegister(const std::string& identity, zmq::message_t& payload,
     workers_[rank] = m;
     TFPS_LOG(Info) << "worker " << rank << " registered from " << m.host;
   }
+  CountMembership(+1);
   if (!complete()) {
     Reply(identity, FormatWaiting(Waiting()));
     return;
@@ -288,6 +302,7 @@ void Scheduler::OnDisconnect(int fd) {
     if (!ready_) {  // its place is free again: a restart may take it
       TFPS_LOG(Warning) << name << " disconnected before the cluster was complete; its rank "
                         << "is free again";
+      CountMembership(-1);
       it = workers_.erase(it);
       continue;
     }
@@ -296,6 +311,7 @@ void Scheduler::OnDisconnect(int fd) {
     TFPS_LOG(Error) << why;
     w.fd = -1;
     w.done = true;
+    CountMembership(-1);
     ++lost_workers_;
     if (failure_.empty()) failure_ = why;
     TellMembers(Code::kUnavailable, why, w.identity);
@@ -310,6 +326,7 @@ void Scheduler::OnDisconnect(int fd) {
     if (!ready_) {
       TFPS_LOG(Warning) << name << " disconnected before the cluster was complete; its place "
                         << "is free again";
+      CountMembership(-1);
       it = servers_.erase(it);
       continue;
     }
@@ -318,6 +335,7 @@ void Scheduler::OnDisconnect(int fd) {
     TFPS_LOG(Error) << why;
     it->fd = -1;
     it->done = true;
+    CountMembership(-1);
     if (failure_.empty()) failure_ = why;
     TellMembers(Code::kUnavailable, why, it->identity);
     ++it;
@@ -352,6 +370,7 @@ void Scheduler::OnNotice(const std::string& identity, Code code, const std::stri
 }
 
 void Scheduler::TellMembers(Code code, const std::string& text, const std::string& about) {
+  if (code != Code::kOk) metrics::errors.Add();
   NoticeAbout who;
   for (size_t i = 0; i < servers_.size(); ++i) {
     if (servers_[i].identity == about) who = NoticeAbout{Role::kServer, static_cast<int>(i)};
@@ -452,6 +471,7 @@ void Scheduler::OnSilent(const std::string& identity, double seconds) {
       (worker ? "engine thread" : "I/O thread or a summation thread (its log says which)") +
       " is stuck (a debugger, a deadlock?)";
   TFPS_LOG(Error) << why;
+  metrics::scheduler_lost_members.Add();
   member->done = true;
   if (worker) ++lost_workers_;
   if (failure_.empty()) failure_ = why;

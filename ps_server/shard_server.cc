@@ -14,6 +14,7 @@
 #include "tf_ps_ops/cc/cluster/notice.h"
 #include "tf_ps_ops/cc/cluster/rendezvous.h"
 #include "tf_ps_ops/cc/common/logging.h"
+#include "tf_ps_ops/cc/common/metrics.h"
 #include "tf_ps_ops/cc/transport/connection_limits.h"
 #include "tf_ps_ops/cc/transport/zmq_util.h"
 #include "tf_ps_ops/cc/wire/message.h"
@@ -61,6 +62,7 @@ ShardServer::ShardServer(int num_workers, int num_servers, const Config& config)
   router_.set(zmq::sockopt::router_mandatory, 1);
   zap_ = ZapHandler::StartIfKeyed(context_, config_);  // before the socket binds
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  metrics::server_push_bytes_limit.Set(static_cast<int64_t>(budget_.limit()));
 }
 
 ShardServer::~ShardServer() {
@@ -102,6 +104,7 @@ Status ShardServer::Start(const std::string& scheduler_host, int scheduler_port,
   worker_hosts_ = view.worker_hosts;  // which local sums each worker may push
   consistency_ = view.consistency;  // the workers' agreed model
   SetLogRole("server " + std::to_string(server_id_));
+  SetMetricsRole(kServerRole, "server", server_id_);
   Status restored = usable.ok() ? RestoreCheckpoint(existing) : usable;
   if (!restored.ok()) {  // the others learn why now, not after TFPS_TIMEOUT
     (void)SendNotice(scheduler_, restored);
@@ -185,6 +188,7 @@ void ShardServer::SummationLoop(int index) {
                         [&] { return stopping_ || !inbox.queue.empty(); });
       batch.swap(inbox.queue);
     }
+    metrics::server_summation_queue.Add(-static_cast<int64_t>(batch.size()));
     for (Work& w : batch) {
       watch_->Beat(index, ThreadWatch::kPush);
       SummationWorkOnSummationThread(store, w, &replies, &shm_answers);
@@ -391,11 +395,15 @@ int ShardServer::Run(const std::atomic<bool>& stop) {
       (void)!read(wake_fd_, &n, sizeof(n));
     }
     SendOutboxOnIoThread();
+    metrics::server_push_bytes_held.Set(static_cast<int64_t>(budget_.held()));
     if (!ExchangeNoticesOnIoThread(&failed)) break;
     for (int i = 0; i < 256 && RecvFrames(router_, &frames); ++i) {
       silent.OnMessage(frames);
       const int fd = frames.size() > 1 ? SilentConnections::SourceFd(frames[1]) : -1;
       const int rank = RankOfIdentity(frames[0].to_string());
+      for (size_t f = 1; f < frames.size(); ++f) {
+        metrics::server_bytes_received.Add(frames[f].size());
+      }
       try {
         OnMessageOnIoThread(frames);
       } catch (const std::exception& e) {  // no exception leaves the I/O thread
@@ -575,6 +583,7 @@ void ShardServer::OnJoinOnIoThread(const Head& head) {
       std::lock_guard<std::mutex> lock(inbox.mu);
       inbox.queue.push_back(std::move(w));
     }
+    metrics::server_summation_queue.Add(1);
     inbox.cv.notify_one();
   }
 }
@@ -616,6 +625,8 @@ void ShardServer::AcceptPushesOnIoThread(const std::string& identity, std::vecto
       std::lock_guard<std::mutex> lock(inbox.mu);
       inbox.queue.push_back(std::move(w));
     }
+    metrics::server_pushes.Add();
+    metrics::server_summation_queue.Add(1);
     inbox.cv.notify_one();
   }
   Status s = SendBatch(router_, identity, server_id_, &acks);
@@ -704,6 +715,7 @@ void ShardServer::OnWorkerGoneOnIoThread(int rank, const std::string& why) {
       std::lock_guard<std::mutex> lock(inbox->mu);
       inbox->queue.push_back(std::move(w));
     }
+    metrics::server_summation_queue.Add(1);
     inbox->cv.notify_one();
   }
 }
@@ -727,6 +739,7 @@ void ShardServer::SendOutboxOnIoThread() {
   };
   for (Outgoing& o : batch) {
     const uint64_t bytes = o.payload.size();
+    metrics::server_bytes_sent.Add(bytes);
     Batch& b = pending[o.identity];
     const bool alone = bytes >= fusion;
     if (alone || !b.Fits(bytes, fusion)) flush(o.identity, &b);

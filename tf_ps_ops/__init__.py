@@ -21,6 +21,8 @@ _EXPORTS = {
     "num_servers": "common.basics", "rank_op": "common.basics", "size_op": "common.basics",
     "local_rank_op": "common.basics", "local_size_op": "common.basics",
     "start_timeline": "common.timeline", "stop_timeline": "common.timeline",
+    "metrics": "common.metrics", "metrics_text": "common.metrics",
+    "metrics_port": "common.metrics",
     # Horovod's topology and build queries (which transports are built in: none of theirs)
     "cross_rank": "collectives.compat", "cross_size": "collectives.compat",
     "is_homogeneous": "collectives.compat", "mpi_built": "collectives.compat",

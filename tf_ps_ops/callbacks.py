@@ -13,6 +13,7 @@ from tf_ps_ops.collectives.ops import Average, allreduce, broadcast_variables
 from tf_ps_ops.common.basics import size
 from tf_ps_ops.training.keras_callbacks import FollowsTheModel, callback_class
 from tf_ps_ops.training.keras_flavor import build_optimizer, optimizer_variables
+from tf_ps_ops.training.metrics_callback import MetricsCallback
 
 
 class BroadcastGlobalVariablesCallback(FollowsTheModel):
@@ -257,3 +258,4 @@ MetricAverageCallback = callback_class(MetricAverageCallback)
 LearningRateScheduleCallback = callback_class(LearningRateScheduleCallback)
 LearningRateWarmupCallback = callback_class(LearningRateWarmupCallback)
 BestModelCheckpoint = callback_class(BestModelCheckpoint)
+MetricsCallback = callback_class(MetricsCallback)

@@ -36,6 +36,7 @@ from tf_ps_ops.runner.flag_types import int_at_least, positive_float
 from tf_ps_ops.runner.horovodrun import tuning_env
 from tf_ps_ops.runner.job import Job, LaunchError, run_to_teardown
 from tf_ps_ops.runner.process import LOCAL, Prefixed
+from tf_ps_ops.runner.status import StatusLine, check_ports, metrics_ports
 
 # The package folder: the build's artifacts (bin/ps_server, _tf_ps_ops.so) live there.
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -130,6 +131,14 @@ def parse_args(argv=None):
                              "dies starts a new epoch with new servers and the same workers, "
                              "who go on from their last commit, up to S times; then it ends "
                              "the job (default 3)")
+    parser.add_argument("--metrics-port", type=int_at_least(0), metavar="BASE",
+                        help="each role answers GET /metrics (Prometheus) on a port of its "
+                             "own: scheduler BASE, server i BASE+1+i, worker r "
+                             "BASE+1+servers+r; 0: each a free port, logged "
+                             "(TFPS_METRICS_PORT; docs/metrics.md)")
+    parser.add_argument("--status-every", type=positive_float, metavar="S",
+                        help="print a status line every S seconds: steps/s per rank, MB/s "
+                             "per host, the slowest rank (needs --metrics-port BASE > 0)")
     discovery.add_flags(parser)
     horovodrun.add_flags(parser)
     parser.add_argument("-v", "--version", action="version",
@@ -177,7 +186,32 @@ def parse_args(argv=None):
         parser.error("no COMMAND given: e.g. tfps-run -np 2 python3 train.py")
     if args.port > 65535:
         parser.error(f"--port must be at most 65535, got {args.port}")
+    _check_metrics_args(parser, args)
     return args
+
+
+def _check_metrics_args(parser, args):
+    if args.metrics_port is None:
+        if args.status_every:
+            parser.error("--status-every reads the workers' metrics ports: give "
+                         "--metrics-port BASE too (e.g. --metrics-port 9400)")
+        return
+    if args.elastic:
+        parser.error("--metrics-port does not work with --elastic yet (replaced processes "
+                     "would need ports of their own): set TFPS_METRICS_PORT=0 instead, "
+                     "each process then logs the port it chose")
+    if args.status_every and args.metrics_port == 0:
+        parser.error("--status-every needs the workers' ports: give --metrics-port a "
+                     "base port, not 0")
+    too_many = check_ports(args.metrics_port, args.num_servers, args.num_workers)
+    if too_many:
+        parser.error(too_many)
+
+
+def _with_metrics_port(env, ports, role, index):
+    if ports is None:
+        return env
+    return {**env, "TFPS_METRICS_PORT": str(ports[(role, index)])}
 
 
 def worker_env(base, rank, size, num_servers, port, host=HOST, local_rank=None,
@@ -255,15 +289,31 @@ def run_job(job, args, port_file):
     base = {**os.environ, **tuning_env(args)}
     base.update(job_env(args, os.path.dirname(port_file), local=args.host_slots is None))
     env = dict(base)
-    port = job.start_scheduler(env, port_file, host=hosts[0], port=args.port,
-                               wait_s=_PORT_WAIT_S)
+    ports = None
+    if args.metrics_port is not None:
+        ports = metrics_ports(args.metrics_port, args.num_servers, args.num_workers)
+        if args.metrics_port == 0:
+            ports = {place: 0 for place in ports}
+    port = job.start_scheduler(_with_metrics_port(env, ports, "scheduler", 0), port_file,
+                               host=hosts[0], port=args.port, wait_s=_PORT_WAIT_S)
     for index, host in enumerate(servers):
-        job.start_server(index, env, host=host, threads=args.server_threads)
-    processes = [job.start_worker(rank, args.command, worker_env(
+        job.start_server(index, _with_metrics_port(env, ports, "server", index), host=host,
+                         threads=args.server_threads)
+    processes = [job.start_worker(rank, args.command, _with_metrics_port(worker_env(
                      base, rank, args.num_workers, args.num_servers, port,
-                     job.scheduler_host, local_rank, local_size), host=host)
+                     job.scheduler_host, local_rank, local_size), ports, "worker", rank),
+                     host=host)
                  for rank, (host, local_rank, local_size) in enumerate(workers)]
-    job.supervise(processes, linger_s=_SERVER_EXIT_WAIT_S)
+    status = None
+    if args.status_every:
+        status = StatusLine([(rank, HOST if host.local else host.name, ports[("worker", rank)])
+                             for rank, (host, _, _) in enumerate(workers)],
+                            args.status_every).start()
+    try:
+        job.supervise(processes, linger_s=_SERVER_EXIT_WAIT_S)
+    finally:
+        if status is not None:
+            status.stop()
     return 0
 
 

@@ -90,6 +90,12 @@ const std::vector<ConfigEntry>& ConfigTable() {
        "1: a role may bind beyond loopback without TFPS_AUTH_KEY_FILE (plain TCP, a warning; "
        "for a trusted network or a measurement). 0: it refuses to start "
        "(`ps_server --insecure`, `tfps-run --insecure` set it)."},
+      {"TFPS_METRICS_PORT", "int", "",
+       "The TCP port where this process answers HTTP GET /metrics with its counters in the "
+       "Prometheus text format (docs/metrics.md), bound to TFPS_BIND under the same rule as "
+       "the other sockets (beyond loopback only with the job's key or TFPS_INSECURE=1). 0: a "
+       "free port, logged. Unset: no metrics port. `tfps-run --metrics-port BASE` gives each "
+       "process it starts BASE plus an offset."},
       {"TFPS_TIMELINE", "string", "",
        "Path of a Chrome-trace JSON timeline each worker writes at shutdown (%r becomes the "
        "rank): every tensor's queued / scheduled / push / server / pull / written stages "
@@ -325,6 +331,11 @@ Status LoadFeatures(Config* config) {
   TFPS_RETURN_IF_ERROR(ReadAuthKey(Lookup("TFPS_AUTH_KEY_FILE"), &config->auth_secret_key));
   TFPS_RETURN_IF_ERROR(ParseSwitch("TFPS_INSECURE", &config->insecure));
   config->timeline = Lookup("TFPS_TIMELINE");
+  if (!Lookup("TFPS_METRICS_PORT").empty()) {
+    int64_t port = 0;
+    TFPS_RETURN_IF_ERROR(ParseInt("TFPS_METRICS_PORT", 0, 65535, &port));
+    config->metrics_port = static_cast<int>(port);
+  }
   // Parsed by the engine (cc/codec is above this layer); the server does not read it.
   config->compression = Lookup("TFPS_COMPRESSION");
   TFPS_RETURN_IF_ERROR(ParseSwitch("TFPS_ERROR_FEEDBACK", &config->error_feedback));

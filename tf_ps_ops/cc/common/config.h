@@ -52,6 +52,7 @@ struct Config {
                                    // the scheduler)
   std::string consistency_trace;   // TFPS_CONSISTENCY_TRACE (ps_server; empty: none)
   bool insecure = false;           // TFPS_INSECURE: may bind beyond loopback without a key
+  int metrics_port = -1;           // TFPS_METRICS_PORT (-1: unset, no metrics endpoint)
 };
 
 // Reads every entry of ConfigTable() from the environment (defaults where unset) and

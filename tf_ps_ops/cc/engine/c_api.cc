@@ -5,9 +5,11 @@
 #include <cstring>
 #include <string>
 
+#include "tf_ps_ops/cc/common/metrics.h"
 #include "tf_ps_ops/cc/engine/engine.h"
 #include "tf_ps_ops/cc/engine/join.h"
 #include "tf_ps_ops/cc/engine/timeline_control.h"
+#include "tf_ps_ops/cc/transport/metrics_http.h"
 
 namespace {
 
@@ -62,6 +64,16 @@ unsigned long long tfps_codec_raw_bytes(void) { return tfps::Engine::Get().stats
 unsigned long long tfps_codec_encoded_bytes(void) {
   return tfps::Engine::Get().stats().codec_encoded_bytes;
 }
+int tfps_metrics_text(char* out, int out_len) {
+  const std::string text = tfps::RenderMetrics();
+  if (out != nullptr && out_len > 0) {
+    const size_t n = std::min(text.size(), static_cast<size_t>(out_len) - 1);
+    std::memcpy(out, text.data(), n);
+    out[n] = '\0';
+  }
+  return static_cast<int>(text.size());
+}
+int tfps_metrics_port(void) { return tfps::MetricsPort(); }
 unsigned long long tfps_codec_micros(void) { return tfps::Engine::Get().stats().codec_micros; }
 
 int tfps_start_timeline(const char* path, int mark_cycles, char* err, int err_len) {

@@ -37,6 +37,12 @@ unsigned long long tfps_peer_bytes_received(void);
 unsigned long long tfps_codec_raw_bytes(void);
 unsigned long long tfps_codec_encoded_bytes(void);
 unsigned long long tfps_codec_micros(void);
+/* The metrics (docs/metrics.md) in the Prometheus text format: copies at most out_len - 1
+ * bytes and a NUL into `out`, returns the text's whole length (call again with more room
+ * when it is not below out_len). Works before init() too (every counter 0). */
+int tfps_metrics_text(char* out, int out_len);
+/* The port this worker's metrics endpoint listens on (TFPS_METRICS_PORT), -1 when none. */
+int tfps_metrics_port(void);
 /* Horovod's start_timeline / stop_timeline (engine/timeline_control.h): 0 on success;
  * otherwise the status code, with the message in `err`. */
 int tfps_start_timeline(const char* path, int mark_cycles, char* err, int err_len);

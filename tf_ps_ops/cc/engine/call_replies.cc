@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "tf_ps_ops/cc/common/logging.h"
+#include "tf_ps_ops/cc/common/metrics.h"
 #include "tf_ps_ops/cc/engine/loop.h"
 
 namespace tfps {
@@ -96,6 +97,7 @@ void Engine::Loop::OnAnswerOnLoop(int server, uint64_t op_id, Op& op, const Head
     return;
   }
   bytes_received_ += payload_frame != nullptr ? payload_frame->size() : 0;
+  metrics::worker_bytes_received_server.Add(payload_frame != nullptr ? payload_frame->size() : 0);
   if (--op.remaining == 0) FinishOnLoop(op_id, Status::Ok());
 }
 

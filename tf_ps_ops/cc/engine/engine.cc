@@ -4,21 +4,61 @@
 #include "tf_ps_ops/cc/engine/engine.h"
 
 #include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
 #include <utility>
 
 #include <zmq.hpp>
 
 #include "tf_ps_ops/cc/cluster/rendezvous.h"
 #include "tf_ps_ops/cc/common/logging.h"
+#include "tf_ps_ops/cc/common/metrics.h"
 #include "tf_ps_ops/cc/engine/local/hierarchical.h"
 #include "tf_ps_ops/cc/engine/local/hierarchical_setup.h"
 #include "tf_ps_ops/cc/engine/loop.h"
 #include "tf_ps_ops/cc/engine/stop_signal.h"
 #include "tf_ps_ops/cc/engine/timeline_control.h"
+#include "tf_ps_ops/cc/transport/metrics_http.h"
 
 namespace tfps {
 
 using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// The worker's metrics port (TFPS_METRICS_PORT), from Init to Shutdown; guarded by the
+// engine's mu_ (kept here, not in engine.h, so the engine's header stays as it is).
+std::unique_ptr<MetricsEndpoint> g_metrics_endpoint;
+
+// Per tensor name, the calls completed: its largest is the worker's step count.
+std::mutex g_steps_mu;
+std::unordered_map<std::string, uint64_t> g_steps;  // guarded by g_steps_mu
+
+// Wraps `request.done` to count the call, its latency and its failure.
+void CountCall(PushPullRequest* request) {
+  const Clock::time_point enqueued = request->enqueued;
+  request->done = [done = std::move(request->done), name = request->name,
+                   enqueued](const Status& status) {
+    metrics::worker_push_pull_seconds.Observe(
+        std::chrono::duration<double>(Clock::now() - enqueued).count());
+    metrics::worker_push_pulls.Add();
+    if (!status.ok()) {
+      metrics::errors.Add();
+    } else {
+      uint64_t calls;
+      {
+        std::lock_guard<std::mutex> lock(g_steps_mu);
+        calls = ++g_steps[name];
+      }
+      metrics::worker_steps.RaiseTo(calls);
+    }
+    done(status);
+  };
+}
+
+}  // namespace
 
 Engine& Engine::Get() {
   static Engine* engine = new Engine();  // never destroyed: kernels may outlive statics
@@ -37,6 +77,9 @@ Status Engine::Init(const EngineOptions& options) {
                            std::to_string(options.size));
   }
   SetLogRole("worker " + std::to_string(options.rank));
+  SetMetricsRole(kWorkerRole, "worker", options.rank);
+  TFPS_RETURN_IF_ERROR(MetricsEndpoint::StartIfAsked(
+      config, "worker " + std::to_string(options.rank), &g_metrics_endpoint));
   auto loop = std::make_unique<Loop>(config, options.rank, options.size);
   ClusterView view;
   Status s;
@@ -45,7 +88,10 @@ Status Engine::Init(const EngineOptions& options) {
   } catch (const zmq::error_t& e) {
     s = Unavailable(std::string("ZeroMQ error while connecting: ") + e.what());
   }
-  if (!s.ok()) return s;
+  if (!s.ok()) {
+    g_metrics_endpoint.reset();
+    return s;
+  }
   rank_ = options.rank;
   size_ = options.size;
   num_servers_ = static_cast<int>(view.servers.size());
@@ -67,6 +113,7 @@ Status Engine::Init(const EngineOptions& options) {
     thread_.join();
     std::lock_guard<std::mutex> loop_lock(loop_mu_);
     loop_.reset();
+    g_metrics_endpoint.reset();
     return s;
   }
   initialized_ = true;
@@ -93,6 +140,7 @@ void Engine::Shutdown() {
     hierarchical.swap(hierarchical_);
   }
   if (hierarchical) hierarchical->Shutdown();  // after the loop: its answers are all in
+  g_metrics_endpoint.reset();
 }
 
 Status Engine::StartHierarchical(const Config& config, const ClusterView& view) {
@@ -170,6 +218,7 @@ void Engine::EnqueueAll(std::vector<PushPullRequest> requests) {
   const auto now = Clock::now();
   for (PushPullRequest& request : requests) {
     request.enqueued = now;
+    CountCall(&request);
     if (!loop) {
       request.done(NotInitialised("push_pull", request.name));
     } else if (hierarchical && Hierarchical::Eligible(request, job_compresses_)) {

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "tf_ps_ops/cc/common/logging.h"
+#include "tf_ps_ops/cc/common/metrics.h"
 #include "tf_ps_ops/cc/engine/stop_signal.h"
 
 namespace tfps {
@@ -47,6 +48,7 @@ void Engine::Loop::Enqueue(std::vector<Request> requests) {
     std::lock_guard<std::mutex> lock(queue_mu_);
     if (!stopping_) {
       for (Request& r : requests) queue_.push_back(std::move(r));
+      metrics::worker_request_queue.Set(static_cast<int64_t>(queue_.size()));
       accepted = true;
     }
   }
@@ -91,6 +93,7 @@ void Engine::Loop::RunOnLoop() {
     std::deque<Request> requests;
     std::vector<TimelineTask> timeline_tasks;
     const bool stop = TakeQueueOnLoop(&requests, &timeline_tasks);
+    metrics::worker_request_queue.Set(0);
     for (TimelineTask& task : timeline_tasks) task(timeline_, rank_);
     if (!requests.empty()) timeline_.MarkCycle();
     if (stop_fd_ >= 0 && CaughtStopSignal() != 0) StoppedBySignalOnLoop();
@@ -101,6 +104,8 @@ void Engine::Loop::RunOnLoop() {
     PumpOnLoop();  // answers freed credit
     CheckDeadlinesOnLoop();
     mesh_.CheckDeadlinesOnLoop(Clock::now());
+    metrics::worker_partitions_in_flight.Set(static_cast<int64_t>(pending_.size()));
+    metrics::worker_send_queue.Set(static_cast<int64_t>(ready_.size()));
     if (stop) break;
   }
   EndOnLoop();

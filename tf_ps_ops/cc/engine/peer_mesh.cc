@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "tf_ps_ops/cc/common/logging.h"
+#include "tf_ps_ops/cc/common/metrics.h"
 #include "tf_ps_ops/cc/transport/auth.h"
 #include "tf_ps_ops/cc/transport/zmq_util.h"
 
@@ -206,6 +207,7 @@ Status PeerMesh::SendPartsOnLoop(Gather& g, uint64_t key, uint64_t call) {
     TFPS_RETURN_IF_ERROR(
         SendMessage(*outgoing_[peer], "", head, ZeroCopyMessage(data_for(peer), bytes, r.input_holder)));
     bytes_sent_ += bytes;
+    metrics::worker_bytes_sent_worker.Add(bytes);
   }
   return Status::Ok();
 }
@@ -250,6 +252,7 @@ void PeerMesh::OnPeerDataOnLoop(std::vector<zmq::message_t>& frames) {
     return;
   }
   bytes_received_ += payload;
+  metrics::worker_bytes_received_worker.Add(payload);
   const GatherId id(h.key, h.step);
   const auto last = last_started_.find(h.key);
   if (last != last_started_.end() && h.step <= last->second && gathers_.count(id) == 0) {

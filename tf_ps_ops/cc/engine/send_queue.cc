@@ -4,6 +4,7 @@
 // compressed, through a colocated server's shared memory, or the tensor's bytes in place.
 #include <cstring>
 
+#include "tf_ps_ops/cc/common/metrics.h"
 #include "tf_ps_ops/cc/engine/loop.h"
 
 namespace tfps {
@@ -99,6 +100,7 @@ Status Engine::Loop::SendPartOnLoop(uint64_t op_id, Op& o, uint32_t index) {
   pending_[PartId(o.key, o.step, p.index)] = op_id;
   in_flight_bytes_ += WireBytes(o, index);
   bytes_sent_ += wire_bytes;
+  metrics::worker_bytes_sent_server.Add(wire_bytes);
   ++parts_sent_;
   return Status::Ok();
 }
