@@ -30,7 +30,8 @@ except RuntimeError as e:
 
 
 def test_peer_data_without_data_is_refused_and_the_worker_survives(tmp_path):
-    job = Job(tmp_path, num_workers=2, env={"TFPS_TIMEOUT": "5"})
+    job = Job(tmp_path, num_workers=2, env={"TFPS_TIMEOUT": "5",
+                                                     "TFPS_STALL_SHUTDOWN": "5"})
     worker = None
     try:
         env = dict(job.env, TFPS_SCHEDULER=f"127.0.0.1:{job.scheduler_port}", TFPS_RANK="0",
