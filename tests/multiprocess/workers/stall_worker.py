@@ -4,6 +4,8 @@ into the next epoch and waits for rank 0's gradients.
 
     stall_worker.py SLEEP_S OUT_DIR
 
+With $TFPS_TEST_GO set, a worker that has imported everything makes OUT_DIR/ready<r> and
+waits for that file before init() (the test's short TFPS_TIMEOUT bounds the rendezvous).
 Rank 0 prints "sleeping" and sleeps SLEEP_S at the end of epoch 0. Every rank writes its
 trained weights to OUT_DIR/rank<r>.npz and prints "trained"; a training error is printed
 ("training failed: ...") and exits 3. The test compares the weights with `oracle()`.
@@ -62,6 +64,12 @@ def main():
     pin_threads()
     import tf_ps_ops as hvd
 
+    go = os.environ.get("TFPS_TEST_GO")
+    if go:
+        place = os.environ["TFPS_RANK"]
+        open(os.path.join(out_dir, f"ready{place}"), "w").close()
+        while not os.path.exists(go):
+            time.sleep(0.05)
     hvd.init()
     rank = hvd.rank()
 
