@@ -64,5 +64,5 @@ def test_peer_data_without_data_is_refused_and_the_worker_survives(tmp_path):
             worker.wait()
         job.close()
     assert worker.returncode == 3, (worker.returncode, out, err)
-    assert "allgather failed" in out and "waiting for worker(s) 1" in out, (out, err)
+    assert "allgather failed" in out and "but not by rank(s) 1" in out, (out, err)
     assert "carries no data" in err, err
