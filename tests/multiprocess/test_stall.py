@@ -120,3 +120,21 @@ def test_a_killed_worker_still_ends_the_job_at_once(start_job):
         result.describe()
     # From the closed connection, not from a deadline (none is left to expire).
     assert elapsed < 5, result.describe()
+
+
+def test_under_hierarchical_aggregation_the_local_wait_only_warns_too(start_job, tmp_path):
+    # One host: rank 1 hands its gradients to its local leader, rank 0, through shared
+    # memory and waits there while rank 0 sleeps.
+    cluster = start_job({**SHORT, "TFPS_HIERARCHICAL": "1"}, SLEEP_S)
+    cluster.wait()
+    cluster.assert_ok()
+    kernel, bias = oracle()
+    for rank in range(2):
+        trained = np.load(tmp_path / f"rank{rank}.npz")
+        np.testing.assert_allclose(trained["kernel"], kernel, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(trained["bias"], bias, rtol=1e-5, atol=1e-6)
+    member = cluster.result("worker", 1)
+    assert re.search(r"stall warning: tensor '[^']+' \(step \d+\) on local rank 1 \(rank 1\) "
+                     r"of 2 \(hierarchical aggregation\), waiting for the local leader, local "
+                     r"rank 0 \(rank 0\), to answer, has waited \d+ s", member.stderr), \
+        member.describe()
