@@ -93,23 +93,39 @@ void ClockTable::Ready(const Slot& slot, std::vector<Read>* ready, std::vector<F
   if (queue.empty()) waiting_.erase(it);
 }
 
-std::vector<ClockTable::Failed> ClockTable::Expired(Clock::time_point now, double timeout_s) {
+std::vector<ClockTable::Failed> ClockTable::Expired(Clock::time_point now,
+                                                    const StallPolicy& stall,
+                                                    std::vector<std::string>* warnings) {
   std::vector<Failed> out;
-  const auto limit = std::chrono::duration<double>(timeout_s);
   for (auto it = waiting_.begin(); it != waiting_.end();) {
     std::deque<Read>& queue = it->second;
-    while (!queue.empty() && now - queue.front().since >= limit) {  // queued in time order
-      const Read& r = queue.front();
+    while (!queue.empty() && StallShutdownDue(stall, queue.front().since, now)) {
+      const Read& r = queue.front();  // queued in time order
       bool lost_only = false;
       out.push_back({r, DeadlineExceeded(
-          "timed out after " + std::to_string(int(timeout_s)) + " s (TFPS_TIMEOUT) under " +
+          "stalled for " + WholeSeconds(stall.shutdown_s) + " s (TFPS_STALL_SHUTDOWN) under " +
           ConsistencyName(consistency_) + ": worker " + std::to_string(r.push.sender) +
           " at step " + std::to_string(r.push.step) + " may read only once every worker is at "
           "step " + std::to_string(Needed(r.push.step)) + ", but " +
           Behind(it->first, r.push.step, &lost_only) + " did not get there (" +
-          WhereRead(server_id_, r.push) + "); is that worker stuck, dead or running other "
-          "code?")});
+          WhereRead(server_id_, r.push) + "); are they stuck or running other code? Raise "
+          "TFPS_STALL_SHUTDOWN, or set it to 0 to wait for slow workers")});
       queue.pop_front();
+    }
+    // One warning per slot and period: its oldest read (the others wait on the same ranks).
+    if (!queue.empty() && warnings &&
+        StallWarningDue(stall, queue.front().since, now, &queue.front().stall_warnings)) {
+      const Read& r = queue.front();
+      bool lost_only = false;
+      warnings->push_back(
+          "stall warning: under " + ConsistencyName(consistency_) + ", " +
+          std::to_string(queue.size()) + " read(s) of " + TensorOfKey(r.push.key) + " (" +
+          WhereRead(server_id_, r.push) + "), the oldest from worker " +
+          std::to_string(r.push.sender) + " at step " + std::to_string(r.push.step) +
+          ", have waited " + WholeSeconds(SecondsSince(r.since, now)) + " s for " +
+          Behind(it->first, r.push.step, &lost_only) + " to reach step " +
+          std::to_string(Needed(r.push.step)) + " (alive, slow; the job waits on, "
+          "TFPS_STALL_SHUTDOWN ends it)");
     }
     it = queue.empty() ? waiting_.erase(it) : std::next(it);
   }

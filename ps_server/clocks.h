@@ -4,7 +4,8 @@
 // step t may leave once every worker's clock is >= t - S; under asp at once (nothing
 // queues). A read is queued, not polled: Ready() hands out what a push just unblocked.
 // A read blocked by a lost worker never lifts and fails at once; one blocked by a slow
-// worker fails after TFPS_TIMEOUT, naming it. Owned by one summation thread: no locks.
+// worker gets stall warnings (and fails after TFPS_STALL_SHUTDOWN, if set), naming it.
+// Owned by one summation thread: no locks.
 #ifndef TFPS_PS_SERVER_CLOCKS_H_
 #define TFPS_PS_SERVER_CLOCKS_H_
 
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "tf_ps_ops/cc/common/consistency.h"
+#include "tf_ps_ops/cc/common/stall.h"
 #include "tf_ps_ops/cc/common/status.h"
 #include "tf_ps_ops/cc/wire/message.h"
 
@@ -31,6 +33,7 @@ class ClockTable {
   struct Read {
     Header push;  // the push this read answers: key, partition, step, sender
     Clock::time_point since;
+    int stall_warnings = 0;  // given so far (one every TFPS_STALL_WARNING)
   };
   struct Failed {
     Read read;
@@ -48,8 +51,11 @@ class ClockTable {
   // The queued reads of `slot` that may leave now (in arrival order), and those that never
   // can (a lost worker blocks them), both taken off the queue.
   void Ready(const Slot& slot, std::vector<Read>* ready, std::vector<Failed>* failed);
-  // Reads queued longer than `timeout_s`, taken off the queue, each with the error.
-  std::vector<Failed> Expired(Clock::time_point now, double timeout_s);
+  // Reads that wait on live workers: a stall warning every TFPS_STALL_WARNING to
+  // *warnings; those queued longer than TFPS_STALL_SHUTDOWN (if set) are taken off the
+  // queue and returned, each with the error.
+  std::vector<Failed> Expired(Clock::time_point now, const StallPolicy& stall,
+                              std::vector<std::string>* warnings);
   // The worker is gone: its clock stops for good; the reads it blocks fail.
   std::vector<Failed> OnWorkerLost(int rank, const std::string& why);
 

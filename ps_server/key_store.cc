@@ -6,12 +6,12 @@
 
 namespace tfps {
 
-KeyStore::KeyStore(int num_workers, int server_id, double timeout_s, Consistency consistency,
+KeyStore::KeyStore(int num_workers, int server_id, const StallPolicy& stall, Consistency consistency,
                    const std::string& trace_path)
     : num_workers_(num_workers),
       server_id_(server_id),
-      timeout_s_(timeout_s),
-      rounds_(num_workers, server_id, timeout_s),
+      stall_(stall),
+      rounds_(num_workers, server_id, stall),
       params_(num_workers, server_id) {
   if (!consistency.bsp()) {
     stale_ = std::make_unique<StaleRounds>(num_workers, server_id, consistency, &params_,

@@ -31,7 +31,7 @@ class KeyStore {
   // Under ssp/asp (`consistency`), data pushes go to StaleRounds (stale_rounds.h), with
   // `trace_path` for its trace (TFPS_CONSISTENCY_TRACE); broadcasts and PS initialisation
   // stay bsp rounds.
-  KeyStore(int num_workers, int server_id, double timeout_s,
+  KeyStore(int num_workers, int server_id, const StallPolicy& stall,
            Consistency consistency = Consistency(), const std::string& trace_path = "");
 
   // `received_us`: when the push arrived (wall clock), for timed replies.
@@ -48,11 +48,12 @@ class KeyStore {
     rounds_.OnWorkerLost(rank, why, out);
     if (stale_) stale_->OnWorkerLost(rank, why, out);
   }
-  // Fails rounds (and ssp reads) that waited longer than the timeout, naming the workers
-  // still missing.
-  void OnTick(Clock::time_point now, std::vector<Outgoing>* out) {
-    rounds_.OnTick(now, out);
-    if (stale_) stale_->OnTick(now, timeout_s_, out);
+  // Rounds (and ssp reads) waiting on live workers: stall warnings to *warnings (when
+  // given), failures after TFPS_STALL_SHUTDOWN, naming the workers still missing.
+  void OnTick(Clock::time_point now, std::vector<Outgoing>* out,
+              std::vector<std::string>* warnings = nullptr) {
+    rounds_.OnTick(now, out, warnings);
+    if (stale_) stale_->OnTick(now, stall_, out, warnings);
   }
 
   // Each rank's host, for the check of local sums (SumRounds::SetWorkerHosts).
@@ -80,7 +81,7 @@ class KeyStore {
 
   const int num_workers_;
   const int server_id_;
-  const double timeout_s_;
+  const StallPolicy stall_;
   SumRounds rounds_;
   ParameterStore params_;
   std::unique_ptr<StaleRounds> stale_;  // ssp/asp only; uses params_

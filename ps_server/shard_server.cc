@@ -172,12 +172,13 @@ void ShardServer::SummationLoop(int index) {
           ? ""
           : config_.consistency_trace + "/reads-" + std::to_string(server_id_) + "-" +
                 std::to_string(index) + ".txt";
-  KeyStore store(num_workers_, server_id_, config_.timeout_s, consistency_, trace);
+  KeyStore store(num_workers_, server_id_, config_.stall, consistency_, trace);
   if (!restored_.empty()) store.RestoreParams(std::move(restored_[index]));
   store.SetWorkerHosts(worker_hosts_);
   const bool checkpoints = !config_.checkpoint_dir.empty();
   Inbox& inbox = *inboxes_[index];
   std::vector<Outgoing> replies;
+  std::vector<std::string> stall_warnings;
   ShmAnswers shm_answers;  // this thread's shared-memory pushes, answered here
   while (!stopping_) {
     std::deque<Work> batch;
@@ -195,7 +196,13 @@ void ShardServer::SummationLoop(int index) {
     }
     watch_->Beat(index, ThreadWatch::kTick);
     try {
-      store.OnTick(KeyStore::Clock::now(), &replies);
+      store.OnTick(KeyStore::Clock::now(), &replies, &stall_warnings);
+      // Logged here and told to every member (their engines name the tensors).
+      for (const std::string& w : stall_warnings) {
+        TFPS_LOG(Warning) << w;
+        PostNotice(Status::Ok(), w);
+      }
+      stall_warnings.clear();
     } catch (const std::exception& e) {  // e.g. bad_alloc: log, keep serving
       TFPS_LOG(Error) << "summation thread " << index << ": " << e.what();
     }

@@ -283,8 +283,9 @@ void StaleRounds::OnWorkerLost(int rank, const std::string& why, std::vector<Out
   for (auto& s : slots_) Collect(s.second);
 }
 
-void StaleRounds::OnTick(Clock::time_point now, double timeout_s, std::vector<Outgoing>* out) {
-  for (const auto& f : clocks_.Expired(now, timeout_s)) {
+void StaleRounds::OnTick(Clock::time_point now, const StallPolicy& stall,
+                         std::vector<Outgoing>* out, std::vector<std::string>* warnings) {
+  for (const auto& f : clocks_.Expired(now, stall, warnings)) {
     TFPS_LOG(Warning) << f.status.message();
     out->push_back(ErrorReply(f.read.push, f.read.push.sender, server_id_, f.status));
   }

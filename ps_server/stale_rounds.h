@@ -45,8 +45,10 @@ class StaleRounds {
   // answers every read it lets leave (its own, under asp always).
   void Add(const Head& head, Buffer payload, std::vector<Outgoing>* out);
   void OnWorkerLost(int rank, const std::string& why, std::vector<Outgoing>* out);
-  // Fails reads that waited longer than the timeout, naming the workers they wait for.
-  void OnTick(Clock::time_point now, double timeout_s, std::vector<Outgoing>* out);
+  // Reads waiting on live workers: warnings, and failures after TFPS_STALL_SHUTDOWN
+  // (ClockTable::Expired), naming the workers they wait for.
+  void OnTick(Clock::time_point now, const StallPolicy& stall, std::vector<Outgoing>* out,
+              std::vector<std::string>* warnings);
 
   size_t waiting() const { return clocks_.waiting(); }
   size_t logged() const;  // pushes kept for workers not yet sent them

@@ -18,8 +18,8 @@ std::string Where(int server_id, const RoundId& id) {
          ", partition " + std::to_string(std::get<1>(id));
 }
 
-SumRounds::SumRounds(int num_workers, int server_id, double timeout_s)
-    : num_workers_(num_workers), server_id_(server_id), timeout_s_(timeout_s) {}
+SumRounds::SumRounds(int num_workers, int server_id, const StallPolicy& stall)
+    : num_workers_(num_workers), server_id_(server_id), stall_(stall) {}
 
 Round& SumRounds::Open(const Head& head, const RoundId& id) {
   auto it = rounds_.find(id);
@@ -408,40 +408,85 @@ void SumRounds::OnWorkerLost(int rank, const std::string& why, std::vector<Outgo
   }
 }
 
-void SumRounds::OnTick(Clock::time_point now, std::vector<Outgoing>* out) {
-  if (!join_order_.empty() &&
-      now - join_started_ >= std::chrono::duration<double>(timeout_s_)) {
-    std::string missing;
-    for (int rank = 0; rank < num_workers_; ++rank) {
-      if (std::find(join_order_.begin(), join_order_.end(), rank) == join_order_.end()) {
-        missing += (missing.empty() ? "" : ", ") + std::to_string(rank);
-      }
+void SumRounds::OnJoinTick(Clock::time_point now, std::vector<Outgoing>* out,
+                           std::vector<std::string>* warnings) {
+  if (join_order_.empty()) return;
+  std::vector<int> missing;
+  for (int rank = 0; rank < num_workers_; ++rank) {
+    if (std::find(join_order_.begin(), join_order_.end(), rank) == join_order_.end()) {
+      missing.push_back(rank);
     }
-    FailJoins(DeadlineExceeded("join() timed out after " + std::to_string(int(timeout_s_)) +
-                               " s (TFPS_TIMEOUT) waiting for worker(s) " + missing +
-                               " to join (server " + std::to_string(server_id_) +
-                               "); every worker must call join() once it runs out of data"),
-              out);
   }
+  const std::string what = "join() (server " + std::to_string(server_id_) + ")";
+  std::vector<int> joined(join_order_.begin(), join_order_.end());
+  std::sort(joined.begin(), joined.end());
+  if (StallShutdownDue(stall_, join_started_, now)) {
+    FailJoins(StallShutdownStatus(stall_, what, RankList(joined), RankList(missing)), out);
+    return;
+  }
+  if (warnings && StallWarningDue(stall_, join_started_, now, &join_stall_warnings_)) {
+    warnings->push_back(StallWarningText(what + ", which every worker calls once it runs out "
+                                         "of data,", RankList(joined), RankList(missing),
+                                         SecondsSince(join_started_, now)));
+  }
+}
+
+void SumRounds::SubmittedAndMissing(const Round& r, std::vector<int>* submitted,
+                                    std::vector<int>* missing) const {
+  for (int rank = 0; rank < num_workers_; ++rank) {
+    if (!InProcessSet(r.members, rank)) continue;
+    (r.arrived[rank] ? submitted : missing)->push_back(rank);
+  }
+}
+
+void SumRounds::OnTick(Clock::time_point now, std::vector<Outgoing>* out,
+                       std::vector<std::string>* warnings) {
+  OnJoinTick(now, out, warnings);
+  // The rounds due a warning, one line per (submitted, missing): a step of many tensors
+  // stalled on the same ranks is one line, not one per partition.
+  struct Stalled {
+    std::vector<std::string> rounds;
+    double waited_s = 0;
+  };
+  std::map<std::pair<std::string, std::string>, Stalled> stalled;
   for (auto it = rounds_.begin(); it != rounds_.end();) {
     Round& r = it->second;
-    if (now - r.started < std::chrono::duration<double>(timeout_s_)) {
+    const bool shutdown = StallShutdownDue(stall_, r.started, now);
+    const bool warn = !shutdown && warnings &&
+                      StallWarningDue(stall_, r.started, now, &r.stall_warnings);
+    if (!shutdown && !warn) {
       ++it;
       continue;
     }
-    std::string missing;
-    for (int rank = 0; rank < num_workers_; ++rank) {
-      if (!r.arrived[rank] && InProcessSet(r.members, rank)) missing += (missing.empty() ? "" : ", ") + std::to_string(rank);
+    std::vector<int> submitted, missing;
+    SubmittedAndMissing(r, &submitted, &missing);
+    const std::string what = TensorOfKey(std::get<0>(it->first)) + " (" +
+                             Where(server_id_, it->first) + ")";
+    if (warn) {
+      Stalled& s = stalled[{RankList(submitted), RankList(missing)}];
+      s.rounds.push_back(what);
+      s.waited_s = std::max(s.waited_s, SecondsSince(r.started, now));
+      ++it;
+      continue;
     }
     Status s = r.error.ok()
-                   ? DeadlineExceeded("timed out after " + std::to_string(int(timeout_s_)) +
-                                      " s (TFPS_TIMEOUT) waiting for worker(s) " + missing +
-                                      " to push (" + Where(server_id_, it->first) +
-                                      "); is that worker stuck, dead or running other code?")
+                   ? StallShutdownStatus(stall_, what, RankList(submitted), RankList(missing))
                    : r.error;
     TFPS_LOG(Warning) << s.message();
     Fail(r, s, out);
     it = rounds_.erase(it);
+  }
+  constexpr size_t kNamed = 4;  // rounds named in one warning line; the rest counted
+  for (const auto& kv : stalled) {
+    const Stalled& s = kv.second;
+    std::string what;
+    for (size_t i = 0; i < s.rounds.size() && i < kNamed; ++i) {
+      what += (i == 0 ? "" : ", ") + s.rounds[i];
+    }
+    if (s.rounds.size() > kNamed) {
+      what += " and " + std::to_string(s.rounds.size() - kNamed) + " more";
+    }
+    warnings->push_back(StallWarningText(what, kv.first.first, kv.first.second, s.waited_s));
   }
 }
 
@@ -551,7 +596,10 @@ void SumRounds::OnJoin(const Head& join, bool answer, std::vector<Outgoing>* out
     }
     return;
   }
-  if (join_order_.empty()) join_started_ = Clock::now();
+  if (join_order_.empty()) {
+    join_started_ = Clock::now();
+    join_stall_warnings_ = 0;
+  }
   join_order_.push_back(rank);
   joins_.resize(num_workers_);
   joins_[rank] = join.header;

@@ -4,8 +4,8 @@
 // merge. Compressed pushes (Header::codec) are decoded on arrival and summed in float32;
 // KeyStore re-encodes the sum. Rounds of different steps are independent, so a push for
 // step t+1 that arrives while step t is still open corrupts nothing. A round that cannot
-// complete (workers disagree, one is gone, the timeout passed) fails every worker that
-// pushed to it.
+// complete (workers disagree, one is gone, TFPS_STALL_SHUTDOWN passed) fails every worker
+// that pushed to it; one that waits on live workers only warns (cc/common/stall.h).
 // Owned by one summation thread: no locks.
 #ifndef TFPS_PS_SERVER_SUM_ROUNDS_H_
 #define TFPS_PS_SERVER_SUM_ROUNDS_H_
@@ -20,6 +20,7 @@
 
 #include "ps_server/buffer.h"
 #include "ps_server/outgoing.h"
+#include "tf_ps_ops/cc/common/stall.h"
 #include "tf_ps_ops/cc/common/status.h"
 #include "tf_ps_ops/cc/wire/message.h"
 
@@ -50,6 +51,7 @@ struct Round {
   std::vector<Buffer> rows;  // sparse: each worker's [ids][rows], by rank
   Status error;
   std::chrono::steady_clock::time_point started;
+  int stall_warnings = 0;  // stall warnings given (one every TFPS_STALL_WARNING)
 };
 
 // "server 0, step 3, partition 1": where a round is, for error messages.
@@ -59,7 +61,7 @@ class SumRounds {
  public:
   using Clock = std::chrono::steady_clock;
 
-  SumRounds(int num_workers, int server_id, double timeout_s);
+  SumRounds(int num_workers, int server_id, const StallPolicy& stall);
 
   // Adds a push (`received_us`: when it arrived, for timed replies). Returns true with the
   // round moved to *complete when every worker has pushed and nothing failed it; the
@@ -68,8 +70,11 @@ class SumRounds {
            Round* complete);
   // The worker is gone: every open round that still needs it fails, and so will new ones.
   void OnWorkerLost(int rank, const std::string& why, std::vector<Outgoing>* out);
-  // Fails rounds that waited longer than the timeout, naming the workers still missing.
-  void OnTick(Clock::time_point now, std::vector<Outgoing>* out);
+  // Rounds (and joins) that wait on workers: a stall warning every TFPS_STALL_WARNING to
+  // *warnings (when given), naming the tensor keys and the ranks submitted and missing;
+  // failed after TFPS_STALL_SHUTDOWN (if set). Lost workers failed them already.
+  void OnTick(Clock::time_point now, std::vector<Outgoing>* out,
+              std::vector<std::string>* warnings = nullptr);
   // hvd.join() (MsgType::kJoin) from `join`'s sender: until every worker has joined, it
   // counts as having pushed zeros to every round that needs it, open or new. Rounds this
   // completes go to *complete, for the caller to answer. Once every worker has joined,
@@ -137,7 +142,15 @@ class SumRounds {
 
   const int num_workers_;
   const int server_id_;
-  const double timeout_s_;
+  // OnTick's steps for hvd.join() and for the rounds.
+  void OnJoinTick(Clock::time_point now, std::vector<Outgoing>* out,
+                  std::vector<std::string>* warnings);
+  // The ranks of `round`'s process set that pushed (or are counted), and those missing.
+  void SubmittedAndMissing(const Round& round, std::vector<int>* submitted,
+                           std::vector<int>* missing) const;
+
+  const StallPolicy stall_;
+  int join_stall_warnings_ = 0;
   std::vector<std::string> hosts_;  // by rank (SetWorkerHosts); empty: not checked
   std::vector<int> leader_of_;      // by rank: the lowest rank on its host
   std::map<RoundId, Round> rounds_;

@@ -213,7 +213,7 @@ KerasState = TensorFlowKerasState  # Horovod's horovod.tensorflow.keras.elastic 
 
 
 # What a lost worker looks like to the survivors: their collectives fail with one of
-# these (the scheduler's notice, a server or peer gone, a timeout).
+# these (the scheduler's notice, a server or peer gone, a stall past TFPS_STALL_SHUTDOWN).
 _LOST_WORKER_ERRORS = (HorovodInternalError, tf.errors.UnavailableError,
                        tf.errors.AbortedError, tf.errors.DeadlineExceededError,
                        tf.errors.FailedPreconditionError, tf.errors.InternalError,

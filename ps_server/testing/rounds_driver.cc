@@ -19,8 +19,8 @@ namespace {
 // Each call returns what the store sent: [(rank, type, step, error text or None, payload)].
 class RoundsDriver {
  public:
-  RoundsDriver(int num_workers, double timeout_s)
-      : store_(num_workers, 0, timeout_s, Consistency()) {}
+  RoundsDriver(int num_workers, double stall_shutdown_s, double stall_warning_s)
+      : store_(num_workers, 0, StallPolicy{stall_warning_s, stall_shutdown_s}, Consistency()) {}
 
   py::list Push(const py::bytes& head_frame, const py::bytes& payload) {
     std::vector<Outgoing> out;
@@ -43,8 +43,14 @@ class RoundsDriver {
     store_.OnTick(KeyStore::Clock::now() +
                       std::chrono::duration_cast<KeyStore::Clock::duration>(
                           std::chrono::duration<double>(seconds_later)),
-                  &out);
+                  &out, &warnings_);
     return Replies(out);
+  }
+  // The stall warnings the ticks gave since the last call.
+  std::vector<std::string> TakeWarnings() {
+    std::vector<std::string> w;
+    w.swap(warnings_);
+    return w;
   }
 
  private:
@@ -69,6 +75,7 @@ class RoundsDriver {
   }
 
   KeyStore store_;
+  std::vector<std::string> warnings_;
 };
 
 }  // namespace
@@ -76,7 +83,9 @@ class RoundsDriver {
 void BindRoundsDriver(py::module_& m) {
   py::class_<RoundsDriver>(m, "RoundsKeyStore",
                            "A BSP server thread's store of several workers, fed head frames.")
-      .def(py::init<int, double>(), py::arg("num_workers"), py::arg("timeout_s") = 60.0)
+      .def(py::init<int, double, double>(), py::arg("num_workers"),
+           py::arg("stall_shutdown_s") = 0.0, py::arg("stall_warning_s") = 60.0)
+      .def("take_warnings", &RoundsDriver::TakeWarnings)
       .def("push", &RoundsDriver::Push, py::arg("head"), py::arg("payload"),
            "A push or join (head frame, payload); returns the replies sent.")
       .def("lose", &RoundsDriver::Lose, py::arg("rank"))

@@ -106,7 +106,7 @@ void WriteCheckpointPy(const std::string& path, const py::dict& d) {
 // A KeyStore of one worker, driven push by push: PS-mode rounds without a network.
 class KeyStoreDriver {
  public:
-  KeyStoreDriver() : store_(1, 0, 60.0) {}
+  KeyStoreDriver() : store_(1, 0, StallPolicy{}) {}
 
   // A PS init push (kFlagPsInit, with kFlagPsOverwrite if `overwrite`); the value answered.
   py::bytes Init(uint64_t key, uint32_t partition, py::array value, bool overwrite) {
@@ -205,7 +205,7 @@ PYBIND11_MODULE(_ps_server_testing, m) {
     if (pushes.empty() || pushes.size() != borrowed.size() || op < 0 || op > kMaxReduceOp) {
       throw std::invalid_argument("sum_round needs one borrowed flag per push and an op 0..3");
     }
-    SumRounds rounds(static_cast<int>(pushes.size()), 0, 60.0);
+    SumRounds rounds(static_cast<int>(pushes.size()), 0, StallPolicy{});
     Round complete;
     bool done = false;
     std::vector<Outgoing> out;

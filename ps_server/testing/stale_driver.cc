@@ -31,12 +31,14 @@ Head PushHead(int rank, uint64_t key, uint32_t partition, uint64_t step) {
 
 class StaleDriver {
  public:
-  StaleDriver(int num_workers, const std::string& consistency, double timeout_s)
+  StaleDriver(int num_workers, const std::string& consistency, double stall_shutdown_s,
+              double stall_warning_s)
       : num_workers_(num_workers) {
     Consistency c;
     Status s = ParseConsistency("consistency", consistency, &c);
     if (!s.ok()) throw std::invalid_argument(s.message());
-    store_ = std::make_unique<KeyStore>(num_workers, 0, timeout_s, c);
+    store_ = std::make_unique<KeyStore>(num_workers, 0,
+                                        StallPolicy{stall_warning_s, stall_shutdown_s}, c);
   }
 
   // Worker `rank` pushes float32 `values` for `step` of (key, partition); `ps`: a PS-mode
@@ -174,8 +176,9 @@ void BindStaleDriver(py::module_& m) {
   py::class_<StaleDriver>(m, "StaleKeyStore",
                           "A server thread's store of several workers under a consistency "
                           "model, driven push by push (tests).")
-      .def(py::init<int, const std::string&, double>(), py::arg("num_workers"),
-           py::arg("consistency"), py::arg("timeout_s") = 60.0)
+      .def(py::init<int, const std::string&, double, double>(), py::arg("num_workers"),
+           py::arg("consistency"), py::arg("stall_shutdown_s") = 0.0,
+           py::arg("stall_warning_s") = 60.0)
       .def("push", &StaleDriver::Push, py::arg("rank"), py::arg("key"), py::arg("partition"),
            py::arg("step"), py::arg("values"), py::arg("ps") = false, py::arg("lr") = 0.0,
            py::arg("broadcast") = false)

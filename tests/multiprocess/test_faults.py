@@ -59,13 +59,15 @@ def test_sigkill_server_fails_the_workers_quickly_and_names_it(make_cluster):
 
 
 def test_stuck_worker_times_out_naming_it(make_cluster):
-    cluster = make_cluster(2, 1, timeout=60, env={"TFPS_TIMEOUT": "3"})
+    # Alive but stuck: only TFPS_STALL_SHUTDOWN ends the wait (test_stall.py: the default
+    # waits on).
+    cluster = make_cluster(2, 1, timeout=60, env={"TFPS_STALL_SHUTDOWN": "3"})
     cluster.start(lambda rank: [sys.executable, WORKER, "1000"]
                   + (["--stall-at", "5"] if rank == 1 else []))
     result = cluster.wait_for("worker", 0, timeout=30)
     assert result.returncode == 3, result.describe()
-    assert "waiting for worker(s) 1 to push" in result.stderr, result.describe()
-    assert "TFPS_TIMEOUT" in result.stderr
+    assert "but not by rank(s) 1, which are alive" in result.stderr, result.describe()
+    assert "TFPS_STALL_SHUTDOWN" in result.stderr
     assert cluster.result("worker", 1).returncode is None  # the stuck one is still stuck
 
 

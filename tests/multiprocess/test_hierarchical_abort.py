@@ -30,9 +30,11 @@ def test_an_abort_on_a_hierarchical_key_fails_every_local_worker_at_once(make_cl
 def test_an_abort_reaches_every_partitions_server(make_cluster):
     # Flat: rank 0 pushes the three partitions of 'x' while rank 1 aborts. Every server
     # with a partition gets the abort and fails that round at once: none is left open for
-    # its server to time out (TFPS_TIMEOUT=2 here, and the job outlives it).
+    # its server to warn of a stall or end (TFPS_STALL_WARNING=1, TFPS_STALL_SHUTDOWN=2
+    # here, and the job outlives them).
     cluster = make_cluster(2, 2, timeout=60,
-                           env={"TFPS_HIERARCHICAL": "0", "TFPS_TIMEOUT": "2",
+                           env={"TFPS_HIERARCHICAL": "0", "TFPS_STALL_SHUTDOWN": "2",
+                                "TFPS_STALL_WARNING": "1",
                                 "TFPS_PARTITION_BYTES": "4096"})
     cluster.start([sys.executable, WORKER, str(COUNT), "1", "3"])
     cluster.wait()
@@ -41,4 +43,4 @@ def test_an_abort_reaches_every_partitions_server(make_cluster):
         assert "all ok" in cluster.result("worker", rank).stdout
     for server in range(2):
         log = cluster.result("server", server).stderr
-        assert "timed out" not in log, log
+        assert "stall" not in log, log

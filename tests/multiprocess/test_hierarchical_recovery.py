@@ -10,7 +10,7 @@ WORKER = Path(__file__).parent / "core_workers" / "out_of_step_worker.py"
 
 def test_a_lone_call_that_timed_out_does_not_shift_the_local_steps(make_cluster):
     cluster = make_cluster(2, 1, timeout=60,
-                           env={"TFPS_HIERARCHICAL": "1", "TFPS_TIMEOUT": "2"})
+                           env={"TFPS_HIERARCHICAL": "1", "TFPS_STALL_SHUTDOWN": "2"})
     cluster.start([sys.executable, WORKER, "3"])
     cluster.wait()
     cluster.assert_ok()

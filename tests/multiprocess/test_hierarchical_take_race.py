@@ -42,7 +42,7 @@ def inputs_of(answer, calls):
 
 def test_a_member_timing_out_during_the_take_never_gets_a_wrong_sum(make_cluster):
     cluster = make_cluster(3, 1, timeout=90,
-                           env={"TFPS_HIERARCHICAL": "1", "TFPS_TIMEOUT": str(TIMEOUT_S)})
+                           env={"TFPS_HIERARCHICAL": "1", "TFPS_STALL_SHUTDOWN": str(TIMEOUT_S)})
     cluster.start([sys.executable, WORKER, str(PAUSE_S), str(CALLS)])
     cluster.wait()
     cluster.assert_ok()

@@ -57,10 +57,12 @@ def unbatch(frames):
 
 
 def test_a_flooding_worker_is_refused_and_the_server_stays_bounded(tmp_path):
-    # TFPS_TIMEOUT=4: the flooder's accepted rounds fail (and free) 4 s after they opened.
+    # TFPS_STALL_SHUTDOWN=4: the flooder's accepted rounds fail (and free) 4 s after they
+    # opened (the honest worker never pushes them: a stall, not a death).
     job = Job(tmp_path, num_workers=2,
               env={"TFPS_SERVER_PUSH_BYTES": str(LIMIT), "TFPS_MAX_MESSAGE_BYTES": str(16 * MIB),
-                   "TFPS_TIMEOUT": "4", "TFPS_SERVER_THREADS": "2", "TFPS_SHM_SERVER": "0"})
+                   "TFPS_STALL_SHUTDOWN": "4", "TFPS_SERVER_THREADS": "2",
+                   "TFPS_SHM_SERVER": "0"})
     try:
         address = job.register_workers(2)
         honest, flooder = [job.connect_worker(address, rank) for rank in range(2)]
@@ -96,7 +98,7 @@ def test_a_flooding_worker_is_refused_and_the_server_stays_bounded(tmp_path):
         assert "refused worker 1's push" in log, log[-3000:]
         assert log.count("refused worker 1's push") < 20, "the log is not rate-limited"
 
-        # The flooder's accepted rounds time out (TFPS_TIMEOUT) and fail, naming worker 0
+        # The flooder's accepted rounds stall out (TFPS_STALL_SHUTDOWN) and fail, naming rank 0
         # as the one missing; their memory is freed and both workers sum exactly again.
         time.sleep(5)
         read_all(flooder, 0.5)
@@ -125,7 +127,7 @@ def test_a_real_worker_pushing_far_ahead_is_bounded_and_the_job_then_sums_exactl
     go, start = tmp_path / "go", tmp_path / "start"
     cluster = make_cluster(2, 1, timeout=90, env={
         "TFPS_SERVER_PUSH_BYTES": str(limit), "TFPS_MAX_MESSAGE_BYTES": str(16 * MIB),
-        "TFPS_TIMEOUT": "5", "TFPS_SHM_SERVER": "0"})
+        "TFPS_STALL_SHUTDOWN": "5", "TFPS_SHM_SERVER": "0"})
     cluster.start([sys.executable, str(FLOOD_WORKER), str(flood), "5", str(go), str(start)])
     cluster.wait_for_output("worker", 1, "ready")
     pid = cluster.process("server", 0).pid

@@ -33,6 +33,11 @@ def test_horovodrun_spellings_mean_the_same():
     (["--log-with-timestamp"], {"TFPS_LOG_TIMESTAMP": "1"}),
     (["--log-without-timestamp"], {"TFPS_LOG_TIMESTAMP": "0"}),
     (["--consistency", "ssp:2"], {"TFPS_CONSISTENCY": "ssp:2"}),
+    (["--stall-check-warning-time-seconds", "30"], {"TFPS_STALL_WARNING": "30.0"}),
+    (["--stall-check-shutdown-time-seconds", "600"], {"TFPS_STALL_SHUTDOWN": "600.0"}),
+    (["--no-stall-check", "--stall-check-shutdown-time-seconds", "600"],
+     {"TFPS_STALL_WARNING": "0", "TFPS_STALL_SHUTDOWN": "0"}),
+    (["--no-stall-check", "--stall-check"], {}),
 ])
 def test_tuning_flags_set_the_roles_environment(argv, env):
     assert run.tuning_env(parse("-np", "2", *argv)) == env
@@ -82,7 +87,7 @@ def test_usage_names_every_flag(capsys):
 
 
 @pytest.mark.parametrize("flag", ["--gloo", "--mpi", "--autotune", "--disable-cache",
-                                  "--no-stall-check", "--torus-allreduce"])
+                                  "--mpi-threads-disable", "--torus-allreduce"])
 def test_flags_without_a_meaning_are_accepted_with_a_note(flag, capsys):
     args = parse("-np", "2", flag)
     assert run.tuning_env(args) == {}
@@ -116,14 +121,16 @@ logging:
   with_timestamp: true
 stall_check:
   enabled: false
+  warning_time_seconds: 30
 controller: gloo
 """)
     args = parse("-np", "2", "--config-file", config)
     assert run.tuning_env(args) == {
         "TFPS_FUSION_BYTES": str(32 << 20), "TFPS_HIERARCHICAL": "0",
-        "TFPS_TIMELINE": "/t/tl.%r.json", "TFPS_LOG_LEVEL": "debug", "TFPS_LOG_TIMESTAMP": "1"}
+        "TFPS_TIMELINE": "/t/tl.%r.json", "TFPS_LOG_LEVEL": "debug", "TFPS_LOG_TIMESTAMP": "1",
+        "TFPS_STALL_WARNING": "0", "TFPS_STALL_SHUTDOWN": "0"}
     err = capsys.readouterr().err
-    for flag in ("--cycle-time-ms", "--no-stall-check", "--gloo"):
+    for flag in ("--cycle-time-ms", "--gloo"):
         assert f"tfps-run: {flag} has no meaning here" in err, flag
 
 

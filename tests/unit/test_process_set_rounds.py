@@ -82,7 +82,28 @@ def test_a_timeout_names_only_missing_members():
     store = ps_testing.RoundsKeyStore(4, 1.0)
     push(store, 2, [1], members=[1, 2])
     [(rank, _, _, error, _)] = store.tick(5.0)
-    assert rank == 2 and "worker(s) 1 to push" in error
+    assert rank == 2 and "but not by rank(s) 1, which are alive" in error
+    assert "TFPS_STALL_SHUTDOWN" in error and "submitted by rank(s) 2 " in error
+
+
+def test_a_stalled_round_warns_every_period_and_never_fails_by_default():
+    store = ps_testing.RoundsKeyStore(4, 0.0, 10.0)
+    push(store, 2, [1], members=[1, 2])
+    push(store, 3, [1], step=2)
+    assert store.tick(5.0) == [] and store.take_warnings() == []
+    assert store.tick(25.0) == []
+    warnings = store.take_warnings()
+    assert len(warnings) == 2, warnings  # one per (submitted, missing)
+    by_missing = {w.split("missing rank(s) ")[1].split(",")[0]: w for w in warnings}
+    assert set(by_missing) == {"1", "0"}, warnings
+    w = by_missing["1"]
+    assert w.startswith("stall warning: tensor 0x") and "has waited 25 s" in w, w
+    assert "submitted by rank(s) 2;" in w, w
+    assert "submitted by rank(s) 3; missing rank(s) 0, 1, 2," in by_missing["0"], warnings
+    assert store.tick(26.0) == [] and store.take_warnings() == []  # once per period
+    assert store.tick(3600.0) == [] and len(store.take_warnings()) == 2
+    # The missing member completes the round: the sum, as if nothing happened.
+    np.testing.assert_array_equal(sums(push(store, 1, [2], members=[1, 2]))[2], [3])
 
 
 def test_a_joined_worker_counts_as_zeros_and_join_answers_the_last():
@@ -117,7 +138,7 @@ def test_join_twice_and_join_timeout():
     [(rank, _, _, error, _)] = join(store, 0)
     assert rank == 0 and "join() twice" in error
     [(rank, _, _, error, _)] = store.tick(5.0)
-    assert rank == 0 and "waiting for worker(s) 1, 2 to join" in error
+    assert rank == 0 and "join()" in error and "but not by rank(s) 1, 2" in error
     join(store, 1)  # forgotten after the timeout: a fresh join starts
     assert store.lose(2)[0][3].startswith("join(): worker 2 is gone")
 

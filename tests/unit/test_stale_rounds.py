@@ -124,13 +124,22 @@ def test_a_read_blocked_by_a_lost_worker_fails_at_once_naming_it():
 
 
 def test_a_read_blocked_by_a_slow_worker_fails_after_the_timeout_naming_it():
-    store = testing.StaleKeyStore(2, "ssp:1", timeout_s=5.0)
+    store = testing.StaleKeyStore(2, "ssp:1", stall_shutdown_s=5.0)
     store.push(0, KEY, 0, 1, onehot(0, 1))
     store.push(0, KEY, 0, 2, onehot(0, 2))
     assert store.tick(1.0) == []
     (rank, step, error), = store.tick(6.0)
     assert (rank, step) == (0, 2)
-    assert "TFPS_TIMEOUT" in error and "worker 1 (at step 0)" in error
+    assert "TFPS_STALL_SHUTDOWN" in error and "worker 1 (at step 0)" in error
+
+
+def test_a_read_blocked_by_a_slow_worker_waits_with_warnings_by_default():
+    store = testing.StaleKeyStore(2, "ssp:1", stall_warning_s=2.0)
+    store.push(0, KEY, 0, 1, onehot(0, 1))
+    store.push(0, KEY, 0, 2, onehot(0, 2))
+    assert store.tick(3600.0) == []  # an hour: still waiting (slow is not dead)
+    replies = store.push(1, KEY, 0, 1, onehot(1, 1))  # the slow one catches up
+    assert (0, 2) in [(rank, step) for rank, step, _ in replies], replies
 
 
 def test_broadcasts_stay_bsp_under_asp():

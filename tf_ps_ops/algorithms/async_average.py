@@ -12,7 +12,8 @@ Stopping is collective, like any collective op: stop() raises this worker's flag
 waits; rounds go on until every worker's flag is up, and that last round (its average
 applied like any other) ends the thread on every worker at once. So no thread is left
 waiting for a partner that has gone, and replicas that all stopped training end equal.
-A worker that never calls stop() makes the others' stop() fail after TFPS_TIMEOUT.
+A worker that never calls stop() makes the others' stop() wait, with stall warnings (and fail
+after TFPS_STALL_SHUTDOWN, if set).
 pause() (around evaluation and checkpoints) keeps the thread in the rounds but stops it
 writing this worker's weights; resume() lets it write again.
 """

@@ -1,5 +1,6 @@
 """A worker whose collective call raises before its op (a check on its own input or
-arguments) still uses up that call, so the other workers do not wait TFPS_TIMEOUT for it.
+arguments) still uses up that call, so the other workers do not wait for it (with stall
+warnings, until TFPS_STALL_SHUTDOWN).
 
 Workers' tensors meet by key and by the call count of that key. A worker that raises in
 Python before the op exists would leave the others waiting in that call, and its own
@@ -15,7 +16,7 @@ Under hierarchical aggregation (TFPS_HIERARCHICAL, several workers on a host) th
 a name this worker has aggregated locally before goes to its local leader, which fails the
 step on every local worker and the servers' rounds for the other hosts; the abort of a name
 never called here before still goes to the servers only, and the local leader waits for
-this worker's tensor until TFPS_TIMEOUT (docs/hierarchical.md).
+this worker's tensor, with stall warnings (docs/hierarchical.md).
 Every worker must call the collective (as Horovod requires): a call made on one worker
 only would, on error, use up a call number the others never use.
 """
@@ -57,7 +58,8 @@ def tell_peers(key, path, error):
                 session.run(abort)
     except Exception as failure:  # noqa: BLE001  (the caller's error is what matters)
         _log.warning("tf_ps_ops: could not tell the other workers that the call under %r "
-                     "failed here (%s); they will wait for it until TFPS_TIMEOUT", key, failure)
+                     "failed here (%s); they will wait for it (stall warnings; TFPS_STALL_SHUTDOWN "
+                     "ends the wait)", key, failure)
 
 
 def guarded(path, key_of):

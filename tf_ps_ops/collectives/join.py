@@ -6,9 +6,10 @@ grouped_allreduce, reducescatter, the optimizer and tape wrappers; of the global
 the process sets it belongs to), so the workers still training keep going: their sum is over
 the workers still working, and Average still divides by the whole set's size, as Horovod's
 does. Min, Max and Product include the joined workers' zeros, as in Horovod. join() returns
-the last rank to join, on every worker. The wait is bounded: once one worker has joined, the
-others must join within TFPS_TIMEOUT (then every joined worker gets DeadlineExceededError
-naming the ranks that did not).
+the last rank to join, on every worker. While the others live they are waited for, with a
+stall warning every TFPS_STALL_WARNING; a worker gone before joining fails the join at once,
+and TFPS_STALL_SHUTDOWN (if set) bounds the wait (then every joined worker gets
+DeadlineExceededError naming the ranks that did not join).
 
 Not covered while a worker is joined: collectives that do not go through the servers'
 summation rounds (allgather and alltoall of the global set, which are peer to peer;
@@ -25,9 +26,9 @@ name it never called fails at once on those workers with FailedPreconditionError
 for GPU tensors summed with NCCL: there join() raises FailedPreconditionError naming
 TFPS_HIERARCHICAL=0.
 
-barrier(): returns once every worker (of `process_set`) has reached it; a worker that does
-not come within TFPS_TIMEOUT makes it fail on the others with DeadlineExceededError naming
-the missing ranks.
+barrier(): returns once every worker (of `process_set`) has reached it; a live worker that
+does not come gets stall warnings, and after TFPS_STALL_SHUTDOWN (if set) makes it fail on
+the others with DeadlineExceededError naming the missing ranks.
 """
 
 import ctypes

@@ -58,14 +58,6 @@ _IGNORED = [
      "there is no autotuner yet"),
     (["--autotune-gaussian-process-noise"], "autotune_gaussian_process_noise", float,
      "there is no autotuner yet"),
-    (["--no-stall-check"], "no_stall_check", "flag",
-     "waits are bounded by --start-timeout (TFPS_TIMEOUT) and dead members are found by "
-     "heartbeats"),
-    (["--stall-check"], "no_stall_check", "off", None),
-    (["--stall-check-warning-time-seconds"], "stall_check_warning_time_seconds", int,
-     "waits are bounded by --start-timeout (TFPS_TIMEOUT)"),
-    (["--stall-check-shutdown-time-seconds"], "stall_check_shutdown_time_seconds", int,
-     "waits are bounded by --start-timeout (TFPS_TIMEOUT)"),
     (["--mpi-threads-disable"], "mpi_threads_disable", "flag", "there is no MPI"),
     (["--no-mpi-threads-disable"], "mpi_threads_disable", "off", None),
     (["--num-nccl-streams"], "num_nccl_streams", int,
@@ -89,8 +81,20 @@ def add_flags(parser):
                             "autotune, stall_check, library_options); a flag given on the "
                             "command line wins")
     group.add_argument("--start-timeout", type=positive_float, metavar="S",
-                       help="seconds the rendezvous (and any other wait) may take before it "
+                       help="seconds the rendezvous (and connecting) may take before it "
                             "fails naming who is missing (TFPS_TIMEOUT)")
+    group.add_argument("--no-stall-check", dest="no_stall_check", action="store_true",
+                       default=None,
+                       help="no stall warnings for waits on live workers "
+                            "(TFPS_STALL_WARNING=0, TFPS_STALL_SHUTDOWN=0)")
+    group.add_argument("--stall-check", dest="no_stall_check", action="store_false",
+                       help="stall warnings (the default)")
+    group.add_argument("--stall-check-warning-time-seconds", type=non_negative_float,
+                       metavar="S", help="a stall warning every S seconds while a collective "
+                                         "waits on live workers (TFPS_STALL_WARNING; 60)")
+    group.add_argument("--stall-check-shutdown-time-seconds", type=non_negative_float,
+                       metavar="S", help="such a wait ends the job after S seconds "
+                                         "(TFPS_STALL_SHUTDOWN; 0, the default: never)")
     group.add_argument("--verbose", action="store_true",
                        help="debug logs from every role (TFPS_LOG_LEVEL=debug)")
     group.add_argument("--log-level", type=_log_level, metavar="LEVEL",
@@ -274,4 +278,11 @@ def tuning_env(args):
         env["TFPS_FUSION_BYTES"] = str(int(args.fusion_threshold_mb * (1 << 20)))
     if args.hierarchical_allreduce is not None:
         env["TFPS_HIERARCHICAL"] = "1" if args.hierarchical_allreduce else "0"
+    if args.no_stall_check:
+        env["TFPS_STALL_WARNING"] = env["TFPS_STALL_SHUTDOWN"] = "0"
+    else:
+        if args.stall_check_warning_time_seconds is not None:
+            env["TFPS_STALL_WARNING"] = repr(float(args.stall_check_warning_time_seconds))
+        if args.stall_check_shutdown_time_seconds is not None:
+            env["TFPS_STALL_SHUTDOWN"] = repr(float(args.stall_check_shutdown_time_seconds))
     return env

@@ -4,7 +4,7 @@ and must recover, as on the flat path.
     out_of_step_worker.py WAIT_S
 
 For each lone rank L in (0, 1) (the local leader, then the member): rank L calls
-push_pull('x') alone, which must fail (TFPS_TIMEOUT, set below WAIT_S); the other rank
+push_pull('x') alone, which must fail (TFPS_STALL_SHUTDOWN, set below WAIT_S); the other rank
 sleeps WAIT_S meanwhile. Then both call 'x' three times and every answer must equal
 NumPy's sum of both ranks' inputs. Prints "phase L ok"; on an error exits 3 or 4.
 """

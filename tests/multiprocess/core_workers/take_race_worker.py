@@ -1,6 +1,6 @@
 """A worker without TensorFlow: three ranks on one host (TFPS_HIERARCHICAL=1), and the
 local leader's first take of the members' inputs pauses (pause_next_local_take_for_testing)
-after taking local rank 1's for PAUSE_S, longer than TFPS_TIMEOUT: both members' waits time
+after taking local rank 1's for PAUSE_S, longer than TFPS_STALL_SHUTDOWN: both members' waits time
 out meanwhile, local rank 1's with its input taken, local rank 2's with it untaken.
 
     take_race_worker.py PAUSE_S CALLS

@@ -81,7 +81,8 @@ bool ReadNotice(const std::vector<zmq::message_t>& frames, Code* code, NoticeAbo
   return true;
 }
 
-bool ReadNotices(zmq::socket_t& scheduler, bool answer_pings, const NoticeHandler& on_failure) {
+bool ReadNotices(zmq::socket_t& scheduler, bool answer_pings, const NoticeHandler& on_failure,
+                 const std::function<std::string(const std::string&)>& annotate) {
   std::vector<zmq::message_t> frames;
   while (RecvFrames(scheduler, &frames)) {
     if (AnswerPing(scheduler, frames, answer_pings)) continue;
@@ -90,7 +91,7 @@ bool ReadNotices(zmq::socket_t& scheduler, bool answer_pings, const NoticeHandle
     std::string text;
     if (!ReadNotice(frames, &code, &about, &text)) continue;
     if (code == Code::kOk) {
-      TFPS_LOG(Warning) << text;
+      TFPS_LOG(Warning) << (annotate ? annotate(text) : text);
       continue;
     }
     if (!on_failure(code, about, text)) return false;

@@ -46,10 +46,13 @@ bool ReadNotice(const std::vector<zmq::message_t>& frames, Code* code, NoticeAbo
 // without waiting: answers each ping (AnswerPing; `answer_pings` false: one of the
 // member's threads is stuck), logs each warning and hands each failure to `on_failure`,
 // which returns whether to read on. Returns false when `on_failure` stopped it. The one
-// notice loop of a worker's engine thread and a server's I/O thread.
+// notice loop of a worker's engine thread and a server's I/O thread. `annotate` (may be
+// null) rewrites a warning before it is logged (a worker names the tensors of a server's
+// stall warning, which knows only their keys).
 using NoticeHandler =
     std::function<bool(Code code, const NoticeAbout& about, const std::string& text)>;
-bool ReadNotices(zmq::socket_t& scheduler, bool answer_pings, const NoticeHandler& on_failure);
+bool ReadNotices(zmq::socket_t& scheduler, bool answer_pings, const NoticeHandler& on_failure,
+                 const std::function<std::string(const std::string&)>& annotate = nullptr);
 
 // Application heartbeats (wire kPing / kPong). ZeroMQ's own heartbeats are answered by
 // libzmq's I/O thread, so they miss a member whose serving thread hangs (a worker's engine

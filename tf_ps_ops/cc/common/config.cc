@@ -20,9 +20,20 @@ namespace tfps {
 const std::vector<ConfigEntry>& ConfigTable() {
   static const std::vector<ConfigEntry> table = {
       {"TFPS_TIMEOUT", "float", "120",
-       "Seconds any wait may last (rendezvous, a push_pull's answer, a server waiting for a "
-       "worker's push) before it fails with an error naming the peer and the tensor. At "
-       "least 0.1; values above 2592000 (30 days) are used as 2592000, with a warning."},
+       "Seconds a wait on a member that has not proven alive yet may last: the rendezvous, "
+       "connecting to the servers and peers, the hello, an elastic worker waiting for its "
+       "place. Waits on members that are alive (a push_pull, a server waiting for a worker's "
+       "push, join()) are bounded by TFPS_STALL_SHUTDOWN instead; a dead or stopped member "
+       "fails them at once (docs/errors.md). At least 0.1; values above 2592000 (30 days) "
+       "are used as 2592000, with a warning."},
+      {"TFPS_STALL_WARNING", "float", "60",
+       "While a collective waits on ranks that are alive but have not submitted it, every "
+       "member logs a 'stall warning' every this many seconds, naming the tensor, the ranks "
+       "that submitted it, the ranks missing and how long it has waited. 0: no warnings."},
+      {"TFPS_STALL_SHUTDOWN", "float", "0",
+       "Seconds such a stalled wait may last before it fails (and the job ends) with an error "
+       "naming the tensor and the missing ranks. 0 (the default): never; a job is ended for a "
+       "dead or stopped member, not for a slow one."},
       {"TFPS_HEARTBEAT_TIMEOUT", "float", "30",
        "Seconds without traffic or heartbeat after which a connection counts as dead (a host "
        "that vanished without closing its sockets). Also how long a member's serving thread "
@@ -243,6 +254,10 @@ Status LoadLimits(Config* config) {
   // print whole seconds as int: 30 days keeps far from both.
   TFPS_RETURN_IF_ERROR(ParseClampedDouble("TFPS_TIMEOUT", 0.1, kMaxTimeoutS,
                                           "supported", &config->timeout_s));
+  TFPS_RETURN_IF_ERROR(ParseClampedDouble("TFPS_STALL_WARNING", 0.0, kMaxTimeoutS,
+                                          "supported", &config->stall.warning_s));
+  TFPS_RETURN_IF_ERROR(ParseClampedDouble("TFPS_STALL_SHUTDOWN", 0.0, kMaxTimeoutS,
+                                          "supported", &config->stall.shutdown_s));
   TFPS_RETURN_IF_ERROR(ParseClampedDouble("TFPS_HEARTBEAT_TIMEOUT", 1.0, kMaxHeartbeatTimeoutS,
                                           "ZeroMQ can carry", &config->heartbeat_timeout_s));
   TFPS_RETURN_IF_ERROR(

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "tf_ps_ops/cc/common/consistency.h"
+#include "tf_ps_ops/cc/common/stall.h"
 #include "tf_ps_ops/cc/common/status.h"
 
 namespace tfps {
@@ -30,6 +31,7 @@ const std::vector<ConfigEntry>& ConfigTable();
 struct Config {
   double timeout_s = 0;            // TFPS_TIMEOUT
   double heartbeat_timeout_s = 0;  // TFPS_HEARTBEAT_TIMEOUT
+  StallPolicy stall;               // TFPS_STALL_WARNING, TFPS_STALL_SHUTDOWN
   int64_t partition_bytes = 0;     // TFPS_PARTITION_BYTES
   int server_threads = 0;          // TFPS_SERVER_THREADS
   std::string log_level;           // TFPS_LOG_LEVEL

@@ -17,8 +17,8 @@ extern "C" {
 int tfps_init(const char* scheduler_host, int scheduler_port, int rank, int size,
               int num_servers, char* err, int err_len);
 void tfps_shutdown(void);
-/* hvd.join(): blocks until every worker has joined (at most TFPS_TIMEOUT after the first
-   join); returns the last rank to join, or minus the error code with `err` filled in. */
+/* hvd.join(): blocks until every worker has joined (a dead worker fails it; a live one only
+   after TFPS_STALL_SHUTDOWN, if set); returns the last rank to join, or minus the error code with `err` filled in. */
 int tfps_join(char* err, int err_len);
 int tfps_hierarchical(void); /* 1: hierarchical aggregation is on (TFPS_HIERARCHICAL) */
 int tfps_is_initialized(void);

@@ -3,6 +3,7 @@
 // a dead server or its deadline.
 #include <algorithm>
 
+#include "tf_ps_ops/cc/common/stall.h"
 #include "tf_ps_ops/cc/engine/loop.h"
 
 namespace tfps {
@@ -22,9 +23,10 @@ void Engine::Loop::StartOnLoop(PushPullRequest request) {
   op.codec = codec_.Choose(op.request);
   op.remaining = static_cast<int>(op.parts.size());
   op.started = Clock::now();
-  // Servers time out first and name the missing worker; this is the backstop.
-  op.deadline = op.started + std::chrono::duration_cast<Clock::duration>(
-                                 std::chrono::duration<double>(config_.timeout_s * 1.1 + 1.0));
+  // No deadline while the servers live (a dead one fails the op at once): they warn of
+  // a stall and fail it after TFPS_STALL_SHUTDOWN, naming the missing worker; this is the
+  // backstop. The same offset for every op keeps ops_ in deadline order.
+  op.deadline = StallDeadline(config_.stall, op.started, config_.stall.shutdown_s * 0.1 + 1.0);
   const uint64_t id = next_op_id_++;
   Op& o = ops_.emplace(id, std::move(op)).first->second;
   timeline_.Record(o.request.name, "queued", o.request.enqueued, o.started, 0);
@@ -141,8 +143,9 @@ void Engine::Loop::CheckDeadlinesOnLoop() {
       }
     }
     FinishOnLoop(ops_.begin()->first,
-                 DeadlineExceeded("no answer after " + std::to_string(int(config_.timeout_s)) +
-                                  " s (TFPS_TIMEOUT) from " + missing +
+                 DeadlineExceeded("no answer after " +
+                                  WholeSeconds(config_.stall.shutdown_s) +
+                                  " s (TFPS_STALL_SHUTDOWN) from " + missing +
                                   "; another worker may be slow, stuck or dead"));
   }
 }

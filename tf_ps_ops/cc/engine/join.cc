@@ -70,7 +70,7 @@ Status JoinJob(Engine& engine, int* last) {
                         << s.message();
     }
   }
-  Status s = join.status.get();  // the engine's deadline bounds the wait
+  Status s = join.status.get();  // a dead member (or TFPS_STALL_SHUTDOWN) ends the wait
   const int64_t pause = join_end_pause_us.exchange(0, std::memory_order_relaxed);
   if (pause > 0) std::this_thread::sleep_for(std::chrono::microseconds(pause));
   if (hierarchical) hierarchical->EndJoin();

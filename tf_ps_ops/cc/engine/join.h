@@ -1,6 +1,6 @@
 // hvd.join() (c_api.h's tfps_join, the core binding's join): tells every server that this
-// worker has run out of data and waits until every worker has joined (at most TFPS_TIMEOUT
-// after the first join: the servers' deadline, and the engine's behind it).
+// worker has run out of data and waits until every worker has joined (while the others are
+// alive: with stall warnings, failing only after TFPS_STALL_SHUTDOWN, if set).
 //
 // Under hierarchical aggregation (docs/hierarchical.md, "join()") the local workers first
 // learn of it through shared memory (Hierarchical::BeginJoin). A local leader whose members

@@ -4,6 +4,7 @@
 
 #include "tf_ps_ops/cc/common/logging.h"
 #include "tf_ps_ops/cc/common/metrics.h"
+#include "tf_ps_ops/cc/common/stall.h"
 #include "tf_ps_ops/cc/transport/auth.h"
 #include "tf_ps_ops/cc/transport/zmq_util.h"
 
@@ -126,8 +127,7 @@ void PeerMesh::StartOnLoop(GatherRequest request) {
   last_started_[key] = id.second;
   Gather& g = EntryOnLoop(id);
   g.started = true;
-  g.deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                  std::chrono::duration<double>(config_.timeout_s));
+  g.since = Clock::now();
   g.request = std::move(request);
   g.arrived[rank_] = true;
   ++g.num_arrived;
@@ -388,15 +388,24 @@ void PeerMesh::CheckDeadlinesOnLoop(Clock::time_point now) {
   for (auto it = gathers_.begin(); it != gathers_.end();) {
     auto next = std::next(it);
     Gather& g = it->second;
-    if (g.started && g.deadline < now) {
-      std::string missing;
+    // Dead peers failed it already (PeerDiedOnLoop): the missing ones are alive.
+    const bool shutdown = g.started && StallShutdownDue(config_.stall, g.since, now);
+    if (shutdown || (g.started && StallWarningDue(config_.stall, g.since, now,
+                                                  &g.stall_warnings))) {
+      std::vector<int> submitted, missing;
       for (int peer = 0; peer < size_; ++peer) {
-        if (g.arrived[peer] || !Expects(g, peer)) continue;
-        missing += (missing.empty() ? "" : ", ") + std::to_string(peer);
+        if (g.arrived[peer]) submitted.push_back(peer);
+        else if (Expects(g, peer)) missing.push_back(peer);
       }
-      FinishOnLoop(it, DeadlineExceeded("timed out after " + std::to_string(int(config_.timeout_s)) +
-                                        " s (TFPS_TIMEOUT) waiting for worker(s) " + missing +
-                                        "; is that worker stuck, dead or running other code?"));
+      const std::string what = "the peer exchange (allgather/alltoall) of tensor '" +
+                               g.request.name + "' on rank " + std::to_string(rank_);
+      if (shutdown) {
+        FinishOnLoop(it, StallShutdownStatus(config_.stall, what, RankList(submitted),
+                                             RankList(missing)));
+      } else {
+        TFPS_LOG(Warning) << StallWarningText(what, RankList(submitted), RankList(missing),
+                                              SecondsSince(g.since, now));
+      }
     }
     it = next;
   }

@@ -49,7 +49,7 @@ struct GatherRequest {
   std::vector<int64_t> send_rows;
   // Not OK: this worker refused its own input. It still takes part, telling every peer why
   // (kFlagAbort) instead of sending data, so that they fail this call at once rather than
-  // wait TFPS_TIMEOUT for it; `done` gets this status.
+  // wait for it; `done` gets this status.
   Status abort;
   // A neighbour exchange (kernels/neighbour_ops.cc) instead of an allgather: send only to
   // `send_to`, wait only for `recv_from` (ranks other than this one, no repeats; checked by
@@ -97,7 +97,8 @@ class PeerMesh {
     std::vector<std::string> aborted;         // by rank: why it could not take part
     const void* own = nullptr;                // this worker's own part (alltoall: a slice)
     int num_arrived = 0;
-    Clock::time_point deadline;
+    Clock::time_point since;  // started here: stall warnings, TFPS_STALL_SHUTDOWN
+    int stall_warnings = 0;
   };
   using GatherId = std::pair<uint64_t, uint64_t>;  // key, call
 

@@ -5,10 +5,12 @@
 #include <csignal>
 #include <cstdio>
 #include <thread>
+#include <unordered_map>
 
 #include "tf_ps_ops/cc/cluster/notice.h"
 #include "tf_ps_ops/cc/cluster/rendezvous.h"
 #include "tf_ps_ops/cc/common/logging.h"
+#include "tf_ps_ops/cc/common/stall.h"
 #include "tf_ps_ops/cc/engine/loop.h"
 #include "tf_ps_ops/cc/engine/stop_signal.h"
 #include "tf_ps_ops/cc/transport/connection_limits.h"
@@ -169,13 +171,36 @@ Status Engine::Loop::OnHelloReplyOnLoop(size_t i, std::vector<zmq::message_t>& f
   return Status::Ok();
 }
 
+namespace {
+
+// A server's stall warning names tensors by key ("tensor 0x0123456789abcdef", stall.h):
+// each one this worker has called goes by its name instead.
+std::string NameTensors(std::string text, const std::unordered_map<std::string, uint64_t>& called) {
+  static const std::string kPrefix = "tensor 0x";
+  constexpr size_t kHexDigits = 16;
+  if (text.find(kPrefix) == std::string::npos) return text;
+  std::unordered_map<std::string, const std::string*> by_key;
+  for (const auto& kv : called) by_key[TensorOfKey(KeyOfName(kv.first))] = &kv.first;
+  for (size_t at = text.find(kPrefix); at != std::string::npos; at = text.find(kPrefix, at + 1)) {
+    auto it = by_key.find(text.substr(at, kPrefix.size() + kHexDigits));
+    if (it == by_key.end()) continue;
+    text.replace(at, it->first.size(), "tensor '" + *it->second + "'");
+  }
+  return text;
+}
+
+}  // namespace
+
 Status Engine::Loop::ReadNoticesOnLoop() {
   TFPS_CHECK_ON_LOOP(loop_thread_);
   // Pings answered here: this thread lives (notice.h).
-  ReadNotices(*scheduler_, true, [this](Code code, const NoticeAbout&, const std::string& text) {
-    if (job_failed_.ok()) FailJobOnLoop(Status(code, JobFailedMessage(text)));
-    return true;
-  });
+  ReadNotices(
+      *scheduler_, true,
+      [this](Code code, const NoticeAbout&, const std::string& text) {
+        if (job_failed_.ok()) FailJobOnLoop(Status(code, JobFailedMessage(text)));
+        return true;
+      },
+      [this](const std::string& text) { return NameTensors(text, steps_); });
   return job_failed_;
 }
 

@@ -93,7 +93,7 @@ Status SetUpHierarchical(Engine* engine, const Config& config, const ClusterView
   }
   std::unique_ptr<LocalReduce> reduce;
   if (!alone) {
-    reduce = std::make_unique<ShmLocalReduce>(leader_token, local, local_rank, config.timeout_s);
+    reduce = std::make_unique<ShmLocalReduce>(leader_token, local, local_rank, config.stall);
   }
   auto hierarchical = std::make_shared<Hierarchical>(
       std::move(reduce), alone ? std::vector<int>{rank} : local, hooks.submit);

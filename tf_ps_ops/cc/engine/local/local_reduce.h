@@ -69,7 +69,7 @@ class LocalReduce {
                                    void* output, Done done) = 0;
   // The job cannot go on (a member's failure, as the scheduler told it): fails what is
   // pending and every later call with `why`, at once. Without it a local worker that is
-  // stopped (SIGSTOP) but alive would keep the others waiting for TFPS_TIMEOUT.
+  // stopped (SIGSTOP) but alive would keep the others waiting (it is no stall).
   virtual void Fail(const Status& why) = 0;
   // Fails what is pending (Aborted), stops the thread, releases what it holds.
   virtual void Shutdown() = 0;

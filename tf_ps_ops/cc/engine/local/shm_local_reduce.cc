@@ -59,13 +59,20 @@ bool LocalSumInto(DType dtype, void* dst, const void* src, uint64_t count) {
 }
 
 ShmLocalReduce::ShmLocalReduce(std::string token, std::vector<int> ranks, int local_rank,
-                               double timeout_s)
+                               const StallPolicy& stall)
     : token_(std::move(token)), ranks_(std::move(ranks)), local_rank_(local_rank),
-      timeout_s_(timeout_s) {
+      stall_(stall) {
   thread_ = std::thread([this] { RunPolling(); });
 }
 
 ShmLocalReduce::~ShmLocalReduce() { Shutdown(); }
+
+namespace {
+// "tensor 'x' (step 3)": what a stall warning names.
+std::string Named(const LocalTensor& t) {
+  return "tensor '" + t.name + "' (step " + std::to_string(t.step) + ")";
+}
+}  // namespace
 
 Status ShmLocalReduce::NewToken(std::string* token) { return NewShmToken(token); }
 
@@ -82,11 +89,8 @@ std::string ShmLocalReduce::SegmentName(uint64_t key, int local_rank) const {
 
 void ShmLocalReduce::Add(std::function<std::optional<Status>()> step,
                          std::function<void(const Status&)> finish,
-                         std::function<void()> on_timeout) {
-  Task task{std::move(step), std::move(finish),
-            Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                               std::chrono::duration<double>(timeout_s_)),
-            std::move(on_timeout)};
+                         std::function<void()> on_timeout, const std::string& what) {
+  Task task{std::move(step), std::move(finish), Clock::now(), std::move(on_timeout), what};
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!stopping_) {
@@ -105,7 +109,7 @@ void ShmLocalReduce::ReduceToLeader(const LocalTensor& t, const void* input, Red
     // Timed out: no member's input was taken (the leader takes all at once), so the step is
     // withdrawn, and is not answered; members that handed over time out and withdraw too.
     Add([this, t, input, sum] { return LeaderReduceOnPoll(MappedOnPoll(t), input, sum.get()); },
-        finish, [this, t] { WithdrawLeaderStepOnPoll(t.key, t.step); });
+        finish, [this, t] { WithdrawLeaderStepOnPoll(t.key, t.step); }, Named(t));
     return;
   }
   // A handover that fails or times out hands nothing over: its number is used again.
@@ -140,7 +144,7 @@ void ShmLocalReduce::ReduceToLeader(const LocalTensor& t, const void* input, Red
         own->header()->ready_step.store(m.step, std::memory_order_release);
         return Status::Ok();
       },
-      finish, withdraw);
+      finish, withdraw, Named(t));
 }
 
 bool ShmLocalReduce::ResolvePendingOnPoll(uint64_t key) {
@@ -185,7 +189,8 @@ void ShmLocalReduce::BroadcastFromLeader(const LocalTensor& t, const Status& res
           // Undecided while the leader takes it: settled before this name's next handover.
           segs.pending = MappedOnPoll(t).step;
           ResolvePendingOnPoll(t.key);
-        });
+        },
+        Named(t));
     return;
   }
   Add([this, t0 = t, result, output]() -> std::optional<Status> {
@@ -202,7 +207,7 @@ void ShmLocalReduce::BroadcastFromLeader(const LocalTensor& t, const Status& res
         h->result_step.store(t.step, std::memory_order_release);
         return result;
       },
-      std::move(done));
+      std::move(done), nullptr, Named(t));
 }
 
 Status ShmLocalReduce::OwnOnPoll(const LocalTensor& t, ShmSegment** own) {
@@ -535,15 +540,29 @@ void ShmLocalReduce::RunPolling() {
     if (check_liveness_) last_liveness_check_ = now;
     for (auto it = tasks.begin(); it != tasks.end();) {
       std::optional<Status> result = it->step();
-      const bool timed_out = !result && now > it->deadline;
-      if (timed_out) {
-        result = DeadlineExceeded(
-            "no local step within " + std::to_string(static_cast<int>(timeout_s_)) +
-            " s (TFPS_TIMEOUT) on " + Describe(local_rank_) + " of " +
-            std::to_string(local_size()) + " (hierarchical aggregation): " +
-            (local_rank_ == 0 ? "a local worker did not hand over its tensor"
-                              : "the local leader, " + Describe(0) + ", did not answer") +
-            "; is it stuck, dead or running other code?");
+      // A local peer whose process is gone failed the step already (step()): one that
+      // is still missing is alive, and slow.
+      const bool timed_out = !result && StallShutdownDue(stall_, it->since, now);
+      if (timed_out || (!result && StallWarningDue(stall_, it->since, now,
+                                                   &it->stall_warnings))) {
+        const std::string what =
+            (it->what.empty() ? std::string("a local step") : it->what) + " on " +
+            Describe(local_rank_) + " of " + std::to_string(local_size()) +
+            " (hierarchical aggregation), waiting for " +
+            (local_rank_ == 0 ? "a local worker to hand over its tensor"
+                              : "the local leader, " + Describe(0) + ", to answer");
+        const std::string waited_for = local_rank_ == 0 ? "a local worker" : Describe(0);
+        if (timed_out) {
+          result = DeadlineExceeded("stalled for " + WholeSeconds(stall_.shutdown_s) +
+                                    " s (TFPS_STALL_SHUTDOWN): " + what + "; " + waited_for +
+                                    " is alive: is it stuck or running other code? Raise "
+                                    "TFPS_STALL_SHUTDOWN, or set it to 0 to wait");
+        } else {
+          TFPS_LOG(Warning) << "stall warning: " << what << ", has waited "
+                            << WholeSeconds(SecondsSince(it->since, now)) << " s; "
+                            << waited_for << " is alive (slow, not dead): the job waits on "
+                            << "(TFPS_STALL_SHUTDOWN ends it)";
+        }
       }
       if (!result) {
         ++it;

@@ -26,9 +26,10 @@
 // steps its members hand over, and a member re-aligns its steps of a name after a join.
 //
 // One thread owns every segment and polls the pending calls (a spin, then sleeps of up to
-// 500 us): no futex on memory that a hostile or dead peer shares. Every wait has the
-// deadline TFPS_TIMEOUT, and a peer whose process is gone (its pid in the header) fails
-// the call at once, naming the local rank.
+// 500 us): no futex on memory that a hostile or dead peer shares. A peer whose process is
+// gone (its pid in the header) fails the call at once, naming the local rank; one that is
+// alive but slow gets stall warnings every TFPS_STALL_WARNING and fails the call only
+// after TFPS_STALL_SHUTDOWN, if set (cc/common/stall.h).
 #ifndef TFPS_CC_ENGINE_LOCAL_SHM_LOCAL_REDUCE_H_
 #define TFPS_CC_ENGINE_LOCAL_SHM_LOCAL_REDUCE_H_
 
@@ -45,6 +46,7 @@
 #include <thread>
 #include <vector>
 
+#include "tf_ps_ops/cc/common/stall.h"
 #include "tf_ps_ops/cc/engine/local/local_reduce.h"
 #include "tf_ps_ops/cc/transport/shm_segment.h"
 
@@ -53,7 +55,8 @@ namespace tfps {
 class ShmLocalReduce : public LocalReduce {
  public:
   // `ranks`: the global rank of each local rank (this host's workers, in rank order).
-  ShmLocalReduce(std::string token, std::vector<int> ranks, int local_rank, double timeout_s);
+  ShmLocalReduce(std::string token, std::vector<int> ranks, int local_rank,
+                 const StallPolicy& stall);
   ~ShmLocalReduce() override;
 
   int local_rank() const override { return local_rank_; }
@@ -80,8 +83,10 @@ class ShmLocalReduce : public LocalReduce {
   struct Task {
     std::function<std::optional<Status>()> step;
     std::function<void(const Status&)> finish;
-    Clock::time_point deadline;
+    Clock::time_point since;   // stall warnings; fails after TFPS_STALL_SHUTDOWN (if set)
     std::function<void()> on_timeout;  // may be null; runs on the poll thread before finish
+    std::string what;          // "tensor 'x' (step 3)", for warnings and errors
+    int stall_warnings = 0;
   };
   struct Segments {  // one tensor name's: own, and by local rank the peers' this one reads
     std::unique_ptr<ShmSegment> own;
@@ -101,7 +106,7 @@ class ShmLocalReduce : public LocalReduce {
   };
 
   void Add(std::function<std::optional<Status>()> step, std::function<void(const Status&)> finish,
-           std::function<void()> on_timeout = nullptr);
+           std::function<void()> on_timeout = nullptr, const std::string& what = "");
   // Leader: the caller's step `caller_step` of `key` is withdrawn, not answered (a wait that
   // timed out, or a step to serve when every member has joined): its number is used again.
   void WithdrawLeaderStepOnPoll(uint64_t key, uint64_t caller_step);
@@ -162,7 +167,7 @@ class ShmLocalReduce : public LocalReduce {
   const std::string token_;
   const std::vector<int> ranks_;
   const int local_rank_;
-  const double timeout_s_;
+  const StallPolicy stall_;
 
   std::mutex mu_;
   std::condition_variable wake_;
