@@ -4,8 +4,10 @@ core workers (no TensorFlow) on this host. The worker is tests/scale/scale_worke
 4 KB + 1 MB push_pull group, a 4 KB broadcast, an allgather, uneven tails and join(),
 every answer checked against NumPy); its checks run in every measured job.
 
-    python benchmarks/scale.py [--workers 8,16,32,64] [--servers 2] [--steps 6]
+    python benchmarks/scale.py [--jobs 8:2,16:2,32:2,64:2,64:1,64:4,64:8] [--steps 6]
                                [--out benchmarks/results/scale]
+
+--jobs: N:S pairs, N workers and S servers each.
 
 Counts come from /proc, sampled every 0.2 s while the job runs; each process's largest
 value is kept (sockets: fds that are sockets; threads: /proc/PID/status Threads; RSS:
@@ -36,10 +38,11 @@ ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "TFPS_TIMEOUT": "300
 
 
 def read_proc(pid):
-    """(sockets, threads, rss_bytes) of a live process, or None once it has gone."""
+    """(sockets, threads, rss_bytes, fds) of a live process, or None once it has gone."""
     try:
         sockets = 0
-        for fd in os.listdir(f"/proc/{pid}/fd"):
+        fds = os.listdir(f"/proc/{pid}/fd")
+        for fd in fds:
             try:
                 if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:"):
                     sockets += 1
@@ -52,18 +55,18 @@ def read_proc(pid):
                     threads = int(line.split()[1])
                 elif line.startswith("VmRSS:"):
                     rss = int(line.split()[1]) * 1024
-        return sockets, threads, rss
+        return sockets, threads, rss, len(fds)
     except OSError:
         return None
 
 
 class Sampler(threading.Thread):
-    """Keeps each process's largest (sockets, threads, rss) while the job runs."""
+    """Keeps each process's largest (sockets, threads, rss, fds) while the job runs."""
 
     def __init__(self, cluster, period=0.2):
         super().__init__(daemon=True)
         self.cluster, self.period = cluster, period
-        self.peak = {}  # (role, index) -> [sockets, threads, rss]
+        self.peak = {}  # (role, index) -> [sockets, threads, rss, fds]
         self.stop = threading.Event()
 
     def run(self):
@@ -72,7 +75,7 @@ class Sampler(threading.Thread):
                 got = read_proc(p.pid)
                 if got is None:
                     continue
-                peak = self.peak.setdefault((p.role, p.index), [0, 0, 0])
+                peak = self.peak.setdefault((p.role, p.index), [0, 0, 0, 0])
                 for i, v in enumerate(got):
                     peak[i] = max(peak[i], v)
             self.stop.wait(self.period)
@@ -95,6 +98,7 @@ def measure(workers, servers, steps, hold, workdir):
                        "--hold", str(hold)])
         sampler.start()
         cluster.wait()
+        duration = time.time() - started
         sampler.stop.set()
         sampler.join()
         failed = cluster.failures()
@@ -110,14 +114,15 @@ def measure(workers, servers, steps, hold, workdir):
         cpu = [res.cpu_s for res in cluster.results() if res.role == role]
         roles[role] = {
             "sockets_max": max(p[0] for p in peaks), "sockets_median": statistics.median(p[0] for p in peaks),
-            "threads_max": max(p[1] for p in peaks),
+            "threads_max": max(p[1] for p in peaks), "fds_max": max(p[3] for p in peaks),
             "rss_mb_max": round(max(p[2] for p in peaks) / 2**20, 1),
             "rss_mb_median": round(statistics.median(p[2] for p in peaks) / 2**20, 1),
             "cpu_s_max": round(max(cpu), 2), "cpu_s_total": round(sum(cpu), 2),
+            "cpu_per_wall_s": round(max(cpu) / duration, 4),
         }
     m = marks["marks"]
     return {
-        "workers": workers, "servers": servers, "steps": steps,
+        "workers": workers, "servers": servers, "steps": steps, "duration_s": round(duration, 1),
         "load_before": load_before, "load_after": loadavg(),
         "rank0_started_s": round(m["start"] - started, 2),
         "init_s": round(m["init"] - started, 2),
@@ -130,9 +135,9 @@ def measure(workers, servers, steps, hold, workdir):
 
 def table(rows):
     lines = ["| N | S | load | rendezvous s | init s | pp 4K+1M s | bcast 4K s | allgather s "
-             "| sched sockets | sched threads | sched RSS MB | sched CPU s "
-             "| server sockets | server threads | server RSS MB | server CPU s "
-             "| worker sockets | worker threads | worker RSS MB |",
+             "| sched sockets/fds | sched threads | sched RSS MB | sched CPU s (per s) "
+             "| server sockets/fds | server threads | server RSS MB | server CPU s "
+             "| worker sockets/fds | worker threads | worker RSS MB |",
              "|" + "---|" * 19]
     for r in rows:
         sc, sv, wk = r["roles"]["scheduler"], r["roles"]["server"], r["roles"]["worker"]
@@ -140,9 +145,11 @@ def table(rows):
         lines.append(
             f"| {r['workers']} | {r['servers']} | {r['load_before']:.0f} | {r['rendezvous_s']} "
             f"| {r['init_s']} | {s['push_pull_4k_1m']} | {s['broadcast_4k']} | {s['allgather']} "
-            f"| {sc['sockets_max']} | {sc['threads_max']} | {sc['rss_mb_max']} | {sc['cpu_s_max']} "
-            f"| {sv['sockets_max']} | {sv['threads_max']} | {sv['rss_mb_max']} | {sv['cpu_s_max']} "
-            f"| {wk['sockets_max']} | {wk['threads_max']} | {wk['rss_mb_median']} |")
+            f"| {sc['sockets_max']}/{sc['fds_max']} | {sc['threads_max']} | {sc['rss_mb_max']} "
+            f"| {sc['cpu_s_max']} ({sc['cpu_per_wall_s']}) "
+            f"| {sv['sockets_max']}/{sv['fds_max']} | {sv['threads_max']} | {sv['rss_mb_max']} "
+            f"| {sv['cpu_s_max']} "
+            f"| {wk['sockets_max']}/{wk['fds_max']} | {wk['threads_max']} | {wk['rss_mb_median']} |")
     return "\n".join(lines)
 
 
@@ -153,6 +160,7 @@ def plot(rows, path):
         import matplotlib.pyplot as plt
     except ImportError:
         return False
+    rows = [r for r in rows if r["servers"] == rows[0]["servers"]]  # one line per N
     n = [r["workers"] for r in rows]
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     for role, style in (("scheduler", "o-"), ("server", "s-"), ("worker", "^-")):
@@ -176,17 +184,18 @@ def plot(rows, path):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workers", default="8,16,32,64")
-    parser.add_argument("--servers", type=int, default=2)
+    parser.add_argument("--jobs", default="8:2,16:2,32:2,64:2,64:1,64:4,64:8",
+                        help="N:S pairs: N workers, S servers")
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--hold", type=float, default=1.0,
                         help="seconds every worker idles after its steps (a steady sample)")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "scale"))
     args = parser.parse_args()
     rows = []
-    for workers in map(int, args.workers.split(",")):
+    for job in args.jobs.split(","):
+        workers, servers = map(int, job.split(":"))
         with tempfile.TemporaryDirectory(prefix=f"scale{workers}-") as workdir:
-            row = measure(workers, args.servers, args.steps, args.hold, workdir)
+            row = measure(workers, servers, args.steps, args.hold, workdir)
         print(json.dumps(row), flush=True)
         rows.append(row)
     out = Path(args.out)
@@ -197,10 +206,9 @@ def main():
         text += f"\n\n![scale]({out.with_suffix('.png').name})\n"
     out.with_suffix(".md").write_text(
         "# Scale: core workers on one host\n\n"
-        f"`python benchmarks/scale.py --workers {args.workers} --servers {args.servers} "
-        f"--steps {args.steps}`; load = 1-minute load average before the run (2 cores, "
+        f"`python benchmarks/scale.py --jobs {args.jobs} --steps {args.steps}`; load = 1-minute load average before the run (2 cores, "
         "shared). Sockets, threads, RSS: each process's peak, largest of its role "
-        "(workers' RSS: the median). CPU: seconds of the whole run.\n\n" + text + "\n")
+        "(workers' RSS: the median); fds: every descriptor (eventfds, files too). CPU: seconds of the whole run (the scheduler's also per second of the run).\n\n" + text + "\n")
     print(text)
 
 

@@ -117,7 +117,15 @@ def main():
     parser.add_argument("--timings")
     parser.add_argument("--hold", type=float, default=0.0)
     parser.add_argument("--no-join", action="store_true")
+    parser.add_argument("--nofile", default="",
+                        help="R:L: rank R lowers its RLIMIT_NOFILE (soft and hard) to L "
+                             "descriptors before init")
     args = parser.parse_args()
+    if args.nofile:
+        who, limit = map(int, args.nofile.split(":"))
+        if who == int(os.environ["TFPS_RANK"]):
+            import resource
+            resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
     core = load_core()
     marks = {"start": START}
     times = {"push_pull_4k_1m": [], "broadcast_4k": [], "allgather": []}
