@@ -83,3 +83,23 @@ def test_eight_hosts_of_eight_workers_hierarchical_are_bit_exact(tmp_path):
     assert not names & namespaces()
     for rank, result in enumerate(job.worker_results()):
         assert f"local rank {rank % 8} of 8" in result.stdout, result.describe()
+
+
+@pytest.mark.timeout(200)
+def test_a_worker_short_of_descriptors_fails_at_the_rendezvous_naming_the_limit(make_cluster):
+    # 16 workers need about 5 descriptors per peer each. Rank 3 lowers its hard limit to
+    # 85: enough to register and connect, not to accept every peer's connection, where
+    # ZeroMQ drops the accept silently and every allgather waited TFPS_TIMEOUT. Now rank 3
+    # refuses at the rendezvous and the scheduler tells every other worker why.
+    cluster = make_cluster(16, 1, timeout=150, env={**QUIET, "TFPS_TIMEOUT": "60"})
+    cluster.start([sys.executable, WORKER, "2", "--nofile", "3:85"])
+    cluster.wait()
+    short = cluster.result("worker", 3)
+    assert short.returncode == 3, short.describe()
+    assert "ResourceExhausted: worker 3 needs about" in short.stderr, short.describe()
+    assert "RLIMIT_NOFILE allows 85" in short.stderr, short.describe()
+    for rank in range(16):
+        result = cluster.result("worker", rank)
+        assert result.returncode == 3 and "scale ok" not in result.stdout, result.describe()
+        assert "RLIMIT_NOFILE" in result.stderr, result.describe()
+        assert "timed out" not in result.stderr, result.describe()
