@@ -7,7 +7,9 @@ every answer checked against NumPy); its checks run in every measured job.
     python benchmarks/scale.py [--jobs 8:2,16:2,32:2,64:2,64:1,64:4,64:8] [--steps 6]
                                [--out benchmarks/results/scale]
 
---jobs: N:S pairs, N workers and S servers each.
+--jobs: N:S pairs, N workers and S servers each. --netns H (root): the workers on H
+network-namespace hosts (benchmarks/netns.py), N/H each, with hierarchical aggregation;
+the scheduler on host 0, server i on host i*H/S.
 
 Counts come from /proc, sampled every 0.2 s while the job runs; each process's largest
 value is kept (sockets: fds that are sockets; threads: /proc/PID/status Threads; RSS:
@@ -81,14 +83,37 @@ class Sampler(threading.Thread):
             self.stop.wait(self.period)
 
 
+class NetnsJob(LoggedCluster):
+    """Workers spread over `hosts` (netns.Hosts), rank r on host r * H // N."""
+
+    def __init__(self, hosts, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        from ps_cluster import netns_host
+        self._on = [netns_host(hosts, i) for i in range(hosts.n)]
+
+    def host(self, role, index):
+        h = len(self._on)
+        if role == "scheduler":
+            return self._on[0]
+        if role == "server":
+            return self._on[index * h // self.num_servers]
+        return self._on[index * h // self.num_workers]
+
+
 def loadavg():
     with open("/proc/loadavg") as f:
         return float(f.read().split()[0])
 
 
-def measure(workers, servers, steps, hold, workdir):
-    cluster = LoggedCluster(PS_SERVER, workdir, workers, servers, timeout=900, env=ENV,
-                            cwd=REPO)
+def measure(workers, servers, steps, hold, workdir, hosts=None):
+    if hosts is None:
+        cluster = LoggedCluster(PS_SERVER, workdir, workers, servers, timeout=900, env=ENV,
+                                cwd=REPO)
+    else:  # namespace hosts reach only each other: no key needed, listen on their address
+        env = {**ENV, "TFPS_HIERARCHICAL": "1", "TFPS_INSECURE": "1", "TFPS_BIND": None}
+        env = {k: v for k, v in env.items() if v is not None}
+        cluster = NetnsJob(hosts, PS_SERVER, workdir, workers, servers, timeout=900,
+                           env=env, cwd=REPO)
     timings = Path(workdir) / "timings.json"
     load_before = loadavg()
     started = time.time()
@@ -122,7 +147,8 @@ def measure(workers, servers, steps, hold, workdir):
         }
     m = marks["marks"]
     return {
-        "workers": workers, "servers": servers, "steps": steps, "duration_s": round(duration, 1),
+        "workers": workers, "servers": servers, "steps": steps,
+        "hosts": hosts.n if hosts is not None else 1, "duration_s": round(duration, 1),
         "load_before": load_before, "load_after": loadavg(),
         "rank0_started_s": round(m["start"] - started, 2),
         "init_s": round(m["init"] - started, 2),
@@ -189,24 +215,39 @@ def main():
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--hold", type=float, default=1.0,
                         help="seconds every worker idles after its steps (a steady sample)")
+    parser.add_argument("--netns", type=int, default=0,
+                        help="H: run on H namespace hosts, hierarchical (needs root)")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "scale"))
     args = parser.parse_args()
     rows = []
+    hosts = None
+    if args.netns:
+        from netns import Hosts
+        hosts = Hosts(args.netns)
     for job in args.jobs.split(","):
         workers, servers = map(int, job.split(":"))
         with tempfile.TemporaryDirectory(prefix=f"scale{workers}-") as workdir:
-            row = measure(workers, servers, args.steps, args.hold, workdir)
+            try:
+                row = measure(workers, servers, args.steps, args.hold, workdir, hosts)
+            except BaseException:
+                if hosts is not None:
+                    hosts.close()
+                raise
         print(json.dumps(row), flush=True)
         rows.append(row)
+    if hosts is not None:
+        hosts.close()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(rows, indent=1))
     text = table(rows)
     if plot(rows, out.with_suffix(".png")):
         text += f"\n\n![scale]({out.with_suffix('.png').name})\n"
+    where = (f"{args.netns} namespace hosts, hierarchical" if args.netns else "one host")
+    netns = f" --netns {args.netns}" if args.netns else ""
     out.with_suffix(".md").write_text(
-        "# Scale: core workers on one host\n\n"
-        f"`python benchmarks/scale.py --jobs {args.jobs} --steps {args.steps}`; load = 1-minute load average before the run (2 cores, "
+        f"# Scale: core workers on {where}\n\n"
+        f"`python benchmarks/scale.py --jobs {args.jobs} --steps {args.steps}{netns}`; load = 1-minute load average before the run (2 cores, "
         "shared). Sockets, threads, RSS: each process's peak, largest of its role "
         "(workers' RSS: the median); fds: every descriptor (eventfds, files too). CPU: seconds of the whole run (the scheduler's also per second of the run).\n\n" + text + "\n")
     print(text)
