@@ -1,7 +1,7 @@
 """A worker without TensorFlow for the scale tests and benchmarks/scale.py: every
 collective the core offers, at any number of workers, checked bit for bit against NumPy.
 
-    scale_worker.py STEPS [--timings FILE] [--hold SECONDS] [--no-join]
+    scale_worker.py STEPS [--timings FILE] [--hold SECONDS] [--no-join] [--nofile R:L]
 
 Each step push_pulls a 4 KB and a 1 MB float32 tensor (one group, so they travel
 together), broadcasts a 4 KB tensor from rank step % size, and allgathers a block whose
@@ -12,7 +12,8 @@ tails' sums count only the ranks still working, join() must return a rank of the
 tail. --hold S: every rank sleeps S seconds after its first STEPS steps (a steady state
 in which the benchmark reads /proc). --timings FILE: rank 0 writes JSON with wall-clock
 marks (process start, init returned, first step done) and the median time of each
-collective. Prints "scale ok" at the end; on an error prints it to stderr and exits 3.
+collective. --nofile R:L: rank R lowers its RLIMIT_NOFILE (soft and hard) to L before
+init(), to check the descriptor budget's error. Prints "scale ok" at the end; on an error prints it to stderr and exits 3.
 """
 
 import argparse
