@@ -1,11 +1,13 @@
 """Many workers: up to 64 core workers (no TensorFlow) on one host, and 8 emulated hosts
-of 8 workers each with hierarchical aggregation. Each runs tests/scale/scale_worker.py:
+of 8 workers each with hierarchical aggregation; and a worker whose descriptor limit
+cannot hold its peer mesh. Each runs tests/scale/scale_worker.py:
 a 4 KB and a 1 MB push_pull, a broadcast, an allgather, uneven tails and join(), every
 answer checked byte for byte against NumPy. What these cost as N grows is measured by
 benchmarks/scale.py (docs/scale.md).
 
-Run time on an idle 2-core machine: about 6 s (8 workers), 20-40 s (64 workers), 40-60 s
-(8 x 8 on namespaces; needs root, skipped otherwise).
+Run time, measured on a 2-core machine under a load of 8 to 50: 4.5 s (8 workers), 18 s
+(64 workers), 18-25 s (8 x 8 on namespaces; needs root, skipped otherwise), 4 s (the
+descriptor limit): about a minute in all.
 """
 
 import sys
