@@ -138,7 +138,8 @@ def measure(workers, servers, steps, hold, workdir, hosts=None):
         peaks = [v for (r, _), v in sampler.peak.items() if r == role]
         cpu = [res.cpu_s for res in cluster.results() if res.role == role]
         roles[role] = {
-            "sockets_max": max(p[0] for p in peaks), "sockets_median": statistics.median(p[0] for p in peaks),
+            "sockets_max": max(p[0] for p in peaks),
+            "sockets_median": statistics.median(p[0] for p in peaks),
             "threads_max": max(p[1] for p in peaks), "fds_max": max(p[3] for p in peaks),
             "rss_mb_max": round(max(p[2] for p in peaks) / 2**20, 1),
             "rss_mb_median": round(statistics.median(p[2] for p in peaks) / 2**20, 1),
@@ -175,7 +176,8 @@ def table(rows):
             f"| {sc['cpu_s_max']} ({sc['cpu_per_wall_s']}) "
             f"| {sv['sockets_max']}/{sv['fds_max']} | {sv['threads_max']} | {sv['rss_mb_max']} "
             f"| {sv['cpu_s_max']} "
-            f"| {wk['sockets_max']}/{wk['fds_max']} | {wk['threads_max']} | {wk['rss_mb_median']} |")
+            f"| {wk['sockets_max']}/{wk['fds_max']} | {wk['threads_max']} "
+            f"| {wk['rss_mb_median']} |")
     return "\n".join(lines)
 
 
@@ -247,9 +249,11 @@ def main():
     netns = f" --netns {args.netns}" if args.netns else ""
     out.with_suffix(".md").write_text(
         f"# Scale: core workers on {where}\n\n"
-        f"`python benchmarks/scale.py --jobs {args.jobs} --steps {args.steps}{netns}`; load = 1-minute load average before the run (2 cores, "
-        "shared). Sockets, threads, RSS: each process's peak, largest of its role "
-        "(workers' RSS: the median); fds: every descriptor (eventfds, files too). CPU: seconds of the whole run (the scheduler's also per second of the run).\n\n" + text + "\n")
+        f"`python benchmarks/scale.py --jobs {args.jobs} --steps {args.steps}{netns}`; "
+        "load = 1-minute load average before the run (2 cores, shared). Sockets, threads, "
+        "RSS: each process's peak, largest of its role (workers' RSS: the median); fds: "
+        "every descriptor (eventfds, files too). CPU: seconds of the whole run (the "
+        "scheduler's also per second of the run).\n\n" + text + "\n")
     print(text)
 
 

@@ -13,7 +13,8 @@ tail. --hold S: every rank sleeps S seconds after its first STEPS steps (a stead
 in which the benchmark reads /proc). --timings FILE: rank 0 writes JSON with wall-clock
 marks (process start, init returned, first step done) and the median time of each
 collective. --nofile R:L: rank R lowers its RLIMIT_NOFILE (soft and hard) to L before
-init(), to check the descriptor budget's error. Prints "scale ok" at the end; on an error prints it to stderr and exits 3.
+init(), to check the descriptor budget's error. Prints "scale ok" at the end; on an error
+prints it to stderr and exits 3.
 """
 
 import argparse

@@ -31,7 +31,7 @@ QUIET = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "TFPS_TIMEOUT": "1
 def assert_all_ok(cluster):
     failed = cluster.failures()
     assert not failed, "\n".join(result.describe() for result in failed)
-    for rank, result in enumerate(cluster.worker_results()):
+    for result in cluster.worker_results():
         assert "scale ok" in result.stdout, result.describe()
     for result in cluster.results():
         assert "ERROR" not in result.stderr, result.describe()
