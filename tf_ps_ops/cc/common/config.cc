@@ -25,7 +25,8 @@ const std::vector<ConfigEntry>& ConfigTable() {
        "least 0.1; values above 2592000 (30 days) are used as 2592000, with a warning."},
       {"TFPS_HEARTBEAT_TIMEOUT", "float", "30",
        "Seconds without traffic or heartbeat after which a connection counts as dead (a host "
-       "that vanished without closing its sockets). Also how long a member's serving thread "
+       "that vanished without closing its sockets); worker-to-worker connections carry no "
+       "heartbeats, the scheduler's notice names a vanished worker to its peers. Also how long a member's serving thread "
        "(a worker's engine thread, a server's I/O thread) may leave the scheduler's pings "
        "unanswered, twice this plus 1 s, before it is named hung to everyone (application "
        "heartbeats, pinged every quarter of it). A server answers only while each of its "
