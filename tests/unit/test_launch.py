@@ -216,6 +216,8 @@ print(" ".join(args), flush=True)
 if os.environ.get("FAKE_EXIT"):
     sys.exit(int(os.environ["FAKE_EXIT"]))
 if "--port-file" in args:
+    import time
+    time.sleep(float(os.environ.get("FAKE_DELAY", "0")))
     path = args[args.index("--port-file") + 1]
     with open(path + ".tmp", "w") as f:
         f.write("4321\\n")
@@ -244,6 +246,14 @@ def test_scheduler_port_and_server_flags(job, fake_ps_server, tmp_path):
         "--role", "server", "--scheduler", "127.0.0.1:4321", "--num-workers", "2",
         "--num-servers", "2", "--threads", "3"]
     assert remote.result().stdout.split()[-2:] == ["--host", "10.9.8.7"]
+
+
+def test_a_port_file_left_by_an_earlier_job_is_not_read(job, fake_ps_server, tmp_path):
+    # Found at 64 workers: the stale file was read before the scheduler wrote its own, and
+    # every process waited out TFPS_TIMEOUT on a dead port.
+    (tmp_path / "port").write_text("1111\n")
+    j = job(ps_server=fake_ps_server, num_workers=1, num_servers=1)
+    assert j.start_scheduler(dict(os.environ, FAKE_DELAY="0.3"), tmp_path / "port") == 4321
 
 
 def test_scheduler_failing_before_its_port_is_named(job, fake_ps_server, tmp_path):

@@ -87,6 +87,11 @@ class Job:
                 *self._counts()], env, host)
             self.scheduler_host = host.address
             return self.scheduler_port
+        # A file left by an earlier job in the same folder would be read as this
+        # scheduler's port before it writes its own: every process would then wait out
+        # TFPS_TIMEOUT knocking on a dead port.
+        if os.path.exists(port_file):
+            os.unlink(port_file)
         scheduler = self.spawn("scheduler", 0, [
             self.ps_server, "--role", "scheduler", "--port", str(port),
             "--port-file", str(port_file), *self._counts()], env, host)

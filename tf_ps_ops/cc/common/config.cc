@@ -36,7 +36,8 @@ const std::vector<ConfigEntry>& ConfigTable() {
        "dead or stopped member, not for a slow one."},
       {"TFPS_HEARTBEAT_TIMEOUT", "float", "30",
        "Seconds without traffic or heartbeat after which a connection counts as dead (a host "
-       "that vanished without closing its sockets). Also how long a member's serving thread "
+       "that vanished without closing its sockets); worker-to-worker connections carry no "
+       "heartbeats, the scheduler's notice names a vanished worker to its peers. Also how long a member's serving thread "
        "(a worker's engine thread, a server's I/O thread) may leave the scheduler's pings "
        "unanswered, twice this plus 1 s, before it is named hung to everyone (application "
        "heartbeats, pinged every quarter of it). A server answers only while each of its "

@@ -12,6 +12,18 @@ namespace tfps {
 
 namespace {
 
+// The mesh's connections carry no ZeroMQ heartbeats. A worker that vanishes is noticed by
+// the scheduler (TFPS_HEARTBEAT_TIMEOUT), which tells every member; heartbeats on the mesh
+// cost every worker 2(N-1) pings a second (docs/scale.md), and libzmq 4.3.4 aborts the
+// process ("Assertion failed: !_io_error (src/stream_engine_base.cpp:331)") when a
+// heartbeat falls due on a closed socket's lingering connection whose input had stopped
+// before its peer hung up: at shutdown, where N workers close N-1 connections each at once
+// (2 of 5 runs of 8 hosts x 8 workers, tests/scale).
+void SetMeshOptions(zmq::socket_t& socket, const Config& config) {
+  SetCommonOptions(socket, config);
+  socket.set(zmq::sockopt::heartbeat_ivl, 0);
+}
+
 std::string RanksText(const std::vector<int>& ranks) {
   std::string text;
   for (int r : ranks) text += (text.empty() ? "" : ", ") + std::to_string(r);
@@ -36,7 +48,7 @@ PeerMesh::PeerMesh(zmq::context_t& context, const Config& config, int rank, int 
       dead_(size),
       shut_down_(size, false),
       report_at_(size) {
-  SetCommonOptions(incoming_, config_);
+  SetMeshOptions(incoming_, config_);
 }
 
 Status PeerMesh::Bind(int* port) {
@@ -61,7 +73,7 @@ Status PeerMesh::Connect(const std::vector<std::string>& peers) {
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
     auto socket = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
-    SetCommonOptions(*socket, config_);
+    SetMeshOptions(*socket, config_);
     socket->set(zmq::sockopt::routing_id, "w" + std::to_string(rank_));
     monitors_[r] = std::make_unique<Monitor>(context_, *socket, "peer-" + std::to_string(r),
                                              ZMQ_EVENT_DISCONNECTED);

@@ -1,6 +1,8 @@
 // The links to the servers (loop.h): the join (rendezvous, hellos), the scheduler's notices
 // and pings, a server's death, the goodbyes, and the shared-memory send path to a server on
 // this host (TFPS_SHM_SERVER).
+#include <dirent.h>
+
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
@@ -42,7 +44,44 @@ Status Engine::Loop::Connect(const EngineOptions& options, ClusterView* view) {
   return joined;
 }
 
+namespace {
+
+// Descriptors this process has open now (0 when /proc/self/fd cannot be read).
+uint64_t OpenDescriptors() {
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return 0;
+  uint64_t n = 0;
+  while (readdir(dir) != nullptr) ++n;
+  closedir(dir);
+  return n > 3 ? n - 3 : 0;  // ".", ".." and the directory's own descriptor
+}
+
+// Every worker holds 5 descriptors per peer (its DEALER's connection and mailbox, that
+// socket's monitor pair, and the peer's connection accepted by our ROUTER) and up to 8 per
+// server. Out of descriptors, ZeroMQ fails a connect, or drops an accept without a word:
+// the peer's allgather parts never arrive and every worker waits TFPS_TIMEOUT. Refuse at
+// the rendezvous instead, naming the limit (docs/scale.md has the budget).
+Status CheckDescriptorBudget(int rank, size_t workers, size_t servers) {
+  const uint64_t limit = RaiseDescriptorLimit();
+  const uint64_t open = OpenDescriptors();
+  if (limit == 0 || open == 0) return Status::Ok();  // unknown: nothing to check against
+  const uint64_t need = open + 5 * (workers - 1) + 8 * servers + 64;
+  if (need <= limit) return Status::Ok();
+  return ResourceExhausted(
+      "worker " + std::to_string(rank) + " needs about " + std::to_string(need) +
+      " file descriptors (" + std::to_string(open) + " open, 5 for each of its " +
+      std::to_string(workers - 1) + " peers, 8 for each of " + std::to_string(servers) +
+      " servers, 64 to spare) but RLIMIT_NOFILE allows " + std::to_string(limit) +
+      " (its soft limit was raised to the hard one): raise the hard limit to at least " +
+      std::to_string(need) + " (ulimit -Hn, LimitNOFILE= of a systemd unit, docker --ulimit "
+      "nofile=...) or run fewer workers (docs/scale.md)");
+}
+
+}  // namespace
+
 Status Engine::Loop::JoinClusterOnLoop(const EngineOptions& options, ClusterView* view) {
+  TFPS_RETURN_IF_ERROR(
+      CheckDescriptorBudget(rank_, view->worker_peers.size(), view->servers.size()));
   TFPS_RETURN_IF_ERROR(mesh_.Connect(view->worker_peers));
   timeline_.Open(config_.timeline, rank_);
   if (options.num_servers > 0 && static_cast<int>(view->servers.size()) != options.num_servers) {
