@@ -20,7 +20,9 @@ workers' gradients, which is the same arithmetic as the allreduce loop.
 --stop ID:STEP: worker ID SIGSTOPs itself at the start of step STEP (the driver kills it).
 --mark ID:STEP: worker ID creates OUT_DIR/mark-STEP at the start of step STEP, so that a
 test can change the job's hosts at a known point of the training (test_elastic_growth.py);
---mark-sizes ID: worker ID creates OUT_DIR/size-N once it committed a step of N workers.
+--mark-sizes ID: worker ID creates OUT_DIR/size-N once it committed a step of N workers,
+and appends `TIME N` (time.time()) to OUT_DIR/steps.txt after each commit (join and
+recovery times).
 --size-runs N1,N2,...: instead of FINAL_SIZE, the loop ends (after MIN_STEPS) once the
 sizes of the steps so far, runs of equal sizes merged, are N1,N2,... (e.g. 2,3,2: grown
 by one, then shrunk back). --step-sleep S: the pause after each step (default 0.02 s).
@@ -132,6 +134,8 @@ def main():
             if me == args.mark_sizes:
                 with open(os.path.join(out_dir, f"size-{len(ids)}"), "w"):
                     pass
+                with open(os.path.join(out_dir, "steps.txt"), "a") as f:
+                    f.write(f"{time.time()} {len(ids)}\n")
             time.sleep(args.step_sleep)  # the other workers run on the same two cores
 
     train(state)
