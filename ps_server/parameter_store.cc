@@ -52,6 +52,14 @@ Status ParameterStore::Init(const Round& round, Buffer* reply) {
                            DescribeTensor(dtype, round.dims) + " (" +
                            Where(server_id_, round.id) + ")");
   }
+  if ((h.flags & kFlagPsSlot) != 0) {
+    if (it == params_.end()) {
+      return FailedPrecondition("the parameter was never initialised on this server (" +
+                                Where(server_id_, round.id) + "): its slots cannot be read "
+                                "or written before its init push");
+    }
+    return Slot(round, it->second, reply);
+  }
   const char* data = round.sum.data();
   if (it == params_.end()) {  // first init wins; later ones (a restarted worker) read it
     ShardParam p;
@@ -68,6 +76,47 @@ Status ParameterStore::Init(const Round& round, Buffer* reply) {
     p.optimizer = Optimizer::kNone;
   }
   *reply = Buffer::CopyOf(it->second.value.data(), it->second.value.size());
+  return Status::Ok();
+}
+
+Status ParameterStore::Slot(const Round& round, ShardParam& p, Buffer* reply) {
+  const double index = round.params.empty() ? -2.0 : round.params[0];
+  if (!(index >= -1 && index < kMaxParams) || index != static_cast<double>(static_cast<int>(index))) {
+    return InvalidArgument("slot index " + std::to_string(index) + " is not -1 (the optimizer) "
+                           "or a slot (" + Where(server_id_, round.id) + ")");
+  }
+  const int k = static_cast<int>(index);
+  const size_t bytes = p.value.size();
+  if ((round.first.flags & kFlagPsOverwrite) == 0) {  // a read
+    if (k == -1) {
+      *reply = Buffer::CopyOf(FilledBuffer(p.dtype, p.count, static_cast<double>(p.optimizer)).data(),
+                              bytes);
+    } else if (static_cast<size_t>(k) < p.slots.size()) {
+      *reply = Buffer::CopyOf(p.slots[k].data(), bytes);
+    } else {
+      *reply = Buffer::CopyOf(FilledBuffer(p.dtype, p.count, 0.0).data(), bytes);
+    }
+    return Status::Ok();
+  }
+  const char* data = round.sum.data();
+  if (k == -1) {  // every element holds the code; a partition of 0 elements has none
+    double code = 0;
+    if (p.count > 0) {
+      code = p.dtype == DType::kFloat32 ? *reinterpret_cast<const float*>(data)
+                                        : *reinterpret_cast<const double*>(data);
+    }
+    const auto optimizer = static_cast<Optimizer>(static_cast<int>(code));
+    if (code != 0 && (code != static_cast<double>(static_cast<int>(code)) ||
+                      FindOptimizerSpec(optimizer) == nullptr)) {
+      return InvalidArgument("optimizer code " + std::to_string(code) + " is unknown (" +
+                             Where(server_id_, round.id) + ")");
+    }
+    p.optimizer = optimizer;
+    p.slots.assign(OptimizerSlotCount(optimizer), std::vector<char>(bytes, 0));
+  } else if (static_cast<size_t>(k) < p.slots.size()) {  // else: a slot this partition lacks
+    p.slots[k].assign(data, data + bytes);
+  }
+  *reply = Buffer::CopyOf(p.value.data(), bytes);
   return Status::Ok();
 }
 

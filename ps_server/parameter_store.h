@@ -3,7 +3,8 @@
 // (sum_rounds.h) either initialises a parameter (kFlagPsInit: root's value, unless one is
 // held; kFlagPsOverwrite replaces it and drops the slots) or updates it with the summed
 // gradient (kFlagPsApply), dense or by rows (kFlagSparse: each worker's rows summed per row
-// id in rank order, only those rows updated and answered). Owned by one thread: no locks.
+// id in rank order, only those rows updated and answered). An init round with kFlagPsSlot
+// reads or writes the optimizer slots instead (Slot). Owned by one thread: no locks.
 #ifndef TFPS_PS_SERVER_PARAMETER_STORE_H_
 #define TFPS_PS_SERVER_PARAMETER_STORE_H_
 
@@ -39,6 +40,8 @@ class ParameterStore {
   void MarkCheckpointed();
 
  private:
+  // kFlagPsSlot (wire/message.h): answers slot k (k = -1: the optimizer's code), or sets it.
+  Status Slot(const Round& round, ShardParam& param, Buffer* reply);
   // The parameter an apply round updates, its slots created at its first update.
   Status ToUpdate(const Round& round, ShardParam** param);
   void CountUpdate(ShardParam& param);

@@ -55,7 +55,8 @@ Round& SumRounds::Open(const Head& head, const RoundId& id) {
 Status SumRounds::Mismatch(const Round& r, const Head& head) const {
   const Header& h = head.header;
   // kFlagTimed may differ: one worker's timeline is its own business.
-  constexpr uint32_t kModeFlags = kFlagPsInit | kFlagPsApply | kFlagPsOverwrite | kFlagSparse;
+  constexpr uint32_t kModeFlags =
+      kFlagPsInit | kFlagPsApply | kFlagPsOverwrite | kFlagSparse | kFlagPsSlot;
   if ((h.flags & kModeFlags) != (r.first.flags & kModeFlags) || h.optimizer != r.first.optimizer) {
     return InvalidArgument("workers disagree on how to update this tensor: worker " +
                            std::to_string(r.first_sender) + " asked for " +

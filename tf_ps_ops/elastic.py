@@ -25,7 +25,9 @@ Semantics, as Horovod's:
 - A lost server (or scheduler) is handled as a lost worker: the driver starts new servers
   for the same workers. In PS mode every re-initialisation is followed by a push of the
   parameters the servers were given (ps_mode.push_served_variables): the new servers
-  start from the last commit, their optimizer slots afresh.
+  start from the last commit. Their optimizer slots too: in PS mode each commit also
+  reads the servers' slots (ps_mode.read_served_slots), and rank 0's go to the new
+  servers (ps_mode.push_served_slots).
 """
 
 import functools
@@ -79,8 +81,14 @@ class State:
             callback()
 
     def commit(self):
-        """Saves the state (restored after a lost worker), then checks for new workers."""
+        """Saves the state (restored after a lost worker), then checks for new workers.
+        In PS mode under elastic membership, also the servers' optimizer slots, read
+        before the save so that a failure leaves the last commit whole."""
+        global _server_slots
+        slots = _read_server_slots()
         self.save()
+        if slots is not None:
+            _server_slots = slots
         self.check_host_updates()
 
     def check_host_updates(self):
@@ -241,19 +249,32 @@ def _reset():
 
 
 _late_push_done = False
+_server_slots = None  # PS mode: the servers' optimizer slots at the last commit
+
+
+def _read_server_slots():
+    """PS mode under elastic membership: the servers' slots now; else None."""
+    ps_mode = sys.modules.get("tf_ps_ops.ps.ps_mode")
+    if ps_mode is None or _elastic_epoch.current_epoch_number() < 0:
+        return None
+    return ps_mode.read_served_slots()
 
 
 def _refill_servers():
     """PS mode: the new epoch's servers hold no parameters; every worker pushes those it
-    gave the old servers (after the restore and the sync: rank 0's committed values).
-    The optimizer slots start afresh (docs/elastic.md)."""
+    gave the old servers (after the restore and the sync: rank 0's committed values),
+    then rank 0's optimizer slots of the same commit (docs/elastic.md)."""
     ps_mode = sys.modules.get("tf_ps_ops.ps.ps_mode")
     if ps_mode is None:
         return
     count = ps_mode.push_served_variables()
-    if count:
-        _say(f"rank {basics.rank()}: PS mode: pushed {count} parameter(s) of the last "
-             "commit to the new servers (their optimizer slots start afresh)")
+    if not count:
+        return
+    with_slots = ps_mode.push_served_slots(_server_slots)
+    slots = (f"and the optimizer slots of {with_slots}" if with_slots else
+             "no optimizer slots were committed: they start afresh")
+    _say(f"rank {basics.rank()}: PS mode: pushed {count} parameter(s) of the last "
+         f"commit to the new servers ({slots})")
 
 
 def run(func):

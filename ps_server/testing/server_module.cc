@@ -113,6 +113,12 @@ class KeyStoreDriver {
     return Push(key, partition, value, kFlagPsInit | (overwrite ? kFlagPsOverwrite : 0),
                 Optimizer::kNone, {});
   }
+  // A PS slot push (kFlagPsInit | kFlagPsSlot, params {k}; a write if `write`); the answer.
+  py::bytes Slot(uint64_t key, uint32_t partition, py::array value, int k, bool write) {
+    return Push(key, partition, value,
+                kFlagPsInit | kFlagPsSlot | (write ? kFlagPsOverwrite : 0), Optimizer::kNone,
+                {static_cast<double>(k)});
+  }
   // A PS apply push with `optimizer` (code) and its hyperparameters + slot initial values.
   py::bytes Apply(uint64_t key, uint32_t partition, py::array grad, int optimizer,
                   const std::vector<double>& params) {
@@ -158,6 +164,10 @@ class KeyStoreDriver {
       ThrowIfError(DecodeHead(frame.data(), frame.size(), in.nbytes(), &head));
     }
     head.params = params;
+    if ((flags & kFlagPsSlot) != 0) {  // checked as the I/O thread checks a push
+      const std::string frame = EncodeHead(head);
+      ThrowIfError(DecodeHead(frame.data(), frame.size(), in.nbytes(), &head));
+    }
     std::vector<Outgoing> out;
     store_.OnPush(head, Buffer::CopyOf(in.data(), in.nbytes()), &out);
     if (out.size() != 1) throw std::runtime_error("expected one reply");
@@ -260,6 +270,8 @@ PYBIND11_MODULE(_ps_server_testing, m) {
       .def(py::init<>())
       .def("init", &KeyStoreDriver::Init, py::arg("key"), py::arg("partition"),
            py::arg("value"), py::arg("overwrite") = false)
+      .def("slot", &KeyStoreDriver::Slot, py::arg("key"), py::arg("partition"),
+           py::arg("value"), py::arg("k"), py::arg("write") = false)
       .def("apply", &KeyStoreDriver::Apply, py::arg("key"), py::arg("partition"),
            py::arg("grad"), py::arg("optimizer"), py::arg("params"))
       .def("push_encoded", &KeyStoreDriver::PushEncoded, py::arg("key"), py::arg("partition"),

@@ -11,10 +11,14 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from cluster import REPO, require_build
 from test_elastic import WORKERS, assert_replayed, results
+
+sys.path.insert(0, str(WORKERS))
+from loop_gradient import LR, gradient  # noqa: E402
 
 RUN_PY = REPO / "tf_ps_ops" / "run.py"
 pytestmark = pytest.mark.timeout(240)
@@ -222,3 +226,46 @@ def test_a_broken_script_fails_the_job_at_once(tmp_path, body, message):
     assert f"tfps-run: host discovery script '{script}'" in log, log
     assert message in log, log
     assert not list(tmp_path.glob("started-*")), log
+
+
+def replay_momentum(history, momentum, reset_at=()):
+    """NumPy: momentum SGD (TF's ResourceApplyMomentum) on the mean gradient of the ids of
+    each step; the accumulator restarts at the steps in `reset_at`."""
+    w, accum = np.zeros(4), np.zeros(4)
+    for step, ids in enumerate(history):
+        if step in reset_at:
+            accum = np.zeros(4)
+        accum = momentum * accum + np.mean([gradient(i, step) for i in ids], axis=0)
+        w -= LR * accum
+    return w
+
+
+def test_ps_mode_keeps_the_optimizer_slots_across_a_grow_and_a_shrink(tmp_path):
+    """PS mode, momentum 0.9 on the servers: the job grows from 2 to 3 workers (a join at
+    a commit) and shrinks back (a stopped worker: the others restore their last commit).
+    Each change brings new servers; the momentum slot of the last commit goes with the
+    parameters (read at every commit, pushed by rank 0), so the weights equal a NumPy
+    replay whose accumulator runs through the changes, and not one that restarts it."""
+    script, hosts = discovery_script(tmp_path, "localhost:2\n")
+    proc = start(tmp_path, ["-np", "2", "--max-np", "3", "--host-discovery-script",
+                            str(script)],
+                 WORKERS / "loop_worker.py",
+                 [str(tmp_path), "8", "2", "-", "-1", "--ps", "--momentum", "0.9",
+                  "--mark", "w0:3", "--mark-sizes", "w0", "--size-runs", "2,3,2",
+                  "--step-sleep", "0.1"])
+    when_exists(tmp_path / "mark-3", lambda: hosts.write_text("localhost:3\n"), proc)
+    when_exists(tmp_path / "size-3", lambda: hosts.write_text("localhost:2\n"), proc)
+    code, log = finish(tmp_path, proc)
+    assert code == 0, log[-6000:]
+    assert "PS mode: pushed 1 parameter(s) of the last commit to the new servers (and the " \
+           "optimizer slots of 1)" in log, log[-6000:]
+    found = results(tmp_path)
+    assert sorted(found) == ["w0", "w1"], log[-6000:]
+    history = found["w0"]["history"]
+    assert found["w1"]["history"] == history and found["w1"]["w"] == found["w0"]["w"]
+    members = [tuple(h) for h in history]
+    joined = members.index(("w0", "w1", "w2"))
+    left = members.index(("w0", "w1"), joined)
+    np.testing.assert_allclose(found["w0"]["w"], replay_momentum(history, 0.9), rtol=1e-12)
+    reset = replay_momentum(history, 0.9, reset_at=(joined, left))
+    assert np.abs(reset - np.array(found["w0"]["w"])).max() > 1e-3  # the oracle can tell

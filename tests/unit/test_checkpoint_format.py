@@ -273,3 +273,68 @@ def test_the_overwrite_flag_is_only_valid_on_an_init_push():
     assert core.decode_head(ok, 8)[0] is None
     bad = core.encode_head(dict(fields, flags=core.FLAG_PS_OVERWRITE), [2])
     assert "overwrite flag is only valid on a PS init push" in core.decode_head(bad, 8)[0]
+
+
+# --- slot pushes (kFlagPsSlot): how elastic PS mode carries the slots to new servers -----
+
+MOMENTUM_PARAMS = [0.1, 0.9, 0.0, 0.0]  # KerasMomentum: lr, momentum, nesterov, slot init
+
+
+def test_slot_reads_and_writes_carry_the_optimizer_state_to_a_fresh_store():
+    """A store trained 3 momentum steps; its slots are read (the optimizer's code, then
+    each slot), and written into a fresh store after its value: both continue alike, and
+    as NumPy's momentum from the read velocity."""
+    source = ps_testing.KeyStore()
+    source.init(5, 0, f32(1, 2))
+    for _ in range(3):
+        source.apply(5, 0, f32(1, 3), KERAS_MOMENTUM, MOMENTUM_PARAMS)
+    (held,) = source.params()
+    codes = as_f32(source.slot(5, 0, f32(0, 0), -1))
+    velocity = as_f32(source.slot(5, 0, f32(0, 0), 0))
+    assert codes.tolist() == [KERAS_MOMENTUM] * 2
+    assert velocity.tobytes() == held["slots"][0]
+    assert as_f32(source.slot(5, 0, f32(0, 0), 1)).tolist() == [0, 0]  # no such slot
+    assert source.params() == [held]  # reads change nothing
+
+    fresh = ps_testing.KeyStore()
+    value = as_f32(held["value"])
+    fresh.init(5, 0, value.copy())
+    assert as_f32(fresh.slot(5, 0, f32(0, 0), -1)).tolist() == [0, 0]  # never updated
+    fresh.slot(5, 0, codes, -1, write=True)
+    (made,) = fresh.params()
+    assert (made["optimizer"], made["slots"]) == (KERAS_MOMENTUM, [bytes(8)])
+    fresh.slot(5, 0, velocity, 0, write=True)
+    fresh.slot(5, 0, f32(9, 9), 1, write=True)  # a slot it lacks: ignored
+    (made,) = fresh.params()
+    assert made["slots"] == held["slots"] and made["value"] == held["value"]
+    grad = f32(2, -1)
+    a = as_f32(source.apply(5, 0, grad, KERAS_MOMENTUM, MOMENTUM_PARAMS))
+    b = as_f32(fresh.apply(5, 0, grad, KERAS_MOMENTUM, MOMENTUM_PARAMS))
+    assert a.tobytes() == b.tobytes()
+    # Keras momentum: v = m*v - lr*g; w += v
+    expected = value + (np.float32(0.9) * velocity - np.float32(0.1) * grad)
+    np.testing.assert_allclose(b, expected, rtol=1e-6)
+
+
+def test_slot_pushes_name_what_is_wrong():
+    store = ps_testing.KeyStore()
+    with pytest.raises(RuntimeError, match="never initialised on this server"):
+        store.slot(7, 0, f32(0), 0)
+    store.init(7, 0, f32(1))
+    with pytest.raises(RuntimeError, match="slot index 99"):
+        store.slot(7, 0, f32(0), 99)
+    with pytest.raises(RuntimeError, match="optimizer code 42"):
+        store.slot(7, 0, f32(42), -1, write=True)
+    store.slot(7, 0, f32(0), -1, write=True)  # code 0: no optimizer yet, no slots
+    assert store.params()[0]["optimizer"] == 0 and store.params()[0]["slots"] == []
+
+
+def test_the_slot_flag_is_only_valid_on_an_init_push_with_its_index():
+    fields = dict(type=core.MSG_TYPES["PUSH_PULL"], key=1, partition=0, num_partitions=1, step=1,
+                  dtype=F32, sender=0, count=2, total_count=2)
+    slot = core.FLAG_PS_INIT | core.FLAG_PS_SLOT
+    assert core.decode_head(core.encode_head(dict(fields, flags=slot), [2], [0.0]), 8)[0] is None
+    bad = core.encode_head(dict(fields, flags=core.FLAG_PS_SLOT), [2], [0.0])
+    assert "slot flag is only valid on a PS init push" in core.decode_head(bad, 8)[0]
+    bare = core.encode_head(dict(fields, flags=slot), [2])
+    assert "parameters only as a slot push" in core.decode_head(bare, 8)[0]

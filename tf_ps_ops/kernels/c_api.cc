@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "tf_ps_ops/cc/wire/optimizer_spec.h"
 #include "tf_ps_ops/kernels/ps_op_table.h"
 
 extern "C" {
@@ -17,5 +18,10 @@ const char* tfps_ps_swap_table(void) {
 }
 
 const char* tfps_ps_key_prefix(void) { return tfps::kPsKeyPrefix; }
+
+int tfps_ps_optimizer_slots(int optimizer) {
+  if (optimizer < 0 || optimizer > tfps::kMaxOptimizer) return 0;
+  return tfps::OptimizerSlotCount(static_cast<tfps::Optimizer>(optimizer));
+}
 
 }  // extern "C"

@@ -13,6 +13,8 @@ extern "C" {
 const char* tfps_ps_swap_table(void);
 /* The prefix of PS-mode keys ("ps:"): a variable's key is it + the variable's name. */
 const char* tfps_ps_key_prefix(void);
+/* How many slots the server keeps for optimizer code `optimizer` (0: none or unknown). */
+int tfps_ps_optimizer_slots(int optimizer);
 
 #ifdef __cplusplus
 }  /* extern "C" */

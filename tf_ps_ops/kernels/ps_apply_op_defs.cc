@@ -21,11 +21,14 @@ REGISTER_OP("PsInitVariable")
     .Input("var: resource")
     .Attr("tensor_name: string = ''")
     .Attr("overwrite: bool = false")
+    .Attr("slot: int = -2")
     .SetIsStateful()
     .SetShapeFn(NoOutputs)
     .Doc("PS mode: rank 0's value of `var` goes to the servers unless they hold the "
          "parameter (or, with overwrite, replacing it and resetting its slots); every rank "
-         "adopts the servers' value.");
+         "adopts the servers' value. With slot k >= -1, the same about the parameter's "
+         "optimizer slot k (-1: its optimizer's code): `var` (the parameter's shape) gets "
+         "the slot, or with overwrite rank 0's `var` replaces it.");
 
 TFPS_PS_OP("PsApplyGradientDescent")
     .Input("var: resource").Input("alpha: T").Input("delta: T")

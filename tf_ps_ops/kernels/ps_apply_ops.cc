@@ -77,24 +77,28 @@ void StoreAnswer(OpKernelContext* ctx, std::shared_ptr<Update> u, StatusCallback
 // servers' value, then `then`. On failure the key is forgotten, so a retry initialises again.
 template <typename Staging>
 void InitVariable(OpKernelContext* ctx, std::shared_ptr<Update> u, bool overwrite,
-                  StatusCallback then) {
-  Staging::ToHost(ctx, u->value, &u->value_host, [ctx, u, overwrite,
-                                                  then](const absl::Status& staged) {
+                  StatusCallback then, int slot = -2) {
+  Staging::ToHost(ctx, u->value, &u->value_host, [ctx, u, overwrite, then,
+                                                  slot](const absl::Status& staged) {
     absl::Status s = staged;
     if (s.ok()) {
       s = Staging::AllocateHost(ctx, u->value_host.dtype(), u->value_host.shape(), &u->answer);
     }
     if (!s.ok()) {
-      ForgetInitialisation(u->key);
+      if (slot == -2) ForgetInitialisation(u->key);
       return then(AllocationFailure<Staging>(
           s, "cannot allocate a buffer for the parameter '" + u->key + "'"));
     }
     PushPullRequest request = RequestFor(u->key, u->value_host, &u->answer);
     request.root_rank = 0;
     request.flags = kFlagPsInit | (overwrite ? kFlagPsOverwrite : 0);
-    request.done = [ctx, u, then](const Status& status) {
+    if (slot >= -1) {  // the parameter's slots (wire/message.h, kFlagPsSlot)
+      request.flags |= kFlagPsSlot;
+      request.params = {static_cast<double>(slot)};
+    }
+    request.done = [ctx, u, then, slot](const Status& status) {
       if (!status.ok()) {
-        ForgetInitialisation(u->key);
+        if (slot == -2) ForgetInitialisation(u->key);
         return then(ToTfStatus(status));
       }
       StoreAnswer<Staging>(ctx, u, then);
@@ -279,6 +283,10 @@ class PsInitVariableOp : public AsyncOpKernel {
   explicit PsInitVariableOp(OpKernelConstruction* ctx) : AsyncOpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("tensor_name", &tensor_name_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("overwrite", &overwrite_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("slot", &slot_));
+    OP_REQUIRES(ctx, slot_ >= -2,
+                tensorflow::errors::InvalidArgument("PsInitVariable: slot ", slot_,
+                                                    " is not -2 (none), -1 or a slot index"));
   }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
@@ -289,17 +297,18 @@ class PsInitVariableOp : public AsyncOpKernel {
     u->key = PsKey(ctx, tensor_name_);
     OP_REQUIRES_OK_ASYNC(
         ctx, ReadValue(var.get(), u->key, "must hold its initial value first", &u->value), done);
-    MarkInitialised(u->key);  // later PsApply calls skip their own initialisation
+    if (slot_ == -2) MarkInitialised(u->key);  // later PsApply calls skip their own init
     u->var = var.release();
     InitVariable<Staging>(ctx, u, overwrite_, [ctx, done, u](const absl::Status& s) {
       u->var->Unref();
       FinishAsync(ctx, done, s);
-    });
+    }, slot_);
   }
 
  private:
   std::string tensor_name_;
   bool overwrite_ = false;
+  int slot_ = -2;
 };
 
 REGISTER_KERNEL_BUILDER(Name("PsInitVariable").Device(tensorflow::DEVICE_CPU),

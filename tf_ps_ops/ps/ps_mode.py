@@ -28,10 +28,12 @@ import sys
 import threading
 import weakref
 
+import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework import ops as tf_ops
 from tensorflow.python.ops import gen_training_ops
 
+from tf_ps_ops.collectives import ops as _collectives
 from tf_ps_ops.common import library as _library
 from tf_ps_ops.common.library import ops as _ops
 
@@ -187,12 +189,74 @@ def push_served_variables():
     worker calls it at the same point. tf_ps_ops.elastic calls it after each
     re-initialisation, whose new servers hold nothing (docs/elastic.md); the servers reset
     the optimizer slots. Returns the number of variables pushed."""
-    with _lock:
-        live = [(ref(), key) for ref, key in _served]
-    live = [(variable, key) for variable, key in live if variable is not None]
+    live = _live_served()
     if live:
         push_variables([v for v, _ in live], names=[k for _, k in live])
     return len(live)
+
+
+def _live_served():
+    with _lock:
+        live = [(ref(), key) for ref, key in _served]
+    return [(variable, key) for variable, key in live if variable is not None]
+
+
+_scratch = {}  # key -> a variable of its shape, the buffer of slot reads and writes
+
+
+def _scratch_for(variable, key):
+    shape, dtype = tuple(variable.shape), tf.as_dtype(variable.dtype)
+    held = _scratch.get(key)
+    if held is None or tuple(held.shape) != shape or held.dtype != dtype:
+        held = _scratch[key] = tf.Variable(tf.zeros(shape, dtype), trainable=False)
+    return held
+
+
+def read_served_slots():
+    """The servers' optimizer slots of every variable they were given (as
+    push_served_variables): {key: [codes, slot 0, slot 1, ...]}, NumPy arrays of the
+    variable's shape; `codes` holds the server optimizer's code per element (0 where a
+    partition was never updated: it has no slots yet). A collective: every worker calls it
+    at the same point and gets the same arrays. tf_ps_ops.elastic reads them at each
+    commit, so that a membership change keeps them (push_served_slots)."""
+    library, slot_count = _ops(), _library.c_api().tfps_ps_optimizer_slots
+    slots = {}
+    for variable, key in _live_served():
+        scratch = _scratch_for(variable, key)
+        library.ps_init_variable(scratch.handle, tensor_name=key, slot=-1)
+        arrays = [scratch.numpy()]
+        count = max((slot_count(int(code)) for code in np.unique(arrays[0]).tolist()),
+                    default=0)
+        for k in range(count):
+            library.ps_init_variable(scratch.handle, tensor_name=key, slot=k)
+            arrays.append(scratch.numpy())
+        slots[key] = arrays
+    return slots
+
+
+def push_served_slots(slots):
+    """Gives the servers the optimizer slots read by read_served_slots (rank 0's `slots`
+    win; the other workers' may be None), after push_served_variables pushed the values.
+    A collective. Returns the number of variables whose optimizer state was pushed."""
+    layout = [(key, len(arrays)) for key, arrays in (slots or {}).items()]
+    layout = _collectives.broadcast_object(layout, root_rank=0,
+                                          name="tfps.ps_mode.push_served_slots")
+    variables = {key: variable for variable, key in _live_served()}
+    library = _ops()
+    pushed = 0
+    for key, count in layout:
+        if key not in variables:
+            raise RuntimeError(f"rank 0 holds optimizer slots of PS parameter {key!r}, which "
+                               "this worker never gave the servers: every worker must build "
+                               "the same model and optimizer")
+        scratch = _scratch_for(variables[key], key)
+        mine = (slots or {}).get(key)
+        for k in range(-1, count - 1):  # the optimizer's code first: it makes the slots
+            scratch.assign(mine[k + 1] if mine is not None and len(mine) == count
+                           else tf.zeros_like(scratch))
+            library.ps_init_variable(scratch.handle, tensor_name=key, overwrite=True, slot=k)
+        pushed += count > 0
+    return pushed
 
 
 def _deferred_to_elastic_run():

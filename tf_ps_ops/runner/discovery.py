@@ -140,8 +140,8 @@ def add_flags(parser):
     group.add_argument("--host-discovery-script", metavar="S",
                        help="implies --elastic: a command printing the hosts available now, "
                             "`host` or `host:slots` a line, run every ~1 s; new slots get new "
-                            "workers (up to --max-np), a host that is gone loses its workers "
-                            "(localhost/127.0.0.1 only, for now)")
+                            "workers (up to --max-np), a host that is gone loses its workers; "
+                            "hosts other than localhost are reached over ssh")
     group.add_argument("--min-np", "--min-num-proc", dest="min_np", type=int_at_least(1),
                        metavar="N", help="with a discovery script: workers needed to start and "
                                          "to go on (default -np); fewer wait up to "

@@ -23,8 +23,13 @@ epochs, joins and acks are elastic.py's; this adds where the workers come from:
   then it fails naming what the script found. No member left at all ends the job at once:
   nobody holds the training state.
 
-Only hosts that are this machine (localhost, 127.0.0.1, ::1) for now: the driver's remote
-worker machinery (elastic_ssh.py) is built for a fixed -H list.
+Hosts: a name of this machine (localhost, 127.0.0.1, ::1) runs its workers here, any
+other name over ssh, as with -H (their epochs, joins and acks travel in their ssh
+sessions: elastic_ssh.py). Each epoch's scheduler and servers run on the driver's machine,
+as horovodrun's rendezvous does: on loopback while every member of the epoch is here, at
+this machine's address toward the remote hosts (or --network-interface's) once one is
+not. A remote host some ssh session to which failed (exit 255) is lost: no new worker goes
+there, even if the script still names it.
 """
 
 import signal
@@ -33,7 +38,7 @@ import time
 from tf_ps_ops.runner.discovery import DiscoveryError, describe
 from tf_ps_ops.runner.elastic import ElasticJob, _say
 from tf_ps_ops.runner.job import LaunchError
-from tf_ps_ops.runner.process import LOCAL
+from tf_ps_ops.runner.process import LOCAL, Host
 from tf_ps_ops.runner.ssh import is_local
 
 _STOP_GRACE_S = 10.0
@@ -43,8 +48,14 @@ class GrowingElasticJob(ElasticJob):
     """ElasticJob whose workers follow the hosts of `discovery` (a HostDiscovery)."""
 
     def __init__(self, *args, discovery, min_np, max_np=None, elastic_timeout=600.0,
-                 **kwargs):
+                 remote_host=None, address_toward=None, **kwargs):
+        """`remote_host(name) -> Host`: how workers reach a host that is not this machine
+        (None: only this machine's names are taken); `address_toward(name)`: this
+        machine's address for processes on remote host `name`."""
         super().__init__(*args, **kwargs)
+        self.remote_host, self.address_toward = remote_host, address_toward
+        self._hosts_by_name = {}  # discovered name -> its Host
+        self._epoch_members = []
         self.discovery, self.min_np, self.max_np = discovery, min_np, max_np
         self.elastic_timeout = elastic_timeout
         self.hosts = []  # [(name, slots)] as last found, hosts in the order first seen
@@ -52,6 +63,7 @@ class GrowingElasticJob(ElasticJob):
         self._stopping = {}  # worker id -> when the driver sent it SIGTERM
         self._capacity_lost = 0
         self._below_since = None
+        self._driver_hosts = {}  # remote host name -> this machine's Host toward it
 
     # --- hosts ------------------------------------------------------------------------
 
@@ -59,7 +71,7 @@ class GrowingElasticJob(ElasticJob):
         """Keeps the order in which hosts were first seen (older hosts, lower ranks)."""
         names = [h for h, _ in found]
         remote = [h for h in names if not is_local(h)]
-        if remote:
+        if remote and self.remote_host is None:
             raise DiscoveryError(f"host discovery script {self.discovery.script!r} named "
                                  f"{', '.join(remote)}: only this machine's hosts "
                                  "(localhost, 127.0.0.1) are supported with a discovery "
@@ -70,6 +82,32 @@ class GrowingElasticJob(ElasticJob):
         if hosts != self.hosts:
             _say(f"host discovery: {describe(hosts)} (was {describe(self.hosts)})")
         self.hosts = hosts
+
+    def _host(self, name):
+        if name not in self._hosts_by_name:
+            self._hosts_by_name[name] = LOCAL if is_local(name) else self.remote_host(name)
+        return self._hosts_by_name[name]
+
+    def _usable_hosts(self):
+        """The hosts found, less the lost ones."""
+        return [(h, s) for h, s in self.hosts if h not in self.lost_hosts]
+
+    def _start_epoch(self, members):
+        self._epoch_members = list(members)
+        super()._start_epoch(members)
+
+    def _role_hosts(self):
+        """The driver's machine: on loopback while the epoch's members are all here, else
+        at its address toward the first remote member's host."""
+        remote = [self._host_of[w] for w in self._epoch_members if self._host_of[w].remote]
+        if not remote:
+            return LOCAL, [LOCAL] * self.num_servers
+        name = remote[0].name
+        if name not in self._driver_hosts:
+            self._driver_hosts[name] = Host(self.address_toward(name), name="driver",
+                                            tagged=True)
+        here = self._driver_hosts[name]
+        return here, [here] * self.num_servers
 
     def _first_workers(self, num_workers):
         """Waits for --min-np slots, then starts min(slots, --max-np) workers."""
@@ -106,14 +144,15 @@ class GrowingElasticJob(ElasticJob):
     def _fill(self, announce=True):
         """Starts workers on slots no worker holds, up to --max-np; returns their ids."""
         live = self._live()
-        capacity = sum(s for _, s in self.hosts) - self._capacity_lost
+        hosts = self._usable_hosts()
+        capacity = sum(s for _, s in hosts) - self._capacity_lost
         if self.max_np is not None:
             capacity = min(capacity, self.max_np)
         started = []
-        for host, slots in self.hosts:
+        for host, slots in hosts:
             used = sum(self._slot_host[w] == host for w in live)
             for _ in range(min(slots - used, capacity - len(live) - len(started))):
-                worker_id = self._start_worker(LOCAL)
+                worker_id = self._start_worker(self._host(host))
                 self._slot_host[worker_id] = host
                 started.append(worker_id)
         if started and announce:

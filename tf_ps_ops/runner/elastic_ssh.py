@@ -31,8 +31,8 @@ class RelayOutput(Prefixed):
     """Prefixed output that takes the relay lines of remote elastic workers out of their
     stdout and makes the files they name in `directory`."""
 
-    def __init__(self, directory, timestamps=False):
-        super().__init__(timestamps=timestamps)
+    def __init__(self, directory, timestamps=False, log_dir=None):
+        super().__init__(log_dir, timestamps=timestamps)
         self.directory = directory
 
     def start(self, process, popen):

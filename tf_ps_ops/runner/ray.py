@@ -21,6 +21,12 @@ sit in a second placement group (PACK by default: workers of a node share its se
 host). A server actor runs `ps_server` as a child process and stops it when the executor
 shuts down. Needs `pip install ray` (requirements-ray.txt).
 
+Elastic, as horovod.ray's: `RayExecutor(min_workers=2, max_workers=8)` runs the
+training function (which uses `hvd.elastic.run`, docs/elastic.md) on as many workers as
+the cluster's nodes have slots for, between the two; workers join as nodes come (Ray's
+autoscaler is asked for `max_workers` bundles) and leave as nodes go (ray_elastic.py).
+`run` then returns rank 0's result of the last membership, `run_all` every member's.
+
 Every role listens on its node's interfaces, so the executor makes a key per job
 (ZeroMQ CURVE, docs/security.md) and hands its text to each actor through Ray (never on a
 command line); an actor keeps it in a private file (mode 600) that it removes at shutdown.
@@ -30,6 +36,7 @@ command line); an actor keeps it in a private file (mode 600) that it removes at
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -132,10 +139,29 @@ class _WorkerActor:
 
 
 class RayExecutor:
-    def __init__(self, num_workers, num_servers=None, cpus_per_worker=1, cpus_per_server=1,
-                 gpus_per_worker=0, env=None, ps_server=BINARY, worker_strategy="PACK"):
+    def __init__(self, num_workers=None, num_servers=None, cpus_per_worker=1,
+                 cpus_per_server=1, gpus_per_worker=0, env=None, ps_server=BINARY,
+                 worker_strategy="PACK", min_workers=None, max_workers=None,
+                 elastic_timeout=600, reset_limit=0):
         """`num_servers` defaults to the number of alive Ray nodes (one per node).
-        `env` is added to every process's environment (e.g. TFPS_TIMEOUT)."""
+        `env` is added to every process's environment (e.g. TFPS_TIMEOUT).
+        `min_workers` (instead of `num_workers`) makes the job elastic (the module doc):
+        at most `max_workers` (default: as many as the nodes have slots for), waiting up
+        to `elastic_timeout` s while fewer than `min_workers` are possible; `reset_limit`:
+        how many workers that fail on their own (their function raised) are replaced.
+        Its scheduler and servers (`num_servers`, default 1) run on the driver's node."""
+        if (num_workers is None) == (min_workers is None):
+            raise ValueError("give num_workers (a fixed job) or min_workers (an elastic "
+                             "one), not both")
+        if max_workers is not None and min_workers is None:
+            raise ValueError("max_workers needs min_workers (an elastic job)")
+        if max_workers is not None and max_workers < min_workers:
+            raise ValueError(f"max_workers {max_workers} is less than min_workers "
+                             f"{min_workers}")
+        self.min_workers, self.max_workers = min_workers, max_workers
+        self.elastic_timeout, self.reset_limit = elastic_timeout, reset_limit
+        self._elastic_dir = self._key = None
+        self._results = None
         self.num_workers = num_workers
         self.num_servers = num_servers
         self.cpus_per_worker, self.cpus_per_server = cpus_per_worker, cpus_per_server
@@ -155,7 +181,10 @@ class RayExecutor:
 
     def start(self, timeout_s=120):
         """Places and starts scheduler, servers and workers; returns once the scheduler
-        listens (workers join when the training function calls init())."""
+        listens (workers join when the training function calls init()). Elastic: makes
+        the job key and asks the autoscaler for the workers; run() starts the rest."""
+        if self.min_workers is not None:
+            return self._start_elastic()
         if self.num_servers is None:
             self.num_servers = sum(1 for node in ray.nodes() if node.get("Alive"))
         servers = placement_group([{"CPU": self.cpus_per_server}] * self.num_servers,
@@ -194,8 +223,49 @@ class RayExecutor:
         first worker's error, or RuntimeError naming a server that exited first."""
         return self.run_all(fn, args, kwargs, timeout_s)[0]
 
+    def _start_elastic(self):
+        self.num_servers = self.num_servers or 1
+        self._elastic_dir = tempfile.mkdtemp(prefix="tfps-ray-driver-")
+        if "TFPS_AUTH_KEY_FILE" not in self.env and self.env.get("TFPS_INSECURE") != "1":
+            self._key = _new_job_key(self.ps_server)
+            _keep_key(self._elastic_dir, self._key)
+        if self.max_workers is not None:
+            try:  # a cluster that can grow adds nodes for them; others ignore it
+                from ray.autoscaler.sdk import request_resources
+                bundle = {"CPU": self.cpus_per_worker}
+                if self.gpus_per_worker:
+                    bundle["GPU"] = self.gpus_per_worker
+                request_resources(bundles=[bundle] * self.max_workers)
+            except Exception as e:  # noqa: BLE001 - only a hint to the autoscaler
+                print(f"tfps-ray: could not ask the autoscaler for {self.max_workers} "
+                      f"workers: {e}", file=sys.stderr)
+        return self
+
+    def _run_elastic(self, fn, args, kwargs, timeout_s):
+        from tf_ps_ops.runner.job import LaunchError
+        from tf_ps_ops.runner.ray_elastic import RayElasticJob
+
+        env = dict(self.env)
+        if self._key is not None:
+            env["TFPS_AUTH_KEY_FILE"] = os.path.join(self._elastic_dir, "job.key")
+        job = RayElasticJob(self.ps_server, self.num_servers, self._elastic_dir,
+                            {**os.environ, **env}, self.env,
+                            (fn, tuple(args), dict(kwargs or {})),
+                            self._key, self.min_workers, self.max_workers,
+                            self.elastic_timeout, self.reset_limit, timeout_s,
+                            self.cpus_per_worker, self.gpus_per_worker)
+        try:
+            job.run(self.min_workers)
+            return job.results()
+        except LaunchError as e:
+            raise RuntimeError(f"elastic Ray job: {e}") from None
+        finally:
+            job.teardown(3.0)
+
     def run_all(self, fn, args=(), kwargs=None, timeout_s=None):
         """Like run, but returns every worker's result in rank order."""
+        if self.min_workers is not None:
+            return self._run_elastic(fn, args, kwargs, timeout_s)
         futures = [w.execute.remote(fn, tuple(args), dict(kwargs or {})) for w in self._workers]
         give_up = None if timeout_s is None else time.monotonic() + timeout_s
         pending = list(futures)
@@ -219,6 +289,9 @@ class RayExecutor:
 
     def shutdown(self):
         """Stops every process and actor and removes the placement groups."""
+        if self._elastic_dir is not None:
+            shutil.rmtree(self._elastic_dir, ignore_errors=True)
+            self._elastic_dir = None
         actors = [a for a in [*self._servers, self._scheduler] if a is not None]
         if actors:
             ray.get([a.stop.remote() for a in actors], timeout=30)

@@ -260,6 +260,18 @@ def placement(args):
     return hosts, servers, workers
 
 
+def driver_address(args, remote):
+    """This machine's address for processes on host `remote`: --network-interface's, or
+    the one on the route there."""
+    try:
+        if args.network_interface:
+            return ssh.interface_address(args.network_interface)
+        return ssh.route_address(remote)
+    except (OSError, RuntimeError) as e:
+        raise LaunchError(f"cannot find this machine's address toward host {remote}: {e}; "
+                          "give --network-interface") from None
+
+
 def job_env(args, tmpdir, local):
     """What tfps-run adds to every role's environment: its roles admit only holders of a
     key made for this job (ZeroMQ CURVE; docs/security.md), so no other process can join
@@ -322,12 +334,15 @@ def run_elastic_job(job, args, tmpdir):
         raise LaunchError(f"ps_server not built (no executable at {args.ps_server}): "
                           f"{BUILD_HINT}")
     env = {**os.environ, **tuning_env(args)}
-    env.update(job_env(args, tmpdir, local=args.host_slots is None))
+    # A discovery script may name remote hosts later: the roles bind beyond loopback from
+    # the start (the job key still admits only this job's processes).
+    env.update(job_env(args, tmpdir,
+                       local=args.host_slots is None and not args.host_discovery_script))
     job.env.update(env)
+    # A host that stops answering ends its ssh sessions within about the heartbeat
+    # timeout: its workers are then lost (exit 255) and the job goes on without them.
+    args.ssh_keepalive = keepalive_options(_heartbeat_timeout(job.env))
     if args.host_slots is not None:
-        # A host that stops answering ends its ssh sessions within about the heartbeat
-        # timeout: its workers are then lost (exit 255) and the job goes on without them.
-        args.ssh_keepalive = keepalive_options(_heartbeat_timeout(job.env))
         hosts, servers, workers = placement(args)
         job.scheduler_host, job.server_hosts = hosts[0], servers
         job.worker_hosts = [host for host, _, _ in workers]
@@ -367,15 +382,18 @@ def main(argv=None):
     tmpdir = tempfile.mkdtemp(prefix="tfps-run-")
     if args.elastic:
         stamps = args.prefix_output_with_timestamp
-        output = Prefixed(args.output_filename, stamps) if args.host_slots is None else \
-            RelayOutput(tmpdir, stamps)
+        output = Prefixed(args.output_filename, stamps) if \
+            args.host_slots is None and not args.host_discovery_script else \
+            RelayOutput(tmpdir, stamps, args.output_filename)
         job_class, growth = ElasticJob, {}
         if args.host_discovery_script:
             job_class, growth = GrowingElasticJob, dict(
                 discovery=discovery.HostDiscovery(args.host_discovery_script, args.slots,
                                                   tmpdir),
                 min_np=args.min_np, max_np=args.max_np,
-                elastic_timeout=args.elastic_timeout)
+                elastic_timeout=args.elastic_timeout,
+                remote_host=lambda name: ssh.SshHost(name, ssh_args(args)),
+                address_toward=lambda name: driver_address(args, name))
         job = job_class(args.ps_server, args.num_servers, output, tmpdir, args.command,
                         {}, min_workers=args.elastic_min_workers,
                         restarts=args.elastic_restarts, timeout=args.timeout,

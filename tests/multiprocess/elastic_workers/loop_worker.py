@@ -3,7 +3,7 @@
     loop_worker.py OUT_DIR MIN_STEPS FINAL_SIZE KILL_ID KILL_STEP [--ps]
                    [--kill-server ID:STEP] [--stop ID:STEP] [--die-in-rendezvous ID]
                    [--mark ID:STEP] [--mark-sizes ID] [--size-runs N1,N2,...]
-                   [--step-sleep S]
+                   [--step-sleep S] [--momentum M]
 
 Trains one float64 vector by SGD on a gradient that depends on the worker's stable id and
 the step, averaged over the workers by hvd.allreduce, inside hvd.elastic.run with a
@@ -20,10 +20,14 @@ workers' gradients, which is the same arithmetic as the allreduce loop.
 --stop ID:STEP: worker ID SIGSTOPs itself at the start of step STEP (the driver kills it).
 --mark ID:STEP: worker ID creates OUT_DIR/mark-STEP at the start of step STEP, so that a
 test can change the job's hosts at a known point of the training (test_elastic_growth.py);
---mark-sizes ID: worker ID creates OUT_DIR/size-N once it committed a step of N workers.
+--mark-sizes ID: worker ID creates OUT_DIR/size-N once it committed a step of N workers,
+and appends `TIME N` (time.time()) to OUT_DIR/steps.txt after each commit (join and
+recovery times).
 --size-runs N1,N2,...: instead of FINAL_SIZE, the loop ends (after MIN_STEPS) once the
 sizes of the steps so far, runs of equal sizes merged, are N1,N2,... (e.g. 2,3,2: grown
 by one, then shrunk back). --step-sleep S: the pause after each step (default 0.02 s).
+--momentum M (with --ps): the update is tf.raw_ops.ResourceApplyMomentum with momentum M,
+so the servers keep a slot (accum) that a membership change must not reset.
 --die-in-rendezvous ID: every worker writes OUT_DIR/initing-<id> just before init(); worker
 ID waits until all others have, gives them a second to register, and SIGKILLs itself, so
 that the others wait in the first epoch's rendezvous for it.
@@ -64,6 +68,7 @@ def main():
     parser.add_argument("--mark-sizes", default="-")
     parser.add_argument("--size-runs", default=None)
     parser.add_argument("--step-sleep", type=float, default=0.02)
+    parser.add_argument("--momentum", type=float, default=None)
     parser.add_argument("--workers", type=int, default=0, help="for --die-in-rendezvous")
     args = parser.parse_args()
     out_dir, min_steps, final_size = args.out_dir, args.min_steps, args.final_size
@@ -85,6 +90,7 @@ def main():
         os.kill(os.getpid(), signal.SIGKILL)
     hvd.init()
     w = tf.Variable(np.zeros(4), dtype=tf.float64)
+    accum = tf.Variable(np.zeros(4), dtype=tf.float64)  # the servers hold the real one
     if args.ps:
         import tf_ps_ops.ps_mode as ps_mode
         ps_mode.enable_graph_rewrite()
@@ -117,7 +123,12 @@ def main():
             if me == server_killer and state.step == server_kill_step and not killed_server:
                 killed_server.append(state.step)
                 kill_a_server()
-            if args.ps:
+            if args.ps and args.momentum is not None:
+                tf.raw_ops.ResourceApplyMomentum(
+                    var=w.handle, accum=accum.handle, lr=tf.constant(LR, tf.float64),
+                    grad=tf.constant(gradient(me, state.step)),
+                    momentum=tf.constant(args.momentum, tf.float64))
+            elif args.ps:
                 tf.raw_ops.ResourceApplyGradientDescent(
                     var=w.handle, alpha=tf.constant(LR, tf.float64),
                     delta=tf.constant(gradient(me, state.step)))
@@ -132,6 +143,8 @@ def main():
             if me == args.mark_sizes:
                 with open(os.path.join(out_dir, f"size-{len(ids)}"), "w"):
                     pass
+                with open(os.path.join(out_dir, "steps.txt"), "a") as f:
+                    f.write(f"{time.time()} {len(ids)}\n")
             time.sleep(args.step_sleep)  # the other workers run on the same two cores
 
     train(state)

@@ -319,6 +319,7 @@ PYBIND11_MODULE(_core, m) {
   m.attr("FLAG_PS_INIT") = kFlagPsInit;
   m.attr("FLAG_PS_APPLY") = kFlagPsApply;
   m.attr("FLAG_PS_OVERWRITE") = kFlagPsOverwrite;
+  m.attr("FLAG_PS_SLOT") = kFlagPsSlot;
   m.attr("FLAG_SPARSE") = kFlagSparse;
   m.attr("FLAG_TIMED") = kFlagTimed;
   m.attr("FLAG_ACK") = kFlagAck;

@@ -412,8 +412,13 @@ Status CheckFlagsOfType(const Header& h, size_t payload_size) {
   if ((h.flags & kFlagPsOverwrite) != 0 && (h.flags & kFlagPsInit) == 0) {
     return InvalidArgument("the PS overwrite flag is only valid on a PS init push");
   }
-  if ((h.flags & kFlagPsInit) != 0 && (h.optimizer != 0 || h.nparams != 0)) {
-    return InvalidArgument("a PS init push carries neither optimizer nor parameters");
+  if ((h.flags & kFlagPsSlot) != 0 && (h.flags & kFlagPsInit) == 0) {
+    return InvalidArgument("the PS slot flag is only valid on a PS init push");
+  }
+  const uint8_t init_params = (h.flags & kFlagPsSlot) != 0 ? 1 : 0;  // the slot's index
+  if ((h.flags & kFlagPsInit) != 0 && (h.optimizer != 0 || h.nparams != init_params)) {
+    return InvalidArgument("a PS init push carries no optimizer, and parameters only as a "
+                           "slot push (its slot index)");
   }
   return Status::Ok();
 }

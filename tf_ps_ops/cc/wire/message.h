@@ -206,11 +206,20 @@ constexpr uint32_t kFlagHierarchical = 1u << 15;  // summation push of a local l
                                                   // the sum of its host's workers; params =
                                                   // their ranks (the sender's included),
                                                   // who count as arrived and get no reply
+constexpr uint32_t kFlagPsSlot = 1u << 16;  // PS mode, only with kFlagPsInit: the push is about
+                                            // the parameter's optimizer slots, params = {k}.
+                                            // A read (no kFlagPsOverwrite) answers slot k, or
+                                            // for k = -1 the optimizer's code in every
+                                            // element (zeros: a slot the partition lacks);
+                                            // a write (kFlagPsOverwrite) sets them from the
+                                            // root's data (k = -1: the optimizer, its slots
+                                            // zeroed). Elastic PS mode keeps the slots of a
+                                            // commit this way (tf_ps_ops.elastic)
 constexpr uint32_t kKnownFlags = kFlagNoData | kFlagPsInit | kFlagPsApply | kFlagPsOverwrite |
                                  kFlagSparse | kFlagTimed | kFlagAck | kFlagNoFeedback |
                                  kFlagBroadcast | kFlagAbort | kFlagHierarchical |
                                  kFlagProcessSet | kFlagAbortRound | kFlagShmRefused |
-                                 kFlagJoinLeads | kFlagJoinRelease;
+                                 kFlagJoinLeads | kFlagJoinRelease | kFlagPsSlot;
 
 // PS-mode hyperparameters (Head::params) of a kFlagPsApply push: the values that
 // optimizer_spec.h's table lists for Header::optimizer, in its order, then the initial
