@@ -17,6 +17,10 @@ then `optimizer.apply(grads, vars)` of a Keras 3 SGD (lr 0.01, momentum 0.9):
 | pss | tf.distribute.ParameterServerStrategy (--role chief / worker / ps) |
 | horovod | horovod.tensorflow.DistributedGradientTape over Gloo |
 
+(train_bench's `int8` mode is `sum` with TFPS_COMPRESSION=int8 set by the driver.) Models:
+mlp, cnn and their tiny_ versions here; the zoo (resnet50, mobilenetv2, bert, dlrm and
+their smoke_ versions) in zoo_models.py, with its own batch and momentum per model.
+
 Threads: intra_op 1 and inter_op 1 (inter_op 2 for every ParameterServerStrategy process:
 its workers deadlock silently with 1). Data: one fixed random batch per worker, made
 before timing (no input pipeline in the step), except ParameterServerStrategy, whose
