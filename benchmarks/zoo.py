@@ -72,7 +72,8 @@ def render(results_dir):
         saved = json.loads(path.read_text())
         meta = saved["meta"]
         label = "pilot, under load" if "pilot" in path.name else "full grid"
-        parts += ["### %s hosts (%s)" % (meta["workers"], label), ""]
+        models = ", ".join(dict.fromkeys(r["model"] for r in saved["rows"]))
+        parts += ["### %s: %s hosts (%s)" % (models, meta["workers"], label), ""]
         if "pilot" in path.name:
             parts += ["**Pilot on a shared, overloaded 2-core machine** (load average %s "
                       "before, %s after; other engineers' processes): the numbers show that "
