@@ -170,7 +170,8 @@ class Config:
         self.steps = args.steps or STEPS[model]
         self.batch = args.batch or zoo_models.BATCH.get(model, 32)
         est = max(0.3, 3 * t_opt(PARAMS_GUESS[model], 2, rate))
-        self.timeout = args.startup_timeout + (args.warmup + self.steps) * est * 4
+        self.timeout = (args.startup_timeout + zoo_models.BUILD_S.get(model, 0)
+                        + (args.warmup + self.steps) * est * 4)
 
     def worker_argv(self, mode=None, role=None):
         mode = mode or ("sum" if self.mode == "int8" else self.mode)

@@ -31,7 +31,7 @@ PILOT_MODES = ";".join(["%s=single+sum+mwms" % m for m in zoo_models.ZOO if m !=
 
 
 def run(args, extra):
-    tags = []
+    tags, failed = [], 0
     hosts = [2] if args.pilot or args.smoke else [2, 3]
     for n in hosts:
         tag = "zoo_smoke" if args.smoke else "zoo_%dh%s" % (n, "_pilot" if args.pilot else "")
@@ -51,9 +51,10 @@ def run(args, extra):
         code = subprocess.call(argv)
         tags.append(tag)
         if code != 0:
+            failed += 1
             print("zoo: train_bench exited %d for %d hosts (failed rows are in the table)"
                   % (code, n), flush=True)
-    return tags
+    return tags, failed
 
 
 def render(results_dir):
@@ -107,11 +108,12 @@ def main():
     parser.add_argument("--models", default=",".join(zoo_models.ZOO))
     parser.add_argument("--results-dir", default=str(HERE / "results"))
     args, extra = parser.parse_known_args()
+    failed = 0
     if not args.render:
-        run(args, extra)
+        _, failed = run(args, extra)
     if not args.smoke and Path(args.results_dir).resolve() == (HERE / "results").resolve():
         render(args.results_dir)
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

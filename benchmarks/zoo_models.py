@@ -27,6 +27,9 @@ BATCH = {"resnet50": 4, "mobilenetv2": 8, "bert": 4, "dlrm": 64}
 STEPS = {"resnet50": 6, "mobilenetv2": 8, "bert": 6, "dlrm": 20}
 PARAMS = {"resnet50": 25.6e6, "mobilenetv2": 3.5e6, "bert": 38.1e6, "dlrm": 128.5e6}
 MOMENTUM = {"dlrm": 0.0}
+# Seconds to allow, on top of train_bench's --startup-timeout, for building and tracing the
+# model (a deep Keras application traces for minutes on a loaded 2-core machine).
+BUILD_S = {"resnet50": 400, "mobilenetv2": 400, "bert": 200, "dlrm": 200}
 # tf_ps_ops modes that apply besides sum and ps: SFB / HybComm where the layers are Dense
 # on 2-D inputs, a codec where the gradients are dense.
 EXTRA_TFPS_MODES = {"resnet50": ("int8",), "mobilenetv2": ("int8",), "bert": ("int8",),
@@ -36,6 +39,7 @@ for _name in ZOO:
     BATCH["smoke_" + _name] = 2
     STEPS["smoke_" + _name] = 2
     PARAMS["smoke_" + _name] = 1e6
+    BUILD_S["smoke_" + _name] = BUILD_S[_name]
     EXTRA_TFPS_MODES["smoke_" + _name] = EXTRA_TFPS_MODES[_name]
 MOMENTUM["smoke_dlrm"] = 0.0
 
