@@ -49,7 +49,8 @@ ALL_MODES = ("single",) + TFPS_MODES + ("mwms", "pss", "horovod")
 DENSE_MODES = ("sum", "ps", "mwms", "pss", "horovod")  # move the whole gradient: t_opt applies
 MODE_LABELS = {"single": "single process", "sum": "tf_ps_ops sum", "ps": "tf_ps_ops ps",
                "sfb": "tf_ps_ops sfb", "hybrid": "tf_ps_ops hybrid",
-               "int8": "tf_ps_ops sum int8", "mwms": "TF MultiWorkerMirrored", "pss": "TF ParameterServer",
+               "int8": "tf_ps_ops sum int8", "mwms": "TF MultiWorkerMirrored",
+               "pss": "TF ParameterServer",
                "horovod": "Horovod (Gloo)"}
 # Timed steps per model (--steps overrides): windows of a few seconds, so that the CPU
 # accounting (10 ms ticks) and the median mean something.
@@ -348,7 +349,8 @@ def summarize(results):
                 cpu_by_process=window["ours_cpu_s"],
                 softirq_cores=window["softirq_s"] / elapsed,
                 tx_mb_per_step=window["tx_bytes"] / len(steps) / 1e6,
-                batch=first.get("batch"), loss_first=first["loss_first"], loss_last=first["loss_last"],
+                batch=first.get("batch"), loss_first=first["loss_first"],
+                loss_last=first["loss_last"],
                 sfb_kernels=first.get("sfb_kernels"))
 
 
