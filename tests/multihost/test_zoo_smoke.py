@@ -44,7 +44,9 @@ def test_every_zoo_model_runs_two_steps_through_the_harness(tmp_path):
     rows = {row["model"]: row for row in report["rows"]}
     assert set(rows) == {"smoke_" + name for name in zoo_models.ZOO}, sorted(rows)
     for row in rows.values():
-        assert row["status"] == "ok", "%s: %s" % (row["model"], row.get("error", row))
+        # "contaminated" only says that other processes used the CPU during the window.
+        assert row["status"] in ("ok", "contaminated"), "%s: %s" % (
+            row["model"], row.get("error", row))
         assert row["mode"] == "sum" and row["workers"] == 2, row
         assert row["steps"] == 2 and 0 < row["step_s"] < 60, row
         assert row["batch"] == 2 and row["samples_s"] > 0, row
