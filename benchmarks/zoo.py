@@ -3,10 +3,15 @@ encoder and a DLRM-like recommender (benchmarks/zoo_models.py) on 2 and 3 emulat
 1 and 10 Gbit/s, every applicable tf_ps_ops mode against MultiWorkerMirrored,
 ParameterServerStrategy and Horovod; then RESULTS.md's zoo section and the plots.
 
-    python3 benchmarks/zoo.py              # the full grid (see RESULTS.md for its cost)
+    python3 benchmarks/zoo.py              # the full grid: ~6-7 h idle (--repeats 1: ~2.5 h)
     python3 benchmarks/zoo.py --pilot      # 2 hosts, 1 Gbit/s, sum vs MWMS (+ PS vs PSS, DLRM)
     python3 benchmarks/zoo.py --render     # RESULTS.md's zoo section from the saved JSON
     python3 benchmarks/zoo.py --smoke --results-dir /tmp/x   # toy sizes, 2 steps, sum only
+
+The full grid is 116 configurations (2 and 3 hosts × 1 and 10 Gbit/s × 4 models × the
+7-8 modes that apply to each), 3 interleaved repeats each; a run takes ~30-90 s on an idle
+2-core machine (process start, minutes of tracing for ResNet-50 under load, a 512 MB
+table broadcast for the DLRM), hence the estimate above.
 
 It runs benchmarks/train_bench.py once per host count (the same harness, runners and
 report as the MLP/CNN comparison) and writes results/train_zoo_<n>h[_pilot].{json,md,png};
