@@ -6,7 +6,7 @@ the harness, that the results are written with sane numbers and that no namespac
 behind, so the zoo cannot rot. Throughput is measured by the real run, never asserted.
 
 Needs root and `ip netns` (skipped otherwise, with the reason) and the native build.
-Takes ~5 min on the shared 2-core machine at load average 4-9 (320 s measured; ResNet-50's
+Takes ~3 min on the shared 2-core machine at load average ~4 (182 s measured; ResNet-50's
 and MobileNetV2's graph tracing in every process dominate, the steps take seconds).
 """
 
