@@ -40,27 +40,42 @@ from netns import Hosts, available  # noqa: E402
 from ps_cluster import REPO, ClusterError, NetnsCluster, netns_host  # noqa: E402
 from tf_ps_ops.runner.job import Job  # noqa: E402
 from tf_ps_ops.runner.process import LogFiles  # noqa: E402
+import zoo_models  # noqa: E402
 
 WORKER = HERE / "train_worker.py"
 RESULTS = HERE / "results"
-TFPS_MODES = ("sum", "ps", "sfb", "hybrid")
+TFPS_MODES = ("sum", "ps", "sfb", "hybrid", "int8")  # int8: sum with TFPS_COMPRESSION=int8
 ALL_MODES = ("single",) + TFPS_MODES + ("mwms", "pss", "horovod")
 DENSE_MODES = ("sum", "ps", "mwms", "pss", "horovod")  # move the whole gradient: t_opt applies
 MODE_LABELS = {"single": "single process", "sum": "tf_ps_ops sum", "ps": "tf_ps_ops ps",
                "sfb": "tf_ps_ops sfb", "hybrid": "tf_ps_ops hybrid",
-               "mwms": "TF MultiWorkerMirrored", "pss": "TF ParameterServer",
+               "int8": "tf_ps_ops sum int8", "mwms": "TF MultiWorkerMirrored",
+               "pss": "TF ParameterServer",
                "horovod": "Horovod (Gloo)"}
 # Timed steps per model (--steps overrides): windows of a few seconds, so that the CPU
 # accounting (10 ms ticks) and the median mean something.
-STEPS = {"mlp": 12, "cnn": 40, "tiny_mlp": 2, "tiny_cnn": 2}
+STEPS = {"mlp": 12, "cnn": 40, "tiny_mlp": 2, "tiny_cnn": 2, **zoo_models.STEPS}
 MIN_WINDOW_S = 0.5  # shorter windows (smoke runs) are not judged for contamination
 PLOT_LABELS = {"single": "single\nprocess", "sum": "tf_ps_ops\nsum", "ps": "tf_ps_ops\nps",
-               "sfb": "tf_ps_ops\nsfb", "hybrid": "tf_ps_ops\nhybrid", "mwms": "TF\nMWMS",
+               "sfb": "tf_ps_ops\nsfb", "hybrid": "tf_ps_ops\nhybrid",
+               "int8": "tf_ps_ops\nsum int8", "mwms": "TF\nMWMS",
                "pss": "TF\nPSS", "horovod": "Horovod\n(Gloo)"}
-PARAMS_GUESS = {"mlp": 36.8e6, "cnn": 1.2e6, "tiny_mlp": 0.34e6, "tiny_cnn": 0.08e6}
+PARAMS_GUESS = {"mlp": 36.8e6, "cnn": 1.2e6, "tiny_mlp": 0.34e6, "tiny_cnn": 0.08e6,
+                **zoo_models.PARAMS}
 FOREIGN_ENV = ("TFPS_", "DMLC_", "HOROVOD_", "TF_CONFIG")
 CHILD_ENV = {"CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "1", "OMP_NUM_THREADS": "1",
              "OPENBLAS_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def applies(model, mode, model_modes=None):
+    """Whether a (model, mode) pair is run: --model-modes restricts a model's modes; the
+    zoo's SFB / HybComm / codec modes run only where zoo_models.EXTRA_TFPS_MODES lists
+    them (Dense layers on 2-D inputs; dense gradients)."""
+    if model_modes and model in model_modes and mode not in model_modes[model]:
+        return False
+    if model in zoo_models.MODELS and mode in ("sfb", "hybrid", "int8"):
+        return mode in zoo_models.EXTRA_TFPS_MODES[model]
+    return mode != "int8" or model in zoo_models.MODELS
 
 
 def rate_bits(rate):
@@ -154,12 +169,15 @@ class Config:
         self.workdir.mkdir(parents=True)
         self.pids_file = self.workdir / "pids.json"
         self.steps = args.steps or STEPS[model]
+        self.batch = args.batch or zoo_models.BATCH.get(model, 32)
         est = max(0.3, 3 * t_opt(PARAMS_GUESS[model], 2, rate))
-        self.timeout = args.startup_timeout + (args.warmup + self.steps) * est * 4
+        self.timeout = (args.startup_timeout + zoo_models.BUILD_S.get(model, 0)
+                        + (args.warmup + self.steps) * est * 4)
 
     def worker_argv(self, mode=None, role=None):
-        argv = [sys.executable, WORKER, "--mode", mode or self.mode, "--model", self.model,
-                "--batch", self.args.batch, "--warmup", self.args.warmup, "--steps",
+        mode = mode or ("sum" if self.mode == "int8" else self.mode)
+        argv = [sys.executable, WORKER, "--mode", mode, "--model", self.model,
+                "--batch", self.batch, "--warmup", self.args.warmup, "--steps",
                 self.steps, "--pids-file", self.pids_file]
         return argv + (["--role", role] if role else []) + self.args.worker_arg
 
@@ -262,6 +280,8 @@ class Config:
     def _run_tfps(self):
         env = dict(CHILD_ENV)
         env.update(self.args.tfps_env)
+        if self.mode == "int8":
+            env["TFPS_COMPRESSION"] = "int8"
         if self.args.timeline:
             Path(self.args.timeline).mkdir(parents=True, exist_ok=True)
             env["TFPS_TIMELINE"] = str(Path(self.args.timeline).resolve() / (
@@ -329,7 +349,8 @@ def summarize(results):
                 cpu_by_process=window["ours_cpu_s"],
                 softirq_cores=window["softirq_s"] / elapsed,
                 tx_mb_per_step=window["tx_bytes"] / len(steps) / 1e6,
-                loss_first=first["loss_first"], loss_last=first["loss_last"],
+                batch=first.get("batch"), loss_first=first["loss_first"],
+                loss_last=first["loss_last"],
                 sfb_kernels=first.get("sfb_kernels"))
 
 
@@ -417,7 +438,8 @@ def main():
     parser.add_argument("--models", default=None, help="default mlp,cnn (quick: tiny_mlp)")
     parser.add_argument("--modes", default=",".join(ALL_MODES))
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--batch", type=int, default=None,
+                        help="per worker; default 32, zoo models their own (zoo_models.py)")
     parser.add_argument("--warmup", type=int, default=None, help="default 3 (quick: 1)")
     parser.add_argument("--steps", type=int, default=None,
                         help="timed steps; default mlp 12, cnn 40 (quick: 2)")
@@ -451,7 +473,13 @@ def main():
                         help="folder with a Horovod built for this TensorFlow (prepended to "
                              "PYTHONPATH of the Horovod processes; default "
                              "$TRAIN_BENCH_HOROVOD_PATH, else the installed one)")
+    parser.add_argument("--model-modes", default=None, metavar="MODEL=MODE+MODE;...",
+                        help="restrict some models to these modes, e.g. "
+                             "'bert=single+sum+mwms;dlrm=single+sum+ps+mwms+pss'")
     args = parser.parse_args()
+    args.model_modes = {name: modes.split("+") for name, modes in (
+        item.split("=", 1) for item in args.model_modes.split(";"))} \
+        if args.model_modes else None
     try:
         args.tfps_env = dict(item.split("=", 1) for item in args.env)
     except ValueError:
@@ -489,9 +517,11 @@ def sweep(args):
     load_before = os.getloadavg()
     hvd_ok, hvd_info = horovod_status() if "horovod" in args.modes else (False, "not run")
     steps = args.steps or {m: STEPS[m] for m in args.models}
-    print("train_bench %s: rates %s, models %s, modes %s, %d workers, batch %d, %d warm-up "
+    batch = {m: args.batch or zoo_models.BATCH.get(m, 32) for m in args.models}
+    batch = batch[args.models[0]] if len(set(batch.values())) == 1 else batch
+    print("train_bench %s: rates %s, models %s, modes %s, %d workers, batch %s, %d warm-up "
           "steps, timed steps %s" % (args.tag, args.rates, args.models, args.modes,
-                                     args.workers, args.batch, args.warmup, steps), flush=True)
+                                     args.workers, batch, args.warmup, steps), flush=True)
     if "horovod" in args.modes:
         print("horovod: %s" % (hvd_info if hvd_ok else "unavailable (%s)" % hvd_info))
     workdir = Path(tempfile.mkdtemp(prefix="train_bench-"))
@@ -504,6 +534,8 @@ def sweep(args):
                 for repeat in range(args.repeats):
                     for model in args.models:
                         for mode in args.modes:
+                            if not applies(model, mode, args.model_modes):
+                                continue
                             key = (rate, model, mode)
                             if mode == "horovod" and not hvd_ok:
                                 runs[key] = [dict(status="unavailable", error=hvd_info)]
@@ -525,7 +557,7 @@ def sweep(args):
                 machine=dict(cpus=os.cpu_count(), platform=platform.platform(),
                              python=platform.python_version()),
                 loadavg_before=load_before, loadavg_after=os.getloadavg(),
-                workers=args.workers, batch=args.batch, warmup=args.warmup, steps=steps,
+                workers=args.workers, batch=batch, warmup=args.warmup, steps=steps,
                 other_limit=args.other_limit, horovod=hvd_info if hvd_ok else
                 "unavailable: " + hvd_info, versions=versions())
     paths = write_report(Path(args.results_dir), args.tag, meta, rows)
@@ -601,8 +633,8 @@ def plot(path, rows, meta):
         ax.set_xticks(range(len(modes)))
         ax.set_xticklabels([PLOT_LABELS[m] for m in modes], fontsize=8)
         ax.set_ylabel("samples/s (all workers)")
-        ax.set_title("%s, %d workers, batch %d/worker" % (model, meta["workers"],
-                                                           meta["batch"]))
+        batch = meta["batch"].get(model) if isinstance(meta["batch"], dict) else meta["batch"]
+        ax.set_title("%s, %d workers, batch %s/worker" % (model, meta["workers"], batch))
         ax.legend(fontsize=7)
     fig.suptitle("Training throughput by mode and peer (%s)" % meta["started"][:10],
                  fontsize=10)
@@ -626,7 +658,7 @@ def write_report(folder, tag, meta, rows):
             "/".join("%.2f" % v for v in meta["loadavg_after"]),
             meta["versions"].get("tensorflow", "?"), meta["versions"].get("keras", "?"),
             meta["horovod"]), "",
-        "%d workers (one per emulated host, tbf-limited link), batch %d per worker, "
+        "%d workers (one per emulated host, tbf-limited link), batch %s per worker, "
         "%d warm-up + %s timed steps, median step of the slowest worker; each configuration "
         "ran %d times, interleaved, and the run with the median step is shown (repeats: "
         "every run's step). speedup and scaling "

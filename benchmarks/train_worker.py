@@ -17,6 +17,10 @@ then `optimizer.apply(grads, vars)` of a Keras 3 SGD (lr 0.01, momentum 0.9):
 | pss | tf.distribute.ParameterServerStrategy (--role chief / worker / ps) |
 | horovod | horovod.tensorflow.DistributedGradientTape over Gloo |
 
+(train_bench's `int8` mode is `sum` with TFPS_COMPRESSION=int8 set by the driver.) Models:
+mlp, cnn and their tiny_ versions here; the zoo (resnet50, mobilenetv2, bert, dlrm and
+their smoke_ versions) in zoo_models.py, with its own batch and momentum per model.
+
 Threads: intra_op 1 and inter_op 1 (inter_op 2 for every ParameterServerStrategy process:
 its workers deadlock silently with 1). Data: one fixed random batch per worker, made
 before timing (no input pipeline in the step), except ParameterServerStrategy, whose
@@ -37,8 +41,11 @@ import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import zoo_models  # noqa: E402
+
 MODES = ("single", "sum", "ps", "sfb", "hybrid", "mwms", "pss", "horovod")
-MODELS = ("mlp", "cnn", "tiny_mlp", "tiny_cnn")
+MODELS = ("mlp", "cnn", "tiny_mlp", "tiny_cnn") + zoo_models.MODELS
 LR, MOMENTUM = 0.01, 0.9
 
 
@@ -121,6 +128,8 @@ def build_model(name):
     import keras
     from keras import layers
 
+    if name in zoo_models.MODELS:
+        return zoo_models.build(name)
     keras.utils.set_random_seed(0)  # every rank builds the same initial weights
     if name in ("mlp", "tiny_mlp"):
         width = 4096 if name == "mlp" else 256
@@ -146,15 +155,27 @@ def input_shape(model_name):
 def make_batch(model_name, batch, seed):
     import numpy as np
 
+    if model_name in zoo_models.MODELS:
+        return zoo_models.make_batch(model_name, batch, seed)
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((batch, *input_shape(model_name))).astype(np.float32)
     y = rng.integers(0, 10, size=(batch,)).astype(np.int32)
     return x, y
 
 
-def sgd():
+def momentum(model_name):
+    return zoo_models.MOMENTUM.get(model_name, MOMENTUM)
+
+
+def sgd(model_name):
     import keras
-    return keras.optimizers.SGD(LR, momentum=MOMENTUM)
+    return keras.optimizers.SGD(LR, momentum=momentum(model_name))
+
+
+def constants(batch):
+    """The batch as tf.constant tensors (x may be a tuple: the DLRM's two inputs)."""
+    import tensorflow as tf
+    return tf.nest.map_structure(tf.constant, batch)
 
 
 def loss_fn():
@@ -247,18 +268,18 @@ def run_plain(args, window):
         model = sfb.convert(model, mode=args.mode, batch_size=args.batch)
     if args.mode == "ps":
         import tf_ps_ops.optimizers
-        optimizer = tf_ps_ops.optimizers.SGD(LR, momentum=MOMENTUM)
+        optimizer = tf_ps_ops.optimizers.SGD(LR, momentum=momentum(args.model))
     elif args.mode in ("sum", "sfb", "hybrid"):
         import tf_ps_ops as hvd
-        optimizer = hvd.DistributedOptimizer(sgd())
+        optimizer = hvd.DistributedOptimizer(sgd(args.model))
     else:
-        optimizer = sgd()
+        optimizer = sgd(args.model)
     optimizer.build(model.trainable_variables)  # ps: every worker adopts rank 0's weights
     if args.mode in ("sum", "sfb", "hybrid"):
         hvd.broadcast_variables(model.variables, root_rank=0)
     elif args.mode == "horovod":  # Horovod's needs the backing tf.Variables of Keras 3's
         hvd.broadcast_variables([v.value for v in model.variables], root_rank=0)
-    x, y = (tf.constant(a) for a in make_batch(args.model, args.batch, seed=rank))
+    x, y = constants(make_batch(args.model, args.batch, seed=rank))
     step = tf.function(make_step(model, optimizer, loss_fn(), wrap_tape=wrap_tape),
                        jit_compile=False)
     run_one = lambda: float(step(x, y))  # noqa: E731
@@ -285,12 +306,12 @@ def run_mwms(args, window):
     workers = strategy.num_replicas_in_sync
     with strategy.scope():
         model = build_model(args.model)
-        optimizer = sgd()
+        optimizer = sgd(args.model)
         optimizer.build(model.trainable_variables)
     # Each replica's loss is divided by the replica count: Keras 3 sums the gradients
     # over replicas (all_reduce SUM in optimizer.apply), which then averages them.
     inner = make_step(model, optimizer, loss_fn(), scale=1.0 / workers)
-    x, y = (tf.constant(a) for a in make_batch(args.model, args.batch, seed=rank))
+    x, y = constants(make_batch(args.model, args.batch, seed=rank))
 
     @tf.function(jit_compile=False)
     def step():
@@ -366,7 +387,7 @@ def run_pss_chief(args, window):
             else contextlib.nullcontext()
         with placement:
             model = build_model(args.model)
-            optimizer = sgd()
+            optimizer = sgd(args.model)
             optimizer.build(model.trainable_variables)
     inner = make_step(model, optimizer, loss_fn())
     model_name, batch = args.model, args.batch
@@ -408,7 +429,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mode", choices=MODES, required=True)
     parser.add_argument("--model", choices=MODELS, required=True)
-    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--batch", type=int, default=None,
+                        help="per worker; default 32, zoo models their own (zoo_models.py)")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--role", choices=("chief", "worker", "ps"), default="chief",
@@ -418,6 +440,7 @@ def main():
                         "go (see balanced_placement)")
     parser.add_argument("--pids-file", default=None)
     args = parser.parse_args()
+    args.batch = args.batch or zoo_models.BATCH.get(args.model, 32)
     sys.path.insert(0, REPO)
     if args.mode == "pss" and args.role != "chief":
         return pss_server(args)
