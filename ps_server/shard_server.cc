@@ -199,6 +199,7 @@ void ShardServer::SummationLoop(int index) {
       store.OnTick(KeyStore::Clock::now(), &replies, &stall_warnings);
       // Logged here and told to every member (their engines name the tensors).
       for (const std::string& w : stall_warnings) {
+        metrics::stalls.Add();
         TFPS_LOG(Warning) << w;
         PostNotice(Status::Ok(), w);
       }

@@ -75,6 +75,9 @@ def test_a_rank_slower_than_tfps_timeout_only_warns_and_the_job_completes(start_
         result = cluster.result("worker", rank)
         assert "trained" in result.stdout, result.describe()
         assert NAMED.search(result.stderr), result.describe()
+        # The metric counts the warnings this worker logged (docs/metrics.md).
+        stalls = int(re.search(r"^stalls (-?\d+)$", result.stdout, re.M).group(1))
+        assert 1 <= stalls <= result.stderr.count("stall warning"), result.describe()
         trained = np.load(tmp_path / f"rank{rank}.npz")
         np.testing.assert_allclose(trained["kernel"], kernel, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(trained["bias"], bias, rtol=1e-5, atol=1e-6)

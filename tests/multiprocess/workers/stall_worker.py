@@ -92,6 +92,7 @@ def main():
         sys.exit(3)
     kernel, bias = (w.numpy() for w in model.trainable_variables)
     np.savez(os.path.join(out_dir, f"rank{rank}.npz"), kernel=kernel, bias=bias)
+    print("stalls", int(hvd.metrics().get("tfps_stalls_total", -1)), flush=True)
     print("trained", flush=True)
 
 

@@ -415,6 +415,7 @@ void PeerMesh::CheckDeadlinesOnLoop(Clock::time_point now) {
         FinishOnLoop(it, StallShutdownStatus(config_.stall, what, RankList(submitted),
                                              RankList(missing)));
       } else {
+        metrics::stalls.Add();
         TFPS_LOG(Warning) << StallWarningText(what, RankList(submitted), RankList(missing),
                                               SecondsSince(g.since, now));
       }

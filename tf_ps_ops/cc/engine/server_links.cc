@@ -12,6 +12,7 @@
 #include "tf_ps_ops/cc/cluster/notice.h"
 #include "tf_ps_ops/cc/cluster/rendezvous.h"
 #include "tf_ps_ops/cc/common/logging.h"
+#include "tf_ps_ops/cc/common/metrics.h"
 #include "tf_ps_ops/cc/common/stall.h"
 #include "tf_ps_ops/cc/engine/loop.h"
 #include "tf_ps_ops/cc/engine/stop_signal.h"
@@ -239,7 +240,10 @@ Status Engine::Loop::ReadNoticesOnLoop() {
         if (job_failed_.ok()) FailJobOnLoop(Status(code, JobFailedMessage(text)));
         return true;
       },
-      [this](const std::string& text) { return NameTensors(text, steps_); });
+      [this](const std::string& text) {
+        if (text.find("stall warning: ") != std::string::npos) metrics::stalls.Add();
+        return NameTensors(text, steps_);
+      });
   return job_failed_;
 }
 

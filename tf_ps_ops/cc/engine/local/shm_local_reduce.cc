@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "tf_ps_ops/cc/common/logging.h"
+#include "tf_ps_ops/cc/common/metrics.h"
 
 namespace tfps {
 
@@ -558,6 +559,7 @@ void ShmLocalReduce::RunPolling() {
                                     " is alive: is it stuck or running other code? Raise "
                                     "TFPS_STALL_SHUTDOWN, or set it to 0 to wait");
         } else {
+          metrics::stalls.Add();
           TFPS_LOG(Warning) << "stall warning: " << what << ", has waited "
                             << WholeSeconds(SecondsSince(it->since, now)) << " s; "
                             << waited_for << " is alive (slow, not dead): the job waits on "
