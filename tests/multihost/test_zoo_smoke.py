@@ -1,13 +1,15 @@
-"""Smoke test of the model-zoo benchmark (benchmarks/zoo.py --smoke): every zoo model
-(ResNet-50, MobileNetV2, the BERT-shaped encoder, the DLRM-like recommender, each at toy
-sizes with the same code) through the training harness, 2 workers on two emulated hosts,
-tf_ps_ops' sum mode, 1 warm-up + 2 timed steps. Checks that every model trains through
-the harness, that the results are written with sane numbers and that no namespace is left
-behind, so the zoo cannot rot. Throughput is measured by the real run, never asserted.
+"""Smoke test of the model-zoo benchmark (benchmarks/zoo.py --smoke): the BERT-shaped
+encoder and the DLRM-like recommender, each at toy sizes with the same code, through the
+training harness, 2 workers on two emulated hosts, tf_ps_ops' sum mode, 1 warm-up + 2 timed
+steps. Checks that the models train through the harness, that the results are written with
+sane numbers and that no namespace is left behind, so the zoo cannot rot. Throughput is
+measured by the real run, never asserted.
+
+The two keras.applications models (ResNet-50, MobileNetV2) go through the same harness code
+but cost ~2 minutes of graph tracing in every process on a 2-core machine, too much for
+`make test`; `python3 benchmarks/zoo.py --smoke --results-dir /tmp/zoo` runs all four.
 
 Needs root and `ip netns` (skipped otherwise, with the reason) and the native build.
-Takes ~3 min on the shared 2-core machine at load average ~4 (182 s measured; ResNet-50's
-and MobileNetV2's graph tracing in every process dominate, the steps take seconds).
 """
 
 import json
@@ -24,13 +26,14 @@ import netns  # noqa: E402
 import zoo_models  # noqa: E402
 from netns_support import AVAILABLE, WHY_NOT, namespaces, require_build  # noqa: E402
 
+MODELS = ("bert", "dlrm")
 pytestmark = [pytest.mark.skipif(not AVAILABLE, reason=WHY_NOT), pytest.mark.timeout(900)]
 
 
 def test_every_zoo_model_runs_two_steps_through_the_harness(tmp_path):
     require_build("_tf_ps_ops*.so")
     command = [sys.executable, str(REPO / "benchmarks" / "zoo.py"), "--smoke",
-               "--results-dir", str(tmp_path)]
+               "--results-dir", str(tmp_path), "--models", ",".join(MODELS)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, cwd=tmp_path)
     try:
@@ -44,7 +47,8 @@ def test_every_zoo_model_runs_two_steps_through_the_harness(tmp_path):
 
     report = json.loads((tmp_path / "train_zoo_smoke.json").read_text())
     rows = {row["model"]: row for row in report["rows"]}
-    assert set(rows) == {"smoke_" + name for name in zoo_models.ZOO}, sorted(rows)
+    assert set(rows) == {"smoke_" + name for name in MODELS}, sorted(rows)
+    assert set(MODELS) <= set(zoo_models.ZOO)
     for row in rows.values():
         # "contaminated" only says that other processes used the CPU during the window.
         assert row["status"] in ("ok", "contaminated"), "%s: %s" % (
