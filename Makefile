@@ -75,7 +75,8 @@ smoke: build
 
 # The smoke tests against another TensorFlow minor (2.16 to 2.21, docs/install.md), in a
 # copy of the tree with its own virtualenv under build/smoke-tf$(TF)/ (tools/smoke_tf.py):
-# the checkout's build and virtualenv stay as they are. CI runs it for the oldest minor.
+# the checkout's build and virtualenv stay as they are. Run for the oldest minor before a
+# release (CI runs `make test` only).
 TF ?= 2.16
 smoke-tf:
 	$(BASE_PYTHON) tools/smoke_tf.py $(TF)
