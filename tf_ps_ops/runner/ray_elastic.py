@@ -35,9 +35,18 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from tf_ps_ops.runner.elastic import EPOCH_FILE
 from tf_ps_ops.runner.elastic_growth import GrowingElasticJob
 from tf_ps_ops.runner.process import Host, Prefixed
-from tf_ps_ops.runner.ray import _keep_key
 
 _MARKS_EVERY_S = 0.2
+
+
+def _keep_key(folder, key):
+    if key is None:
+        return {}
+    path = os.path.join(folder, "job.key")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(key)
+    return {"TFPS_AUTH_KEY_FILE": path}
 
 
 @ray.remote(max_concurrency=4)
