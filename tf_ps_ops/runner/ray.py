@@ -45,6 +45,7 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from tf_ps_ops.runner.env import Place, worker_env
+from tf_ps_ops.runner.keys import keep_key
 from tf_ps_ops.runner.process import describe_exit
 from tf_ps_ops.runner.server_main import BINARY
 
@@ -67,17 +68,6 @@ def _new_job_key(ps_server):
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _keep_key(folder, key):
-    """Writes the job key into `folder` (mode 600); the environment that points to it."""
-    if key is None:
-        return {}
-    path = os.path.join(folder, "job.key")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(key)
-    return {"TFPS_AUTH_KEY_FILE": path}
-
-
 @ray.remote(num_cpus=0)
 class _PsServerActor:
     """Runs one ps_server process (scheduler or server) on the node it is placed on."""
@@ -87,7 +77,7 @@ class _PsServerActor:
         self._port_file = os.path.join(self._dir, "port")
         if "--port-file" in argv:
             argv[argv.index("--port-file") + 1] = self._port_file
-        env = {**env, **_keep_key(self._dir, key)}
+        env = {**env, **keep_key(self._dir, key)}
         self._process = subprocess.Popen(argv, env={**os.environ, **env},
                                          stdin=subprocess.DEVNULL, start_new_session=True)
 
@@ -128,7 +118,7 @@ class _WorkerActor:
 
     def set_env(self, env, key=None):
         self._dir = tempfile.mkdtemp(prefix="tfps-ray-")
-        os.environ.update({**env, **_keep_key(self._dir, key)})
+        os.environ.update({**env, **keep_key(self._dir, key)})
         return ray.util.get_node_ip_address()
 
     def cleanup(self):
@@ -228,7 +218,7 @@ class RayExecutor:
         self._elastic_dir = tempfile.mkdtemp(prefix="tfps-ray-driver-")
         if "TFPS_AUTH_KEY_FILE" not in self.env and self.env.get("TFPS_INSECURE") != "1":
             self._key = _new_job_key(self.ps_server)
-            _keep_key(self._elastic_dir, self._key)
+            keep_key(self._elastic_dir, self._key)
         if self.max_workers is not None:
             try:  # a cluster that can grow adds nodes for them; others ignore it
                 from ray.autoscaler.sdk import request_resources

@@ -34,19 +34,10 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from tf_ps_ops.runner.elastic import EPOCH_FILE
 from tf_ps_ops.runner.elastic_growth import GrowingElasticJob
+from tf_ps_ops.runner.keys import keep_key
 from tf_ps_ops.runner.process import Host, Prefixed
 
 _MARKS_EVERY_S = 0.2
-
-
-def _keep_key(folder, key):
-    if key is None:
-        return {}
-    path = os.path.join(folder, "job.key")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(key)
-    return {"TFPS_AUTH_KEY_FILE": path}
 
 
 @ray.remote(max_concurrency=4)
@@ -57,7 +48,7 @@ class _ElasticWorkerActor:
         self._dir = tempfile.mkdtemp(prefix="tfps-ray-elastic-")
         self._lock = threading.Lock()
         self._epoch = -1
-        os.environ.update({**env, **_keep_key(self._dir, key), "TFPS_ELASTIC_DIR": self._dir})
+        os.environ.update({**env, **keep_key(self._dir, key), "TFPS_ELASTIC_DIR": self._dir})
 
     def set_epoch(self, epoch):
         """Writes `epoch` as epoch.json unless a newer one is there already (the calls of
