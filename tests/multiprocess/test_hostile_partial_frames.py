@@ -7,7 +7,9 @@ four connections each holding a frame just under the limit grew the server and t
 scheduler by four frames each, until they closed (a job without a key; with one, such a
 client never gets past the handshake). Now a connection that has not sent a member's
 message yet may hold 1 MiB, all of them together 32 MiB; beyond that the largest are
-shut down, with a log line, and members are untouched.
+shut down, with a log line, and members are untouched. The same holds for each worker's
+peer port (allgather/alltoall), where a connection is a member's once a peer's message
+(the empty probe each peer sends first) arrives on it.
 
 Raw TCP clients speaking ZMTP themselves, on loopback.
 """
@@ -15,7 +17,11 @@ Raw TCP clients speaking ZMTP themselves, on loopback.
 import os
 import socket
 import struct
+import subprocess
+import sys
 import time
+
+import numpy as np
 
 import pytest
 
@@ -127,4 +133,84 @@ def test_a_scheduler_bounds_partial_frames_of_connections_not_registered(tmp_pat
     finally:
         for sock in held:
             sock.close()
+        job.close()
+
+
+GATHER = r"""
+import sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+from native import init_from_env, load_core
+core = load_core()
+rank, size = init_from_env(core)
+print("ready", flush=True)
+sys.stdin.readline()  # the test's attack is over
+parts = core.allgather("g", np.arange(3 + rank, dtype=np.float32) * (rank + 1))
+print("gathered", repr([p.tolist() for p in parts]), flush=True)
+core.shutdown()
+"""
+
+
+def listening_ports(pid):
+    """The TCP ports process `pid` listens on (IPv4: its descriptors' inodes in /proc/net/tcp)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    ports = set()
+    with open(f"/proc/{pid}/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # LISTEN
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def test_a_worker_peer_port_bounds_partial_frames_of_connections_no_peer_spoke_on(tmp_path):
+    # Two real workers, no key; the test holds partial frames on worker 0's peer port.
+    job = Job(tmp_path, num_workers=2, env={"TFPS_MAX_MESSAGE_BYTES": str(MAX_MESSAGE),
+                                            "TFPS_TIMEOUT": "30"})
+    workers, held = [], []
+    try:
+        here = os.path.join(os.path.dirname(__file__), "..")
+        for rank in range(2):
+            env = dict(job.env, TFPS_SCHEDULER=f"127.0.0.1:{job.scheduler_port}",
+                       TFPS_RANK=str(rank), TFPS_SIZE="2", TFPS_NUM_SERVERS="1",
+                       OMP_NUM_THREADS="1")
+            workers.append(subprocess.Popen(
+                [sys.executable, "-c", GATHER, here], env=env, stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        for w in workers:
+            assert w.stdout.readline().strip() == "ready", w.communicate(timeout=30)
+        ports = listening_ports(workers[0].pid)
+        assert len(ports) == 1, ports  # its peer port, bound to 127.0.0.1
+        grown, sent = attack(workers[0], ports.pop(), CONNECTIONS, FRAME, MIB, held)
+        print(f"worker 0's peer port: +{grown:.0f} MiB with {CONNECTIONS} connections holding "
+              f"partial frames of {FRAME >> 20} MiB (MiB sent each before being closed: {sent})")
+        assert grown < 24, grown  # before: 4 x 62 MiB
+        # The peers' own connections are untouched: the job gathers.
+        outs = []
+        for w in workers:
+            w.stdin.write("go\n")
+            w.stdin.flush()
+        for w in workers:
+            outs.append(w.communicate(timeout=60))
+        for rank, (w, (out, err)) in enumerate(zip(workers, outs)):
+            assert w.returncode == 0, (rank, out, err)
+            parts = eval(out.split("gathered", 1)[1].strip())
+            want = [(np.arange(3 + r, dtype=np.float32) * (r + 1)).tolist() for r in range(2)]
+            assert parts == want, (rank, parts, want)
+        assert "that held" in outs[0][1] and "of messages not yet complete" in outs[0][1], \
+            outs[0][1][-2000:]
+    finally:
+        for sock in held:
+            sock.close()
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
+                w.wait()
         job.close()

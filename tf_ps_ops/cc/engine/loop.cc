@@ -122,7 +122,7 @@ void Engine::Loop::PollOnLoop() {
   items.push_back({scheduler_->handle(), 0, ZMQ_POLLIN, 0});
   if (stop_fd_ >= 0) items.push_back({nullptr, stop_fd_, ZMQ_POLLIN, 0});
   mesh_.AppendPollItems(&items);
-  Poll(items.data(), items.size(), 100);
+  Poll(items.data(), items.size(), mesh_.PollTimeoutMs(100));
   uint64_t n;
   (void)!read(wake_fd_, &n, sizeof(n));
 }

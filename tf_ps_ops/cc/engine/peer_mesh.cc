@@ -45,6 +45,7 @@ PeerMesh::PeerMesh(zmq::context_t& context, const Config& config, int rank, int 
       rank_(rank),
       size_(size),
       incoming_(context, zmq::socket_type::router),
+      member_fd_(size, -1),
       dead_(size),
       shut_down_(size, false),
       report_at_(size) {
@@ -59,6 +60,11 @@ Status PeerMesh::Bind(int* port) {
     return Unavailable(std::string("cannot bind a port for peer traffic: ") + e.what());
   }
   *port = BoundPort(incoming_);
+  // Until a peer speaks on a connection, what it may make ZeroMQ buffer is bounded: every
+  // peer's first message is the empty probe its socket sends on connecting (Connect).
+  incoming_monitor_ = std::make_unique<Monitor>(context_, incoming_, "peer-port",
+                                                SilentConnections::kEvents);
+  silent_ = std::make_unique<SilentConnections>(incoming_, "this worker's peer port");
   return Status::Ok();
 }
 
@@ -75,6 +81,9 @@ Status PeerMesh::Connect(const std::vector<std::string>& peers) {
     auto socket = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
     SetMeshOptions(*socket, config_);
     socket->set(zmq::sockopt::routing_id, "w" + std::to_string(rank_));
+    // An empty message first on the connection: the peer counts it as a member's at once,
+    // before any large part arrives (SilentConnections bounds what others may hold).
+    socket->set(zmq::sockopt::probe_router, 1);
     monitors_[r] = std::make_unique<Monitor>(context_, *socket, "peer-" + std::to_string(r),
                                              ZMQ_EVENT_DISCONNECTED);
     ConnectTcp(*socket, TcpAddressOf(peers[r]));
@@ -85,6 +94,7 @@ Status PeerMesh::Connect(const std::vector<std::string>& peers) {
 
 void PeerMesh::AppendPollItems(std::vector<zmq::pollitem_t>* items) {
   items->push_back({incoming_.handle(), 0, ZMQ_POLLIN, 0});
+  if (incoming_monitor_) items->push_back({incoming_monitor_->socket().handle(), 0, ZMQ_POLLIN, 0});
   for (int r = 0; r < size_; ++r) {
     if (monitors_.empty() || !monitors_[r]) continue;
     items->push_back({outgoing_[r]->handle(), 0, ZMQ_POLLIN, 0});
@@ -95,7 +105,33 @@ void PeerMesh::AppendPollItems(std::vector<zmq::pollitem_t>* items) {
 void PeerMesh::PollOnLoop() {
   TFPS_CHECK_ON_LOOP(loop_thread_);
   std::vector<zmq::message_t> frames;
-  while (RecvFrames(incoming_, &frames)) OnPeerDataOnLoop(frames);
+  while (RecvFrames(incoming_, &frames)) {
+    if (!silent_) {
+      OnPeerDataOnLoop(frames);
+      continue;
+    }
+    silent_->OnMessage(frames);
+    const int fd = frames.size() > 1 ? SilentConnections::SourceFd(frames[1]) : -1;
+    const int sender = OnPeerDataOnLoop(frames);
+    if (sender >= 0 && fd >= 0) {
+      member_fd_[sender] = fd;
+      silent_->OnMember(fd);
+    }
+  }
+  if (silent_) {
+    int event = 0, value = 0;
+    std::string address;
+    while (incoming_monitor_->Read(&event, &value, &address)) {
+      if (silent_->OnEvent(event, value)) continue;
+      if (event != ZMQ_EVENT_DISCONNECTED) continue;
+      for (int& fd : member_fd_) {
+        if (fd == value) fd = -1;
+      }
+    }
+    silent_->Tick([this](int fd) {
+      return std::find(member_fd_.begin(), member_fd_.end(), fd) != member_fd_.end();
+    });
+  }
   for (int r = 0; r < size_; ++r) {
     if (monitors_.empty() || !monitors_[r]) continue;
     // Peers answer on this socket only to reject what we sent.
@@ -224,8 +260,15 @@ Status PeerMesh::SendPartsOnLoop(Gather& g, uint64_t key, uint64_t call) {
   return Status::Ok();
 }
 
-void PeerMesh::OnPeerDataOnLoop(std::vector<zmq::message_t>& frames) {
+int PeerMesh::OnPeerDataOnLoop(std::vector<zmq::message_t>& frames) {
   TFPS_CHECK_ON_LOOP(loop_thread_);
+  if (frames.size() == 2 && frames[1].size() == 0) {  // a peer's probe (Connect)
+    const std::string identity = frames[0].to_string();
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer != rank_ && identity == "w" + std::to_string(peer)) return peer;
+    }
+    return -1;  // not a peer's: nothing to answer
+  }
   Head head;
   const size_t payload = frames.size() == 3 ? frames[2].size() : 0;
   Status s = frames.size() < 2 || frames.size() > 3
@@ -247,7 +290,7 @@ void PeerMesh::OnPeerDataOnLoop(std::vector<zmq::message_t>& frames) {
   if (!s.ok()) {
     const std::string identity = frames.empty() ? std::string() : frames[0].to_string();
     uint64_t suppressed = 0;
-    if (!limiter_.Allow(identity, &suppressed)) return;  // a flood: counted, not answered
+    if (!limiter_.Allow(identity, &suppressed)) return -1;  // a flood: counted, not answered
     TFPS_LOG(Warning) << "dropped a malformed peer message from '" << EscapeForLog(identity)
                       << "': " << s.message() << SuppressedNote(suppressed);
     if (!frames.empty()) {
@@ -257,11 +300,11 @@ void PeerMesh::OnPeerDataOnLoop(std::vector<zmq::message_t>& frames) {
       reject.sender = rank_;
       (void)SendText(incoming_, frames[0].to_string(), reject, s.message());
     }
-    return;
+    return -1;
   }
   if (bye) {
     shut_down_[h.sender] = true;
-    return;
+    return h.sender;
   }
   bytes_received_ += payload;
   metrics::worker_bytes_received_worker.Add(payload);
@@ -271,12 +314,12 @@ void PeerMesh::OnPeerDataOnLoop(std::vector<zmq::message_t>& frames) {
     TFPS_LOG(Warning) << "worker " << h.sender << " sent call " << h.step
                       << " of a tensor after this worker had finished that call (a neighbour "
                          "exchange that did not expect it?); dropped";
-    return;
+    return h.sender;
   }
   Gather& g = EntryOnLoop(id);
   if (g.arrived[h.sender]) {
     TFPS_LOG(Warning) << "worker " << h.sender << " sent call " << h.step << " twice; dropped";
-    return;
+    return h.sender;
   }
   g.arrived[h.sender] = true;
   ++g.num_arrived;
@@ -285,10 +328,11 @@ void PeerMesh::OnPeerDataOnLoop(std::vector<zmq::message_t>& frames) {
   if ((h.flags & kFlagAbort) != 0) {
     g.aborted[h.sender] = frames.size() == 3 ? frames[2].to_string() : std::string("(no reason)");
     MaybeFinishOnLoop(gathers_.find(id));
-    return;
+    return h.sender;
   }
   if (frames.size() == 3) g.parts[h.sender] = std::move(frames[2]);
   MaybeFinishOnLoop(gathers_.find(id));
+  return h.sender;
 }
 
 void PeerMesh::MaybeFinishOnLoop(std::map<GatherId, Gather>::iterator it) {
@@ -444,6 +488,8 @@ void PeerMesh::CloseOnLoop() {
     }
   }
   monitors_.clear();
+  silent_.reset();
+  incoming_monitor_.reset();
   for (auto& socket : outgoing_) {
     if (socket) socket->close();
   }

@@ -25,6 +25,7 @@
 #include "tf_ps_ops/cc/common/loop_thread.h"
 #include "tf_ps_ops/cc/common/rate_limit.h"
 #include "tf_ps_ops/cc/common/status.h"
+#include "tf_ps_ops/cc/transport/connection_limits.h"
 #include "tf_ps_ops/cc/transport/zmq_util.h"
 #include "tf_ps_ops/cc/wire/message.h"
 
@@ -77,6 +78,9 @@ class PeerMesh {
 
   void AppendPollItems(std::vector<zmq::pollitem_t>* items);
   void PollOnLoop();  // reads whatever its sockets hold
+  // How long the engine's poll may wait: `normal`, or less while connections to the peer
+  // port that no peer has spoken on yet are open (SilentConnections).
+  int PollTimeoutMs(int normal) const { return silent_ ? silent_->PollTimeoutMs(normal) : normal; }
   void StartOnLoop(GatherRequest request);
   void CheckDeadlinesOnLoop(Clock::time_point now);
   void FailAllOnLoop(const Status& status);
@@ -105,7 +109,9 @@ class PeerMesh {
   // Sends this worker's part to every peer (all of it, or their rows for an alltoall).
   Status SendPartsOnLoop(Gather& g, uint64_t key, uint64_t call);
   Status SendAbortOnLoop(Gather& g, uint64_t key, uint64_t call);
-  void OnPeerDataOnLoop(std::vector<zmq::message_t>& frames);
+  // Returns the sender's rank when the message was a peer's (its connection is a member's
+  // then), or -1.
+  int OnPeerDataOnLoop(std::vector<zmq::message_t>& frames);
   void MaybeFinishOnLoop(std::map<GatherId, Gather>::iterator it);
   void FinishOnLoop(std::map<GatherId, Gather>::iterator it, const Status& status);
   void PeerDiedOnLoop(int peer, const std::string& reason);
@@ -118,6 +124,11 @@ class PeerMesh {
   const int rank_;
   const int size_;
   zmq::socket_t incoming_;
+  // The peer port's connections that no peer has spoken on yet: what they may hold
+  // (connection_limits.h). Set by Bind; declared after incoming_, destroyed before it.
+  std::unique_ptr<Monitor> incoming_monitor_;
+  std::unique_ptr<SilentConnections> silent_;
+  std::vector<int> member_fd_;  // by rank: the descriptor its messages come from, or -1
   PeerRateLimiter limiter_;  // what misbehaving peers make us log and answer
   std::vector<std::unique_ptr<zmq::socket_t>> outgoing_;  // by rank; null for self
   std::vector<std::unique_ptr<Monitor>> monitors_;
