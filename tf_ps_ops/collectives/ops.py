@@ -111,6 +111,10 @@ def _allreduce_slices(slices, op, name, members, process_set):
     # As Horovod does for every IndexedSlices, whatever its dense_shape: gather values and
     # indices from every worker (only the touched rows travel, peer to peer); the caller
     # sums the duplicates when it applies them (scatter-add, or tf.convert_to_tensor).
+    if name is None and not tf.executing_eagerly():
+        # A key from an op made here: a tensor captured from outside the graph has a
+        # placeholder named after its id, which differs between workers.
+        name = _key("allreduce", None, tf.identity(slices.values, name="IndexedSlicesValues"))
     values = allgather(slices.values, name=None if name is None else name + ".values",
                        process_set=process_set)
     indices = allgather(slices.indices, name=None if name is None else name + ".indices",
