@@ -133,7 +133,8 @@ def check_keras_fit(hvd):
                                              sparse_as_dense=dense)
         weights, loss = _measured(hvd, f"fit.{dense}", lambda: fit(
             keras_model(), optimizer, shard(ids, me), shard(y, me), BATCH))
-        save(**{f"fit.{dense}.{i}": w for i, w in enumerate(weights)}, **{f"fit.{dense}.loss": loss})
+        save(**{f"fit.{dense}.{i}": w for i, w in enumerate(weights)},
+             **{f"fit.{dense}.loss": loss})
 
 
 def check_tf_keras_fit(hvd):
