@@ -139,8 +139,14 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
       name: key prefix; defaults to 'Distributed' + the optimizer class name. The Keras
         optimizer keeps its own name, so its variables keep their paths.
       compression: Compression.none or Compression.fp16 (or a Compressor).
-      sparse_as_dense: accepted for compatibility; sparse gradients are always reduced
-        as dense tensors.
+      sparse_as_dense: False (default), as in Horovod: a sparse gradient (a
+        tf.IndexedSlices, from an Embedding layer or tf.gather) is allgathered, values and
+        indices, so only the rows each worker touched travel, and the optimizer applies the
+        gathered slices (their values averaged); compression, plan codecs and
+        gradient_predivide_factor do not apply to it. True: it is made dense first and
+        reduced like the other gradients (better when most rows are touched every step).
+        With backward_passes_per_step > 1 sparse gradients are summed into dense buffers
+        and reduced dense whatever this says.
       op: Average (default) or Sum.
       gradient_predivide_factor: with op=Average, divide by this before the sum and by
         size()/factor after it.
@@ -161,8 +167,9 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
         here, together; the plan table is logged on rank 0 at the first step
         (docs/plan.md). Default: TFPS_PLAN. Needs compression=Compression.none.
       plan_pins: {variable path or key: "sum" | "sum+int8" | ...}: choices the plan keeps.
-      device_sparse, num_groups, groups: accepted for
-        Horovod compatibility; they do not change results here.
+      device_sparse: device for the gathers of sparse gradients ('' lets TF place them).
+      num_groups, groups: accepted for Horovod compatibility; they do not change results
+        here.
     """
     if isinstance(optimizer, tf.compat.v1.train.Optimizer):  # horovod.tensorflow's, v1 graphs
         from tf_ps_ops.training.v1_optimizer import DistributedV1Optimizer
@@ -174,7 +181,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
         return DistributedV1Optimizer(
             optimizer, name, compression, check_gradient_options(op, gradient_predivide_factor),
             gradient_predivide_factor, device_dense, backward_passes_per_step,
-            average_aggregated_gradients)
+            average_aggregated_gradients, sparse_as_dense, device_sparse)
     if is_tf_keras(optimizer):  # Keras 2: tf_keras.optimizers(.legacy), TF_USE_LEGACY_KERAS=1
         if algorithm is not None:
             raise ValueError(f"algorithm={type(algorithm).__name__}: algorithms need a Keras 3 "
@@ -196,6 +203,8 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     distributed._tfps_predivide = gradient_predivide_factor
     distributed._tfps_device = device_dense
     distributed._tfps_process_set = process_set
+    distributed._tfps_sparse_as_dense = bool(sparse_as_dense)
+    distributed._tfps_device_sparse = device_sparse
     if aggregation.passes > 1:
         distributed._tfps_aggregation = aggregation
     _attach_plan(distributed, plan, plan_pins, compression)

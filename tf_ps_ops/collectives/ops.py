@@ -102,20 +102,25 @@ def _check_not_xla():
 
 
 def _dense(tensor):
-    # tf.IndexedSlices become dense tensors (Horovod's sparse_as_dense): the servers sum
-    # dense buffers.
+    # For keys and for the ops that take dense tensors only (broadcast): a
+    # tf.IndexedSlices becomes its dense tensor.
     return tf.convert_to_tensor(tensor)
 
 
-def _allreduce_slices(slices, op, name, process_set):
-    # Without a dense_shape there is no dense tensor to sum: gather values and indices
-    # from every worker instead, as Horovod does for every IndexedSlices.
+def _allreduce_slices(slices, op, name, members, process_set):
+    # As Horovod does for every IndexedSlices, whatever its dense_shape: gather values and
+    # indices from every worker (only the touched rows travel, peer to peer); the caller
+    # sums the duplicates when it applies them (scatter-add, or tf.convert_to_tensor).
+    if name is None and not tf.executing_eagerly():
+        # A key from an op made here: a tensor captured from outside the graph has a
+        # placeholder named after its id, which differs between workers.
+        name = _key("allreduce", None, tf.identity(slices.values, name="IndexedSlicesValues"))
     values = allgather(slices.values, name=None if name is None else name + ".values",
                        process_set=process_set)
     indices = allgather(slices.indices, name=None if name is None else name + ".indices",
                         process_set=process_set)
     if op == Average:
-        values = values / tf.cast(_process_sets.set_size(process_set), values.dtype)
+        values = values / tf.cast(_divisor(members), values.dtype)
     return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
 
 
@@ -187,13 +192,18 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
 
     Every worker must pass a tensor of the same shape and dtype under the same key;
     otherwise every worker gets an InvalidArgumentError that names the key.
-    Averages of integer tensors use floor division. A tf.IndexedSlices is converted to a
-    dense tensor first (Horovod's sparse_as_dense), so the result is dense; one without a
-    `dense_shape` cannot be, and is gathered as Horovod does: the result is a
-    tf.IndexedSlices of every worker's values (divided by size() for Average) and indices.
+    Averages of integer tensors use floor division. A tf.IndexedSlices (an embedding's
+    gradient) is not made dense: as in Horovod, its values and indices are allgathered
+    from every worker, with or without a `dense_shape`, so only the touched rows travel.
+    The result is a tf.IndexedSlices of every worker's values (divided by the number of
+    workers for Average) and indices, in rank order, with the input's `dense_shape`; an
+    index that several workers touched appears once per worker, and applying the result
+    (scatter-add, Keras optimizers, tf.convert_to_tensor) sums them. `compression` does
+    not apply to it. For a dense sum, pass tf.convert_to_tensor(slices), or
+    sparse_as_dense=True to DistributedOptimizer/DistributedGradientTape.
     `prescale_factor` multiplies the input before the sum, `postscale_factor` the result
     after averaging. As in Horovod, a tf.IndexedSlices takes only op=Sum or Average and no
-    scale factors (NotImplementedError otherwise). `device_sparse` places the gathers of slices without a dense_shape.
+    scale factors (NotImplementedError otherwise). `device_sparse` places its gathers.
     `process_set`: reduce over that set's members only (collectives/process_sets.py; a
     worker outside it gets a ValueError); Average divides by the set's size.
     `ignore_name_scope` is accepted for Horovod's signature: keys come from `name` or the
@@ -204,9 +214,8 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
     _check_not_xla()
     if isinstance(tensor, tf.IndexedSlices):
         _check_slices_arguments(op, prescale_factor, postscale_factor)
-    if isinstance(tensor, tf.IndexedSlices) and tensor.dense_shape is None:
         with tf.device(device_sparse):
-            return _allreduce_slices(tensor, op, name, process_set)
+            return _allreduce_slices(tensor, op, name, members, process_set)
     with tf.device(device_dense):
         tensor = _dense(tensor)
         if tensor.dtype == tf.bool and op == Average:

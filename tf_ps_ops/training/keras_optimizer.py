@@ -27,6 +27,8 @@ class ReducingMixin:
     _tfps_op = Average
     _tfps_predivide = 1.0
     _tfps_device = ""
+    _tfps_sparse_as_dense = False  # True: IndexedSlices gradients are reduced dense
+    _tfps_device_sparse = ""
     _tfps_algorithm = None  # a tf_ps_ops.algorithms.Algorithm (docs/algorithms.md)
     _tfps_process_set = None  # None: every worker
     _tfps_aggregation = None  # backward_passes_per_step > 1 (training/aggregation.py)
@@ -55,8 +57,10 @@ class ReducingMixin:
             from tf_ps_ops.plan import auto
 
             variables = list(variables) or [None] * len(grads)
+            # Sparse gradients travel as gathers, uncompressed, unless sparse_as_dense.
             reduced = [(k, int(np.prod(g.shape))) for g, k, v in zip(grads, keys, variables)
-                       if g is not None and not getattr(v, "_tfps_sfb", False)]
+                       if g is not None and not getattr(v, "_tfps_sfb", False)
+                       and (self._tfps_sparse_as_dense or not isinstance(g, tf.IndexedSlices))]
             self._tfps_planned, self.tfps_plan = auto.compressions(
                 [k for k, _ in reduced], [n for _, n in reduced], self._tfps_plan,
                 self._tfps_plan_pins)
@@ -68,7 +72,8 @@ class ReducingMixin:
                                     self._tfps_compression_for(grads_, keys_, variables_),
                                     self._tfps_op,
                                     self._tfps_predivide, self._tfps_device, variables_,
-                                    self._tfps_process_set)
+                                    self._tfps_process_set, self._tfps_sparse_as_dense,
+                                    self._tfps_device_sparse)
 
         if self._tfps_local:
             return self._tfps_local.reduce(grads, keys, variables, reduce)

@@ -21,14 +21,20 @@ def check_gradient_options(op, gradient_predivide_factor):
 
 
 def reduce_gradients(grads, keys, compression, op, gradient_predivide_factor=1.0,
-                     device_dense="", variables=(), process_set=None):
+                     device_dense="", variables=(), process_set=None, sparse_as_dense=False,
+                     device_sparse=""):
     """allreduce of each gradient under its key; None gradients stay None. `compression`:
     one compressor for all, or {key: compressor} (a key not in it: Compression.none).
 
     With op=Average and a predivide factor f, as in Horovod: each worker multiplies by
     1/f before the sum and the sum is multiplied by f/size() after it. A tf.IndexedSlices
-    gradient, which takes no scale factors, is averaged as it is (the same result).
+    gradient (an embedding's) is allgathered as Horovod does, values and indices, so only
+    the touched rows travel; it takes no scale factors and no compression, and is averaged
+    as it is (the same result). With `sparse_as_dense` it is made dense first and reduced
+    like any other gradient (compression and scale factors apply).
     """
+    if sparse_as_dense:
+        grads = [_as_dense(grad) for grad in grads]
     prescale = postscale = 1.0
     slices_op = op
     if op == Average and gradient_predivide_factor != 1.0:
@@ -44,7 +50,7 @@ def reduce_gradients(grads, keys, compression, op, gradient_predivide_factor=1.0
     # A dict (a plan's choice per key) gives each gradient its own compressor.
     per_key = compression if isinstance(compression, dict) else None
     return [grad if grad is None or skip else
-            allreduce(grad, device_dense=device_dense,
+            allreduce(grad, device_dense=device_dense, device_sparse=device_sparse,
                       compression=per_key.get(key, Compression.none) if per_key is not None
                       else compression,
                       **_scaling(grad, op, prescale, postscale, slices_op), name=key,
@@ -52,6 +58,15 @@ def reduce_gradients(grads, keys, compression, op, gradient_predivide_factor=1.0
                       process_set=process_set or global_process_set)
             for index, (grad, key, skip, variable)
             in enumerate(zip(grads, keys, sfb, variables))]
+
+
+def _as_dense(grad):
+    # Horovod's sparse_as_dense: an IndexedSlices becomes its dense tensor (on the device
+    # of its values, as Horovod's tape does).
+    if not isinstance(grad, tf.IndexedSlices):
+        return grad
+    with tf.device(grad.values.device):
+        return tf.convert_to_tensor(grad)
 
 
 def _scaling(grad, op, prescale, postscale, slices_op):
@@ -76,7 +91,9 @@ class _DistributedGradientTapeMixin:
         """The local gradients, each averaged (or summed) over all workers.
 
         Every worker must ask for the same sources in the same order. A gradient that
-        is a tf.IndexedSlices is reduced as a dense tensor; a None gradient stays None.
+        is a tf.IndexedSlices is allgathered (values and indices, the touched rows only)
+        and returned as a tf.IndexedSlices, or, with sparse_as_dense=True, reduced as a
+        dense tensor; a None gradient stays None.
         """
         grads = super().gradient(target, sources, output_gradients, unconnected_gradients)
         keys = keys_for(tf.nest.flatten(sources), "DistributedGradientTape")
@@ -88,7 +105,9 @@ class _DistributedGradientTapeMixin:
         def reduce_some(grads_, keys_, sources_):
             return reduce_gradients(grads_, keys_, self._tfps_compression, self._tfps_op,
                                     self._tfps_predivide, self._tfps_device, sources_,
-                                    getattr(self, "_tfps_process_set", None))
+                                    getattr(self, "_tfps_process_set", None),
+                                    getattr(self, "_tfps_sparse_as_dense", False),
+                                    getattr(self, "_tfps_device_sparse", ""))
 
         def reduce(flat):
             local = getattr(self, "_tfps_local", None)
@@ -157,8 +176,14 @@ def DistributedGradientTape(gradtape, device_dense="", device_sparse="",
     Args:
       gradtape: the recorded tape; the wrapper shares its recording.
       compression: Compression.none or Compression.fp16 (or a Compressor).
-      sparse_as_dense: accepted for Horovod compatibility; sparse gradients
-        (tf.IndexedSlices) are always reduced as dense tensors.
+      sparse_as_dense: False (default), as in Horovod: a sparse gradient (a
+        tf.IndexedSlices, from tf.gather or an Embedding layer) is allgathered, values and
+        indices, so only the rows this step touched travel, and gradient() returns a
+        tf.IndexedSlices (each worker's rows, averaged values); compression and
+        gradient_predivide_factor do not apply to it. True: it is made dense first and
+        reduced like the other gradients (better when most rows are touched every step).
+        With backward_passes_per_step > 1 sparse gradients are summed into dense buffers
+        and reduced dense whatever this says.
       op: Average (default) or Sum.
       gradient_predivide_factor: with op=Average, divide by this before the sum and by
         size()/factor after it.
@@ -175,7 +200,8 @@ def DistributedGradientTape(gradtape, device_dense="", device_sparse="",
         tape; Horovod's own tape has no such argument). The sums belong to the set of
         sources, so a new tape wrapped each step continues them.
       average_aggregated_gradients: with N > 1, divide the reduced sums by N.
-      device_sparse, num_groups, groups: accepted for Horovod compatibility. Grouping
+      device_sparse: device for the gathers of sparse gradients ('' lets TF place them).
+      num_groups, groups: accepted for Horovod compatibility. Grouping
         only fuses communication in Horovod; the engine here batches and partitions
         tensors itself, and results do not depend on it.
     """
@@ -190,6 +216,8 @@ def DistributedGradientTape(gradtape, device_dense="", device_sparse="",
     tape._tfps_predivide = gradient_predivide_factor
     tape._tfps_device = device_dense
     tape._tfps_process_set = process_set
+    tape._tfps_sparse_as_dense = bool(sparse_as_dense)
+    tape._tfps_device_sparse = device_sparse
     if algorithm is not None and getattr(algorithm, "owns_step", False):
         raise ValueError(f"{type(algorithm).__name__} runs the optimizer's update itself: use "
                          "DistributedOptimizer(opt, algorithm=...) rather than the tape")

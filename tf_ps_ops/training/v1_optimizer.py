@@ -14,12 +14,14 @@ from tf_ps_ops.training.local_vars import LocalVariables
 
 class DistributedV1Optimizer(tf.compat.v1.train.Optimizer):
     def __init__(self, optimizer, name, compression, op, gradient_predivide_factor,
-                 device_dense, backward_passes_per_step, average_aggregated_gradients):
+                 device_dense, backward_passes_per_step, average_aggregated_gradients,
+                 sparse_as_dense=False, device_sparse=""):
         name = name or f"Distributed{type(optimizer).__name__}"
         super().__init__(use_locking=False, name=name)
         self._optimizer = optimizer
         self._key_prefix = name
         self._reduce_args = (compression, op, gradient_predivide_factor, device_dense)
+        self._sparse_args = (bool(sparse_as_dense), device_sparse)  # training/tape.py
         aggregation = LocalAggregation(backward_passes_per_step, average_aggregated_gradients)
         self._aggregation = aggregation if aggregation.passes > 1 else None
         self._local = LocalVariables()
@@ -34,7 +36,7 @@ class DistributedV1Optimizer(tf.compat.v1.train.Optimizer):
 
         def reduce(grads_, keys_, variables_):
             return reduce_gradients(grads_, keys_, compression, op, predivide, device,
-                                    variables_)
+                                    variables_, None, *self._sparse_args)
 
         if self._local:
             return self._local.reduce(grads, keys, variables, reduce)

@@ -77,22 +77,29 @@ def check_broadcast_inplace_in_v1_graph(hvd):
             np.testing.assert_array_equal(session.run(first), np.full((2, 2), size - 1))
 
 
-def check_indexed_slices_without_dense_shape(hvd):
-    # Horovod allgathers values and indices (and divides the values by size for Average).
+def check_indexed_slices_gathered(hvd):
+    # Horovod allgathers values and indices (and divides the values by size for Average),
+    # with or without a dense_shape, which the result keeps; grouped_allreduce alike.
     size, me = hvd.size(), hvd.rank()
     values = [np.full((r + 1, 2), r + 1, np.float32) for r in range(size)]
     indices = [np.arange(r + 1, dtype=np.int64) + r for r in range(size)]
     slices = tf.IndexedSlices(tf.constant(values[me]), tf.constant(indices[me]))
-    for op, divisor in ((hvd.Average, size), (hvd.Sum, 1)):
-        for reduced in (hvd.allreduce(slices, op=op),
-                        tf.function(lambda: hvd.allreduce(slices, op=op))()):
-            assert isinstance(reduced, tf.IndexedSlices), type(reduced)
-            np.testing.assert_allclose(reduced.values, np.concatenate(values) / divisor)
-            np.testing.assert_array_equal(reduced.indices, np.concatenate(indices))
-    # Horovod's NotImplementedError for what it does not serve on slices, raised on every
-    # rank before anything travels, with or without a dense_shape.
     shaped = tf.IndexedSlices(slices.values, slices.indices, dense_shape=tf.constant([9, 2],
                                                                                      tf.int64))
+    for op, divisor in ((hvd.Average, size), (hvd.Sum, 1)):
+        for tensor in (slices, shaped):
+            for reduced in (hvd.allreduce(tensor, op=op),
+                            tf.function(lambda: hvd.allreduce(tensor, op=op))(),
+                            hvd.grouped_allreduce([tensor], op=op)[0]):
+                assert isinstance(reduced, tf.IndexedSlices), type(reduced)
+                np.testing.assert_allclose(reduced.values, np.concatenate(values) / divisor)
+                np.testing.assert_array_equal(reduced.indices, np.concatenate(indices))
+                if tensor.dense_shape is None:
+                    assert reduced.dense_shape is None
+                else:
+                    np.testing.assert_array_equal(reduced.dense_shape, [9, 2])
+    # Horovod's NotImplementedError for what it does not serve on slices, raised on every
+    # rank before anything travels, with or without a dense_shape.
     for bad in (slices, shaped):
         for kwargs in (dict(op=hvd.Max), dict(op=hvd.Min), dict(op=hvd.Product),
                        dict(op=hvd.Adasum), dict(prescale_factor=2.0),
@@ -286,7 +293,7 @@ def check_reducescatter_mismatch_in_graphs(hvd):
 
 CHECKS = [check_broadcast_grad_is_averaged, check_allgather_grad,
           check_allgather_grad_in_v1_graph, check_broadcast_inplace_in_v1_graph,
-          check_indexed_slices_without_dense_shape, check_fp16_scaling_in_fp32,
+          check_indexed_slices_gathered, check_fp16_scaling_in_fp32,
           check_objects_in_v1_graph, check_callback_broadcasts_model_without_input,
           check_callback_local_variables, check_topology, check_byteps_push_pull_scope,
           check_keras_namespace_collectives, check_broadcast_global_variables_in_v1_graph,
