@@ -79,8 +79,10 @@ def test_garbage_flood_without_reading_keeps_server_and_scheduler_bounded(make_c
     print(f"sent {sent} messages; server RSS {before[0]} -> {after[0]} KiB, scheduler "
           f"{before[1]} -> {after[1]} KiB, server log +{log_growth} bytes")
     assert sent > 10000, sent
-    assert after[0] - before[0] < 40 << 10, (before, after)
-    assert after[1] - before[1] < 40 << 10, (before, after)
+    # ZeroMQ parks at most kSocketRcvHwm (1,000) unread messages per peer: ~1.5 MB here.
+    # At 100,000 (its send bound) a server that fell behind held 30-50 MB of heads.
+    assert after[0] - before[0] < 16 << 10, (before, after)
+    assert after[1] - before[1] < 16 << 10, (before, after)
     assert log_growth < 64 << 10, log_growth
     # A few lines per peer per interval, not one per message (tests/unit/test_rate_limit.py).
     assert cluster.result("server", 0).stderr.count("'flood'") <= 20

@@ -125,7 +125,7 @@ void SetCommonOptions(zmq::socket_t& socket, const Config& config) {
   socket.set(zmq::sockopt::heartbeat_timeout, hb_timeout_ms);
   socket.set(zmq::sockopt::heartbeat_ttl, hb_timeout_ms);
   socket.set(zmq::sockopt::sndhwm, kSocketHwm);
-  socket.set(zmq::sockopt::rcvhwm, kSocketHwm);
+  socket.set(zmq::sockopt::rcvhwm, kSocketRcvHwm);
   if (config.max_message_bytes > 0) {
     socket.set(zmq::sockopt::maxmsgsize, config.max_message_bytes);
   }

@@ -58,15 +58,22 @@ int Poll(zmq::pollitem_t* items, size_t count, int timeout_ms);
 // Receives every frame of one multipart message without blocking; false if none is waiting.
 bool RecvFrames(zmq::socket_t& socket, std::vector<zmq::message_t>* frames);
 
-// Messages queued per peer and direction before a socket pushes back (a DEALER's send
-// waits, a ROUTER's send fails and the message is dropped, a receiver stops reading the
-// connection): far above what a worker keeps in flight (a 50 GB model in 512 KiB
-// partitions), but a bound on what a peer that never reads can pile up.
+// Messages queued per peer to send before a socket pushes back (a DEALER's send waits, a
+// ROUTER's send fails and the message is dropped): far above what a worker keeps in flight
+// (a 50 GB model in 512 KiB partitions), but a bound on what a peer that never reads can
+// pile up.
 constexpr int kSocketHwm = 100000;
+
+// Messages received from one peer and not yet taken by the socket's owner before ZeroMQ
+// stops reading that connection. Pushing back on a receive loses nothing (the sender's
+// queue and TCP hold the rest), so this is ZeroMQ's default rather than kSocketHwm: a peer
+// that floods a role faster than it can answer parks 1,000 messages there, not 100,000
+// (which at 100-byte heads was 30-50 MB of a server's memory).
+constexpr int kSocketRcvHwm = 1000;
 
 // Options every TCP socket of every role gets, the one place they are set: heartbeats
 // (TFPS_HEARTBEAT_TIMEOUT) so a vanished host is noticed, linger so a goodbye is delivered
-// on close but never blocks exit for long, high-water marks (kSocketHwm), and
+// on close but never blocks exit for long, high-water marks (kSocketHwm, kSocketRcvHwm), and
 // ZMQ_MAXMSGSIZE (TFPS_MAX_MESSAGE_BYTES): a peer that announces a larger frame is
 // disconnected before the frame is buffered; and, with a job key (TFPS_AUTH_KEY_FILE),
 // CURVE (transport/auth.h): server side on a ROUTER, client side on a DEALER.
