@@ -31,6 +31,14 @@ _SETTLE_S = 1.0  # after a first failure, how long exits may still arrive before
 _POLL_S = 0.05  # also the cost of watching: the launcher shares the CPUs with its job
 _REAP_LIMIT_S = 10.0  # a SIGKILLed process in uninterruptible sleep must not hang us
 
+# Signals that ask a process to stop: it tells the others first (engine/stop_signal.h), so
+# their exits can be seen before its own. Any other signal kills without a word.
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def _killed_outright(returncode):
+    return returncode is not None and returncode < 0 and -returncode not in _STOP_SIGNALS
+
 
 class LaunchError(Exception):
     """Ends the job. `code` is the exit code a launcher should give (124: timed out,
@@ -172,10 +180,12 @@ class Job:
         return stopped
 
     def _raise_first_failure(self):
-        if self.first_failure() is None:
+        first = self.first_failure()
+        if first is None:
             return
-        # Let the exits that belong together arrive before naming the cause.
-        settle = time.monotonic() + _SETTLE_S
+        # Let the exits that belong together arrive before naming the cause; a process
+        # killed outright (SIGKILL, a crash) is the cause already, and the job ends at once.
+        settle = time.monotonic() + (0.0 if _killed_outright(first.returncode) else _SETTLE_S)
         while time.monotonic() < settle and any(p.poll() is None for p in self.processes):
             time.sleep(_POLL_S)
         process = self.first_failure()
