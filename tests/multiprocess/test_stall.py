@@ -42,14 +42,14 @@ def start_job(tmp_path):
     require_build()
     clusters = []
 
-    def start(env, sleep_s):
+    def start(env, sleep_s, sleeper=0):
         go = tmp_path / "go"
         cluster = Cluster(tmp_path / "cluster", 2, 1, timeout=150,
                           env={**env, "TFPS_TEST_GO": str(go),
                                "TFPS_TEST_PS_SERVER": str(PS_SERVER)})
         cluster.ps_server = GATED_PS_SERVER
         clusters.append(cluster)
-        cluster.start([sys.executable, str(WORKER), str(sleep_s), str(tmp_path)])
+        cluster.start([sys.executable, str(WORKER), str(sleep_s), str(tmp_path), str(sleeper)])
         limit = time.monotonic() + 120
         while not all((tmp_path / f"ready{rank}").exists() for rank in range(2)):
             assert time.monotonic() < limit, cluster.result("worker", 0).describe()
@@ -141,3 +141,22 @@ def test_under_hierarchical_aggregation_the_local_wait_only_warns_too(start_job,
                      r"of 2 \(hierarchical aggregation\), waiting for the local leader, local "
                      r"rank 0 \(rank 0\), to answer, has waited \d+ s", member.stderr), \
         member.describe()
+    # The leader is the slow one: it says so itself, naming who waits for it.
+    leader = cluster.result("worker", 0)
+    assert re.search(r"stall warning: tensor '[^']+' \(step \d+\) on local rank 0 \(rank 0\) "
+                     r"of 2 \(hierarchical aggregation\): local rank 1 \(rank 1\) has handed "
+                     r"it over and waited \d+ s for this worker, the local leader, which has "
+                     r"not called it yet: this worker is the slow one", leader.stderr), \
+        leader.describe()
+
+
+def test_a_hierarchical_leader_names_the_local_worker_it_waits_for(start_job):
+    # Now the member, rank 1, sleeps: its local leader waits for its tensor and names it.
+    cluster = start_job({**SHORT, "TFPS_HIERARCHICAL": "1"}, SLEEP_S, sleeper=1)
+    cluster.wait()
+    cluster.assert_ok()
+    leader = cluster.result("worker", 0)
+    assert re.search(r"stall warning: tensor '[^']+' \(step \d+\) on local rank 0 \(rank 0\) "
+                     r"of 2 \(hierarchical aggregation\), waiting for local rank 1 \(rank 1\) "
+                     r"to hand over its tensor, has waited \d+ s", leader.stderr), \
+        leader.describe()

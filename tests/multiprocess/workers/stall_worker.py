@@ -2,11 +2,11 @@
 callback between epochs (a rank-0-only evaluation, a checkpoint), while rank 1 goes on
 into the next epoch and waits for rank 0's gradients.
 
-    stall_worker.py SLEEP_S OUT_DIR
+    stall_worker.py SLEEP_S OUT_DIR [SLEEPER]
 
 With $TFPS_TEST_GO set, a worker that has imported everything makes OUT_DIR/ready<r> and
 waits for that file before init() (the test's short TFPS_TIMEOUT bounds the rendezvous).
-Rank 0 prints "sleeping" and sleeps SLEEP_S at the end of epoch 0. Every rank writes its
+Rank SLEEPER (default 0) prints "sleeping" and sleeps SLEEP_S at the end of epoch 0. Every rank writes its
 trained weights to OUT_DIR/rank<r>.npz and prints "trained"; a training error is printed
 ("training failed: ...") and exits 3. The test compares the weights with `oracle()`.
 """
@@ -55,6 +55,7 @@ def oracle():
 
 def main():
     sleep_s, out_dir = float(sys.argv[1]), sys.argv[2]
+    sleeper = int(sys.argv[3]) if len(sys.argv) > 3 else 0
     import keras
     import tensorflow as tf
 
@@ -75,7 +76,7 @@ def main():
 
     class SlowRankZero(keras.callbacks.Callback):
         def on_epoch_end(self, epoch, logs=None):
-            if rank == 0 and epoch == 0:
+            if rank == sleeper and epoch == 0:
                 print("sleeping", flush=True)
                 time.sleep(sleep_s)
 

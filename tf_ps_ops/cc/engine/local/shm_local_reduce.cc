@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -90,8 +91,10 @@ std::string ShmLocalReduce::SegmentName(uint64_t key, int local_rank) const {
 
 void ShmLocalReduce::Add(std::function<std::optional<Status>()> step,
                          std::function<void(const Status&)> finish,
-                         std::function<void()> on_timeout, const std::string& what) {
-  Task task{std::move(step), std::move(finish), Clock::now(), std::move(on_timeout), what};
+                         std::function<void()> on_timeout, const std::string& what,
+                         std::optional<uint64_t> key) {
+  Task task{std::move(step), std::move(finish), Clock::now(), std::move(on_timeout), what, 0,
+            key};
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!stopping_) {
@@ -110,7 +113,7 @@ void ShmLocalReduce::ReduceToLeader(const LocalTensor& t, const void* input, Red
     // Timed out: no member's input was taken (the leader takes all at once), so the step is
     // withdrawn, and is not answered; members that handed over time out and withdraw too.
     Add([this, t, input, sum] { return LeaderReduceOnPoll(MappedOnPoll(t), input, sum.get()); },
-        finish, [this, t] { WithdrawLeaderStepOnPoll(t.key, t.step); }, Named(t));
+        finish, [this, t] { WithdrawLeaderStepOnPoll(t.key, t.step); }, Named(t), t.key);
     return;
   }
   // A handover that fails or times out hands nothing over: its number is used again.
@@ -546,13 +549,25 @@ void ShmLocalReduce::RunPolling() {
       const bool timed_out = !result && StallShutdownDue(stall_, it->since, now);
       if (timed_out || (!result && StallWarningDue(stall_, it->since, now,
                                                    &it->stall_warnings))) {
+        std::string waited_for = Describe(0);
+        if (local_rank_ == 0) {
+          // The members that have not handed over: those of the step's name not waiting.
+          uint64_t step = 0;
+          const std::vector<int> handed =
+              it->key ? HandedOnPoll(*it->key, &step) : std::vector<int>();
+          std::string missing;
+          for (int lr = 1; lr < local_size(); ++lr) {
+            if (std::find(handed.begin(), handed.end(), lr) != handed.end()) continue;
+            missing += (missing.empty() ? "" : ", ") + Describe(lr);
+          }
+          waited_for = it->key && !missing.empty() ? missing : "a local worker";
+        }
         const std::string what =
             (it->what.empty() ? std::string("a local step") : it->what) + " on " +
             Describe(local_rank_) + " of " + std::to_string(local_size()) +
             " (hierarchical aggregation), waiting for " +
-            (local_rank_ == 0 ? "a local worker to hand over its tensor"
+            (local_rank_ == 0 ? waited_for + " to hand over its tensor"
                               : "the local leader, " + Describe(0) + ", to answer");
-        const std::string waited_for = local_rank_ == 0 ? "a local worker" : Describe(0);
         if (timed_out) {
           result = DeadlineExceeded("stalled for " + WholeSeconds(stall_.shutdown_s) +
                                     " s (TFPS_STALL_SHUTDOWN): " + what + "; " + waited_for +
@@ -576,6 +591,11 @@ void ShmLocalReduce::RunPolling() {
       it = tasks.erase(it);
     }
     if (serve_) ServeJoinedOnPoll();
+    if (local_rank_ == 0 && stall_.warning_s > 0 &&
+        now - last_behind_check_ > std::chrono::seconds(1)) {
+      last_behind_check_ = now;
+      WarnLeaderBehindOnPoll(tasks, now);
+    }
     // Spin briefly while work is pending, then sleep longer the longer nothing happens: a
     // member waits a whole server round trip for its answer, and must not burn a core
     // meanwhile (the latency added stays under 0.5 ms, against steps of milliseconds).
@@ -588,6 +608,52 @@ void ShmLocalReduce::RunPolling() {
   const Status aborted = Aborted("tf_ps_ops was shut down during a local reduction");
   for (Task& task : tasks) task.finish(aborted);
   UnlinkAllOnPoll();
+}
+
+std::vector<int> ShmLocalReduce::HandedOnPoll(uint64_t key, uint64_t* step) const {
+  std::vector<int> handed;
+  auto found = segments_.find(key);
+  if (found == segments_.end()) return handed;
+  const Segments& segs = found->second;
+  for (int lr = 1; lr < static_cast<int>(segs.peers.size()); ++lr) {
+    if (!segs.peers[lr]) continue;
+    const uint64_t ready = segs.peers[lr]->header()->ready_step.load(std::memory_order_acquire);
+    if (ready == 0 || (ready & (kTaken | kCommitted)) != 0) continue;  // none, or taken
+    handed.push_back(lr);
+    *step = std::max(*step, ready);
+  }
+  return handed;
+}
+
+void ShmLocalReduce::WarnLeaderBehindOnPoll(const std::list<Task>& tasks, Clock::time_point now) {
+  std::vector<uint64_t> busy;  // names this worker is summing: its own warnings cover them
+  for (const Task& task : tasks) {
+    if (task.key) busy.push_back(*task.key);
+  }
+  for (auto& [key, segs] : segments_) {
+    uint64_t step = 0;
+    const std::vector<int> handed = std::find(busy.begin(), busy.end(), key) == busy.end()
+                                        ? HandedOnPoll(key, &step)
+                                        : std::vector<int>();
+    if (handed.empty() || step != segs.idle_step) {
+      segs.idle_step = handed.empty() ? 0 : step;
+      segs.idle_since = now;
+      segs.idle_warnings = 0;
+      continue;
+    }
+    if (!StallWarningDue(stall_, segs.idle_since, now, &segs.idle_warnings)) continue;
+    std::string who;
+    for (int lr : handed) who += (who.empty() ? "" : ", ") + Describe(lr);
+    metrics::stalls.Add();
+    TFPS_LOG(Warning) << "stall warning: tensor '" << segs.name << "' (step "
+                      << step << ") on " << Describe(0) << " of " << local_size()
+                      << " (hierarchical aggregation): " << who
+                      << (handed.size() == 1 ? " has" : " have") << " handed it over and "
+                      << "waited " << WholeSeconds(SecondsSince(segs.idle_since, now))
+                      << " s for this worker, the local leader, which has not called it "
+                      << "yet: this worker is the slow one (running other code?); the job "
+                      << "waits on (TFPS_STALL_SHUTDOWN ends it)";
+  }
 }
 
 void ShmLocalReduce::UnlinkAllOnPoll() {

@@ -87,6 +87,7 @@ class ShmLocalReduce : public LocalReduce {
     std::function<void()> on_timeout;  // may be null; runs on the poll thread before finish
     std::string what;          // "tensor 'x' (step 3)", for warnings and errors
     int stall_warnings = 0;
+    std::optional<uint64_t> key;  // leader's reduce: the name it sums (stall warnings)
   };
   struct Segments {  // one tensor name's: own, and by local rank the peers' this one reads
     std::unique_ptr<ShmSegment> own;
@@ -103,10 +104,22 @@ class ShmLocalReduce : public LocalReduce {
     uint64_t aligned_joins = 0;
     uint64_t served_step = 0;
     std::string name;
+    // Leader, stall warnings: a step some members handed over while this worker has not
+    // called the name (it is the slow one), since when, and the warnings logged for it.
+    uint64_t idle_step = 0;
+    Clock::time_point idle_since;
+    int idle_warnings = 0;
   };
 
   void Add(std::function<std::optional<Status>()> step, std::function<void(const Status&)> finish,
-           std::function<void()> on_timeout = nullptr, const std::string& what = "");
+           std::function<void()> on_timeout = nullptr, const std::string& what = "",
+           std::optional<uint64_t> key = std::nullopt);
+  // Leader, poll thread: the local ranks whose input of `key`'s current step is handed
+  // over and not yet taken.
+  std::vector<int> HandedOnPoll(uint64_t key, uint64_t* step) const;
+  // Leader, poll thread: a stall warning for each name whose members handed over a step
+  // this worker has not called yet (TFPS_STALL_WARNING): the slow rank is this one.
+  void WarnLeaderBehindOnPoll(const std::list<Task>& tasks, Clock::time_point now);
   // Leader: the caller's step `caller_step` of `key` is withdrawn, not answered (a wait that
   // timed out, or a step to serve when every member has joined): its number is used again.
   void WithdrawLeaderStepOnPoll(uint64_t key, uint64_t caller_step);
@@ -184,6 +197,7 @@ class ShmLocalReduce : public LocalReduce {
   std::atomic<bool> members_joined_{false};
   std::vector<Clock::time_point> control_tried_;  // per local rank: last open attempt
   bool check_liveness_ = false;             // poll thread: look at peers' pids this round
+  Clock::time_point last_behind_check_;      // leader: WarnLeaderBehindOnPoll, every 1 s
   Clock::time_point last_liveness_check_;   // (every 50 ms: it reads /proc)
 };
 
