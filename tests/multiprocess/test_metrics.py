@@ -13,7 +13,7 @@ import time
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from cluster import PS_SERVER, REPO, require_build, run_job
+from cluster import PS_SERVER, REPO, free_base, require_build, run_job
 from tf_ps_ops.common.metrics_text import parse, scrape
 
 pytestmark = pytest.mark.timeout(400)
@@ -25,29 +25,6 @@ STEPS, ELEMENTS = 6, 1000  # counters_worker.py's
 # A loaded machine (2 cores, several jobs) can take minutes to import TensorFlow in two
 # workers: the jobs' deadlines are generous, they bound a hang, not the normal run.
 JOB_ENV = {"TFPS_HIERARCHICAL": "0", "TFPS_SHM_SERVER": "0", "TFPS_TIMEOUT": "300"}
-
-
-def free_base(count):
-    """A port P with P..P+count-1 free now (bound and released; racy, but only loopback)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + count > 65535:
-            continue
-        try:
-            probes = []
-            for port in range(base, base + count):
-                probe = socket.socket()
-                probes.append(probe)
-                probe.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for probe in probes:
-                probe.close()
-    pytest.fail("no run of free ports found")
 
 
 def delta(report, role, sample):
