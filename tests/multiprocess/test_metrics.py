@@ -67,6 +67,23 @@ def test_every_role_answers_and_the_counters_count_the_job(tmp_path):
             2 * nbytes
         assert report["after"]["server"]["tfps_server_push_bytes_limit"] > 0
         assert report["after"]["server"]["process_resident_memory_bytes"] > 0
+        # Every role exports the queue depths, budget, memory, errors and stalls (docs'
+        # "which role exports what"); nothing failed or stalled in this job.
+        for role, names in (("worker", ["tfps_worker_send_queue_partitions",
+                                        "tfps_worker_request_queue"]),
+                            ("server", ["tfps_server_summation_queue",
+                                        "tfps_server_push_bytes_held"]),
+                            ("scheduler", [])):
+            for name in names + ["tfps_errors_total", "tfps_stalls_total",
+                                 "tfps_membership_changes_total",
+                                 "process_resident_memory_bytes"]:
+                assert name in report["after"][role], (role, name)
+            assert report["after"][role]["tfps_errors_total"] == 0, role
+            assert report["after"][role]["tfps_stalls_total"] == 0, role
+        # Membership as each role saw it: the server both workers connecting; a worker no
+        # notice about another member (nobody left).
+        assert report["after"]["server"]["tfps_membership_changes_total"] == 2
+        assert report["after"]["worker"]["tfps_membership_changes_total"] == 0
         # The scheduler saw one server and two workers register.
         scheduler = report["after"]["scheduler"]
         assert scheduler["tfps_scheduler_registrations_total"] == 3
