@@ -505,6 +505,7 @@ void ShardServer::OnMessageOnIoThread(std::vector<zmq::message_t>& frames) {
       return;
     case MsgType::kBye:
       worker_state_[rank] = kDone;
+      metrics::membership_changes.Add();
       shm_.Forget(identity);
       return;
     case MsgType::kPushPullShm:
@@ -555,7 +556,10 @@ bool ShardServer::DecodeOnIoThread(const std::string& identity,
 void ShardServer::OnHelloOnIoThread(const std::string& identity, int rank,
                                     std::vector<zmq::message_t>& frames) {
   fd_of_rank_[rank] = frames[1].get(ZMQ_SRCFD);
-  if (worker_state_[rank] == kUnseen) worker_state_[rank] = kConnected;
+  if (worker_state_[rank] == kUnseen) {
+    worker_state_[rank] = kConnected;
+    metrics::membership_changes.Add();
+  }
   Head reply;
   reply.header.type = static_cast<uint16_t>(MsgType::kHelloReply);
   reply.header.sender = server_id_;
@@ -712,6 +716,7 @@ void ShardServer::OnBatchOnIoThread(const std::string& identity, const Header& b
 
 void ShardServer::OnWorkerGoneOnIoThread(int rank, const std::string& why) {
   worker_state_[rank] = kGone;
+  metrics::membership_changes.Add();
   shm_.Forget(WorkerIdentity(rank));
   TFPS_LOG(Error) << "worker " << rank << " is gone: " << why;
   for (auto& inbox : inboxes_) {

@@ -16,6 +16,7 @@ quotes the stderr of every process that failed. Fault tests use `kill(role, inde
 
 import os
 import shlex
+import socket
 import signal
 import subprocess
 import time
@@ -41,6 +42,31 @@ def require_build():
         if os.environ.get("CI"):
             pytest.fail(message)
         pytest.skip(message)
+
+
+def free_base(count):
+    """A port P with P..P+count-1 free now (bound and released; racy, but only loopback)."""
+    import pytest
+
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base + count > 65535:
+            continue
+        try:
+            probes = []
+            for port in range(base, base + count):
+                probe = socket.socket()
+                probes.append(probe)
+                probe.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for probe in probes:
+                probe.close()
+    pytest.fail("no run of free ports found")
 
 
 def run_job(command, timeout, env=None):

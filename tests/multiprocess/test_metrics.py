@@ -13,7 +13,7 @@ import time
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from cluster import PS_SERVER, REPO, require_build, run_job
+from cluster import PS_SERVER, REPO, free_base, require_build, run_job
 from tf_ps_ops.common.metrics_text import parse, scrape
 
 pytestmark = pytest.mark.timeout(400)
@@ -25,29 +25,6 @@ STEPS, ELEMENTS = 6, 1000  # counters_worker.py's
 # A loaded machine (2 cores, several jobs) can take minutes to import TensorFlow in two
 # workers: the jobs' deadlines are generous, they bound a hang, not the normal run.
 JOB_ENV = {"TFPS_HIERARCHICAL": "0", "TFPS_SHM_SERVER": "0", "TFPS_TIMEOUT": "300"}
-
-
-def free_base(count):
-    """A port P with P..P+count-1 free now (bound and released; racy, but only loopback)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + count > 65535:
-            continue
-        try:
-            probes = []
-            for port in range(base, base + count):
-                probe = socket.socket()
-                probes.append(probe)
-                probe.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for probe in probes:
-                probe.close()
-    pytest.fail("no run of free ports found")
 
 
 def delta(report, role, sample):
@@ -90,6 +67,23 @@ def test_every_role_answers_and_the_counters_count_the_job(tmp_path):
             2 * nbytes
         assert report["after"]["server"]["tfps_server_push_bytes_limit"] > 0
         assert report["after"]["server"]["process_resident_memory_bytes"] > 0
+        # Every role exports the queue depths, budget, memory, errors and stalls (docs'
+        # "which role exports what"); nothing failed or stalled in this job.
+        for role, names in (("worker", ["tfps_worker_send_queue_partitions",
+                                        "tfps_worker_request_queue"]),
+                            ("server", ["tfps_server_summation_queue",
+                                        "tfps_server_push_bytes_held"]),
+                            ("scheduler", [])):
+            for name in names + ["tfps_errors_total", "tfps_stalls_total",
+                                 "tfps_membership_changes_total",
+                                 "process_resident_memory_bytes"]:
+                assert name in report["after"][role], (role, name)
+            assert report["after"][role]["tfps_errors_total"] == 0, role
+            assert report["after"][role]["tfps_stalls_total"] == 0, role
+        # Membership as each role saw it: the server both workers connecting; a worker no
+        # notice about another member (nobody left).
+        assert report["after"]["server"]["tfps_membership_changes_total"] == 2
+        assert report["after"]["worker"]["tfps_membership_changes_total"] == 0
         # The scheduler saw one server and two workers register.
         scheduler = report["after"]["scheduler"]
         assert scheduler["tfps_scheduler_registrations_total"] == 3

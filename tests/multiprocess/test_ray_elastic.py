@@ -1,8 +1,7 @@
 """RayExecutor(min_workers, max_workers) on a local one-node Ray cluster: the driver finds
 the node's slots, starts a worker actor in each, publishes the epochs to them and takes
 their joins and acks back; the weights equal a NumPy replay, alike on every worker.
-A multi-node run (ray.cluster_utils.Cluster, a node added and removed mid-training) is
-not here: adding a node timed out on the 2-core test machine. ~1-3 min on 2 cores."""
+A node added and removed mid-training: test_ray_multinode.py. ~1-3 min on 2 cores."""
 
 import time
 from pathlib import Path

@@ -12,7 +12,8 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 from tf_ps_ops.common import metrics_text  # noqa: E402
 from tf_ps_ops.runner import run as tfps_run  # noqa: E402
-from tf_ps_ops.runner.status import StatusLine, check_ports, metrics_ports  # noqa: E402
+from tf_ps_ops.runner.status import (ElasticPorts, StatusLine, check_ports,  # noqa: E402
+                                     metrics_ports)
 
 prometheus_parser = pytest.importorskip("prometheus_client.parser")
 
@@ -66,7 +67,8 @@ def test_every_process_of_a_job_gets_its_own_port():
     (["--status-every", "5"], "give --metrics-port BASE too"),
     (["--metrics-port", "0", "--status-every", "5"], "a base port, not 0"),
     (["--metrics-port", "65534"], "needs ports up to 65537"),
-    (["--metrics-port", "9400", "--elastic"], "TFPS_METRICS_PORT=0"),
+    (["--metrics-port", "65531", "--elastic"], "needs ports up to 65536 (two sets of"),
+    (["--metrics-port", "9400", "--host-discovery-script", "./hosts.sh"], "needs --max-np"),
 ])
 def test_tfps_run_refuses_metrics_flags_it_cannot_honour(capsys, argv, error):
     with pytest.raises(SystemExit):
@@ -74,10 +76,44 @@ def test_tfps_run_refuses_metrics_flags_it_cannot_honour(capsys, argv, error):
     assert error in capsys.readouterr().err
 
 
+def test_elastic_ports_reuse_a_dead_workers_slot_and_alternate_the_control_sets():
+    ports = ElasticPorts(9400, num_servers=2, slots=3)
+    alive = {"w0", "w1", "w2"}
+    assert [ports.take(w, alive.__contains__) for w in ("w0", "w1", "w2")] == \
+        [9403, 9404, 9405]
+    assert ports.take("w3", alive.__contains__) == 0  # every slot held: a free port
+    alive.discard("w1")
+    assert ports.take("w4", alive.__contains__) == 9404  # w1's slot, w1's port
+    assert ports.port("w4") == 9404 and ports.port("w3") == 0
+    first = {("scheduler", 0): 9400, ("server", 0): 9401, ("server", 1): 9402}
+    second = {("scheduler", 0): 9406, ("server", 0): 9407, ("server", 1): 9408}
+    assert ports.control(set()) == (0, first)
+    assert ports.control({0}) == (1, second)
+    assert ports.control({None, 1}) == (0, first)
+    assert ports.control({0, 1})[1] == {place: 0 for place in first}
+    assert ElasticPorts(0, 1, 2).control(set())[1] == {("scheduler", 0): 0, ("server", 0): 0}
+
+
+def test_the_status_line_follows_changing_members_and_a_restarted_port():
+    members = [(0, "h", 1)]
+    steps = {1: 10.0}
+    line = StatusLine(lambda: list(members), 1.0,
+                      scrape=lambda host, port: f"tfps_worker_steps_total {steps[port]}\n")
+    assert line.sample() == {0: None}
+    steps[1] = 20.0
+    assert line.sample()[0][0] > 0
+    steps[1], steps[2] = 3.0, 5.0  # a new process on port 1; a member joined on port 2
+    members.append((1, "h", 2))
+    assert line.sample() == {0: None, 1: None}
+
+
 def test_tfps_run_takes_the_metrics_flags():
     args = tfps_run.parse_args(["-np", "2", "--metrics-port", "9400", "--status-every",
                                 "2.5", "python3", "train.py"])
     assert args.metrics_port == 9400 and args.status_every == 2.5
+    args = tfps_run.parse_args(["-np", "2", "--elastic", "--metrics-port", "9400",
+                                "--status-every", "1", "python3", "train.py"])
+    assert args.metrics_slots == 2
 
 
 def test_the_status_line_names_rates_hosts_and_the_slowest_rank():

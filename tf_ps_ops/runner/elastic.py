@@ -48,19 +48,23 @@ import time
 from tf_ps_ops.runner.elastic_ssh import SSH_FAILED, describe_remote_exit, send_epoch
 from tf_ps_ops.runner.job import Job, LaunchError
 from tf_ps_ops.runner.process import LOCAL
+from tf_ps_ops.runner.status import with_port
 
 EPOCH_FILE = "epoch.json"
 _OLD_EPOCH_GRACE_S = 15.0
 _POLL_S = 0.05
 
 
-def write_epoch(directory, epoch, scheduler, num_servers, members):
+def write_epoch(directory, epoch, scheduler, num_servers, members, metrics=None):
     """Writes the epoch file atomically (rename), so that a reader sees it whole; returns
-    what it wrote."""
+    what it wrote. `metrics`: {"scheduler": port, "servers": [port, ...]}, the epoch's
+    metrics ports (tfps-run --metrics-port)."""
     path = os.path.join(directory, EPOCH_FILE)
     tmp = f"{path}.{epoch}.tmp"
     content = {"epoch": epoch, "scheduler": scheduler, "num_servers": num_servers,
                "members": list(members)}
+    if metrics is not None:
+        content["metrics"] = metrics
     with open(tmp, "w") as f:
         json.dump(content, f)
     os.replace(tmp, path)
@@ -91,9 +95,10 @@ class ElasticJob:
     def __init__(self, ps_server, num_servers, output, directory, command, env,
                  min_workers=1, restarts=0, timeout=None, server_threads=None, cwd=None,
                  server_restarts=0, worker_hosts=None, scheduler_host=LOCAL,
-                 server_hosts=None):
+                 server_hosts=None, metrics_ports=None):
         """`worker_hosts`: the host of each first worker (default: all here);
-        `scheduler_host`, `server_hosts`: where each epoch's roles run."""
+        `scheduler_host`, `server_hosts`: where each epoch's roles run; `metrics_ports`:
+        a status.ElasticPorts (tfps-run --metrics-port), or None."""
         self.ps_server, self.num_servers = ps_server, num_servers
         self.output, self.directory, self.command = output, directory, command
         self.env, self.cwd = dict(env), cwd
@@ -118,6 +123,8 @@ class ElasticJob:
         self.lost_hosts = set()  # names of remote hosts some ssh session to which failed
         self._published = None  # the current epoch, as written to epoch.json
         self.removed = {}  # worker id -> why the driver stopped it (no failure of the job)
+        self.metrics_ports = metrics_ports
+        self._port_set = {}  # epoch -> the set of metrics ports its roles hold (or None)
 
     # --- epochs -----------------------------------------------------------------------
 
@@ -135,27 +142,52 @@ class ElasticJob:
                     cwd=self.cwd)
         port_file = os.path.join(self.directory, f"port-{epoch}")
         scheduler_host, server_hosts = self._role_hosts()
-        port = roles.start_scheduler(self.env, port_file, host=scheduler_host)
+        ports = self._control_ports(epoch)
+        port = roles.start_scheduler(with_port(self.env, ports, "scheduler", 0), port_file,
+                                     host=scheduler_host)
         for index in range(self.num_servers):
-            roles.start_server(index, self.env, host=server_hosts[index],
-                               threads=self.server_threads)
+            roles.start_server(index, with_port(self.env, ports, "server", index),
+                               host=server_hosts[index], threads=self.server_threads)
         now = time.monotonic()
         self.epochs = [(e, job, retired or now) for e, job, retired in self.epochs]
         self.epochs.append((epoch, roles, None))
         self.epoch, self.members = epoch, list(members)
+        shown = ports and ports[("scheduler", 0)] and {
+            "scheduler": ports[("scheduler", 0)],
+            "servers": [ports[("server", i)] for i in range(self.num_servers)]}
         self._published = write_epoch(self.directory, epoch,
                                       f"{roles.scheduler_host}:{port}", self.num_servers,
-                                      members)
+                                      members, shown or None)
         for p in self.workers.processes:
             if p.host.remote:
                 send_epoch(p, self._published)
         _say(f"elastic epoch {epoch}: {len(members)} worker(s) "
-             f"[{', '.join(members)}] (ranks in this order), scheduler port {port}")
+             f"[{', '.join(members)}] (ranks in this order), scheduler port {port}"
+             + (f"; metrics ports: scheduler {shown['scheduler']}, servers "
+                f"{', '.join(map(str, shown['servers']))}" if shown else ""))
         if abandoned is not None:
             old_epoch, old_roles, _ = abandoned
             _say(f"elastic epoch {old_epoch} is abandoned before its rendezvous completed; "
                  f"stopped its scheduler, its members go to epoch {epoch}")
             old_roles.process("scheduler", 0).signal_group(signal.SIGTERM)
+
+    def _control_ports(self, epoch):
+        """The metrics ports of epoch `epoch`'s scheduler and servers (None: no ports),
+        from a set no epoch still running holds."""
+        if self.metrics_ports is None:
+            return None
+        busy = {self._port_set.get(e) for e, roles, _ in self.epochs
+                if any(p.poll() is None for p in roles.processes)}
+        self._port_set[epoch], ports = self.metrics_ports.control(busy)
+        return ports
+
+    def metrics_targets(self):
+        """[(rank, host, metrics port)] of the current members (tfps-run's status line;
+        called from its thread: reads a snapshot)."""
+        members, host_of = list(self.members), dict(self._host_of)
+        return [(rank, "127.0.0.1" if host_of.get(w, LOCAL).local else host_of[w].name,
+                 self.metrics_ports.port(w))
+                for rank, w in enumerate(members) if self.metrics_ports.port(w)]
 
     def _usable(self, host):
         return host.name not in self.lost_hosts
@@ -188,6 +220,9 @@ class ElasticJob:
         env = dict(self.env)
         env.update({"TFPS_ELASTIC": "1", "TFPS_ELASTIC_DIR": self.directory,
                     "TFPS_ELASTIC_ID": worker_id, "PYTHONUNBUFFERED": "1"})
+        if self.metrics_ports is not None:
+            env["TFPS_METRICS_PORT"] = str(self.metrics_ports.take(
+                worker_id, lambda w: self._worker(w).poll() is None))
         p = self.workers.spawn("worker", worker_id, self.command, env, host=host)
         self._host_of[worker_id] = host
         if host.remote and self._published is not None:

@@ -36,7 +36,8 @@ from tf_ps_ops.runner.flag_types import int_at_least, positive_float
 from tf_ps_ops.runner.horovodrun import tuning_env
 from tf_ps_ops.runner.job import Job, LaunchError, run_to_teardown
 from tf_ps_ops.runner.process import LOCAL, Prefixed
-from tf_ps_ops.runner.status import StatusLine, check_ports, metrics_ports
+from tf_ps_ops.runner.status import (ElasticPorts, StatusLine, check_ports, metrics_ports,
+                                     with_port)
 
 # The package folder: the build's artifacts (bin/ps_server, _tf_ps_ops.so) live there.
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -134,8 +135,9 @@ def parse_args(argv=None):
     parser.add_argument("--metrics-port", type=int_at_least(0), metavar="BASE",
                         help="each role answers GET /metrics (Prometheus) on a port of its "
                              "own: scheduler BASE, server i BASE+1+i, worker r "
-                             "BASE+1+servers+r; 0: each a free port, logged "
-                             "(TFPS_METRICS_PORT; docs/metrics.md)")
+                             "BASE+1+servers+r (--elastic: worker slot r, and a second set "
+                             "for the scheduler and servers after the workers'); 0: each "
+                             "a free port, logged (TFPS_METRICS_PORT; docs/metrics.md)")
     parser.add_argument("--status-every", type=positive_float, metavar="S",
                         help="print a status line every S seconds: steps/s per rank, MB/s "
                              "per host, the slowest rank (needs --metrics-port BASE > 0)")
@@ -196,22 +198,21 @@ def _check_metrics_args(parser, args):
             parser.error("--status-every reads the workers' metrics ports: give "
                          "--metrics-port BASE too (e.g. --metrics-port 9400)")
         return
-    if args.elastic:
-        parser.error("--metrics-port does not work with --elastic yet (replaced processes "
-                     "would need ports of their own): set TFPS_METRICS_PORT=0 instead, "
-                     "each process then logs the port it chose")
     if args.status_every and args.metrics_port == 0:
         parser.error("--status-every needs the workers' ports: give --metrics-port a "
                      "base port, not 0")
-    too_many = check_ports(args.metrics_port, args.num_servers, args.num_workers)
+    args.metrics_slots = args.num_workers
+    if args.host_discovery_script and args.metrics_port:
+        if args.max_np is None:
+            parser.error("--metrics-port BASE with --host-discovery-script needs --max-np: "
+                         "the workers' ports are BASE+1+servers+slot for slots below "
+                         "--max-np (or give --metrics-port 0: each process picks a port "
+                         "and logs it)")
+        args.metrics_slots = args.max_np
+    too_many = check_ports(args.metrics_port, args.num_servers, args.metrics_slots,
+                           elastic=args.elastic)
     if too_many:
         parser.error(too_many)
-
-
-def _with_metrics_port(env, ports, role, index):
-    if ports is None:
-        return env
-    return {**env, "TFPS_METRICS_PORT": str(ports[(role, index)])}
 
 
 def worker_env(base, rank, size, num_servers, port, host=HOST, local_rank=None,
@@ -306,12 +307,12 @@ def run_job(job, args, port_file):
         ports = metrics_ports(args.metrics_port, args.num_servers, args.num_workers)
         if args.metrics_port == 0:
             ports = {place: 0 for place in ports}
-    port = job.start_scheduler(_with_metrics_port(env, ports, "scheduler", 0), port_file,
+    port = job.start_scheduler(with_port(env, ports, "scheduler", 0), port_file,
                                host=hosts[0], port=args.port, wait_s=_PORT_WAIT_S)
     for index, host in enumerate(servers):
-        job.start_server(index, _with_metrics_port(env, ports, "server", index), host=host,
+        job.start_server(index, with_port(env, ports, "server", index), host=host,
                          threads=args.server_threads)
-    processes = [job.start_worker(rank, args.command, _with_metrics_port(worker_env(
+    processes = [job.start_worker(rank, args.command, with_port(worker_env(
                      base, rank, args.num_workers, args.num_servers, port,
                      job.scheduler_host, local_rank, local_size), ports, "worker", rank),
                      host=host)
@@ -346,7 +347,16 @@ def run_elastic_job(job, args, tmpdir):
         hosts, servers, workers = placement(args)
         job.scheduler_host, job.server_hosts = hosts[0], servers
         job.worker_hosts = [host for host, _, _ in workers]
-    return job.run(args.num_workers)
+    if args.metrics_port is not None:
+        job.metrics_ports = ElasticPorts(args.metrics_port, args.num_servers,
+                                         args.metrics_slots)
+    status = StatusLine(job.metrics_targets, args.status_every).start() \
+        if args.status_every else None
+    try:
+        return job.run(args.num_workers)
+    finally:
+        if status is not None:
+            status.stop()
 
 
 def check_build(ps_server):

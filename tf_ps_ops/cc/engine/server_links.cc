@@ -236,7 +236,9 @@ Status Engine::Loop::ReadNoticesOnLoop() {
   // Pings answered here: this thread lives (notice.h).
   ReadNotices(
       *scheduler_, true,
-      [this](Code code, const NoticeAbout&, const std::string& text) {
+      [this](Code code, const NoticeAbout& about, const std::string& text) {
+        // A notice about one member (not the job as a whole): a member left or was lost.
+        if (about.index >= 0) metrics::membership_changes.Add();
         if (job_failed_.ok()) FailJobOnLoop(Status(code, JobFailedMessage(text)));
         return true;
       },
