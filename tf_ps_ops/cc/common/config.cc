@@ -53,11 +53,12 @@ const std::vector<ConfigEntry>& ConfigTable() {
        "ZeroMQ I/O threads per worker and per ps_server: the threads that copy, frame and "
        "(with TFPS_AUTH_KEY_FILE) encrypt everything the process sends and receives. A "
        "worker pins its socket to each server and to each peer to these threads in turn, so "
-       "its connections spread over them; a server's workers are spread by ZeroMQ as they "
-       "connect. 1 to 64; 0 (the default): min(4, max(1, cores / 4)), one I/O thread per four "
+       "its connections spread over them; a server's workers are placed by ZeroMQ as it "
+       "accepts them, which may put workers that connect at the same instant on one thread "
+       "(docs/security.md). 1 to 64; 0 (the default): min(4, max(1, cores / 4)), one per four "
        "cores, at most four: the cores stay the training's and the summation threads', and "
-       "one thread already moves several GB/s of plain TCP; more help a keyed job, whose "
-       "encryption costs about a core per GB/s (docs/scale.md). The scheduler keeps one."},
+       "one thread moves about 3 GB of plain TCP per CPU-second; more help a keyed job, whose "
+       "encryption costs each end about a CPU-second per GB. The scheduler keeps one."},
       {"TFPS_LOG_LEVEL", "string", "info", "debug, info, warning or error."},
       {"TFPS_LOG_TIMESTAMP", "int", "1",
        "1: every log line of the engine and ps_server starts with the UTC time, e.g. "
