@@ -59,13 +59,16 @@ def snapshot(processes):
     return out
 
 
+def job_failed(results):
+    return RuntimeError("the job failed:\n" + "\n".join(r.describe() for r in results))
+
+
 def wait_files(paths, cluster, timeout_s):
     deadline = time.monotonic() + timeout_s
     while not all(p.exists() for p in paths):
         failed = [r for r in cluster.results() if r.returncode not in (None, 0)]
         if failed or time.monotonic() > deadline:
-            raise RuntimeError("the job failed:\n" + "\n".join(
-                r.describe() for r in (failed or cluster.results())))
+            raise job_failed(failed or cluster.results())
         time.sleep(0.005)
 
 
@@ -110,10 +113,8 @@ def run_one(workdir, io_threads, key, mib, iterations, perf=False):
             recorder.send_signal(2)
             recorder.wait(timeout=60)
         (workdir / "end").write_text("")
-        cluster.wait()
-        failed = cluster.failures()
-        if failed:
-            raise RuntimeError("\n".join(r.describe() for r in failed))
+        if any(not r.ok for r in cluster.wait()):
+            raise job_failed(cluster.failures())
     finally:
         cluster.close()
     wall = max(float((workdir / f"done.{r}").read_text()) for r in range(WORKERS))
