@@ -51,7 +51,7 @@ ShardServer::ShardServer(int num_workers, int num_servers, const Config& config)
     : num_workers_(num_workers),
       num_servers_(num_servers),
       config_(config),
-      context_(2),
+      context_(config.io_threads),
       router_(context_, zmq::socket_type::router),
       scheduler_(context_, zmq::socket_type::dealer),
       budget_(static_cast<uint64_t>(config.server_push_bytes), num_workers),

@@ -1,6 +1,7 @@
 #include "tf_ps_ops/cc/common/config.h"
 
 #include <arpa/inet.h>
+#include <sched.h>
 #include <netinet/in.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -48,6 +49,16 @@ const std::vector<ConfigEntry>& ConfigTable() {
        "over the servers so one large tensor uses every server's link."},
       {"TFPS_SERVER_THREADS", "int", "2",
        "Summation threads per ps_server (keys are sharded over them)."},
+      {"TFPS_IO_THREADS", "int", "0",
+       "ZeroMQ I/O threads per worker and per ps_server: the threads that copy, frame and "
+       "(with TFPS_AUTH_KEY_FILE) encrypt everything the process sends and receives. A "
+       "worker pins its socket to each server and to each peer to these threads in turn, so "
+       "its connections spread over them; a server's workers are placed by ZeroMQ as it "
+       "accepts them, which may put workers that connect at the same instant on one thread "
+       "(docs/security.md). 1 to 64; 0 (the default): min(4, max(1, cores / 4)), one per four "
+       "cores, at most four: the cores stay the training's and the summation threads', and "
+       "one thread moves about 3 GB of plain TCP per CPU-second; more help a keyed job, whose "
+       "encryption costs each end about a CPU-second per GB. The scheduler keeps one."},
       {"TFPS_LOG_LEVEL", "string", "info", "debug, info, warning or error."},
       {"TFPS_LOG_TIMESTAMP", "int", "1",
        "1: every log line of the engine and ps_server starts with the UTC time, e.g. "
@@ -248,6 +259,21 @@ Status ParseSwitch(const char* name, bool* out) {
   return Status::Ok();
 }
 
+// TFPS_IO_THREADS; 0 picks one I/O thread per four cores this process may run on, 1 to 4.
+Status LoadIoThreads(Config* config) {
+  int64_t threads = 0;
+  TFPS_RETURN_IF_ERROR(ParseInt("TFPS_IO_THREADS", 0, kMaxIoThreads, &threads));
+  if (threads == 0) {
+    cpu_set_t allowed;
+    const int cores = sched_getaffinity(0, sizeof(allowed), &allowed) == 0
+                          ? CPU_COUNT(&allowed)
+                          : static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+    threads = std::min(4, std::max(1, cores / 4));
+  }
+  config->io_threads = static_cast<int>(threads);
+  return Status::Ok();
+}
+
 // The timeouts, the message and partition sizes, the server's threads and the scheduling
 // credit.
 Status LoadLimits(Config* config) {
@@ -266,6 +292,7 @@ Status LoadLimits(Config* config) {
   int64_t threads = 0;
   TFPS_RETURN_IF_ERROR(ParseInt("TFPS_SERVER_THREADS", 1, 256, &threads));
   config->server_threads = static_cast<int>(threads);
+  TFPS_RETURN_IF_ERROR(LoadIoThreads(config));
   TFPS_RETURN_IF_ERROR(
       ParseInt("TFPS_SCHEDULING_CREDIT", 0, int64_t{1} << 40, &config->scheduling_credit));
   TFPS_RETURN_IF_ERROR(

@@ -25,6 +25,9 @@ constexpr double kMaxTimeoutS = 30 * 24 * 3600.0;  // TFPS_TIMEOUT
 constexpr double kMaxHeartbeatTimeoutS = 6553.5;     // TFPS_HEARTBEAT_TIMEOUT: ZeroMQ carries
                                                      // the TTL in deciseconds in 16 bits
 
+// TFPS_IO_THREADS: a socket's ZMQ_AFFINITY is a 64-bit mask of I/O threads.
+constexpr int kMaxIoThreads = 64;
+
 // Every TFPS_* variable the C++ core reads.
 const std::vector<ConfigEntry>& ConfigTable();
 
@@ -34,6 +37,7 @@ struct Config {
   StallPolicy stall;               // TFPS_STALL_WARNING, TFPS_STALL_SHUTDOWN
   int64_t partition_bytes = 0;     // TFPS_PARTITION_BYTES
   int server_threads = 0;          // TFPS_SERVER_THREADS
+  int io_threads = 1;              // TFPS_IO_THREADS (0 resolved to the automatic count)
   std::string log_level;           // TFPS_LOG_LEVEL
   bool log_timestamp = false;      // TFPS_LOG_TIMESTAMP
   std::string checkpoint_dir;      // TFPS_CHECKPOINT_DIR (empty: no server checkpoints)

@@ -15,7 +15,7 @@ namespace tfps {
 using Clock = std::chrono::steady_clock;
 
 Engine::Loop::Loop(const Config& config, int rank, int size)
-    : config_(config), rank_(rank), context_(1),
+    : config_(config), rank_(rank), context_(config.io_threads),
       mesh_(context_, config, rank, size, loop_thread_) {
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   zap_ = ZapHandler::StartIfKeyed(context_, config_);  // before the peer port binds

@@ -80,6 +80,7 @@ Status PeerMesh::Connect(const std::vector<std::string>& peers) {
     if (r == rank_) continue;
     auto socket = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
     SetMeshOptions(*socket, config_);
+    PinToIoThread(*socket, r < rank_ ? r : r - 1, config_);  // the peers in turn
     socket->set(zmq::sockopt::routing_id, "w" + std::to_string(rank_));
     // An empty message first on the connection: the peer counts it as a member's at once,
     // before any large part arrives (SilentConnections bounds what others may hold).

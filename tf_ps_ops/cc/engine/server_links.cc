@@ -105,6 +105,7 @@ Status Engine::Loop::OpenServerOnLoop(size_t i) {
   Server& s = servers_[i];
   s.socket = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
   SetCommonOptions(*s.socket, config_);
+  PinToIoThread(*s.socket, static_cast<int>(i), config_);
   s.socket->set(zmq::sockopt::routing_id, "w" + std::to_string(rank_));
   s.monitor = std::make_unique<Monitor>(context_, *s.socket, "server-" + std::to_string(i),
                                         ZMQ_EVENT_DISCONNECTED);

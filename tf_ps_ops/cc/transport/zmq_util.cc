@@ -133,6 +133,11 @@ void SetCommonOptions(zmq::socket_t& socket, const Config& config) {
   ApplyCurveOptions(socket, config);
 }
 
+void PinToIoThread(zmq::socket_t& socket, int index, const Config& config) {
+  const int threads = std::max(1, std::min(config.io_threads, kMaxIoThreads));
+  socket.set(zmq::sockopt::affinity, uint64_t{1} << (index % threads));
+}
+
 Monitor::Monitor(zmq::context_t& context, zmq::socket_t& socket, const std::string& name,
                  int events)
     : pair_(context, zmq::socket_type::pair) {

@@ -79,6 +79,12 @@ constexpr int kSocketRcvHwm = 1000;
 // CURVE (transport/auth.h): server side on a ROUTER, client side on a DEALER.
 void SetCommonOptions(zmq::socket_t& socket, const Config& config);
 
+// Pins `socket`'s connections to I/O thread `index` mod TFPS_IO_THREADS (ZMQ_AFFINITY; set
+// before connect). ZeroMQ would pick the least-loaded thread itself, but a thread's load
+// counts only the connections it has registered already, so sockets connected one after
+// the other, as a worker connects to its servers and peers, all land on the first thread.
+void PinToIoThread(zmq::socket_t& socket, int index, const Config& config);
+
 // Connection events of `socket`, read from an inproc PAIR socket.
 class Monitor {
  public:
