@@ -45,21 +45,67 @@ def worker(args):
                                   args.batch)
     rng = np.random.default_rng(hvd.rank())
     x = rng.normal(size=(args.batch * STEPS, args.units)).astype(np.float32)
+    local = keras.models.clone_model(model)
+    local.compile(optimizer=keras.optimizers.SGD(0.001), loss="mse", jit_compile=False)
+    local_step = _fit_step(keras, local, x, args.batch)
+    comm = _comm_step(tf, hvd, model)
     model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.001)),
                   loss="mse", jit_compile=False)
-    stamps = []
-    clock = keras.callbacks.LambdaCallback(
-        on_train_batch_begin=lambda batch, logs: stamps.append(time.perf_counter()),
-        on_train_end=lambda logs: stamps.append(time.perf_counter()))
-    model.fit(x, x, batch_size=args.batch, epochs=1, shuffle=False, verbose=0,
-              callbacks=[clock])
-    step = float(np.median(np.diff(stamps)[2:]))
+    step = _fit_step(keras, model, x, args.batch)
+    forward, backward = cost.compute_times(lay, machine, args.batch)
+    # The same model with the compute rate of this run's local fit (isolates the
+    # communication side) and without the compute lost to communication (the model
+    # before compute_loss was measured).
+    fitted = dataclasses.replace(machine, macs_per_s=rate * (sum(forward) + sum(backward))
+                                 / local_step)
+    given_local, _ = cost.step_time(lay, [cost.Choice()] * len(lay), measured.cluster,
+                                    fitted, args.batch)
+    no_loss, _ = cost.step_time(lay, [cost.Choice()] * len(lay), measured.cluster,
+                                dataclasses.replace(fitted, compute_loss=0.0), args.batch)
     print("PLAN_PREDICT " + json.dumps({
         "rank": hvd.rank(), "predicted_s": round(predicted, 5), "measured_s": round(step, 5),
         "error": round(predicted / step - 1, 3), "link_gbps": round(
             measured.cluster.bandwidth * 8e-9, 2), "latency_us": round(
-            measured.cluster.latency * 1e6), "gmacs": round(rate / 1e9, 1)}), flush=True)
+            measured.cluster.latency * 1e6), "gmacs": round(rate / 1e9, 1),
+        "compute_loss": round(machine.compute_loss, 3),
+        "compute_predicted_s": round(sum(forward) + sum(backward), 5),
+        "local_fit_s": round(local_step, 5), "comm_only_s": round(comm, 5),
+        "predicted_given_local_fit_s": round(given_local, 5),
+        "error_given_local_fit": round(given_local / step - 1, 3),
+        "error_given_local_fit_no_loss": round(no_loss / step - 1, 3)}), flush=True)
     hvd.shutdown()
+
+
+def _fit_step(keras, model, x, batch):
+    """Median seconds per `fit` step of `model`, the first two steps left out."""
+    import time
+
+    import numpy as np
+
+    stamps = []
+    clock = keras.callbacks.LambdaCallback(
+        on_train_batch_begin=lambda batch, logs: stamps.append(time.perf_counter()),
+        on_train_end=lambda logs: stamps.append(time.perf_counter()))
+    model.fit(x, x, batch_size=batch, epochs=1, shuffle=False, verbose=0, callbacks=[clock])
+    return float(np.median(np.diff(stamps)[2:]))
+
+
+def _comm_step(tf, hvd, model, steps=STEPS):
+    """Median seconds to average the model's gradients (zeros of their shapes) alone."""
+    import numpy as np
+
+    grads = [tf.zeros(v.shape) for v in model.trainable_variables]
+
+    @tf.function
+    def reduce():
+        return [hvd.allreduce(g, name=f"plan_predict.comm.{i}") for i, g in enumerate(grads)]
+
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        [r.numpy() for r in reduce()]
+        times.append(time.perf_counter() - start)
+    return float(np.median(times[2:]))
 
 
 def main():
@@ -68,6 +114,8 @@ def main():
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--units", type=int, default=1024)
     parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--timeline", default=None,
+                        help="TFPS_TIMELINE for the workers (%%r: the rank)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -75,7 +123,8 @@ def main():
     sys.path[:0] = [os.path.join(ROOT, "tests"), ROOT]
     from cluster import Cluster
 
-    cluster = Cluster(tempfile.mkdtemp(prefix="plan_predict"), args.workers, 1, timeout=600)
+    cluster = Cluster(tempfile.mkdtemp(prefix="plan_predict"), args.workers, 1, timeout=600,
+                      env={"TFPS_TIMELINE": args.timeline} if args.timeline else None)
     try:
         cluster.start([sys.executable, os.path.abspath(__file__), "--worker", "--batch",
                        str(args.batch), "--units", str(args.units), "--layers",

@@ -7,7 +7,9 @@
 - each codec's CPU cost per byte and the float32 sum's (the C++ core's own loops, timed by
   `_core.time_codec` / `time_decode_add` where that binding is built; else the defaults
   of cost.Machine, and the report says so);
-- the compute rate: a float32 matmul in TensorFlow, multiply-adds per second.
+- the compute rate: a float32 matmul in TensorFlow, multiply-adds per second, alone and
+  while push_pulls run beside it (the fraction lost: the cores that communication takes
+  from compute, large on one host over loopback).
 
 Every worker must call `measure_cluster` at the same point (it runs collectives); rank 0's
 numbers are broadcast, so every worker makes the same plan.
@@ -37,7 +39,8 @@ class Measurements:
         c = self.cluster
         return (f"measured: link {c.bandwidth * 8 / 1e9:.3g} Gbit/s per direction, latency "
                 f"{c.latency * 1e6:.0f} us, compute {self.machine.macs_per_s / 1e9:.3g} "
-                f"GMAC/s, codec costs "
+                f"GMAC/s ({self.machine.compute_loss:.0%} of it lost while communicating), "
+                f"codec costs "
                 f"{'measured' if self.codecs_measured else 'assumed (no _core binding)'}")
 
 
@@ -103,6 +106,39 @@ def compute_rate(tf, n=512, repeat=3):
     return n ** 3 / best
 
 
+def compute_loss(ops, tf, array, name, alone, repeats, n=512):
+    """The fraction of its matmul rate (`alone`: multiply-adds per second) this worker
+    keeps losing while push_pulls of `array` run beside it, in a thread: on one host the
+    transport's copies and the servers' sums take the cores the model computes on; on
+    separate hosts little is lost. Every worker calls it at the same point (collective)."""
+    import threading
+
+    tensor = tf.constant(array)
+    a = tf.random.normal([n, n])
+    tf.linalg.matmul(a, a).numpy()
+    failure = []
+
+    def communicate():
+        try:
+            for _ in range(repeats):
+                ops.allreduce(tensor, name=name).numpy()
+        except Exception as error:  # reported on the calling thread
+            failure.append(error)
+
+    thread = threading.Thread(target=communicate, name="tfps-plan-probe")
+    count, start = 0, time.perf_counter()
+    thread.start()
+    while thread.is_alive():
+        tf.linalg.matmul(a, a).numpy()
+        count += 1
+    elapsed = time.perf_counter() - start
+    thread.join()
+    if failure:
+        raise failure[0]
+    busy = n ** 3 * count / elapsed
+    return min(1.0, max(0.0, 1.0 - busy / alone))
+
+
 def measure_cluster(refresh=False, repeats=5):
     """Measurements of this job (cached; refresh=True measures again). Collective."""
     if "last" in _cache and not refresh:
@@ -123,19 +159,22 @@ def measure_cluster(refresh=False, repeats=5):
     bandwidth = per_direction / max(big - small, 1e-6)
     codecs = codec_costs()
     rate = compute_rate(tf)
-    flat = [bandwidth, small, rate] + [v for _, costs in (codecs or ()) for v in costs]
+    loss = compute_loss(ops, tf, np.zeros(PROBE_BYTES // 4, np.float32),
+                        f"tfps.plan.probe{round_}.big", rate, repeats)
+    flat = [bandwidth, small, rate, loss] + [v for _, costs in (codecs or ()) for v in costs]
     # Rank 0's numbers for everyone: the plan must be the same on every worker.
     flat = ops.broadcast(tf.constant(flat, tf.float64), 0,
                          name=f"tfps.plan.measured{round_}.{len(flat)}").numpy().tolist()
-    bandwidth, latency, rate = flat[:3]
+    bandwidth, latency, rate, loss = flat[:4]
     table = ()
     if codecs:
-        values = iter(flat[3:])
+        values = iter(flat[4:])
         table = tuple((name, (next(values), next(values), next(values)))
                       for name, _ in codecs)
     cluster = dataclasses.replace(shape, bandwidth=bandwidth, latency=latency)
     machine = cost.Machine(macs_per_s=rate, codec_per_byte=table,
-                           sum_per_byte=dict(table).get("none", (0, 0, 0.1e-9))[2])
+                           sum_per_byte=dict(table).get("none", (0, 0, 0.1e-9))[2],
+                           compute_loss=loss)
     result = Measurements(cluster, machine, bool(codecs))
     _cache["last"] = result
     if basics.rank() == 0:
@@ -151,9 +190,13 @@ def model_rate(model, batch_size, steps=3, backward_ratio=2.0):
 
     from tf_ps_ops.plan import layers as layer_lists
 
-    macs = sum(layer.macs for layer in layer_lists.from_keras(model)) * batch_size
+    lay = layer_lists.from_keras(model)
+    macs = sum(layer.macs for layer in lay) * batch_size
     if not macs:
         return None
+    # As cost.compute_times counts: backward_ratio forwards per layer, one less for the
+    # first (no gradient for the model's input).
+    work = macs * (1 + backward_ratio) - lay[0].macs * batch_size
     shape = [batch_size] + [int(d) for d in model.inputs[0].shape[1:]]
     x = tf.random.normal(shape)
 
@@ -169,4 +212,4 @@ def model_rate(model, batch_size, steps=3, backward_ratio=2.0):
         start = time.perf_counter()
         [g.numpy() for g in step() if g is not None]
         best = min(best, time.perf_counter() - start)
-    return macs * (1 + backward_ratio) / best
+    return work / best
