@@ -106,37 +106,45 @@ def compute_rate(tf, n=512, repeat=3):
     return n ** 3 / best
 
 
-def compute_loss(ops, tf, array, name, alone, repeats, n=512):
-    """The fraction of its matmul rate (`alone`: multiply-adds per second) this worker
-    keeps losing while push_pulls of `array` run beside it, in a thread: on one host the
-    transport's copies and the servers' sums take the cores the model computes on; on
-    separate hosts little is lost. Every worker calls it at the same point (collective)."""
+def compute_loss(ops, tf, array, name, repeats=20, n=256):
+    """The fraction of its matmul rate this worker loses while `repeats` push_pulls of
+    `array` run beside it, in a thread: on one host the transport's copies and the
+    servers' sums take the cores the model computes on; on separate hosts little is lost.
+    The rate alone is the better of before and after. Collective: every worker calls it
+    at the same point."""
     import threading
 
     tensor = tf.constant(array)
     a = tf.random.normal([n, n])
     tf.linalg.matmul(a, a).numpy()
+
+    def alone(count=repeats):
+        start = time.perf_counter()
+        for _ in range(count):
+            tf.linalg.matmul(a, a).numpy()
+        return count / (time.perf_counter() - start)
+
     failure = []
 
     def communicate():
         try:
             for _ in range(repeats):
                 ops.allreduce(tensor, name=name).numpy()
-        except Exception as error:  # reported on the calling thread
+        except Exception as error:  # raised again on the calling thread
             failure.append(error)
 
+    before = alone()
     thread = threading.Thread(target=communicate, name="tfps-plan-probe")
     count, start = 0, time.perf_counter()
     thread.start()
     while thread.is_alive():
         tf.linalg.matmul(a, a).numpy()
         count += 1
-    elapsed = time.perf_counter() - start
+    busy = count / (time.perf_counter() - start)
     thread.join()
     if failure:
         raise failure[0]
-    busy = n ** 3 * count / elapsed
-    return min(1.0, max(0.0, 1.0 - busy / alone))
+    return min(1.0, max(0.0, 1.0 - busy / max(before, alone())))
 
 
 def measure_cluster(refresh=False, repeats=5):
@@ -160,7 +168,7 @@ def measure_cluster(refresh=False, repeats=5):
     codecs = codec_costs()
     rate = compute_rate(tf)
     loss = compute_loss(ops, tf, np.zeros(PROBE_BYTES // 4, np.float32),
-                        f"tfps.plan.probe{round_}.big", rate, repeats)
+                        f"tfps.plan.probe{round_}.big")
     flat = [bandwidth, small, rate, loss] + [v for _, costs in (codecs or ()) for v in costs]
     # Rank 0's numbers for everyone: the plan must be the same on every worker.
     flat = ops.broadcast(tf.constant(flat, tf.float64), 0,
