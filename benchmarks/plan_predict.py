@@ -62,6 +62,15 @@ def worker(args):
                                     fitted, args.batch)
     no_loss, _ = cost.step_time(lay, [cost.Choice()] * len(lay), measured.cluster,
                                 dataclasses.replace(fitted, compute_loss=0.0), args.batch)
+    # And with the link's bandwidth from this run's communication alone (the gradients
+    # reduced one after another): what is left is the model's overlap of the two.
+    costs = [cost.layer_cost(layer, cost.Choice(), measured.cluster, fitted, args.batch,
+                             cost.Settings().partition_bytes) for layer in lay]
+    link = dataclasses.replace(measured.cluster, bandwidth=sum(
+        c.link_bytes + c.tail_bytes for c in costs) / max(
+        comm - len(model.trainable_variables) * measured.cluster.latency, 1e-6))
+    given_both = [cost.step_time(lay, [cost.Choice()] * len(lay), link, m, args.batch)[0]
+                  for m in (fitted, dataclasses.replace(fitted, compute_loss=0.0))]
     print("PLAN_PREDICT " + json.dumps({
         "rank": hvd.rank(), "predicted_s": round(predicted, 5), "measured_s": round(step, 5),
         "error": round(predicted / step - 1, 3), "link_gbps": round(
@@ -72,7 +81,9 @@ def worker(args):
         "local_fit_s": round(local_step, 5), "comm_only_s": round(comm, 5),
         "predicted_given_local_fit_s": round(given_local, 5),
         "error_given_local_fit": round(given_local / step - 1, 3),
-        "error_given_local_fit_no_loss": round(no_loss / step - 1, 3)}), flush=True)
+        "error_given_local_fit_no_loss": round(no_loss / step - 1, 3),
+        "error_given_fit_and_comm": round(given_both[0] / step - 1, 3),
+        "error_given_fit_and_comm_no_loss": round(given_both[1] / step - 1, 3)}), flush=True)
     hvd.shutdown()
 
 

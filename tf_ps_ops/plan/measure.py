@@ -1,8 +1,8 @@
 """What the automatic plan measures on the running cluster, once (or on request):
 
-- the link: a tiny and a 4 MiB push_pull through the real transport (the engine, the
-  servers, the sockets or shared memory the job uses), best of a few; latency = the tiny
-  one's time, bandwidth = the bytes per direction the cost model says the big one moves
+- the link: a tiny and a 16 MiB push_pull through the real transport (the engine, the
+  servers, the sockets or shared memory the job uses), the median of a few; latency = the
+  tiny one's time, bandwidth = the bytes per direction the cost model says the big one moves
   through the busiest link, over the time it adds;
 - each codec's CPU cost per byte and the float32 sum's (the C++ core's own loops, timed by
   `_core.time_codec` / `time_decode_add` where that binding is built; else the defaults
@@ -25,7 +25,11 @@ import numpy as np
 from tf_ps_ops.plan import cost
 
 _logger = logging.getLogger("tf_ps_ops.plan")
-PROBE_BYTES = 4 << 20
+# Large enough that the copies of a push_pull (the worker's buffers, the servers' sums) do
+# not stay in a CPU's last-level cache, as a model's large gradients do not: a 4 MiB probe
+# measured 2.7 times the bandwidth 16 MiB gradients got on one host (L3 32 MiB). The
+# median, not the best, as the step it predicts is a median.
+PROBE_BYTES = 16 << 20
 _cache = {}
 
 
@@ -59,12 +63,12 @@ def topology(size, local_size, num_servers):
 def _time_push_pull(ops, tf, array, name, repeats):
     tensor = tf.constant(array)
     ops.allreduce(tensor, name=name).numpy()  # the first call registers the key
-    best = float("inf")
+    times = []
     for _ in range(repeats):
         start = time.perf_counter()
         ops.allreduce(tensor, name=name).numpy()
-        best = min(best, time.perf_counter() - start)
-    return best
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
 
 
 def codec_costs(elements=1 << 20, repeat=3):
@@ -106,7 +110,7 @@ def compute_rate(tf, n=512, repeat=3):
     return n ** 3 / best
 
 
-def compute_loss(ops, tf, array, name, repeats=20, n=256):
+def compute_loss(ops, tf, array, name, repeats=8, n=256):
     """The fraction of its matmul rate this worker loses while `repeats` push_pulls of
     `array` run beside it, in a thread: on one host the transport's copies and the
     servers' sums take the cores the model computes on; on separate hosts little is lost.
