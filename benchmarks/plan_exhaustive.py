@@ -6,6 +6,7 @@ the best settings. ~1 min per cluster here.
 
     python3 benchmarks/plan_exhaustive.py
     python3 benchmarks/plan_exhaustive.py --zoo bert [--hosts 2] [--gbits 1] [--batch 4]
+        [--codecs none,fp16,int8]
 
 --zoo takes a model of benchmarks/zoo_models.py (built in Keras, its embeddings left out:
 their gradients travel as gathers of the touched rows, outside the plan, as under
@@ -41,7 +42,7 @@ CASES = [("8 workers, 10 Gbit/s, CPU rebuild", cost.Cluster(8, bandwidth=1.25e9)
 TOP = 3
 
 
-def zoo(name, hosts, gbits, batch):
+def zoo(name, hosts, gbits, batch, codecs):
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import zoo_models
 
@@ -51,12 +52,14 @@ def zoo(name, hosts, gbits, batch):
     machine = cost.Machine()
     settings = [cost.Settings(p, f, c) for p in planner.PARTITIONS for f in planner.FUSIONS
                 for c in planner.CREDITS]
-    candidates = [planner._candidates(layer, CODECS, (cost.SUM, cost.SFB)) for layer in model]
+    candidates = [planner._candidates(layer, codecs, (cost.SUM, cost.SFB)) for layer in model]
     top = sorted(range(len(model)), key=lambda i: -model[i].bytes)[:TOP]
-    plan = planner.make_plan(model, cluster, batch, machine, CODECS)
+    plan = planner.make_plan(model, cluster, batch, machine, codecs)
     best = None
     for rest in (cost.Choice(), cost.Choice(cost.SUM, "fp16"), cost.Choice(cost.SUM, "int8"),
                  cost.Choice(cost.SFB)):
+        if not any(rest in c for c in candidates):
+            continue
         base = [rest if rest in c else cost.Choice() for c in candidates]
         for picks in itertools.product(*(candidates[i] for i in top)):
             choices = list(base)
@@ -69,7 +72,7 @@ def zoo(name, hosts, gbits, batch):
     counts = lambda choices: ", ".join(f"{n}× {c}" for c, n in sorted(
         {str(c): sum(str(x) == str(c) for x in choices) for c in choices}.items()))
     print(f"{name}: {len(model)} layers (embeddings left out), {hosts} hosts at {gbits} "
-          f"Gbit/s, batch {batch}, cost.Machine() defaults")
+          f"Gbit/s, batch {batch}, codecs {', '.join(codecs)}, cost.Machine() defaults")
     print("| plan (ms) | best (ms) | plan / best | default (ms) | plan's choices | best's "
           "choices | plan's settings | best settings |")
     print("|---|---|---|---|---|---|---|---|")
@@ -88,9 +91,11 @@ def main():
     parser.add_argument("--hosts", type=int, default=2)
     parser.add_argument("--gbits", type=float, default=1.0)
     parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--codecs", default=",".join(CODECS),
+                        help="the codecs the plan and the hand-picked ones may use")
     args = parser.parse_args()
     if args.zoo:
-        return zoo(args.zoo, args.hosts, args.gbits, args.batch)
+        return zoo(args.zoo, args.hosts, args.gbits, args.batch, tuple(args.codecs.split(",")))
     settings = [cost.Settings(p, f, c) for p in planner.PARTITIONS for f in planner.FUSIONS
                 for c in planner.CREDITS]
     candidates = [planner._candidates(layer, CODECS, (cost.SUM, cost.SFB)) for layer in MODEL]
