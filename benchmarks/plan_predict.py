@@ -6,6 +6,13 @@ Each worker measures the cluster as plan="auto" does (a push_pull probe through 
 transport, the core's codec timings) and profiles the model's local step (its compute
 rate), predicts the step time of `fit` with the default configuration (every gradient
 summed, uncompressed), then trains and reports the median measured step.
+
+Beside it, the terms: the model's compute time against a local `fit` step of the same
+model (plain SGD, both workers at once), the gradients' communication alone, and the
+prediction again given this run's local step (error_given_local_fit) and also its
+communication alone (error_given_fit_and_comm: what is left is the model of their
+overlap), each with and without the compute lost to communication (compute_loss).
+--timeline PATH writes each worker's TFPS_TIMELINE trace (benchmarks/timeline_summary.py).
 """
 
 import argparse
@@ -39,7 +46,8 @@ def worker(args):
         for i in range(args.layers)])
     measured = measure.measure_cluster()
     rate = measure.model_rate(model, args.batch)
-    machine = dataclasses.replace(measured.machine, macs_per_s=rate)
+    machine = dataclasses.replace(measured.machine, macs_per_s=rate,
+                                  apply_per_byte=measure.apply_cost(model))
     lay = layers.from_keras(model)
     predicted, _ = cost.step_time(lay, [cost.Choice()] * len(lay), measured.cluster, machine,
                                   args.batch)
@@ -56,8 +64,9 @@ def worker(args):
     # The same model with the compute rate of this run's local fit (isolates the
     # communication side) and without the compute lost to communication (the model
     # before compute_loss was measured).
+    apply_s = machine.apply_per_byte * sum(layer.bytes for layer in lay)
     fitted = dataclasses.replace(machine, macs_per_s=rate * (sum(forward) + sum(backward))
-                                 / local_step)
+                                 / max(local_step - apply_s, 1e-6))
     given_local, _ = cost.step_time(lay, [cost.Choice()] * len(lay), measured.cluster,
                                     fitted, args.batch)
     no_loss, _ = cost.step_time(lay, [cost.Choice()] * len(lay), measured.cluster,
@@ -77,8 +86,11 @@ def worker(args):
             measured.cluster.bandwidth * 8e-9, 2), "latency_us": round(
             measured.cluster.latency * 1e6), "gmacs": round(rate / 1e9, 1),
         "compute_loss": round(machine.compute_loss, 3),
-        "compute_predicted_s": round(sum(forward) + sum(backward), 5),
+        "apply_s": round(machine.apply_per_byte * sum(layer.bytes for layer in lay), 5),
+        "compute_predicted_s": round(sum(forward) + sum(backward) + machine.apply_per_byte
+                                     * sum(layer.bytes for layer in lay), 5),
         "local_fit_s": round(local_step, 5), "comm_only_s": round(comm, 5),
+        "link_gbps_comm_only": round(link.bandwidth * 8e-9, 2),
         "predicted_given_local_fit_s": round(given_local, 5),
         "error_given_local_fit": round(given_local / step - 1, 3),
         "error_given_local_fit_no_loss": round(no_loss / step - 1, 3),
@@ -89,8 +101,6 @@ def worker(args):
 
 def _fit_step(keras, model, x, batch):
     """Median seconds per `fit` step of `model`, the first two steps left out."""
-    import time
-
     import numpy as np
 
     stamps = []
@@ -102,7 +112,8 @@ def _fit_step(keras, model, x, batch):
 
 
 def _comm_step(tf, hvd, model, steps=STEPS):
-    """Median seconds to average the model's gradients (zeros of their shapes) alone."""
+    """Median seconds to average the model's gradients (zeros of their shapes) alone; the
+    tf.function runs the allreduces one after another (a TFPS_TIMELINE trace shows it)."""
     import numpy as np
 
     grads = [tf.zeros(v.shape) for v in model.trainable_variables]

@@ -92,7 +92,10 @@ class Machine:
     forward rate (backward costs backward_ratio times the forward; the first layer's, which
     computes no gradient for the model's input, one forward less). compute_loss: the
     fraction of its speed compute loses while communication runs beside it (0: the link
-    and the servers use no core the model needs; measure.measure_cluster measures it)."""
+    and the servers use no core the model needs; measure.measure_cluster measures it).
+    apply_per_byte: the worker's optimizer update of a layer once its gradient is back,
+    per parameter byte, one layer after another (none in PS mode, where the servers
+    update; measure.apply_cost measures a plain SGD update)."""
     macs_per_s: float = 5e12
     backward_ratio: float = 2.0
     codec_per_byte: tuple = ()          # ((codec, (encode, decode, decode_add)), ...)
@@ -102,6 +105,7 @@ class Machine:
     server_threads: int = 2
     local_per_byte: float = 0.2e-9  # hierarchical: add one local peer's byte and copy back
     compute_loss: float = 0.0  # fraction of compute speed lost while the link is busy
+    apply_per_byte: float = 0.0  # the worker's optimizer update, per parameter byte
 
     def codec(self, name):
         table = dict(self.codec_per_byte)
@@ -285,6 +289,8 @@ def step_time(layers, choices, cluster, machine, batch_size, settings=Settings()
     costs = [layer_cost(layer, choice, cluster, machine, batch_size, settings.partition_bytes)
              for layer, choice in zip(layers, choices)]
     forward, backward = compute_times(layers, machine, batch_size)
+    apply = [0.0 if choice.mode == PS_DENSE else layer.bytes * machine.apply_per_byte
+             for layer, choice in zip(layers, choices)]
     base = sum(backward)
     stretched = backward
     for _ in range(6 if machine.compute_loss and base else 1):
@@ -292,6 +298,11 @@ def step_time(layers, choices, cluster, machine, batch_size, settings=Settings()
                                                    machine, settings)
         scale = 1 + machine.compute_loss * inside / base if base else 1
         stretched = [b * scale for b in backward]
+    # The worker updates each layer once its gradient is back, one after another.
+    clock = 0.0
+    for index in sorted(range(len(layers)), key=lambda i: done[i]):
+        clock = max(clock, done[index]) + apply[index]
+        done[index] = clock
     # The next forward pass: layer l starts once l−1 is done and l's parameters are back.
     t = t_bwd_end
     for index in range(len(layers)):

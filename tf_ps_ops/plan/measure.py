@@ -61,12 +61,16 @@ def topology(size, local_size, num_servers):
 
 
 def _time_push_pull(ops, tf, array, name, repeats):
+    """Median seconds of one push_pull of `array`, run as training runs it: in a
+    tf.function, its answer left in the graph (eagerly, the answer's copy out to NumPy
+    made a 16 MiB probe take twice the time per byte of the same gradients in `fit`)."""
     tensor = tf.constant(array)
-    ops.allreduce(tensor, name=name).numpy()  # the first call registers the key
+    once = tf.function(lambda: ops.allreduce(tensor, name=name)[:1])
+    once().numpy()  # traces; the first call registers the key
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        ops.allreduce(tensor, name=name).numpy()
+        once().numpy()
         times.append(time.perf_counter() - start)
     return float(np.median(times))
 
@@ -194,10 +198,39 @@ def measure_cluster(refresh=False, repeats=5):
     return result
 
 
-def model_rate(model, batch_size, steps=3, backward_ratio=2.0):
+def apply_cost(model, steps=5):
+    """Seconds per parameter byte of a plain SGD update of `model`'s trainable variables
+    on this worker (variable -= rate · gradient), the median of `steps`: the worker's part
+    of a step after its gradients are back (more for optimizers with slots)."""
+    import tensorflow as tf
+
+    variables = model.trainable_variables
+    nbytes = sum(4 * int(np.prod(v.shape)) for v in variables)
+    if not nbytes:
+        return 0.0
+    grads = [tf.zeros(v.shape, v.dtype) for v in variables]
+
+    @tf.function
+    def update():
+        for v, g in zip(variables, grads):
+            v.assign_sub(0.0 * g)  # the same memory traffic; the weights stay as they are
+        return tf.constant(0)
+
+    update()  # traces
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        update().numpy()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times)) / nbytes
+
+
+def model_rate(model, batch_size, steps=5, backward_ratio=2.0):
     """Forward multiply-adds per second of `model` on this worker: a profiled local step
-    (forward and backward, no communication) on random data, best of `steps`; the
-    planner's per-layer compute times are the layers' multiply-adds at this rate."""
+    (forward and backward, no communication) on random data, the median of `steps` (as
+    the step it predicts is a median: on a shared host the best of 3 was up to a third
+    faster than `fit`'s median local step); the planner's per-layer compute times are the
+    layers' multiply-adds at this rate."""
     import tensorflow as tf
 
     from tf_ps_ops.plan import layers as layer_lists
@@ -219,9 +252,9 @@ def model_rate(model, batch_size, steps=3, backward_ratio=2.0):
         return tape.gradient(loss, model.trainable_variables)
 
     step()  # traces
-    best = float("inf")
+    times = []
     for _ in range(steps):
         start = time.perf_counter()
         [g.numpy() for g in step() if g is not None]
-        best = min(best, time.perf_counter() - start)
-    return work / best
+        times.append(time.perf_counter() - start)
+    return work / float(np.median(times))
