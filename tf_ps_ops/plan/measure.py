@@ -117,7 +117,7 @@ def compute_rate(tf, n=512, repeat=3):
 def compute_loss(ops, tf, array, name, repeats=8, n=256):
     """The fraction of its matmul rate this worker loses while `repeats` push_pulls of
     `array` run beside it, in a thread: on one host the transport's copies and the
-    servers' sums take the cores the model computes on; on separate hosts little is lost.
+    servers' sums take the cores the model computes on (on separate hosts, less).
     The rate alone is the better of before and after. Collective: every worker calls it
     at the same point."""
     import threading
@@ -134,10 +134,12 @@ def compute_loss(ops, tf, array, name, repeats=8, n=256):
 
     failure = []
 
+    once = tf.function(lambda: ops.allreduce(tensor, name=name)[:1])  # as _time_push_pull
+
     def communicate():
         try:
             for _ in range(repeats):
-                ops.allreduce(tensor, name=name).numpy()
+                once().numpy()
         except Exception as error:  # raised again on the calling thread
             failure.append(error)
 
