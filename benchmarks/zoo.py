@@ -31,6 +31,13 @@ import zoo_models  # noqa: E402
 RESULTS_MD = HERE / "RESULTS.md"
 BEGIN, END = "<!-- zoo:begin (python3 benchmarks/zoo.py) -->", "<!-- zoo:end -->"
 ALL = "single,sum,ps,sfb,hybrid,int8,mwms,pss,horovod"
+# What set a saved run apart, shown in its heading.
+NOTES = {
+    "train_zoo_2h_pilot": "before sum mode gathered IndexedSlices: it reduced them dense",
+    "train_zoo_2h_pilot_dense": "before sum mode gathered IndexedSlices: it reduced them dense",
+    "train_zoo_2h_pilot_sparse_dlrm": "IndexedSlices gathered in sum mode",
+    "train_zoo_2h_pilot_sparse_bert": "IndexedSlices gathered in sum mode",
+}
 PILOT_MODES = ";".join(["%s=single+sum+mwms" % m for m in zoo_models.ZOO if m != "dlrm"]
                        + ["dlrm=single+sum+ps+mwms+pss"])
 
@@ -78,6 +85,8 @@ def render(results_dir):
         saved = json.loads(path.read_text())
         meta = saved["meta"]
         label = "pilot, under load" if "pilot" in path.name else "full grid"
+        if path.stem in NOTES:
+            label += "; " + NOTES[path.stem]
         models = ", ".join(dict.fromkeys(r["model"] for r in saved["rows"]))
         parts += ["### %s: %s hosts (%s)" % (models, meta["workers"], label), ""]
         if "pilot" in path.name:

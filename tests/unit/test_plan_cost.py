@@ -2,6 +2,7 @@
 bounds (BytePS's all-reduce and dedicated-server times, HybComm's float counts) and
 HybComm's decisions (sfb.policy). No TensorFlow."""
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -85,9 +86,9 @@ def test_sfb_rebuild_on_the_cpu_can_outweigh_its_bytes():
 
 
 def test_step_time_hand_computed_two_layers():
-    # Two layers, 2 workers, FIFO, no CPU costs: compute 1 ms forward, 2 ms backward each.
-    # Link 1e9 B/s; layer b (4 MB) ready at 2+2 = 4 ms, 4 partitions of 1 MB... both
-    # layers 4 MB = 4 partitions each, 2·(n−1)/n = 1 → 4 MB per direction = 4 ms each.
+    # Two layers, 2 workers, FIFO, no CPU costs: compute 1 ms forward each, backward 2 ms
+    # for b and 1 ms for a (the first layer: no gradient for the input). Link 1e9 B/s;
+    # both layers 4 MB = 4 partitions of 1 MB, 2·(n−1)/n = 1 → 4 MB per direction each.
     a = layers.Layer("a", "other", MB, None, 1, 1e6)
     b = layers.Layer("b", "other", MB, None, 1, 1e6)
     machine = cost.Machine(macs_per_s=1e9, sum_per_byte=0.0, message_overhead=0.0,
@@ -96,13 +97,36 @@ def test_step_time_hand_computed_two_layers():
     t, per_layer = cost.step_time([a, b], [Choice(), Choice()], cluster, machine, 1,
                                   cost.Settings(MB, 0, 0))
     # fwd 2 ms; b ready at 4 ms, sent 4..8.19 (4·MB/1e9 s), last pull tail +1.05 ms;
-    # a ready at 6 ms, waits, sent 8.39..12.58 ms (+tail) -> next forward a, then b.
+    # a ready at 5 ms, waits, sent 8.39..12.58 ms (+tail) -> next forward a, then b.
     per_dir = 4 * MB / 1e9
     b_done = 0.004 + per_dir + MB / 1e9
     a_done = 0.004 + 2 * per_dir + MB / 1e9
     assert per_layer[1][1] == pytest.approx(b_done - 0.004)
-    assert per_layer[0][1] == pytest.approx(a_done - 0.006)
+    assert per_layer[0][1] == pytest.approx(a_done - 0.005)
     assert t == pytest.approx(max(a_done + 0.001, b_done) + 0.001 - 0.002)
+
+
+def test_compute_lost_to_the_link_stretches_backward():
+    # One host's cores shared by compute and communication: b's 4 ms on the link fall
+    # inside a's backward (ready at 4 ms, a's backward 4..12 ms) and slow it by half that
+    # time: backward B' = B + loss · (link time inside B'), the fixed point of the model.
+    a = layers.Layer("a", "other", MB, None, 1, 4e6)  # 4 ms forward, 4 ms backward
+    b = layers.Layer("b", "other", MB, None, 1, 1e6)
+    shared = cost.Machine(macs_per_s=1e9, sum_per_byte=0.0, message_overhead=0.0,
+                          codec_per_byte=(("none", (0, 0, 0)),), compute_loss=0.5)
+    free = dataclasses.replace(shared, compute_loss=0.0)
+    cluster = Cluster(2, bandwidth=1e9, latency=0.0)
+    t_free, _ = cost.step_time([a, b], [Choice()] * 2, cluster, free, 1, cost.Settings(MB))
+    t_shared, _ = cost.step_time([a, b], [Choice()] * 2, cluster, shared, 1,
+                                 cost.Settings(MB))
+    per_dir = 4 * MB / 1e9
+    # Forward 5 ms, backward 6 ms (b 2, a 4) without the loss: b's transfer 7..11.19 ms,
+    # a's after it; the step ends with a's transfer and its last partition's pull, then
+    # the next forward (which the step's time counts from). With the loss b's whole
+    # transfer lies inside backward: backward 6 + 0.5 · 4.19 ms, a's transfer after it.
+    assert t_free == pytest.approx(0.007 + 2 * per_dir + MB / 1e9, rel=1e-6)
+    backward = 0.006 + 0.5 * per_dir
+    assert t_shared == pytest.approx(0.005 + backward + per_dir + MB / 1e9, rel=1e-6)
 
 
 def test_priority_under_credit_sends_the_first_layer_first():
@@ -201,3 +225,20 @@ def test_plan_within_5_percent_of_every_hand_picked_configuration(cluster, machi
                for choices in itertools.product(*candidates))
     assert plan.step_time <= 1.05 * best, (plan.step_time, best)
     assert plan.step_time <= plan.default_step_time
+
+
+def test_optimizer_update_after_each_gradient_one_layer_at_a_time():
+    # One worker: no communication; each layer's update (4 MB · 1 ns = 4.19 ms) follows
+    # backward, a's then b's; the next forward of a (1 µs) waits for a's, b's for b's.
+    a = layers.Layer("a", "other", MB, None, 1, 1e3)
+    b = layers.Layer("b", "other", MB, None, 1, 1e3)
+    machine = cost.Machine(macs_per_s=1e9, sum_per_byte=0.0, message_overhead=0.0,
+                           codec_per_byte=(("none", (0, 0, 0)),), apply_per_byte=1e-9)
+    without = dataclasses.replace(machine, apply_per_byte=0.0)
+    args = ([a, b], [Choice()] * 2, Cluster(1), machine, 1)
+    t, _ = cost.step_time(*args)
+    t0, _ = cost.step_time([a, b], [Choice()] * 2, Cluster(1), without, 1)
+    assert t - t0 == pytest.approx(2 * 4 * MB * 1e-9 - 1e-6, rel=1e-6)
+    # In PS mode the servers update: nothing on the worker.
+    t_ps, _ = cost.step_time([a, b], [Choice(cost.PS_DENSE)] * 2, Cluster(1), machine, 1)
+    assert t_ps == pytest.approx(t0)

@@ -89,7 +89,13 @@ class Machine:
     {codec: (encode, decode, decode-add)}; sum_per_byte is a float32 add of one byte's
     worth; local_per_byte the host's local sum under hierarchical aggregation, per byte
     and local peer (shared memory and a CPU add here; NVLink for GPUs); rebuild_rate is SFB's multiply-adds per second; macs_per_s the model's
-    forward rate (backward costs backward_ratio times the forward)."""
+    forward rate (backward costs backward_ratio times the forward; the first layer's, which
+    computes no gradient for the model's input, one forward less). compute_loss: the
+    fraction of its speed compute loses while communication runs beside it (0: the link
+    and the servers use no core the model needs; measure.measure_cluster measures it).
+    apply_per_byte: the worker's optimizer update of a layer once its gradient is back,
+    per parameter byte, one layer after another (none in PS mode, where the servers
+    update; measure.apply_cost measures a plain SGD update)."""
     macs_per_s: float = 5e12
     backward_ratio: float = 2.0
     codec_per_byte: tuple = ()          # ((codec, (encode, decode, decode_add)), ...)
@@ -98,6 +104,8 @@ class Machine:
     message_overhead: float = 20e-6
     server_threads: int = 2
     local_per_byte: float = 0.2e-9  # hierarchical: add one local peer's byte and copy back
+    compute_loss: float = 0.0  # fraction of compute speed lost while the link is busy
+    apply_per_byte: float = 0.0  # the worker's optimizer update, per parameter byte
 
     def codec(self, name):
         table = dict(self.codec_per_byte)
@@ -229,9 +237,13 @@ class Settings:
 
 
 def compute_times(layers, machine, batch_size):
-    """(forward, backward) seconds per layer."""
+    """(forward, backward) seconds per layer. The first layer's backward computes the
+    gradient of its weights only: nothing asks for the gradient of the model's input."""
     forward = [layer.macs * batch_size / machine.macs_per_s for layer in layers]
-    return forward, [f * machine.backward_ratio for f in forward]
+    backward = [f * machine.backward_ratio for f in forward]
+    if backward:
+        backward[0] = forward[0] * max(0.0, machine.backward_ratio - 1)
+    return forward, backward
 
 
 def _messages(layers, costs, ready, settings):
@@ -267,10 +279,40 @@ def _messages(layers, costs, ready, settings):
 
 def step_time(layers, choices, cluster, machine, batch_size, settings=Settings()):
     """(predicted seconds per step, [per layer: its synchronisation's LayerCost,
-    seconds from gradient ready to parameters back]). choices: one Choice per layer."""
+    seconds from gradient ready to parameters back]). choices: one Choice per layer.
+
+    Where the machine loses compute to communication (machine.compute_loss > 0: the
+    workers' transport, copies and servers share the cores with backward, as on one host
+    over loopback), backward runs slower while the link is busy: the link's busy time
+    inside backward, times compute_loss, is added to backward (a fixed point, found in a
+    few rounds: longer backward, more of the link's time inside it)."""
     costs = [layer_cost(layer, choice, cluster, machine, batch_size, settings.partition_bytes)
              for layer, choice in zip(layers, choices)]
     forward, backward = compute_times(layers, machine, batch_size)
+    apply = [0.0 if choice.mode == PS_DENSE else layer.bytes * machine.apply_per_byte
+             for layer, choice in zip(layers, choices)]
+    base = sum(backward)
+    stretched = backward
+    for _ in range(6 if machine.compute_loss and base else 1):
+        done, ready, t_bwd_end, inside = _timeline(layers, costs, forward, stretched, cluster,
+                                                   machine, settings)
+        scale = 1 + machine.compute_loss * inside / base if base else 1
+        stretched = [b * scale for b in backward]
+    # The worker updates each layer once its gradient is back, one after another.
+    clock = 0.0
+    for index in sorted(range(len(layers)), key=lambda i: done[i]):
+        clock = max(clock, done[index]) + apply[index]
+        done[index] = clock
+    # The next forward pass: layer l starts once l−1 is done and l's parameters are back.
+    t = t_bwd_end
+    for index in range(len(layers)):
+        t = max(t, done[index]) + forward[index]
+    return t - sum(forward), [(c, d - r) for c, d, r in zip(costs, done, ready)]
+
+
+def _timeline(layers, costs, forward, backward, cluster, machine, settings):
+    """(done, ready, end of backward, link busy seconds before the end of backward) of
+    one step whose backward takes `backward` per layer."""
     t_fwd = sum(forward)
     ready, t = [0.0] * len(layers), t_fwd
     for index in reversed(range(len(layers))):
@@ -292,7 +334,7 @@ def step_time(layers, choices, cluster, machine, batch_size, settings=Settings()
     done = [t_bwd_end if costs[i].messages == 0 else 0.0 for i in range(len(layers))]
     # The CPU work after a layer's bytes arrive (server sums, decoding, local sums,
     # rebuilds) queues on one more resource, in arrival order.
-    clock, cpu_clock, waiting, next_piece = 0.0, 0.0, [], 0
+    clock, cpu_clock, waiting, next_piece, inside = 0.0, 0.0, [], 0, 0.0
     while next_piece < len(pieces) or waiting:
         if not waiting and pieces[next_piece][0] > clock:
             clock = pieces[next_piece][0]
@@ -302,13 +344,10 @@ def step_time(layers, choices, cluster, machine, batch_size, settings=Settings()
             heapq.heappush(waiting, ((p[1] if settings.credit else p[0]), p[2], p[3], p))
             next_piece += 1
         piece = heapq.heappop(waiting)[-1]
+        inside += max(0.0, min(clock + piece[4], t_bwd_end) - clock)
         clock += piece[4]
         for index in piece[5]:
             c = costs[index]
             cpu_clock = max(cpu_clock, clock) + c.cpu_after
             done[index] = cpu_clock + cluster.latency + c.tail_bytes / bandwidth
-    # The next forward pass: layer l starts once l−1 is done and l's parameters are back.
-    t = t_bwd_end
-    for index in range(len(layers)):
-        t = max(t, done[index]) + forward[index]
-    return t - t_fwd, [(c, d - r) for c, d, r in zip(costs, done, ready)]
+    return done, ready, t_bwd_end, inside

@@ -1,13 +1,15 @@
 """What the automatic plan measures on the running cluster, once (or on request):
 
-- the link: a tiny and a 4 MiB push_pull through the real transport (the engine, the
-  servers, the sockets or shared memory the job uses), best of a few; latency = the tiny
-  one's time, bandwidth = the bytes per direction the cost model says the big one moves
+- the link: a tiny and a 16 MiB push_pull through the real transport (the engine, the
+  servers, the sockets or shared memory the job uses), the median of a few; latency = the
+  tiny one's time, bandwidth = the bytes per direction the cost model says the big one moves
   through the busiest link, over the time it adds;
 - each codec's CPU cost per byte and the float32 sum's (the C++ core's own loops, timed by
   `_core.time_codec` / `time_decode_add` where that binding is built; else the defaults
   of cost.Machine, and the report says so);
-- the compute rate: a float32 matmul in TensorFlow, multiply-adds per second.
+- the compute rate: a float32 matmul in TensorFlow, multiply-adds per second, alone and
+  while push_pulls run beside it (the fraction lost: the cores that communication takes
+  from compute, large on one host over loopback).
 
 Every worker must call `measure_cluster` at the same point (it runs collectives); rank 0's
 numbers are broadcast, so every worker makes the same plan.
@@ -23,7 +25,11 @@ import numpy as np
 from tf_ps_ops.plan import cost
 
 _logger = logging.getLogger("tf_ps_ops.plan")
-PROBE_BYTES = 4 << 20
+# Large enough that the copies of a push_pull (the worker's buffers, the servers' sums) do
+# not stay in a CPU's last-level cache, as a model's large gradients do not: a 4 MiB probe
+# measured 2.7 times the bandwidth 16 MiB gradients got on one host (L3 32 MiB). The
+# median, not the best, as the step it predicts is a median.
+PROBE_BYTES = 16 << 20
 _cache = {}
 
 
@@ -37,7 +43,8 @@ class Measurements:
         c = self.cluster
         return (f"measured: link {c.bandwidth * 8 / 1e9:.3g} Gbit/s per direction, latency "
                 f"{c.latency * 1e6:.0f} us, compute {self.machine.macs_per_s / 1e9:.3g} "
-                f"GMAC/s, codec costs "
+                f"GMAC/s ({self.machine.compute_loss:.0%} of it lost while communicating), "
+                f"codec costs "
                 f"{'measured' if self.codecs_measured else 'assumed (no _core binding)'}")
 
 
@@ -54,14 +61,18 @@ def topology(size, local_size, num_servers):
 
 
 def _time_push_pull(ops, tf, array, name, repeats):
+    """Median seconds of one push_pull of `array`, run as training runs it: in a
+    tf.function, its answer left in the graph (eagerly, the answer's copy out to NumPy
+    made a 16 MiB probe take twice the time per byte of the same gradients in `fit`)."""
     tensor = tf.constant(array)
-    ops.allreduce(tensor, name=name).numpy()  # the first call registers the key
-    best = float("inf")
+    once = tf.function(lambda: ops.allreduce(tensor, name=name)[:1])
+    once().numpy()  # traces; the first call registers the key
+    times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        ops.allreduce(tensor, name=name).numpy()
-        best = min(best, time.perf_counter() - start)
-    return best
+        once().numpy()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
 
 
 def codec_costs(elements=1 << 20, repeat=3):
@@ -103,6 +114,49 @@ def compute_rate(tf, n=512, repeat=3):
     return n ** 3 / best
 
 
+def compute_loss(ops, tf, array, name, repeats=8, n=256):
+    """The fraction of its matmul rate this worker loses while `repeats` push_pulls of
+    `array` run beside it, in a thread: on one host the transport's copies and the
+    servers' sums take the cores the model computes on (on separate hosts, less).
+    The rate alone is the better of before and after. Collective: every worker calls it
+    at the same point."""
+    import threading
+
+    tensor = tf.constant(array)
+    a = tf.random.normal([n, n])
+    tf.linalg.matmul(a, a).numpy()
+
+    def alone(count=repeats):
+        start = time.perf_counter()
+        for _ in range(count):
+            tf.linalg.matmul(a, a).numpy()
+        return count / (time.perf_counter() - start)
+
+    failure = []
+
+    once = tf.function(lambda: ops.allreduce(tensor, name=name)[:1])  # as _time_push_pull
+
+    def communicate():
+        try:
+            for _ in range(repeats):
+                once().numpy()
+        except Exception as error:  # raised again on the calling thread
+            failure.append(error)
+
+    before = alone()
+    thread = threading.Thread(target=communicate, name="tfps-plan-probe")
+    count, start = 0, time.perf_counter()
+    thread.start()
+    while thread.is_alive():
+        tf.linalg.matmul(a, a).numpy()
+        count += 1
+    busy = count / (time.perf_counter() - start)
+    thread.join()
+    if failure:
+        raise failure[0]
+    return min(1.0, max(0.0, 1.0 - busy / max(before, alone())))
+
+
 def measure_cluster(refresh=False, repeats=5):
     """Measurements of this job (cached; refresh=True measures again). Collective."""
     if "last" in _cache and not refresh:
@@ -123,19 +177,22 @@ def measure_cluster(refresh=False, repeats=5):
     bandwidth = per_direction / max(big - small, 1e-6)
     codecs = codec_costs()
     rate = compute_rate(tf)
-    flat = [bandwidth, small, rate] + [v for _, costs in (codecs or ()) for v in costs]
+    loss = compute_loss(ops, tf, np.zeros(PROBE_BYTES // 4, np.float32),
+                        f"tfps.plan.probe{round_}.big")
+    flat = [bandwidth, small, rate, loss] + [v for _, costs in (codecs or ()) for v in costs]
     # Rank 0's numbers for everyone: the plan must be the same on every worker.
     flat = ops.broadcast(tf.constant(flat, tf.float64), 0,
                          name=f"tfps.plan.measured{round_}.{len(flat)}").numpy().tolist()
-    bandwidth, latency, rate = flat[:3]
+    bandwidth, latency, rate, loss = flat[:4]
     table = ()
     if codecs:
-        values = iter(flat[3:])
+        values = iter(flat[4:])
         table = tuple((name, (next(values), next(values), next(values)))
                       for name, _ in codecs)
     cluster = dataclasses.replace(shape, bandwidth=bandwidth, latency=latency)
     machine = cost.Machine(macs_per_s=rate, codec_per_byte=table,
-                           sum_per_byte=dict(table).get("none", (0, 0, 0.1e-9))[2])
+                           sum_per_byte=dict(table).get("none", (0, 0, 0.1e-9))[2],
+                           compute_loss=loss)
     result = Measurements(cluster, machine, bool(codecs))
     _cache["last"] = result
     if basics.rank() == 0:
@@ -143,17 +200,50 @@ def measure_cluster(refresh=False, repeats=5):
     return result
 
 
-def model_rate(model, batch_size, steps=3, backward_ratio=2.0):
+def apply_cost(model, steps=5):
+    """Seconds per parameter byte of a plain SGD update of `model`'s trainable variables
+    on this worker (variable -= rate · gradient), the median of `steps`: the worker's part
+    of a step after its gradients are back (more for optimizers with slots)."""
+    import tensorflow as tf
+
+    variables = model.trainable_variables
+    nbytes = sum(4 * int(np.prod(v.shape)) for v in variables)
+    if not nbytes:
+        return 0.0
+    grads = [tf.zeros(v.shape, v.dtype) for v in variables]
+
+    @tf.function
+    def update():
+        for v, g in zip(variables, grads):
+            v.assign_sub(0.0 * g)  # the same memory traffic; the weights stay as they are
+        return tf.constant(0)
+
+    update()  # traces
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        update().numpy()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times)) / nbytes
+
+
+def model_rate(model, batch_size, steps=5, backward_ratio=2.0):
     """Forward multiply-adds per second of `model` on this worker: a profiled local step
-    (forward and backward, no communication) on random data, best of `steps`; the
-    planner's per-layer compute times are the layers' multiply-adds at this rate."""
+    (forward and backward, no communication) on random data, the median of `steps` (as
+    the step it predicts is a median: on a shared host the best of 3 was up to a third
+    faster than `fit`'s median local step); the planner's per-layer compute times are the
+    layers' multiply-adds at this rate."""
     import tensorflow as tf
 
     from tf_ps_ops.plan import layers as layer_lists
 
-    macs = sum(layer.macs for layer in layer_lists.from_keras(model)) * batch_size
+    lay = layer_lists.from_keras(model)
+    macs = sum(layer.macs for layer in lay) * batch_size
     if not macs:
         return None
+    # As cost.compute_times counts: backward_ratio forwards per layer, one less for the
+    # first (no gradient for the model's input).
+    work = macs * (1 + backward_ratio) - lay[0].macs * batch_size
     shape = [batch_size] + [int(d) for d in model.inputs[0].shape[1:]]
     x = tf.random.normal(shape)
 
@@ -164,9 +254,9 @@ def model_rate(model, batch_size, steps=3, backward_ratio=2.0):
         return tape.gradient(loss, model.trainable_variables)
 
     step()  # traces
-    best = float("inf")
+    times = []
     for _ in range(steps):
         start = time.perf_counter()
         [g.numpy() for g in step() if g is not None]
-        best = min(best, time.perf_counter() - start)
-    return macs * (1 + backward_ratio) / best
+        times.append(time.perf_counter() - start)
+    return work / float(np.median(times))
