@@ -34,6 +34,7 @@ def test_every_zoo_model_runs_two_steps_through_the_harness(tmp_path):
     require_build("_tf_ps_ops*.so")
     command = [sys.executable, str(REPO / "benchmarks" / "zoo.py"), "--smoke",
                "--results-dir", str(tmp_path), "--models", ",".join(MODELS)]
+    before = set(namespaces())  # another run's leftovers are not this one's to answer for
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, cwd=tmp_path)
     try:
@@ -63,6 +64,6 @@ def test_every_zoo_model_runs_two_steps_through_the_harness(tmp_path):
     assert "tf_ps_ops sum" in md and "smoke_dlrm" in md
     # Only this run's namespaces: other runs may be going on. zoo.py's child train_bench
     # names them after its own pid, so look for any left that no process owns.
-    left = [n for n in namespaces() if n.startswith(netns.PREFIX + "-")
+    left = [n for n in set(namespaces()) - before if n.startswith(netns.PREFIX + "-")
             and not Path("/proc/%s" % n.split("-")[1]).exists()]
     assert not left, "namespaces left behind: %s" % sorted(left)
