@@ -125,28 +125,25 @@ def check_tape(hvd):
         save(**{f"tape.{dense}.{name}": value for name, value in trained.items()})
 
 
-def check_keras_fit(hvd):
-    ids, y = dataset()
-    me = hvd.rank()
-    for dense in (False, True):
-        optimizer = hvd.DistributedOptimizer(keras.optimizers.SGD(LEARNING_RATE),
-                                             sparse_as_dense=dense)
-        weights, loss = _measured(hvd, f"fit.{dense}", lambda: fit(
-            keras_model(), optimizer, shard(ids, me), shard(y, me), BATCH))
-        save(**{f"fit.{dense}.{i}": w for i, w in enumerate(weights)},
-             **{f"fit.{dense}.loss": loss})
-
-
-def check_tf_keras_fit(hvd):
-    K = _tf_keras()
+def _check_fit(hvd, K, tag):
+    """Model.fit with DistributedOptimizer, sparse then dense: weights (and loss) saved."""
     ids, y = dataset()
     me = hvd.rank()
     for dense in (False, True):
         optimizer = hvd.DistributedOptimizer(K.optimizers.SGD(LEARNING_RATE),
                                              sparse_as_dense=dense)
-        weights, _ = _measured(hvd, f"tf_keras.{dense}", lambda: fit(
+        weights, loss = _measured(hvd, f"{tag}.{dense}", lambda: fit(
             keras_model(K), optimizer, shard(ids, me), shard(y, me), BATCH))
-        save(**{f"tf_keras.{dense}.{i}": w for i, w in enumerate(weights)})
+        save(**{f"{tag}.{dense}.{i}": w for i, w in enumerate(weights)},
+             **{f"{tag}.{dense}.loss": loss})
+
+
+def check_keras_fit(hvd):
+    _check_fit(hvd, keras, "fit")
+
+
+def check_tf_keras_fit(hvd):
+    _check_fit(hvd, _tf_keras(), "tf_keras")
 
 
 CHECKS = [check_tape, check_keras_fit, check_tf_keras_fit]
