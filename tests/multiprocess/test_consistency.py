@@ -99,10 +99,15 @@ def test_ssp_reads_never_exceed_the_bound(tmp_path):
         assert np.all(total[:, : steps - s] == 1)
 
 
-def test_asp_never_waits_and_loses_nothing(tmp_path):
-    steps = 20
-    saved, trace, _ = run(tmp_path, "asp", "asp", steps=steps)
-    check_reads(saved, steps, None)
+@pytest.fixture(scope="module")
+def asp_run(tmp_path_factory):
+    """One asp cluster for the two tests that read it (a cluster costs ~30 s of start-up)."""
+    return run(tmp_path_factory.mktemp("consistency"), "asp", "asp", steps=20, pace=0.05)
+
+
+def test_asp_never_waits_and_loses_nothing(asp_run):
+    saved, trace, _ = asp_run
+    check_reads(saved, 20, None)
     lag = [step - min_clock for _, _, _, step, min_clock, _ in trace]
     assert max(lag) > 2, "the fast workers never ran ahead: asp waited, or nothing was slow"
 
@@ -114,12 +119,12 @@ def steps_ahead(saved):
     return [int(np.sum(saved[r]["ended"] <= at)) for r in range(NUM_WORKERS) if r != SLOW]
 
 
-def test_ssp3_lets_the_others_run_ahead_of_bsp(tmp_path):
+def test_ssp3_lets_the_others_run_ahead_of_bsp(tmp_path, asp_run):
     """One worker 3x slower: at the moment it finished step 10, the others had finished
     more steps under ssp:3 than under bsp (compared by step counts, one run each)."""
     bsp, _, _ = run(tmp_path, "bsp", "bsp", steps=20, pace=0.05)
     ssp, _, _ = run(tmp_path, "ssp3", "ssp:3", steps=20, pace=0.05)
-    asp, _, _ = run(tmp_path, "asp", "asp", steps=20, pace=0.05)
+    asp = asp_run[0]
     print("steps of the fast workers at the slow one's step 10: bsp", steps_ahead(bsp),
           "ssp:3", steps_ahead(ssp), "asp", steps_ahead(asp))
     assert max(steps_ahead(bsp)) <= 11
