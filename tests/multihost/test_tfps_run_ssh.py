@@ -60,8 +60,11 @@ def tfps_run(hosts, ssh, host_list, command, env=None):
             "--ssh-config-file", ssh.config, "--timeout", "120", *command]
     full_env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "TFPS_TIMEOUT": "30",
                 "OPENBLAS_NUM_THREADS": "1", **(env or {})}
+    # SIGINT as at a terminal, even when the suite runs where it is ignored (a background
+    # job), or the ctrl-c case would find it ignored.
     return hosts.popen(0, argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                       text=True, env=full_env)
+                       text=True, env=full_env,
+                       preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def job_processes(hosts, ssh):
