@@ -46,8 +46,12 @@ def fresh_tree(dest):
 
 
 def user_env(venv):
-    """The environment of a user whose shell has the virtualenv activated."""
+    """The environment of a user whose shell has the virtualenv activated. The builds are
+    CPU builds (TFPS_WITH_CUDA=0): what is checked here is the way in, and nvcc's share of
+    two uncached builds cost minutes; `make build` and tests/unit/test_cuda_build.py
+    compile the CUDA sources where nvcc is present."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env["TFPS_WITH_CUDA"] = "0"
     env["PATH"] = os.path.join(venv, "bin") + os.pathsep + env.get("PATH", "")
     env["VIRTUAL_ENV"] = venv
     return env
@@ -84,6 +88,9 @@ def run_job(venv, cwd):
     return [line.split("imported ", 1)[1] for line in out.splitlines() if " imported " in line]
 
 
+# Two uncached builds and a TensorFlow install: past `make test`'s 600 s per test on 2 cores
+# (each pip step is bounded by PIP_TIMEOUT_S besides).
+@pytest.mark.timeout(1800)
 def test_editable_install_then_the_wheel_in_a_fresh_virtualenv(work):
     """One user virtualenv for both ways in, so TensorFlow is installed into it once: first
     `pip install -e` (compiles in the clone, imports from it), then a wheel built by
