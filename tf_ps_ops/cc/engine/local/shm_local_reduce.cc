@@ -549,19 +549,8 @@ void ShmLocalReduce::RunPolling() {
       const bool timed_out = !result && StallShutdownDue(stall_, it->since, now);
       if (timed_out || (!result && StallWarningDue(stall_, it->since, now,
                                                    &it->stall_warnings))) {
-        std::string waited_for = Describe(0);
-        if (local_rank_ == 0) {
-          // The members that have not handed over: those of the step's name not waiting.
-          uint64_t step = 0;
-          const std::vector<int> handed =
-              it->key ? HandedOnPoll(*it->key, &step) : std::vector<int>();
-          std::string missing;
-          for (int lr = 1; lr < local_size(); ++lr) {
-            if (std::find(handed.begin(), handed.end(), lr) != handed.end()) continue;
-            missing += (missing.empty() ? "" : ", ") + Describe(lr);
-          }
-          waited_for = it->key && !missing.empty() ? missing : "a local worker";
-        }
+        const std::string waited_for =
+            local_rank_ != 0 ? Describe(0) : NotHandedOnPoll(it->key);
         const std::string what =
             (it->what.empty() ? std::string("a local step") : it->what) + " on " +
             Describe(local_rank_) + " of " + std::to_string(local_size()) +
@@ -625,6 +614,23 @@ std::vector<int> ShmLocalReduce::HandedOnPoll(uint64_t key, uint64_t* step) cons
   return handed;
 }
 
+std::string ShmLocalReduce::DescribeAll(const std::vector<int>& local_ranks) const {
+  std::string all;
+  for (int lr : local_ranks) all += (all.empty() ? "" : ", ") + Describe(lr);
+  return all;
+}
+
+std::string ShmLocalReduce::NotHandedOnPoll(std::optional<uint64_t> key) const {
+  if (!key) return "a local worker";
+  uint64_t step = 0;
+  const std::vector<int> handed = HandedOnPoll(*key, &step);
+  std::vector<int> missing;
+  for (int lr = 1; lr < local_size(); ++lr) {
+    if (std::find(handed.begin(), handed.end(), lr) == handed.end()) missing.push_back(lr);
+  }
+  return missing.empty() ? "a local worker" : DescribeAll(missing);
+}
+
 void ShmLocalReduce::WarnLeaderBehindOnPoll(const std::list<Task>& tasks, Clock::time_point now) {
   std::vector<uint64_t> busy;  // names this worker is summing: its own warnings cover them
   for (const Task& task : tasks) {
@@ -642,12 +648,10 @@ void ShmLocalReduce::WarnLeaderBehindOnPoll(const std::list<Task>& tasks, Clock:
       continue;
     }
     if (!StallWarningDue(stall_, segs.idle_since, now, &segs.idle_warnings)) continue;
-    std::string who;
-    for (int lr : handed) who += (who.empty() ? "" : ", ") + Describe(lr);
     metrics::stalls.Add();
     TFPS_LOG(Warning) << "stall warning: tensor '" << segs.name << "' (step "
                       << step << ") on " << Describe(0) << " of " << local_size()
-                      << " (hierarchical aggregation): " << who
+                      << " (hierarchical aggregation): " << DescribeAll(handed)
                       << (handed.size() == 1 ? " has" : " have") << " handed it over and "
                       << "waited " << WholeSeconds(SecondsSince(segs.idle_since, now))
                       << " s for this worker, the local leader, which has not called it "

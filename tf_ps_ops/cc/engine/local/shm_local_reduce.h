@@ -117,6 +117,10 @@ class ShmLocalReduce : public LocalReduce {
   // Leader, poll thread: the local ranks whose input of `key`'s current step is handed
   // over and not yet taken.
   std::vector<int> HandedOnPoll(uint64_t key, uint64_t* step) const;
+  // Leader, poll thread: who a reduce of `key` waits for, for its stall warnings: the local
+  // ranks that have not handed over ("a local worker" when that is not known).
+  std::string NotHandedOnPoll(std::optional<uint64_t> key) const;
+  std::string DescribeAll(const std::vector<int>& local_ranks) const;  // Describe, joined
   // Leader, poll thread: a stall warning for each name whose members handed over a step
   // this worker has not called yet (TFPS_STALL_WARNING): the slow rank is this one.
   void WarnLeaderBehindOnPoll(const std::list<Task>& tasks, Clock::time_point now);
