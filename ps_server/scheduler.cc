@@ -200,6 +200,7 @@ void Scheduler::OnRegister(const std::string& identity, zmq::message_t& payload,
   m.fd = fd;
   m.host = request.host.empty() ? PeerAddress(payload) : request.host;
   m.port = request.port;  // servers: their port; workers: their peer port, 0 for none
+  m.more_ports = request.more_ports;
   if (request.role == Role::kServer) {
     if (static_cast<int>(servers_.size()) >= num_servers_) {
       Refuse(identity, Code::kInvalidArgument,
@@ -207,8 +208,10 @@ void Scheduler::OnRegister(const std::string& identity, zmq::message_t& payload,
       return;
     }
     servers_.push_back(m);
+    std::string more;
+    for (int port : m.more_ports) more += "," + std::to_string(port);
     TFPS_LOG(Info) << "server " << servers_.size() - 1 << " registered from " << m.host << ":"
-                   << m.port;
+                   << m.port << more;
   } else {
     const int rank = request.rank;
     if (request.size != num_workers_ || rank >= num_workers_ || workers_.count(rank)) {
@@ -270,7 +273,15 @@ void Scheduler::AbandonRendezvous() {
 void Scheduler::AnnounceCluster() {
   ClusterView view;
   view.consistency = consistency_;
-  for (const Member& s : servers_) view.servers.push_back(s.host + ":" + std::to_string(s.port));
+  bool more_ports = false;
+  for (const Member& s : servers_) {
+    view.servers.push_back(s.host + ":" + std::to_string(s.port));
+    std::vector<int> ports = {s.port};
+    ports.insert(ports.end(), s.more_ports.begin(), s.more_ports.end());
+    view.server_ports.push_back(ports);
+    more_ports = more_ports || !s.more_ports.empty();
+  }
+  if (!more_ports) view.server_ports.clear();  // one port each: the view as before
   for (const auto& w : workers_) {
     view.worker_hosts.push_back(w.second.host);
     view.worker_peers.push_back(w.second.host + ":" + std::to_string(w.second.port));

@@ -38,6 +38,7 @@ class Scheduler {
     std::string identity;  // ZeroMQ routing id
     std::string host;
     int port = 0;          // servers: their port; workers: their peer port (SFB), or 0
+    std::vector<int> more_ports;  // servers: the ports of their other I/O threads
     int fd = -1;           // the connection's file descriptor, to match disconnects
     bool done = false;     // said goodbye, or is gone
   };

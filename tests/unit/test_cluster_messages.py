@@ -16,6 +16,10 @@ def test_worker_and_server_registrations_round_trip():
     assert worker["host"] == ""  # the scheduler takes the connection's address
     server = core.parse_register(core.format_register("server", host="10.0.0.2", port=7000))
     assert (server["role"], server["host"], server["port"]) == ("server", "10.0.0.2", 7000)
+    assert server["more_ports"] == []  # one I/O thread: the message as before
+    assert "more_ports" not in core.format_register("server", port=7000)
+    two = core.parse_register(core.format_register("server", port=7000, more_ports=[7005, 7009]))
+    assert (two["port"], two["more_ports"]) == (7000, [7005, 7009])
 
 
 @pytest.mark.parametrize("text, message", [
@@ -34,13 +38,20 @@ def test_worker_and_server_registrations_round_trip():
     ("role=server\nport=7000\ncolour=blue\n", "unknown field 'colour'"),
     ("role=server\nport 7000\n", "is not name=value"),
     ("role=chef\n", "unknown role 'chef'"),
+    ("role=server\nport=7000\nmore_ports=7001,0\n", "field 'more_ports' is '0'"),
+    ("role=server\nport=7000\nmore_ports=7001,,7002\n", "field 'more_ports' is ''"),
+    ("role=server\nport=7000\nmore_ports=\n", "field 'more_ports' is ''"),
+    ("role=server\nport=7000\nmore_ports=" + ",".join(["7001"] * 64) + "\n",
+     "64 ports; a server has at most 64 in all"),
+    ("role=server\nport=7000\nmore_ports=" + ",".join(["7001"] * 65) + "\n",
+     "lists more than 64 ports"),
 ])
 def test_bad_registrations_are_refused_naming_the_field(text, message):
     with pytest.raises(RuntimeError, match="InvalidArgument") as e:
         core.parse_register(text)
     assert message in str(e.value)
     assert "from" in str(e.value) or "missing" in message or "twice" in message \
-        or "unknown" in message or "name=value" in message
+        or "unknown" in message or "name=value" in message or "ports" in message
 
 
 def test_range_is_stated_in_the_message():
@@ -61,6 +72,21 @@ def test_cluster_views_round_trip():
     assert not waiting["ready"] and waiting["waiting"] == "1 of 2 servers"
 
 
+def test_server_ports_round_trip_and_spread_workers_by_rank():
+    servers, ports = ["a:7000", "::1:8000"], [[7000, 7001, 7002], [8000]]
+    view = core.parse_register_reply(core.format_cluster_view(servers, ["h"], ["h:0"],
+                                                              server_ports=ports))
+    assert view["servers"] == servers and view["server_ports"] == ports
+    assert [core.server_address_for(servers, ports, 0, r) for r in range(4)] == \
+        ["a:7000", "a:7001", "a:7002", "a:7000"]
+    assert core.server_address_for(servers, ports, 1, 3) == "::1:8000"
+    # Without the field (every server has one port) each worker takes the servers' entries.
+    plain = core.format_cluster_view(servers, ["h"], ["h:0"])
+    assert "server_ports" not in plain
+    assert core.parse_register_reply(plain)["server_ports"] == []
+    assert core.server_address_for(servers, [], 0, 5) == "a:7000"
+
+
 def test_ipv6_hosts_keep_their_colons():
     view = core.parse_register_reply(core.format_cluster_view(["::1:7000"], ["::1"], ["::1:0"]))
     assert view["servers"] == ["::1:7000"]
@@ -74,6 +100,14 @@ def test_ipv6_hosts_keep_their_colons():
     ("status=ready\nservers=a:1\nworkers=h,i\npeers=h:0\n", "1 peers for 2 workers"),
     ("status=ready\nservers=a:1\nworkers=h\npeers=h:-1\n", "field 'peers[0] port' is '-1'"),
     ("status=maybe\n", "neither ready nor waiting"),
+    ("status=ready\nservers=a:1,b:2\nserver_ports=1/3\nworkers=h\n",
+     "field 'server_ports' has 1 entries for 2 servers"),
+    ("status=ready\nservers=a:1\nserver_ports=2/3\nworkers=h\n",
+     "field 'server_ports[0]' starts with port 2, not 1"),
+    ("status=ready\nservers=a:1\nserver_ports=1/x\nworkers=h\n",
+     "field 'server_ports[0]' is 'x'"),
+    ("status=ready\nservers=a:1\nserver_ports=1//2\nworkers=h\n",
+     "field 'server_ports[0]' is ''"),
 ])
 def test_bad_cluster_views_are_refused(text, message):
     with pytest.raises(RuntimeError, match="InvalidArgument") as e:

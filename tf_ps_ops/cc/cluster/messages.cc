@@ -4,6 +4,8 @@
 #include <map>
 #include <set>
 
+#include "tf_ps_ops/cc/common/config.h"
+
 namespace tfps {
 
 namespace {
@@ -108,6 +110,58 @@ Status CheckEndpoints(const std::string& what, const std::string& field,
   return Status::Ok();
 }
 
+// "7000/7001": a server's ports, each within 1..65535, 1 to kMaxIoThreads of them.
+Status ParsePorts(const std::string& what, const std::string& field, const std::string& text,
+                  char separator, std::vector<int>* ports) {
+  ports->clear();
+  size_t start = 0;
+  while (true) {
+    const size_t pos = text.find(separator, start);
+    const std::string item = text.substr(start, pos - start);
+    if (ports->size() == kMaxIoThreads) {
+      return InvalidArgument(what + ": field '" + field + "' lists more than " +
+                             std::to_string(kMaxIoThreads) + " ports (TFPS_IO_THREADS' limit)");
+    }
+    int port = 0;
+    TFPS_RETURN_IF_ERROR(ParseNumber(what, field, item, 1, 65535, &port));
+    ports->push_back(port);
+    if (pos == std::string::npos) return Status::Ok();
+    start = pos + 1;
+  }
+}
+
+std::string JoinPorts(const std::vector<int>& ports, char separator) {
+  std::string out;
+  for (int port : ports) {
+    if (!out.empty()) out += separator;
+    out += std::to_string(port);
+  }
+  return out;
+}
+
+// The view's "server_ports": one "/"-separated list per server, the first port that of
+// its "servers" entry.
+Status ParseServerPorts(const std::string& what, const std::string& text, ClusterView* view) {
+  const std::vector<std::string> lists = SplitList(text);
+  if (lists.size() != view->servers.size()) {
+    return InvalidArgument(what + ": field 'server_ports' has " + std::to_string(lists.size()) +
+                           " entries for " + std::to_string(view->servers.size()) + " servers");
+  }
+  view->server_ports.resize(lists.size());
+  for (size_t i = 0; i < lists.size(); ++i) {
+    const std::string field = "server_ports[" + std::to_string(i) + "]";
+    TFPS_RETURN_IF_ERROR(ParsePorts(what, field, lists[i], '/', &view->server_ports[i]));
+    const std::string& address = view->servers[i];
+    const std::string first = address.substr(address.rfind(':') + 1);
+    if (std::to_string(view->server_ports[i][0]) != first) {
+      return InvalidArgument(what + ": field '" + field + "' starts with port " +
+                             std::to_string(view->server_ports[i][0]) + ", not " + first +
+                             " as servers[" + std::to_string(i) + "] does");
+    }
+  }
+  return Status::Ok();
+}
+
 constexpr int64_t kMaxInt = INT32_MAX;
 const char kRegisterWhat[] = "register message";
 const char kReplyWhat[] = "register reply";
@@ -120,6 +174,7 @@ std::string FormatRegister(const RegisterRequest& r) {
   if (r.role == Role::kServer) {
     fields["role"] = "server";
     fields["port"] = std::to_string(r.port);
+    if (!r.more_ports.empty()) fields["more_ports"] = JoinPorts(r.more_ports, ',');
   } else {
     fields["role"] = "worker";
     fields["rank"] = std::to_string(r.rank);
@@ -133,15 +188,24 @@ std::string FormatRegister(const RegisterRequest& r) {
 Status ParseRegister(const std::string& text, RegisterRequest* r) {
   Fields fields;
   TFPS_RETURN_IF_ERROR(ParseFields(kRegisterWhat, text,
-                                   {"role", "host", "port", "rank", "size", "peer_port",
-                                    "consistency"},
+                                   {"role", "host", "port", "more_ports", "rank", "size",
+                                    "peer_port", "consistency"},
                                    &fields));
   *r = RegisterRequest();
   r->host = Get(fields, "host");
   const std::string role = Get(fields, "role");
   if (role == "server") {
     r->role = Role::kServer;
-    return ParseField(kRegisterWhat, fields, "port", 1, 65535, &r->port);
+    TFPS_RETURN_IF_ERROR(ParseField(kRegisterWhat, fields, "port", 1, 65535, &r->port));
+    if (fields.count("more_ports") == 0) return Status::Ok();
+    TFPS_RETURN_IF_ERROR(
+        ParsePorts(kRegisterWhat, "more_ports", Get(fields, "more_ports"), ',', &r->more_ports));
+    if (r->more_ports.size() >= static_cast<size_t>(kMaxIoThreads)) {
+      return InvalidArgument(std::string(kRegisterWhat) + ": field 'more_ports' lists " +
+                             std::to_string(r->more_ports.size()) + " ports; a server has at "
+                             "most " + std::to_string(kMaxIoThreads) + " in all (TFPS_IO_THREADS)");
+    }
+    return Status::Ok();
   }
   if (role != "worker") return InvalidArgument("unknown role '" + role + "'");
   r->role = Role::kWorker;
@@ -163,6 +227,13 @@ std::string FormatClusterView(const ClusterView& view) {
                    {"servers", JoinList(view.servers)},
                    {"workers", JoinList(view.worker_hosts)}};
   if (!view.consistency.bsp()) fields["consistency"] = ConsistencyName(view.consistency);
+  if (!view.server_ports.empty()) {
+    std::vector<std::string> lists;
+    for (const std::vector<int>& ports : view.server_ports) {
+      lists.push_back(JoinPorts(ports, '/'));
+    }
+    fields["server_ports"] = JoinList(lists);
+  }
   if (view.server_id >= 0) {
     fields["server_id"] = std::to_string(view.server_id);
   } else {
@@ -175,8 +246,8 @@ Status ParseRegisterReply(const std::string& text, bool* ready, std::string* wai
                           ClusterView* view) {
   Fields fields;
   TFPS_RETURN_IF_ERROR(ParseFields(
-      kReplyWhat, text, {"status", "waiting", "servers", "workers", "peers", "server_id",
-                          "consistency"},
+      kReplyWhat, text, {"status", "waiting", "servers", "server_ports", "workers", "peers",
+                          "server_id", "consistency"},
       &fields));
   *ready = Get(fields, "status") == "ready";
   if (!*ready) {
@@ -197,6 +268,9 @@ Status ParseRegisterReply(const std::string& text, bool* ready, std::string* wai
   }
   TFPS_RETURN_IF_ERROR(CheckEndpoints(kReplyWhat, "servers", view->servers, 1));
   TFPS_RETURN_IF_ERROR(CheckEndpoints(kReplyWhat, "peers", view->worker_peers, 0));
+  if (fields.count("server_ports")) {
+    TFPS_RETURN_IF_ERROR(ParseServerPorts(kReplyWhat, Get(fields, "server_ports"), view));
+  }
   if (fields.count("peers") && view->worker_peers.size() != view->worker_hosts.size()) {
     return InvalidArgument(std::string(kReplyWhat) + ": " +
                            std::to_string(view->worker_peers.size()) + " peers for " +
@@ -205,6 +279,14 @@ Status ParseRegisterReply(const std::string& text, bool* ready, std::string* wai
   if (fields.count("server_id") == 0) return Status::Ok();
   const int servers = static_cast<int>(view->servers.size());
   return ParseField(kReplyWhat, fields, "server_id", 0, servers - 1, &view->server_id);
+}
+
+std::string ServerAddressFor(const ClusterView& view, int server, int rank) {
+  const std::string& address = view.servers[server];
+  if (view.server_ports.empty() || rank < 0) return address;
+  const std::vector<int>& ports = view.server_ports[server];
+  const int port = ports[static_cast<size_t>(rank) % ports.size()];
+  return address.substr(0, address.rfind(':') + 1) + std::to_string(port);
 }
 
 }  // namespace tfps

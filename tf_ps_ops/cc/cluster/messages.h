@@ -17,12 +17,16 @@ namespace tfps {
 
 enum class Role { kServer, kWorker };
 
-// kRegister: a server announces the port it serves on; a worker its rank, the job size it
-// was started with, and the port it takes peer (SFB) traffic on.
+// kRegister: a server announces the ports it serves on (one per ZeroMQ I/O thread,
+// TFPS_IO_THREADS); a worker its rank, the job size it was started with, and the port it
+// takes peer (SFB) traffic on.
 struct RegisterRequest {
   Role role = Role::kWorker;
   std::string host;   // empty: the scheduler uses the connection's peer address
   int port = 0;       // server: 1..65535; worker: its peer port, 0 for none
+  // Servers only: the ports of its other I/O threads (at most kMaxIoThreads - 1), after
+  // `port`; absent on the wire when there are none.
+  std::vector<int> more_ports;
   int rank = -1;      // workers only
   int size = 0;       // workers only
   Consistency consistency;  // workers only (TFPS_CONSISTENCY); absent on the wire: bsp
@@ -34,6 +38,9 @@ Status ParseRegister(const std::string& text, RegisterRequest* request);
 // kRegisterReply once every role has registered: the cluster as the registrant sees it.
 struct ClusterView {
   std::vector<std::string> servers;       // "host:port", indexed by server id
+  // Every port each server listens on, by server id, the first that of `servers`; empty
+  // (and absent on the wire) when every server has one.
+  std::vector<std::vector<int>> server_ports;
   std::vector<std::string> worker_hosts;  // indexed by rank
   std::vector<std::string> worker_peers;  // "host:peer_port" by rank (workers only; port 0: none)
   int server_id = -1;                     // this process's id when it is a server
@@ -48,6 +55,10 @@ std::string FormatClusterView(const ClusterView& view);
 // for whom the scheduler still waits.
 Status ParseRegisterReply(const std::string& text, bool* ready, std::string* waiting,
                           ClusterView* view);
+
+// The "host:port" worker `rank` connects to on `server`: port (rank mod its ports) of
+// view.server_ports, so that the server's connections spread over its I/O threads.
+std::string ServerAddressFor(const ClusterView& view, int server, int rank);
 
 }  // namespace tfps
 

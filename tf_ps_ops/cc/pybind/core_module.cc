@@ -266,6 +266,7 @@ py::dict ParseRegisterPy(const std::string& text) {
   d["role"] = r.role == Role::kServer ? "server" : "worker";
   d["host"] = r.host;
   d["port"] = r.port;
+  d["more_ports"] = r.more_ports;
   d["rank"] = r.rank;
   d["size"] = r.size;
   d["consistency"] = ConsistencyName(r.consistency);
@@ -281,6 +282,7 @@ py::dict ParseRegisterReplyPy(const std::string& text) {
   d["ready"] = ready;
   d["waiting"] = waiting;
   d["servers"] = view.servers;
+  d["server_ports"] = view.server_ports;
   d["workers"] = view.worker_hosts;
   d["peers"] = view.worker_peers;
   d["server_id"] = view.server_id;
@@ -370,8 +372,10 @@ PYBIND11_MODULE(_core, m) {
   m.def("parse_consistency", &ParseConsistencyPy, py::arg("text"),
         "Parses a TFPS_CONSISTENCY value: (kind, staleness, canonical name); raises if bad.");
   m.def("format_register", [](const std::string& role, const std::string& host, int port,
-                              int rank, int size, const std::string& consistency) {
+                              int rank, int size, const std::string& consistency,
+                              const std::vector<int>& more_ports) {
     RegisterRequest r;
+    r.more_ports = more_ports;
     r.consistency = ConsistencyOf(consistency);
     r.role = role == "server" ? Role::kServer : Role::kWorker;
     r.host = host;
@@ -380,22 +384,34 @@ PYBIND11_MODULE(_core, m) {
     r.size = size;
     return FormatRegister(r);
   }, py::arg("role"), py::arg("host") = "", py::arg("port") = 0, py::arg("rank") = -1,
-     py::arg("size") = 0, py::arg("consistency") = "");
+     py::arg("size") = 0, py::arg("consistency") = "",
+     py::arg("more_ports") = std::vector<int>());
   m.def("parse_register_reply", &ParseRegisterReplyPy, py::arg("text"),
         "Parses a kRegisterReply payload strictly; raises naming the bad field.");
   m.def("format_cluster_view", [](const std::vector<std::string>& servers,
                                   const std::vector<std::string>& workers,
                                   const std::vector<std::string>& peers, int server_id,
-                                  const std::string& consistency) {
+                                  const std::string& consistency,
+                                  const std::vector<std::vector<int>>& server_ports) {
     ClusterView view;
     view.servers = servers;
+    view.server_ports = server_ports;
     view.worker_hosts = workers;
     view.worker_peers = peers;
     view.server_id = server_id;
     view.consistency = ConsistencyOf(consistency);
     return FormatClusterView(view);
   }, py::arg("servers"), py::arg("workers"), py::arg("peers"), py::arg("server_id") = -1,
-     py::arg("consistency") = "");
+     py::arg("consistency") = "", py::arg("server_ports") = std::vector<std::vector<int>>());
+  m.def("server_address_for", [](const std::vector<std::string>& servers,
+                                 const std::vector<std::vector<int>>& server_ports, int server,
+                                 int rank) {
+    ClusterView view;
+    view.servers = servers;
+    view.server_ports = server_ports;
+    return ServerAddressFor(view, server, rank);
+  }, py::arg("servers"), py::arg("server_ports"), py::arg("server"), py::arg("rank"),
+     "The host:port a worker of `rank` connects to on `server`.");
   m.def("format_waiting", &FormatWaiting);
   // GPU tensors: NCCL or shared memory (device_reduce.h); (nccl, reason).
   m.def("choose_device_reduce", [](bool cuda_build, bool alone, const std::vector<int>& ranks,
