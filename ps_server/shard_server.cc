@@ -75,12 +75,7 @@ ShardServer::~ShardServer() {
 Status ShardServer::Start(const std::string& scheduler_host, int scheduler_port, int port,
                           const std::string& host) {
   TFPS_RETURN_IF_ERROR(CheckBindAllowed(config_, "this server"));
-  try {
-    BindTcp(router_, BindEndpoint(config_, port, "this server"));
-  } catch (const zmq::error_t& e) {
-    return Unavailable("server cannot bind port " + std::to_string(port) + ": " + e.what());
-  }
-  const int bound = BoundPort(router_);
+  TFPS_RETURN_IF_ERROR(BindPorts(port));
   // Files there now were written by an earlier job: this job's servers write none before
   // every server has registered. A directory the server cannot use fails it only after it
   // has registered, as a corrupt file does: the others learn why at once, instead of
@@ -95,7 +90,8 @@ Status ShardServer::Start(const std::string& scheduler_host, int scheduler_port,
   ConnectTcp(scheduler_, scheduler);
   RegisterRequest request;
   request.role = Role::kServer;
-  request.port = bound;
+  request.port = ports_[0];
+  request.more_ports.assign(ports_.begin() + 1, ports_.end());
   request.host = StripBrackets(host);  // the view's "host:port" holds IPv6 bare
   ClusterView view;
   TFPS_RETURN_IF_ERROR(
@@ -110,7 +106,12 @@ Status ShardServer::Start(const std::string& scheduler_host, int scheduler_port,
     (void)SendNotice(scheduler_, restored);
     return restored;
   }
-  TFPS_LOG(Info) << "serving on port " << bound << " with " << config_.server_threads
+  std::string more;  // the ports of I/O threads 2 and up
+  for (size_t i = 1; i < ports_.size(); ++i) {
+    more += (i > 1 ? "," : "") + std::to_string(ports_[i]);
+  }
+  if (!more.empty()) more = " (and " + more + ": one port per I/O thread)";
+  TFPS_LOG(Info) << "serving on port " << ports_[0] << more << " with " << config_.server_threads
                  << " summation thread(s) for " << num_workers_ << " worker(s), consistency "
                  << ConsistencyName(consistency_);
   for (int i = 0; i < config_.server_threads; ++i) {
@@ -119,6 +120,29 @@ Status ShardServer::Start(const std::string& scheduler_host, int scheduler_port,
   watch_ = std::make_unique<ThreadWatch>(config_.server_threads);
   for (int i = 0; i < config_.server_threads; ++i) {
     threads_.emplace_back([this, i] { SummationLoop(i); });
+  }
+  return Status::Ok();
+}
+
+// A listener's accepted connections run on the listener's I/O thread (the ZMQ_AFFINITY it
+// was bound with), so behind one port every worker's connection would share one thread,
+// whose CPU (CURVE's above all) then bounds the server. Each port is another endpoint of
+// the one ROUTER: routing ids, the monitor (SilentConnections' caps), high-water marks,
+// handshake timeout, heartbeats, ZMQ_MAXMSGSIZE and CURVE are the socket's and hold on
+// every port. A fixed --port keeps that one port alone (the one a firewall opens).
+Status ShardServer::BindPorts(int port) {
+  const int threads = std::max(1, std::min(config_.io_threads, kMaxIoThreads));
+  const int listeners = port == 0 ? threads : 1;
+  for (int i = 0; i < listeners; ++i) {
+    PinToIoThread(router_, i, config_);
+    try {
+      BindTcp(router_, BindEndpoint(config_, port, "this server"));
+    } catch (const zmq::error_t& e) {
+      return Unavailable("server cannot bind port " + std::to_string(port) + " (listener " +
+                         std::to_string(i + 1) + " of " + std::to_string(listeners) +
+                         ", one per TFPS_IO_THREADS): " + e.what());
+    }
+    ports_.push_back(BoundPort(router_));
   }
   return Status::Ok();
 }

@@ -43,7 +43,8 @@ class ShardServer {
   ShardServer(int num_workers, int num_servers, const Config& config);
   ~ShardServer();
 
-  // Binds tcp://*:port, registers with the scheduler and waits for the cluster.
+  // Binds tcp://*:port (port 0: one free port per ZeroMQ I/O thread, TFPS_IO_THREADS),
+  // registers with the scheduler and waits for the cluster.
   Status Start(const std::string& scheduler_host, int scheduler_port, int port,
                const std::string& host);
   // Serves until every worker said goodbye or is gone, or `stop` is set. An exit
@@ -73,6 +74,8 @@ class ShardServer {
   // Reads this server's checkpoint files (TFPS_CHECKPOINT_DIR) into restored_, or writes
   // empty ones on a fresh start. `existing`: the files there before this job registered.
   Status RestoreCheckpoint(const std::vector<std::pair<int, int>>& existing);
+  // Binds router_ to `port`, or to one free port per I/O thread (port 0), into ports_.
+  Status BindPorts(int port);
   ShardInfo ShardInfoOf(int thread) const;
   void SummationLoop(int index);
   // Writes thread `index`'s file (TFPS_CHECKPOINT_DIR). A failure is a warning the workers
@@ -135,6 +138,7 @@ class ShardServer {
   std::vector<std::string> worker_hosts_;  // by rank, from the scheduler (set in Start)
   zmq::context_t context_;
   zmq::socket_t router_;
+  std::vector<int> ports_;  // router_'s, the i-th on I/O thread i (set in Start)
   zmq::socket_t scheduler_;
   std::unique_ptr<ZapHandler> zap_;  // with a job key: admits only its holders
   PushBudget budget_;                // TFPS_SERVER_PUSH_BYTES

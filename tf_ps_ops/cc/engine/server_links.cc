@@ -93,7 +93,7 @@ Status Engine::Loop::JoinClusterOnLoop(const EngineOptions& options, ClusterView
   own_host_ = view->worker_hosts[rank_];
   servers_.resize(view->servers.size());
   for (size_t i = 0; i < view->servers.size(); ++i) {
-    servers_[i].address = view->servers[i];
+    servers_[i].address = ServerAddressFor(*view, static_cast<int>(i), rank_);  // spread
     TFPS_RETURN_IF_ERROR(OpenServerOnLoop(i));
   }
   batches_.resize(servers_.size());
