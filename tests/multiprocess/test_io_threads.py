@@ -1,8 +1,11 @@
 """TFPS_IO_THREADS: a job with one or two ZeroMQ I/O threads per worker and server, plain
 and with the job key, gives sums equal to NumPy's bit for bit; each worker and server runs
-that many I/O threads; a bad value is refused naming the variable."""
+that many I/O threads; a server listens on one port per I/O thread, announces them all, and
+worker r connects to port r mod their number (so each port, and its I/O thread, gets
+workers); a bad value is refused naming the variable."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +20,39 @@ from io_threads_worker import io_thread_count  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
 WORKER = Path(__file__).parent / "core_workers" / "io_threads_worker.py"
+
+
+def accepted_connections(port):
+    """How many established TCP connections on this host have local port `port`: the ones
+    a server accepted on that listening port (the workers' ends have other local ports)."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in list(f)[1:]:
+                fields = line.split()
+                if fields[3] == "01" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    count += 1
+    return count
+
+
+def check_ports(cluster, io_threads, num_workers):
+    """Each server listens on `io_threads` ports, the scheduler announced them all, and
+    each port holds exactly the workers whose rank mod `io_threads` is its index."""
+    scheduler = cluster.result("scheduler", 0).stderr
+    for index in range(2):
+        log = cluster.wait_for_output("server", index, "serving on port").stderr
+        found = re.search(r"serving on port (\d+)(?: \(and ([\d,]+): one port per I/O "
+                          r"thread\))? with", log)
+        assert found, log
+        ports = [int(found.group(1))] + [int(p) for p in (found.group(2) or "").split(",")
+                                         if p]
+        assert len(ports) == io_threads, log
+        # Server ids follow the registration order, not the order the servers started in.
+        registered = r"server \d registered from 127\.0\.0\.1:" + ",".join(map(str, ports))
+        assert re.search(registered + "\n", scheduler), scheduler
+        for i, port in enumerate(ports):
+            expected = len([r for r in range(num_workers) if r % io_threads == i])
+            assert accepted_connections(port) == expected, (index, ports, i)
 
 
 @pytest.mark.parametrize("keyed", [False, True], ids=["plain", "keyed"])
@@ -35,6 +71,7 @@ def test_sums_are_exact_with_io_threads(make_cluster, tmp_path, io_threads, keye
             assert f"io threads {io_threads}\n" in result.stdout, result.describe()
         for index in range(2):
             assert io_thread_count(cluster.process("server", index).pid) == io_threads
+        check_ports(cluster, io_threads, 2)
     finally:
         done.write_text("")
     cluster.wait()
