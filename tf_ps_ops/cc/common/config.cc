@@ -53,9 +53,8 @@ const std::vector<ConfigEntry>& ConfigTable() {
        "ZeroMQ I/O threads per worker and per ps_server: the threads that copy, frame and "
        "(with TFPS_AUTH_KEY_FILE) encrypt everything the process sends and receives. A "
        "worker pins its socket to each server and to each peer to these threads in turn, so "
-       "its connections spread over them; a server's workers are placed by ZeroMQ as it "
-       "accepts them, which may put workers that connect at the same instant on one thread "
-       "(docs/security.md). 1 to 64; 0 (the default): min(4, max(1, cores / 4)), one per four "
+       "its connections spread over them; a server (without a fixed --port) listens on one "
+       "port per thread and worker r connects to port r mod their number. 1 to 64; 0 (the default): min(4, max(1, cores / 4)), one per four "
        "cores, at most four: the cores stay the training's and the summation threads', and "
        "one thread moves about 3 GB of plain TCP per CPU-second; more help a keyed job, whose "
        "encryption costs each end about a CPU-second per GB. The scheduler keeps one."},
