@@ -211,6 +211,11 @@ def markdown(args, rows, memcpy, ciphers, command):
         "numbers are rough. CPU time (utime+stime of every role process, /proc) per byte "
         "is what the rows compare; all rows come from one run.",
         "",
+        "Each ps_server listens on one port per I/O thread (ZMQ_AFFINITY set before each "
+        "bind) and worker r connects to port r mod their number, so with 2 or more threads "
+        "each server's two workers run on two of its I/O threads; with 4, two of its four "
+        "threads have no worker here (the per-thread columns list them busiest first).",
+        "",
         f"memcpy on this machine (numpy copy of 256 MiB, best of 5): **{memcpy:.2f} GB/s** "
         "on one core.",
         "",
@@ -220,8 +225,8 @@ def markdown(args, rows, memcpy, ciphers, command):
         "",
         "| job key | I/O threads | GB moved | wall s | CPU s (all roles) | GB per CPU-s | "
         "CPU-s per GB | I/O threads' share of CPU | worker 0 I/O threads (CPU s) | "
-        "server 0 I/O threads (CPU s) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "server 0 I/O threads (CPU s) | server 1 I/O threads (CPU s) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         if row.get("profile"):
@@ -232,7 +237,8 @@ def markdown(args, rows, memcpy, ciphers, command):
             f"{r['bytes'] / 1e9:.2f} | {r['wall_s']:.2f} | {r['cpu_s']:.2f} | "
             f"{r['gb_per_cpu_s']:.3f} | {r['cpu_s_per_gb']:.2f} | "
             f"{r['io_cpu_s'] / r['cpu_s']:.0%} | {spread(r['io_threads_cpu_s']['worker0'])} | "
-            f"{spread(r['io_threads_cpu_s']['server0'])} |")
+            f"{spread(r['io_threads_cpu_s']['server0'])} | "
+            f"{spread(r['io_threads_cpu_s']['server1'])} |")
     for row in rows:
         for title, text in row["result"].get("perf", {}).items():
             lines += ["", f"perf, {'CURVE' if row['keyed'] else 'plain'}, 1 I/O thread, a run "
