@@ -37,7 +37,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from tf_ps_ops.collectives import ops
+from tf_ps_ops.collectives import objects, ops
 from tf_ps_ops.common import basics
 from tf_ps_ops.common import elastic_epoch as _elastic_epoch
 from tf_ps_ops.common.init import init
@@ -120,7 +120,7 @@ class ObjectState(State):
 
     def __init__(self, bcast_object=None, get_rank=None, **kwargs):
         # bcast_object/get_rank: Horovod's signature; ours are tf_ps_ops' own.
-        self._bcast_object = bcast_object or ops.broadcast_object
+        self._bcast_object = bcast_object or objects.broadcast_object
         self._saved_state = dict(kwargs)
         self._set_attrs()
         super().__init__()
@@ -165,7 +165,7 @@ class TensorFlowState(ObjectState):
 
     def sync(self):
         if self.variables:
-            ops.broadcast_variables(self.variables, root_rank=0)
+            objects.broadcast_variables(self.variables, root_rank=0)
             self._values = [v.numpy() for v in self.variables]
         super().sync()
 
@@ -212,7 +212,7 @@ class TensorFlowKerasState(ObjectState):
     def sync(self):
         variables = self._variables()
         if variables:
-            ops.broadcast_variables(variables, root_rank=0)
+            objects.broadcast_variables(variables, root_rank=0)
         self._values = self._read()
         super().sync()
 
