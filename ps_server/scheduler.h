@@ -45,6 +45,7 @@ class Scheduler {
 
   void OnMessage(std::vector<zmq::message_t>& frames);
   void OnRegister(const std::string& identity, zmq::message_t& payload, int fd);
+  // A member lost (scheduler_members.cc): its connection closed without a goodbye.
   void OnDisconnect(int fd);
   // A member's kMemberNotice: logged and told to every other member, naming the sender.
   void OnNotice(const std::string& identity, Code code, const std::string& text);
@@ -70,6 +71,8 @@ class Scheduler {
   void OnSilent(const std::string& identity, double seconds);
   std::string Waiting() const;
   bool complete() const;
+  // A member registered (+1) or left (-1): the scheduler's membership metrics.
+  static void CountMembership(int change);
 
   const int num_workers_;
   const int num_servers_;

@@ -1,7 +1,6 @@
 #include "ps_server/sum_rounds.h"
 
 #include <algorithm>
-#include <cstring>
 #include <memory>
 #include <sstream>
 #include <utility>
@@ -51,81 +50,6 @@ Round& SumRounds::Open(const Head& head, const RoundId& id) {
   }
   return r;
 }
-
-Status SumRounds::Mismatch(const Round& r, const Head& head) const {
-  const Header& h = head.header;
-  // kFlagTimed may differ: one worker's timeline is its own business.
-  constexpr uint32_t kModeFlags =
-      kFlagPsInit | kFlagPsApply | kFlagPsOverwrite | kFlagSparse | kFlagPsSlot;
-  if ((h.flags & kModeFlags) != (r.first.flags & kModeFlags) || h.optimizer != r.first.optimizer) {
-    return InvalidArgument("workers disagree on how to update this tensor: worker " +
-                           std::to_string(r.first_sender) + " asked for " +
-                           OptimizerName(static_cast<Optimizer>(r.first.optimizer)) +
-                           ", worker " + std::to_string(h.sender) + " for " +
-                           OptimizerName(static_cast<Optimizer>(h.optimizer)) + " (" +
-                           Where(server_id_, r.id) + ")");
-  }
-  const bool sparse = (h.flags & kFlagSparse) != 0;  // row counts differ between workers
-  if (h.codec != r.first.codec ||
-      (h.flags & kFlagNoFeedback) != (r.first.flags & kFlagNoFeedback)) {
-    return InvalidArgument("workers disagree on compression: worker " +
-                           std::to_string(r.first_sender) + " sent " +
-                           CodecIdName(static_cast<CodecId>(r.first.codec)) + ", worker " +
-                           std::to_string(h.sender) + " " +
-                           CodecIdName(static_cast<CodecId>(h.codec)) +
-                           " (or error feedback on one, off on the other) (" +
-                           Where(server_id_, r.id) + ")");
-  }
-  if (h.dtype != r.first.dtype || head.dims != r.dims || (!sparse && h.count != r.first.count) ||
-      h.num_partitions != r.first.num_partitions) {
-    // FailedPrecondition, as Horovod reports mismatched collectives (code written for it
-    // catches that class).
-    return FailedPrecondition(
-        "shape or dtype differs between workers: worker " + std::to_string(r.first_sender) +
-        " sent " + DescribeTensor(static_cast<DType>(r.first.dtype), r.dims) + ", worker " +
-        std::to_string(h.sender) + " sent " +
-        DescribeTensor(static_cast<DType>(h.dtype), head.dims) + " (" +
-        Where(server_id_, r.id) + ")");
-  }
-  if (head.members != r.members) {
-    return FailedPrecondition("workers disagree on the process set: worker " +
-                              std::to_string(r.first_sender) + " pushed for " +
-                              DescribeProcessSet(r.members) + ", worker " +
-                              std::to_string(h.sender) + " for " +
-                              DescribeProcessSet(head.members) + " (" + Where(server_id_, r.id) +
-                              ")");
-  }
-  return CollectiveMismatch(r, head);
-}
-
-Status SumRounds::CollectiveMismatch(const Round& r, const Head& head) const {
-  const Header& h = head.header;
-  if (h.reduce_op != r.first.reduce_op) {
-    return FailedPrecondition(
-        "workers disagree on the reduce op: worker " + std::to_string(r.first_sender) +
-        " asked for " + ReduceOpName(static_cast<ReduceOp>(r.first.reduce_op)) + ", worker " +
-        std::to_string(h.sender) + " for " + ReduceOpName(static_cast<ReduceOp>(h.reduce_op)) +
-        " (" + Where(server_id_, r.id) + ")");
-  }
-  const bool broadcast = (h.flags & kFlagBroadcast) != 0;
-  if (broadcast != ((r.first.flags & kFlagBroadcast) != 0)) {
-    return FailedPrecondition("worker " + std::to_string(h.sender) + (broadcast ? "" : " did not") +
-                              " broadcast where worker " + std::to_string(r.first_sender) +
-                              (broadcast ? " did not" : " did") +
-                              ": every worker must call the same collective under one name (" +
-                              Where(server_id_, r.id) + ")");
-  }
-  if (broadcast && head.params != r.params) {
-    return FailedPrecondition("workers disagree on the broadcast's root rank: worker " +
-                              std::to_string(r.first_sender) + " named root " +
-                              std::to_string(static_cast<int64_t>(r.params[0])) + ", worker " +
-                              std::to_string(h.sender) + " root " +
-                              std::to_string(static_cast<int64_t>(head.params[0])) + " (" +
-                              Where(server_id_, r.id) + ")");
-  }
-  return Status::Ok();
-}
-
 bool SumRounds::Add(const Head& pushed, Buffer payload, double received_us,
                     std::vector<Outgoing>* out, Round* complete) {
   Head shifted;
@@ -150,21 +74,6 @@ bool SumRounds::Add(const Head& pushed, Buffer payload, double received_us,
   rounds_.erase(id);
   return ok;
 }
-
-// A push from outside the round's set is refused alone: counted, it would complete the
-// round in place of a member's push.
-Status SumRounds::CheckSetMember(const Head& head, const RoundId& id) const {
-  const Header& h = head.header;
-  Status set = CheckProcessSetPush(head, num_workers_, Where(server_id_, id));
-  const auto open = rounds_.find(id);
-  if (set.ok() && open != rounds_.end() && !InProcessSet(open->second.members, h.sender)) {
-    set = InvalidArgument("worker " + std::to_string(h.sender) + " pushed to a round of process set " +
-                          DescribeProcessSet(open->second.members) +
-                          ", which it is not a member of (" + Where(server_id_, id) + ")");
-  }
-  return set;
-}
-
 bool SumRounds::MarkArrived(Round& r, const Head& pushed, const Head& head, double received_us,
                             std::vector<Outgoing>* out) {
   const Header& h = head.header;
@@ -408,30 +317,6 @@ void SumRounds::OnWorkerLost(int rank, const std::string& why, std::vector<Outgo
     it = rounds_.erase(it);
   }
 }
-
-void SumRounds::OnJoinTick(Clock::time_point now, std::vector<Outgoing>* out,
-                           std::vector<std::string>* warnings) {
-  if (join_order_.empty()) return;
-  std::vector<int> missing;
-  for (int rank = 0; rank < num_workers_; ++rank) {
-    if (std::find(join_order_.begin(), join_order_.end(), rank) == join_order_.end()) {
-      missing.push_back(rank);
-    }
-  }
-  const std::string what = "join() (server " + std::to_string(server_id_) + ")";
-  std::vector<int> joined(join_order_.begin(), join_order_.end());
-  std::sort(joined.begin(), joined.end());
-  if (StallShutdownDue(stall_, join_started_, now)) {
-    FailJoins(StallShutdownStatus(stall_, what, RankList(joined), RankList(missing)), out);
-    return;
-  }
-  if (warnings && StallWarningDue(stall_, join_started_, now, &join_stall_warnings_)) {
-    warnings->push_back(StallWarningText(what + ", which every worker calls once it runs out "
-                                         "of data,", RankList(joined), RankList(missing),
-                                         SecondsSince(join_started_, now)));
-  }
-}
-
 void SumRounds::SubmittedAndMissing(const Round& r, std::vector<int>* submitted,
                                     std::vector<int>* missing) const {
   for (int rank = 0; rank < num_workers_; ++rank) {
@@ -489,143 +374,6 @@ void SumRounds::OnTick(Clock::time_point now, std::vector<Outgoing>* out,
     }
     warnings->push_back(StallWarningText(what, kv.first.first, kv.first.second, s.waited_s));
   }
-}
-
-const Head& SumRounds::InRoundSteps(const Head& head, Head* shifted) const {
-  if (behind_.empty()) return head;
-  const Header& h = head.header;
-  auto it = behind_.find({h.sender, h.key, h.partition});
-  if (it == behind_.end()) return head;
-  *shifted = head;
-  shifted->header.step += it->second;
-  return *shifted;
-}
-
-void SumRounds::MarkJoined(Round& r, int rank) {
-  ++behind_[{rank, std::get<0>(r.id), std::get<1>(r.id)}];
-  r.arrived[rank] = true;
-  r.answered[rank] = true;
-  ++r.num_arrived;
-  r.joined_zeros = true;
-}
-
-void SumRounds::ReduceJoinedZeros(Round& r) {
-  const auto op = static_cast<ReduceOp>(r.first.reduce_op);
-  if (!r.joined_zeros || !r.has_data || op == ReduceOp::kSum) return;  // a sum: nothing to add
-  const auto dtype = static_cast<DType>(r.first.dtype);
-  Buffer zeros = Buffer::Zeros(r.first.count * DTypeSize(dtype));
-  ReduceInto(op, dtype, r.sum.data(), zeros.data(), r.first.count);
-}
-
-bool SumRounds::CountsJoined(const Round& r, int rank) const {
-  return (r.first.flags & kFlagHierarchical) == 0 ||
-         std::find(leading_.begin(), leading_.end(), rank) == leading_.end();
-}
-
-void SumRounds::MarkJoinedInOpenRounds(int rank, std::vector<Outgoing>* out,
-                                       std::vector<Round>* complete) {
-  for (auto it = rounds_.begin(); it != rounds_.end();) {
-    Round& r = it->second;
-    if (r.arrived[rank] || !InProcessSet(r.members, rank) || !CountsJoined(r, rank)) {
-      ++it;
-      continue;
-    }
-    MarkJoined(r, rank);
-    if (r.num_arrived < r.expected) {
-      ++it;
-      continue;
-    }
-    if (r.error.ok()) {
-      ReduceJoinedZeros(r);
-      complete->push_back(std::move(r));
-    } else {
-      Fail(r, r.error, out);
-    }
-    it = rounds_.erase(it);
-  }
-}
-
-void SumRounds::OnJoinRelease(const Head& release, bool answer, std::vector<Outgoing>* out,
-                              std::vector<Round>* complete) {
-  const int rank = release.header.sender;
-  auto late = std::find(late_release_.begin(), late_release_.end(), rank);
-  auto leading = std::find(leading_.begin(), leading_.end(), rank);
-  Status status;
-  if (leading != leading_.end()) {
-    leading_.erase(leading);
-    MarkJoinedInOpenRounds(rank, out, complete);
-  } else if (late != late_release_.end()) {
-    late_release_.erase(late);  // the join completed first: nothing left to count
-  } else {
-    status = FailedPrecondition("worker " + std::to_string(rank) + " released a leading "
-                                "join() it did not make (kFlagJoinRelease without an earlier "
-                                "kFlagJoinLeads; server " + std::to_string(server_id_) + ")");
-    TFPS_LOG(Warning) << status.message();
-  }
-  if (!answer) return;
-  if (!status.ok()) {
-    out->push_back(ErrorReply(release.header, rank, server_id_, status));
-    return;
-  }
-  out->push_back(JoinAnswer(release.header, rank, rank));
-}
-
-Outgoing SumRounds::JoinAnswer(const Header& join, int worker, int32_t value) const {
-  Head reply = HeadAbout(join, MsgType::kPushPullReply, server_id_);
-  reply.header.dtype = static_cast<uint8_t>(DType::kInt32);
-  reply.header.count = 1;
-  reply.header.total_count = join.total_count;
-  Buffer payload = Buffer::Allocate(sizeof(value));
-  std::memcpy(payload.data(), &value, sizeof(value));
-  return Outgoing{WorkerIdentity(worker), EncodeHead(reply), payload};
-}
-
-void SumRounds::OnJoin(const Head& join, bool answer, std::vector<Outgoing>* out,
-                       std::vector<Round>* complete) {
-  if ((join.header.flags & kFlagJoinRelease) != 0) {
-    OnJoinRelease(join, answer, out, complete);
-    return;
-  }
-  const int rank = join.header.sender;
-  join_answers_ = answer;
-  if (std::find(join_order_.begin(), join_order_.end(), rank) != join_order_.end()) {
-    if (answer) {
-      out->push_back(ErrorReply(join.header, rank, server_id_,
-                                FailedPrecondition("worker " + std::to_string(rank) +
-                                                   " called join() twice before every "
-                                                   "worker joined")));
-    }
-    return;
-  }
-  if (join_order_.empty()) {
-    join_started_ = Clock::now();
-    join_stall_warnings_ = 0;
-  }
-  join_order_.push_back(rank);
-  joins_.resize(num_workers_);
-  joins_[rank] = join.header;
-  if ((join.header.flags & kFlagJoinLeads) != 0) leading_.push_back(rank);
-  MarkJoinedInOpenRounds(rank, out, complete);
-  if (static_cast<int>(join_order_.size()) < num_workers_) return;
-  late_release_ = leading_;
-  leading_.clear();
-  if (answer) {
-    const int32_t last = join_order_.back();
-    for (int worker : join_order_) out->push_back(JoinAnswer(joins_[worker], worker, last));
-  }
-  join_order_.clear();
-}
-
-void SumRounds::FailJoins(const Status& status, std::vector<Outgoing>* out) {
-  if (join_answers_) {
-    for (int worker : join_order_) {
-      out->push_back(ErrorReply(joins_[worker], worker, server_id_, status));
-    }
-  }
-  TFPS_LOG(Warning) << status.message();
-  join_order_.clear();
-  late_release_ = leading_;
-  leading_.clear();
 }
 
 }  // namespace tfps

@@ -6,7 +6,8 @@
 // step t+1 that arrives while step t is still open corrupts nothing. A round that cannot
 // complete (workers disagree, one is gone, TFPS_STALL_SHUTDOWN passed) fails every worker
 // that pushed to it; one that waits on live workers only warns (cc/common/stall.h).
-// Owned by one summation thread: no locks.
+// Owned by one summation thread: no locks. The rounds themselves are in sum_rounds.cc,
+// whether a push may join one in sum_rounds_checks.cc, hvd.join() in sum_rounds_join.cc.
 #ifndef TFPS_PS_SERVER_SUM_ROUNDS_H_
 #define TFPS_PS_SERVER_SUM_ROUNDS_H_
 

@@ -9,7 +9,8 @@ import warnings
 
 import tensorflow as tf
 
-from tf_ps_ops.collectives.ops import Average, allreduce, broadcast_variables
+from tf_ps_ops.collectives.objects import broadcast_variables
+from tf_ps_ops.collectives.ops import Average, allreduce
 from tf_ps_ops.common.basics import size
 from tf_ps_ops.training.keras_callbacks import FollowsTheModel, callback_class
 from tf_ps_ops.training.keras_flavor import build_optimizer, optimizer_variables

@@ -37,7 +37,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from tf_ps_ops.collectives import ops
+from tf_ps_ops.collectives import objects, ops
 from tf_ps_ops.common import basics
 from tf_ps_ops.common import elastic_epoch as _elastic_epoch
 from tf_ps_ops.common.init import init
@@ -120,7 +120,7 @@ class ObjectState(State):
 
     def __init__(self, bcast_object=None, get_rank=None, **kwargs):
         # bcast_object/get_rank: Horovod's signature; ours are tf_ps_ops' own.
-        self._bcast_object = bcast_object or ops.broadcast_object
+        self._bcast_object = bcast_object or objects.broadcast_object
         self._saved_state = dict(kwargs)
         self._set_attrs()
         super().__init__()
@@ -165,7 +165,7 @@ class TensorFlowState(ObjectState):
 
     def sync(self):
         if self.variables:
-            ops.broadcast_variables(self.variables, root_rank=0)
+            objects.broadcast_variables(self.variables, root_rank=0)
             self._values = [v.numpy() for v in self.variables]
         super().sync()
 
@@ -212,7 +212,7 @@ class TensorFlowKerasState(ObjectState):
     def sync(self):
         variables = self._variables()
         if variables:
-            ops.broadcast_variables(variables, root_rank=0)
+            objects.broadcast_variables(variables, root_rank=0)
         self._values = self._read()
         super().sync()
 
@@ -316,95 +316,15 @@ def run(func):
 
 
 # --- Keras callbacks (horovod.tensorflow.keras.elastic) ---------------------------------
-# Built on first use, so that importing tf_ps_ops.elastic (and tf_ps_ops.tensorflow) does
-# not import Keras.
+# Built on first use (training/elastic_callbacks.py), so that importing tf_ps_ops.elastic
+# (and tf_ps_ops.tensorflow) does not import Keras.
 
 _CALLBACK_NAMES = ("CommitStateCallback", "UpdateBatchStateCallback", "UpdateEpochStateCallback")
 
 
-def _keras_callbacks():
-    # Keras 3 callbacks that turn tf_keras ones when fit gives them a tf_keras model.
-    from tf_ps_ops.training.keras_callbacks import FollowsTheModel, callback_class
-
-    class CommitStateCallback(FollowsTheModel):
-        """Commits `state` every `batches_per_commit` batches (and at each epoch's end). Put it
-        last in the callbacks list, after the Update*StateCallbacks, so that a commit saves
-        the batch and epoch counts of the weights it saves."""
-
-        def __init__(self, state, batches_per_commit=1):
-            super().__init__()
-            self.state = state
-            self.batches_per_commit = batches_per_commit
-            self.batches_remaining = batches_per_commit
-
-        def on_train_begin(self, logs=None):
-            # Every fit after a membership change starts the count afresh on every worker,
-            # so that they commit (a collective) at the same batches (as Horovod's).
-            self.batches_remaining = self.batches_per_commit
-
-        def on_batch_end(self, batch, logs=None):
-            self.batches_remaining -= 1
-            if self.batches_remaining == 0:
-                self.state.commit()
-                self.batches_remaining = self.batches_per_commit
-
-        def on_epoch_end(self, epoch, logs=None):
-            self.state.commit()
-            self.batches_remaining = self.batches_per_commit
-
-    class UpdateBatchStateCallback(FollowsTheModel):
-        """Keeps `state.batch` at the number of batches of the current epoch that are done,
-        counting those done before a membership change: a `fit` that finishes an interrupted
-        epoch (over the data after `state.batch` batches) continues the count. Reset to 0 at
-        each epoch's end. Put CommitStateCallback after this one in the callbacks list.
-
-        Keras 3 runs the number of steps `fit` was given, so (unlike Horovod's callback on
-        tf.keras) this one does not shorten a resumed epoch: the training function fits the
-        rest of it (docs/elastic.md has the three lines)."""
-
-        def __init__(self, state):
-            super().__init__()
-            self.state = state
-            self._offset = 0
-
-        def on_epoch_begin(self, epoch, logs=None):
-            self._offset = self.state.batch
-
-        def on_batch_end(self, batch, logs=None):
-            self.state.batch = self._offset + batch + 1
-
-        def on_epoch_end(self, epoch, logs=None):
-            self.state.batch = 0
-            self._offset = 0
-
-    class UpdateEpochStateCallback(FollowsTheModel):
-        """Counts finished epochs in `state.epoch`, across membership changes, whether fit
-        is given `initial_epoch=state.epoch` (its epochs count from there) or, as in
-        Horovod's examples, `epochs=N - state.epoch` (its epochs count from 0). Put
-        CommitStateCallback after this one in the callbacks list."""
-
-        def __init__(self, state):
-            super().__init__()
-            self.state = state
-            self._offset = None
-
-        def on_train_begin(self, logs=None):
-            self._offset = None
-
-        def on_epoch_begin(self, epoch, logs=None):
-            if self._offset is None:  # the first epoch of this fit: where does it count from?
-                self._offset = self.state.epoch - epoch if epoch < self.state.epoch else 0
-
-        def on_epoch_end(self, epoch, logs=None):
-            self.state.epoch = (self._offset or 0) + epoch + 1
-
-    return {"CommitStateCallback": callback_class(CommitStateCallback),
-            "UpdateBatchStateCallback": callback_class(UpdateBatchStateCallback),
-            "UpdateEpochStateCallback": callback_class(UpdateEpochStateCallback)}
-
-
 def __getattr__(name):
     if name in _CALLBACK_NAMES:
-        globals().update(_keras_callbacks())
+        from tf_ps_ops.training import elastic_callbacks
+        globals().update(elastic_callbacks.make())
         return globals()[name]
     raise AttributeError(f"module 'tf_ps_ops.elastic' has no attribute {name!r}")

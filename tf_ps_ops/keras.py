@@ -18,9 +18,10 @@ from tf_ps_ops.collectives.compat import (  # noqa: F401
     gloo_built, gloo_enabled, is_homogeneous, mpi_built, mpi_enabled,
     mpi_threads_supported, nccl_built, rocm_built)
 from tf_ps_ops.collectives.compression import Compression
+from tf_ps_ops.collectives.objects import (  # noqa: F401
+    allgather_object, broadcast_object, keys_for)
 from tf_ps_ops.collectives.ops import (  # noqa: F401
-    Adasum, Average, Max, Min, Product, Sum, allgather_object, broadcast_object,
-    global_process_set, keys_for)
+    Adasum, Average, Max, Min, Product, Sum, global_process_set)
 from tf_ps_ops.common.basics import (  # noqa: F401
     is_initialized, local_rank, local_size, rank, shutdown, size)
 from tf_ps_ops.common.init import init  # noqa: F401

@@ -22,6 +22,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from netns_support import AVAILABLE, WHY_NOT, namespaces, require_build  # noqa: E402
 from netns import Hosts  # noqa: E402
 from ps_cluster import NetnsCluster  # noqa: E402
+from sigint import default_sigint  # noqa: E402
 
 WORKER = Path(__file__).parent / "sum_worker.py"
 
@@ -98,10 +99,8 @@ _HOLDER = textwrap.dedent("""
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_cleanup_on_signal(sig):
-    # SIGINT as at a terminal, even when the suite runs where it is ignored (a background job).
     holder = subprocess.Popen([sys.executable, "-c", _HOLDER], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True,
-                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                              stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     try:
         line = holder.stdout.readline().split()
         assert line, holder.stderr.read()

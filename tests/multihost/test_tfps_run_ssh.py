@@ -23,6 +23,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from netns_support import AVAILABLE, WHY_NOT, namespaces, require_build  # noqa: E402
 from netns import Hosts  # noqa: E402
 from ssh_support import SSH_PORT, SshHosts, sshd_binary  # noqa: E402
+from sigint import default_sigint  # noqa: E402
 
 RUN_PY = REPO / "tf_ps_ops" / "run.py"
 WORKER = Path(__file__).parent / "sum_worker.py"
@@ -60,11 +61,9 @@ def tfps_run(hosts, ssh, host_list, command, env=None):
             "--ssh-config-file", ssh.config, "--timeout", "120", *command]
     full_env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "TFPS_TIMEOUT": "30",
                 "OPENBLAS_NUM_THREADS": "1", **(env or {})}
-    # SIGINT as at a terminal, even when the suite runs where it is ignored (a background
-    # job), or the ctrl-c case would find it ignored.
+    # The ctrl-c case needs SIGINT's default action (sigint.py).
     return hosts.popen(0, argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                       text=True, env=full_env,
-                       preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                       text=True, env=full_env, preexec_fn=default_sigint)
 
 
 def job_processes(hosts, ssh):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from cluster import PS_SERVER, REPO
+from sigint import default_sigint
 
 RUN_PY = REPO / "tf_ps_ops" / "run.py"
 SCRIPTS = Path(__file__).resolve().parent / "launcher_scripts"
@@ -88,11 +89,9 @@ def launch(*args, env=None, timeout=60, signal_after_children=None):
     signal_after_children=(SIG, K): send SIG to the launcher once it has K children.
     """
     start = time.monotonic()
-    # SIGINT as at a terminal, even when the suite runs where it is ignored (a background job).
     proc = subprocess.Popen([sys.executable, str(RUN_PY), *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, **(env or {})},
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            env={**os.environ, **(env or {})}, preexec_fn=default_sigint)
     seen = set()
     while True:
         children = _children_of(proc.pid)

@@ -8,7 +8,7 @@ import json
 
 import tensorflow as tf
 
-from tf_ps_ops.collectives.ops import broadcast_variables
+from tf_ps_ops.collectives.objects import broadcast_variables
 from tf_ps_ops.common import library as _library
 from tf_ps_ops.common.basics import local_rank, local_size, rank, size
 

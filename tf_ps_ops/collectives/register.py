@@ -8,7 +8,7 @@ the sets from process_sets.py.
 """
 
 from tf_ps_ops.collectives import process_sets as _sets
-from tf_ps_ops.collectives.ops import allgather_object
+from tf_ps_ops.collectives.objects import allgather_object
 from tf_ps_ops.common.basics import size
 
 

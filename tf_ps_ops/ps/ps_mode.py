@@ -33,7 +33,7 @@ import tensorflow as tf
 from tensorflow.python.framework import ops as tf_ops
 from tensorflow.python.ops import gen_training_ops
 
-from tf_ps_ops.collectives import ops as _collectives
+from tf_ps_ops.collectives import objects as _objects
 from tf_ps_ops.common import library as _library
 from tf_ps_ops.common.library import ops as _ops
 
@@ -239,7 +239,7 @@ def push_served_slots(slots):
     win; the other workers' may be None), after push_served_variables pushed the values.
     A collective. Returns the number of variables whose optimizer state was pushed."""
     layout = [(key, len(arrays)) for key, arrays in (slots or {}).items()]
-    layout = _collectives.broadcast_object(layout, root_rank=0,
+    layout = _objects.broadcast_object(layout, root_rank=0,
                                           name="tfps.ps_mode.push_served_slots")
     variables = {key: variable for variable, key in _live_served()}
     library = _ops()

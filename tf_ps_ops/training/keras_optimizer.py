@@ -11,7 +11,8 @@ import numpy as np
 import tensorflow as tf
 
 from tf_ps_ops.collectives.compression import Compression
-from tf_ps_ops.collectives.ops import Average, keys_for
+from tf_ps_ops.collectives.objects import keys_for
+from tf_ps_ops.collectives.ops import Average
 from tf_ps_ops.training.keras_flavor import build_optimizer
 from tf_ps_ops.training.local_vars import LocalVariables
 from tf_ps_ops.training.tape import reduce_gradients

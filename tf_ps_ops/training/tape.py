@@ -5,7 +5,8 @@ import functools
 import tensorflow as tf
 
 from tf_ps_ops.collectives.compression import Compression
-from tf_ps_ops.collectives.ops import Average, Sum, _resolve_op, allreduce, keys_for
+from tf_ps_ops.collectives.objects import keys_for
+from tf_ps_ops.collectives.ops import Average, Sum, _resolve_op, allreduce
 from tf_ps_ops.collectives.process_sets import global_process_set, set_size
 from tf_ps_ops.common.basics import size
 from tf_ps_ops.training.aggregation import LocalAggregation

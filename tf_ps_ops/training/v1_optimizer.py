@@ -7,7 +7,7 @@ only advance `global_step`), as Horovod's graph-mode aggregation helper does.
 
 import tensorflow as tf
 
-from tf_ps_ops.collectives.ops import keys_for
+from tf_ps_ops.collectives.objects import keys_for
 from tf_ps_ops.training.aggregation import LocalAggregation
 from tf_ps_ops.training.local_vars import LocalVariables
 

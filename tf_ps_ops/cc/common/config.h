@@ -1,5 +1,6 @@
 // The C++ side's environment variables: one table (name, type, default, doc), parsed in
-// one place. docs/env.md is checked against this table and the Python one by a test.
+// one place. docs/env.md is checked against this table and the Python one by a test. The
+// table is in config_table.cc, its parsing (LoadConfig) in config.cc.
 #ifndef TFPS_CC_COMMON_CONFIG_H_
 #define TFPS_CC_COMMON_CONFIG_H_
 

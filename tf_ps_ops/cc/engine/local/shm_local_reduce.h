@@ -25,6 +25,11 @@
 // of its own; the leader counts a joined member as zeros, a joined leader keeps running the
 // steps its members hand over, and a member re-aligns its steps of a name after a join.
 //
+// The code is in four files by job: shm_local_reduce.cc (the calls, their poll thread, a
+// member's side of a step), shm_local_leader.cc (the leader's side: taking and summing the
+// members' inputs), shm_local_segments.cc (mapping and checking segments) and
+// shm_local_stall.cc (stall warnings and the stall timeout's error).
+//
 // One thread owns every segment and polls the pending calls (a spin, then sleeps of up to
 // 500 us): no futex on memory that a hostile or dead peer shares. A peer whose process is
 // gone (its pid in the header) fails the call at once, naming the local rank; one that is
@@ -111,9 +116,21 @@ class ShmLocalReduce : public LocalReduce {
     int idle_warnings = 0;
   };
 
+  // Set in a member's `ready_step` by the leader: kTaken while it takes the members' inputs
+  // of that step (all or none: it may still give a member's back, restoring the step), then
+  // kCommitted once it summed them. A member can withdraw only an untaken input; one whose
+  // wait times out while its input is kTaken leaves the step undecided (Segments::pending)
+  // and its next call of the name waits for the leader's decision before it writes again.
+  static constexpr uint64_t kTaken = uint64_t{1} << 63;
+  static constexpr uint64_t kCommitted = uint64_t{1} << 62;
+
   void Add(std::function<std::optional<Status>()> step, std::function<void(const Status&)> finish,
            std::function<void()> on_timeout = nullptr, const std::string& what = "",
            std::optional<uint64_t> key = std::nullopt);
+  // Poll thread, a call still waiting at `now` (shm_local_stall.cc): logs a stall warning
+  // when one is due (TFPS_STALL_WARNING) and returns nullopt, or returns the error that ends
+  // the call after TFPS_STALL_SHUTDOWN.
+  std::optional<Status> StalledOnPoll(Task& task, Clock::time_point now);
   // Leader, poll thread: the local ranks whose input of `key`'s current step is handed
   // over and not yet taken.
   std::vector<int> HandedOnPoll(uint64_t key, uint64_t* step) const;
