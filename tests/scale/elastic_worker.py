@@ -21,7 +21,10 @@ each worker then writes OUT_DIR/<id>.json (weights, step, the members of each st
 ran), which the caller replays with NumPy.
 
 Timings: each worker appends a line `{"epoch", "rank", "size", "first_step"}` (wall
-clock, time.time(), after its first step of each epoch) to OUT_DIR/steps-<id>.jsonl.
+clock, time.time(), after its first step of each epoch) to OUT_DIR/steps-<id>.jsonl, with
+its first epoch's "process_start" and "announced" (before it waits for a place), or a
+later epoch's "shutdown_s" and "joined_s" (the engine's shutdown, and that plus the
+rendezvous).
 --kill ID:STEP: worker ID writes time.time() to OUT_DIR/killed and SIGKILLs itself at the
 start of step STEP. --mark STEPS: rank 0 creates OUT_DIR/mark-<epoch> after STEPS steps
 of each epoch (when a caller may change the hosts). Errors go to stderr, exit code 3.
@@ -33,6 +36,8 @@ import os
 import signal
 import sys
 import time
+
+START = time.time()
 
 import numpy as np
 
@@ -146,6 +151,7 @@ class Worker:
 
     def train(self):
         """elastic.run's loop: returns once done() on every member."""
+        self.marks = {"process_start": START, "announced": time.time()}
         epoch = join_next_epoch(self.core)
         while True:
             try:
