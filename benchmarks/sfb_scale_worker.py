@@ -183,6 +183,7 @@ def main():
     final_ps = by_ps_model.get_weights()
     neighbours = decentralized(peer_sent)
     established, sockets = connections()
+    hvd.barrier()  # nobody shuts down (closing its connections) before all have counted
     with open("/proc/self/status") as f:
         status = {line.split(":")[0]: line.split()[1] for line in f if line.startswith("Rss")}
     digest = hashlib.sha256(b"".join(w.tobytes() for w in final_hybrid + final_ps)).hexdigest()
