@@ -14,9 +14,9 @@ step done in epoch 1 (each worker's wall clock, one host). Addition: from the ho
 written to the driver's line starting the new worker (the script runs about every
 second), to the newcomer's join-<id> file (its process started, NumPy and the core
 loaded), to epoch 2 published (at the members' next commit), and to the last member's
-first step in epoch 2. Per worker also the seconds of its engine's shutdown and of its
-rejoin (shutdown + rendezvous). Times depend on the machine's load (written next to
-them). Writes OUT.json, OUT.md and, when matplotlib is there, OUT.png.
+first step in epoch 2. Per worker also the seconds of its engine's shutdown, of its
+rejoin (shutdown + rendezvous) and of the rendezvous alone; the slowest of each. Times
+depend on the machine's load (written next to them). Writes OUT.json, OUT.md and, when matplotlib is there, OUT.png.
 """
 
 import argparse
@@ -42,6 +42,8 @@ def epoch_times(job, epoch, since):
             "median_first_step_s": round(statistics.median(done), 3),
             "shutdown_s_max": round(max(e.get("shutdown_s", 0) for e in firsts.values()), 3),
             "rejoin_s_max": round(max(e.get("joined_s", 0) for e in firsts.values()), 3),
+            "rendezvous_s_max": round(max(e.get("joined_s", 0) - e.get("shutdown_s", 0)
+                                          for e in firsts.values()), 3),
             "shutdowns_over_1s": sum(e.get("shutdown_s", 0) > 1 for e in firsts.values())}
 
 
@@ -74,9 +76,9 @@ def measure(workers, workdir):
 
 def table(rows):
     lines = ["| N | load | loss: driver saw it | epoch N-1 published | last survivor's first "
-             "step (median) | slowest shutdown / rejoin | addition: driver started the "
+             "step (median) | slowest shutdown / rejoin (rendezvous) | addition: driver started the "
              "worker | newcomer joined | epoch N published | last member's first step "
-             "(median) | from the join | slowest shutdown / rejoin |",
+             "(median) | from the join | slowest shutdown / rejoin (rendezvous) |",
              "|" + "---|" * 12]
     for r in rows:
         lo, ad = r["loss"], r["addition"]
@@ -84,10 +86,11 @@ def table(rows):
             f"| {r['workers']} | {r['load_before']:.1f} | {lo['driver_saw_s']} "
             f"| {lo['epoch_published_s']} | {lo['last_first_step_s']} "
             f"({lo['median_first_step_s']}) | {lo['shutdown_s_max']} / {lo['rejoin_s_max']} "
+            f"({lo['rendezvous_s_max']}) "
             f"| {ad['driver_started_s']} | {ad['newcomer_joined_s']} "
             f"| {ad['epoch_published_s']} | {ad['last_first_step_s']} "
             f"({ad['median_first_step_s']}) | {ad['from_join_s']} "
-            f"| {ad['shutdown_s_max']} / {ad['rejoin_s_max']} |")
+            f"| {ad['shutdown_s_max']} / {ad['rejoin_s_max']} ({ad['rendezvous_s_max']}) |")
     return "\n".join(lines)
 
 
@@ -139,8 +142,9 @@ def main():
         f"{args.repeats}`; load = 1-minute load average before the run (2 cores, shared). "
         "Seconds. Loss: from the SIGKILL of w<N-1> at step 3. Addition: from the hosts "
         "file getting a slot more (the discovery script runs about every second). Shutdown "
-        "/ rejoin: the slowest member's engine shutdown, and its shutdown plus the next "
-        "epoch's rendezvous. Every job's weights matched a NumPy replay bit for bit.\n\n"
+        "/ rejoin (rendezvous): the slowest member's engine shutdown, shutdown plus the "
+        "next epoch's rendezvous, and the rendezvous alone. Every job's weights matched a "
+        "NumPy replay bit for bit.\n\n"
         + text + "\n")
     print(text)
 
