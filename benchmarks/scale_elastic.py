@@ -16,7 +16,8 @@ second), to the newcomer's join-<id> file (its process started, NumPy and the co
 loaded), to epoch 2 published (at the members' next commit), and to the last member's
 first step in epoch 2. Per worker also the seconds of its engine's shutdown, of its
 rejoin (shutdown + rendezvous) and of the rendezvous alone; the slowest of each. Times
-depend on the machine's load (written next to them). Writes OUT.json, OUT.md and, when matplotlib is there, OUT.png.
+depend on the machine's load (written next to them). Writes OUT.json, OUT.md and, when
+matplotlib is there, OUT.png.
 """
 
 import argparse
@@ -76,8 +77,8 @@ def measure(workers, workdir):
 
 def table(rows):
     lines = ["| N | load | loss: driver saw it | epoch N-1 published | last survivor's first "
-             "step (median) | slowest shutdown / rejoin (rendezvous) | addition: driver started the "
-             "worker | newcomer joined | epoch N published | last member's first step "
+             "step (median) | slowest shutdown / rejoin (rendezvous) | addition: driver "
+             "started the worker | newcomer joined | epoch N published | last member's first step "
              "(median) | from the join | slowest shutdown / rejoin (rendezvous) |",
              "|" + "---|" * 12]
     for r in rows:
