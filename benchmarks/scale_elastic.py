@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO / "tests" / "scale"))
 from elastic_job import ElasticScaleJob  # noqa: E402
 
 sys.path.insert(0, str(REPO / "benchmarks"))
-from scale import loadavg  # noqa: E402
+from scale import loadavg, pyplot, save_figure  # noqa: E402
 
 
 def epoch_times(job, epoch, since):
@@ -96,11 +96,8 @@ def table(rows):
 
 
 def plot(rows, path):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return False
     n = [r["workers"] for r in rows]
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -109,12 +106,8 @@ def plot(rows, path):
     ax.plot(n, [r["addition"]["from_join_s"] for r in rows], "^", label="addition: join -> "
             "last member's first step")
     ax.plot(n, [r["first_rendezvous_s"] for r in rows], "s", label="first rendezvous")
-    ax.set_xlabel("workers N")
     ax.set_ylabel("seconds (load-dependent)")
-    ax.set_xscale("log", base=2)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=80)
+    save_figure(fig, [ax], path)
     return True
 
 

@@ -20,7 +20,6 @@ import json
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +27,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 from ps_cluster import PS_SERVER  # noqa: E402
-from scale import Sampler, loadavg  # noqa: E402
+from scale import loadavg, run_sampled  # noqa: E402
 from tfps_harness.launch_cluster import LoggedCluster  # noqa: E402
 
 WORKER = REPO / "benchmarks" / "sfb_scale_worker.py"
@@ -66,21 +65,8 @@ def check_against_oracle(workdir, n):
 def measure(n, servers, workdir):
     load_before = loadavg()
     cluster = LoggedCluster(PS_SERVER, workdir, n, servers, timeout=1500, env=ENV, cwd=REPO)
-    sampler = Sampler(cluster, period=0.5)
-    started = time.time()
-    try:
-        cluster.start([sys.executable, str(WORKER), str(workdir)])
-        sampler.start()
-        cluster.wait()
-        sampler.stop.set()
-        sampler.join()
-        failed = cluster.failures()
-        if failed:
-            raise RuntimeError(f"N={n}: {len(failed)} processes failed:\n"
-                               + "\n".join(r.describe() for r in failed[:3]))
-    finally:
-        cluster.close()
-    duration = time.time() - started
+    sampler, duration = run_sampled(cluster, [sys.executable, str(WORKER), str(workdir)],
+                                    f"N={n}", period=0.5)
     ranks = [json.loads((Path(workdir) / f"rank-{r}.json").read_text()) for r in range(n)]
     digests = {r["weights_sha256"] for r in ranks}
     if len(digests) != 1:
