@@ -105,6 +105,28 @@ def loadavg():
         return float(f.read().split()[0])
 
 
+def run_sampled(cluster, command, what, period=0.2):
+    """Runs `command` as `cluster`'s workers to their end while a Sampler reads /proc,
+    then closes the cluster; raises naming the processes that failed. Returns the sampler
+    and the seconds from here to the end."""
+    started = time.time()
+    sampler = Sampler(cluster, period)
+    try:
+        cluster.start(command)
+        sampler.start()
+        cluster.wait()
+        duration = time.time() - started
+        sampler.stop.set()
+        sampler.join()
+        failed = cluster.failures()
+        if failed:
+            raise RuntimeError(f"{what}: {len(failed)} processes failed:\n"
+                               + "\n".join(r.describe() for r in failed[:3]))
+    finally:
+        cluster.close()
+    return sampler, duration
+
+
 def measure(workers, servers, steps, hold, workdir, hosts=None):
     if hosts is None:
         cluster = LoggedCluster(PS_SERVER, workdir, workers, servers, timeout=900, env=ENV,
@@ -117,21 +139,9 @@ def measure(workers, servers, steps, hold, workdir, hosts=None):
     timings = Path(workdir) / "timings.json"
     load_before = loadavg()
     started = time.time()
-    sampler = Sampler(cluster)
-    try:
-        cluster.start([sys.executable, WORKER, str(steps), "--timings", str(timings),
-                       "--hold", str(hold)])
-        sampler.start()
-        cluster.wait()
-        duration = time.time() - started
-        sampler.stop.set()
-        sampler.join()
-        failed = cluster.failures()
-        if failed:
-            raise RuntimeError(f"N={workers}: {len(failed)} processes failed:\n"
-                               + "\n".join(r.describe() for r in failed[:3]))
-    finally:
-        cluster.close()
+    sampler, duration = run_sampled(
+        cluster, [sys.executable, WORKER, str(steps), "--timings", str(timings), "--hold",
+                  str(hold)], f"N={workers}")
     marks = json.loads(timings.read_text())
     roles = {}
     for role in ("scheduler", "server", "worker"):
@@ -181,12 +191,30 @@ def table(rows):
     return "\n".join(lines)
 
 
-def plot(rows, path):
+def pyplot():
+    """matplotlib's pyplot drawing to files, or None without matplotlib."""
     try:
         import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
     except ImportError:
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def save_figure(fig, axes, path):
+    """N on a log2 axis, legends, and the figure written to `path`."""
+    for ax in axes:
+        ax.set_xlabel("workers N")
+        ax.set_xscale("log", base=2)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+
+
+def plot(rows, path):
+    plt = pyplot()
+    if plt is None:
         return False
     rows = [r for r in rows if r["servers"] == rows[0]["servers"]]  # one line per N
     n = [r["workers"] for r in rows]
@@ -201,12 +229,7 @@ def plot(rows, path):
     for name in rows[0]["steady_s"]:
         axes[2].plot(n, [r["steady_s"][name] for r in rows], "^-", label=name)
     axes[2].set_title("seconds (load-dependent)")
-    for ax in axes:
-        ax.set_xlabel("workers N")
-        ax.set_xscale("log", base=2)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=80)
+    save_figure(fig, axes, path)
     return True
 
 
