@@ -238,7 +238,8 @@ def _sparse_cost(layer, choice, cluster, machine, batch_size, partition_bytes):
     rows = layer.rows_per_step(batch_size)
     if rows is None:
         raise ValueError(f"layer {layer.name!r}: the rows its gradient has per step are "
-                         f"unknown (a variable sequence length): give them (step_rows)")
+                         f"unknown (a variable sequence length): give them (step_rows; "
+                         f"tfps-plan --step-rows {layer.name}=ROWS)")
     p1, width = cluster.workers, layer.table[1]
     # One scatter-add of the rows per worker that sends them (or of the union, in PS).
     add = 4 * width * machine.sum_per_byte

@@ -45,10 +45,7 @@ class Plan:
 
 
 def _candidates(layer, allowed_codecs, modes):
-    """The choices the planner weighs for `layer`. An embedding whose rows per step are
-    unknown keeps the engine's gather: nothing to price it against."""
-    if layer.sparse and layer.rows_per_step(1) is None:
-        return [Choice(GATHER)]
+    """The choices the planner weighs for `layer`."""
     out = [Choice(GATHER)] if layer.sparse and SUM in modes else []
     if SUM in modes:
         out += [Choice(SUM, codec) for codec in allowed_codecs]
