@@ -167,6 +167,8 @@ def bert_large(seq_len=128):
     """BERT-large (24 layers, hidden 1024, 16 heads, FFN 4096, vocabulary 30522) with its
     pooler: 335,141,888 parameters. Every Dense layer sees seq_len rows per example."""
     h, ffn, s = 1024, 4096, seq_len
+    # Dense embedding gradients, as in the papers' BERT runs (BytePS's PyTorch/MXNet
+    # reduce them dense): plan_vs_papers compares with those. zoo_bert has sparse ones.
     layers = [other("word_embeddings", 30522 * h, 0, EMBEDDING),
               other("position_embeddings", 512 * h, 0, EMBEDDING),
               other("token_type_embeddings", 2 * h, 0, EMBEDDING),
