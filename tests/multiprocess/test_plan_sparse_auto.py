@@ -9,14 +9,10 @@ import keras
 import numpy as np
 import pytest
 
-from oracles import train_on_cluster, worker_module
+from oracles import saved_weights, train_on_cluster, worker_module
 
 WORKER = Path(__file__).resolve().parent / "sfb_workers" / "plan_sparse_worker.py"
 pytestmark = pytest.mark.timeout(400)
-
-
-def _weights(saved, prefix):
-    return [saved[f"{prefix}.{i}"] for i in range(sum(k.startswith(prefix + ".") for k in saved))]
 
 
 def test_auto_plan_gathers_embedding_rows_as_predicted(tmp_path_factory):
@@ -29,7 +25,7 @@ def test_auto_plan_gathers_embedding_rows_as_predicted(tmp_path_factory):
     model.fit(x, y, batch_size=2 * worker.BATCH, epochs=1, shuffle=False, verbose=0)
     for prefix in ("gather", "dense"):
         for rank in (0, 1):
-            mine = _weights(saved[rank], prefix)
+            mine = saved_weights(saved[rank], prefix)
             assert len(mine) == len(model.get_weights()), prefix
             for i, (got, want) in enumerate(zip(mine, model.get_weights())):
                 np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6,
