@@ -169,3 +169,22 @@ def test_auto_plan_sums_dense_where_gathering_costs_more(monkeypatch):
                                               sparse={"e": (5000, 64, 128)})
         assert set(compressors) == set(keys)
         assert auto.densified(plan) == expected
+
+
+def test_embedding_json_round_trip_and_unknown_rows(tmp_path):
+    dlrm = layers.zoo_dlrm()
+    assert layers.from_json(layers.to_json(dlrm)) == dlrm
+    text = ('{"layers": [{"name": "e", "table": [1000, 8], "rows": null, "row_update": false},'
+            ' {"name": "fc", "kernel": [8, 2]}]}')
+    found = layers.from_json(text)
+    assert found[0].sparse and found[0].params == 8000 and not found[0].row_update
+    path = tmp_path / "model.json"
+    path.write_text(text)
+    with pytest.raises(SystemExit, match="rows its gradient has per step are unknown"):
+        cli.main([str(path)])
+    with pytest.raises(SystemExit, match="ROWS is a row count"):
+        cli.main([str(path), "--step-rows", "e=many"])
+    # Given rows, and the JSON's row_update kept (no --momentum): PS sends it dense.
+    given = cli.sparse_settings(found, None, ["e=64"])
+    assert given[0].step_rows == 64 and not given[0].row_update
+    assert cli.main([str(path), "--step-rows", "e=64", "--modes", "sum,ps"]) == 0

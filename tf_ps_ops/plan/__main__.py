@@ -80,25 +80,33 @@ def parse_args(argv):
     zoo = layer_lists.ZOO.get(args.zoo, {})
     if args.batch_size is None:
         args.batch_size = zoo.get("batch_size", 32)
-    if args.momentum is None:
-        args.momentum = zoo.get("momentum", False)
+    if args.momentum is None:  # else the layer list's own (JSON "row_update")
+        args.momentum = zoo.get("momentum")
     args.model = args.model or "zoo-" + args.zoo
     return args
 
 
 def sparse_settings(layers, momentum, step_rows_items):
-    """The layers with the optimizer's row updates and the user's rows per step."""
-    given = dict(_pairs(step_rows_items, "--step-rows", "LAYER=ROWS"))
+    """The layers with the user's rows per step and, unless `momentum` is None (keep each
+    layer's own), whether the optimizer updates embeddings by rows (no momentum)."""
+    given = {}
+    for name, value in _pairs(step_rows_items, "--step-rows", "LAYER=ROWS"):
+        if not value.isdigit():
+            raise SystemExit(f"tfps-plan: --step-rows {name}={value}: ROWS is a row count")
+        given[name] = int(value)
     embeddings = {layer.name for layer in layers if layer.sparse}
     for name in given:
         if name not in embeddings:
             raise SystemExit(f"tfps-plan: --step-rows {name}: not an embedding with a sparse "
                              f"gradient; those: {', '.join(sorted(embeddings)) or 'none'}")
-    return [dataclasses.replace(layer, row_update=not momentum,
-                                step_rows=int(given.get(layer.name, layer.step_rows)))
-            if layer.sparse and layer.name in given else
-            dataclasses.replace(layer, row_update=not momentum) if layer.sparse else layer
-            for layer in layers]
+    out = []
+    for layer in layers:
+        if layer.sparse:
+            layer = dataclasses.replace(
+                layer, step_rows=given.get(layer.name, layer.step_rows),
+                row_update=layer.row_update if momentum is None else not momentum)
+        out.append(layer)
+    return out
 
 
 def _pairs(items, flag, form):
