@@ -188,3 +188,9 @@ def test_embedding_json_round_trip_and_unknown_rows(tmp_path):
     given = cli.sparse_settings(found, None, ["e=64"])
     assert given[0].step_rows == 64 and not given[0].row_update
     assert cli.main([str(path), "--step-rows", "e=64", "--modes", "sum,ps"]) == 0
+    with pytest.raises(ValueError, match="'gather' applies to an embedding"):
+        planner.make_plan(dlrm, Cluster(4), 64, pins={"top_0": "gather"})
+    with pytest.raises(ValueError, match="sends an embedding updated by rows uncompressed"):
+        planner.make_plan(dlrm, Cluster(4), 64, pins={"table": "ps+int8"})
+    assert str(planner.make_plan(dlrm, Cluster(4), 64, pins={"table": "sum+int8"})
+               .choice("table")) == "sum+int8"

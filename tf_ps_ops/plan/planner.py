@@ -85,6 +85,10 @@ def _pins(layers, pins):
         if choice.mode == SFB and (layer.kernel is None or layer.rows is None):
             raise ValueError(f"pin {name!r}: 'sfb' needs a Dense layer with known rows per "
                              f"example; {name!r} is a {layer.kind} layer")
+        if choice.mode == PS_DENSE and choice.codec != "none" and layer.sparse and \
+                layer.row_update:
+            raise ValueError(f"pin {name!r}: PS mode sends an embedding updated by rows "
+                             f"uncompressed; pin 'ps' (or 'sum+{choice.codec}', dense)")
         if choice.mode == GATHER and not layer.sparse:
             raise ValueError(f"pin {name!r}: 'gather' applies to an embedding whose "
                              f"gradient is a tf.IndexedSlices; {name!r} is a {layer.kind} "
