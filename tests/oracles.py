@@ -52,3 +52,9 @@ def worker_module(script):
     if folder not in sys.path:
         sys.path.insert(0, folder)
     return importlib.import_module(Path(script).stem)
+
+
+def saved_weights(saved, prefix):
+    """The weights a worker saved as `prefix`.0, `prefix`.1, ... in order."""
+    return [saved[f"{prefix}.{i}"]
+            for i in range(sum(k.startswith(prefix + ".") for k in saved))]

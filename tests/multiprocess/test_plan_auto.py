@@ -7,14 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from oracles import train_on_cluster, worker_module
+from oracles import saved_weights, train_on_cluster, worker_module
 
 WORKER = Path(__file__).resolve().parent / "sfb_workers" / "plan_worker.py"
 pytestmark = pytest.mark.timeout(400)
-
-
-def _weights(saved, prefix):
-    return [saved[f"{prefix}.{i}"] for i in range(sum(k.startswith(prefix + ".") for k in saved))]
 
 
 def test_auto_plan_trains_like_the_hand_picked_configuration(tmp_path_factory):
@@ -22,10 +18,10 @@ def test_auto_plan_trains_like_the_hand_picked_configuration(tmp_path_factory):
     saved, results = train_on_cluster(tmp_path_factory, WORKER, 2, 1, timeout=280,
                                       env={"TFPS_TIMEOUT": "150"})
     for prefix in ("auto", "hand"):
-        for i, (mine, theirs) in enumerate(zip(_weights(saved[1], prefix),
-                                               _weights(saved[0], prefix))):
+        pairs = zip(saved_weights(saved[1], prefix), saved_weights(saved[0], prefix))
+        for i, (mine, theirs) in enumerate(pairs):
             np.testing.assert_array_equal(mine, theirs, err_msg=f"{prefix} {i}: replicas")
-    auto, hand = _weights(saved[0], "auto"), _weights(saved[0], "hand")
+    auto, hand = saved_weights(saved[0], "auto"), saved_weights(saved[0], "hand")
     assert auto and len(auto) == len(hand)
     for i, (a, h) in enumerate(zip(auto, hand)):
         np.testing.assert_array_equal(a, h, err_msg=f"weight {i}: auto vs hand-picked")

@@ -3,13 +3,16 @@ cluster.
 
     tfps-plan vgg16 --workers 8 --batch-size 32 --gbps 25 --latency-us 50
     tfps-plan layers.json --workers 16 --batch-size 64 --workers-per-host 8 --scaling
+    tfps-plan --zoo dlrm --modes sum,ps --scaling
 
-MODEL is a built-in layer list (resnet50, vgg16, bert-large), a layer-list JSON file, or a
-saved Keras model (.keras / .h5; needs TensorFlow). The cost model is the one
-`DistributedOptimizer(plan="auto")` and `sfb.convert(mode="auto")` use.
+MODEL is a built-in layer list (resnet50, vgg16, bert-large, zoo-bert, zoo-dlrm), a
+layer-list JSON file, or a saved Keras model (.keras / .h5; needs TensorFlow); --zoo NAME
+is the benchmark zoo's model with its batch size and optimizer. The cost model is the
+one `DistributedOptimizer(plan="auto")` and `sfb.convert(mode="auto")` use.
 """
 
 import argparse
+import dataclasses
 import os
 import sys
 
@@ -34,9 +37,22 @@ def load_layers(source):
 
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="tfps-plan", description=__doc__.split("\n\n")[0])
-    p.add_argument("model", help="resnet50 | vgg16 | bert-large | FILE.json | saved model")
+    p.add_argument("model", nargs="?",
+                   help="resnet50 | vgg16 | bert-large | zoo-bert | zoo-dlrm | FILE.json | "
+                        "saved model")
+    p.add_argument("--zoo", choices=sorted(layer_lists.ZOO),
+                   help="the benchmark zoo's model, batch size and optimizer")
     p.add_argument("--workers", type=int, default=8, help="workers (P1)")
-    p.add_argument("--batch-size", type=int, default=32, help="examples per worker and step")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="examples per worker and step (default 32, or the zoo's)")
+    p.add_argument("--modes", default="sum,sfb",
+                   help="modes the plan may pick, comma-separated: sum (embeddings: gather "
+                        "or sum dense), sfb, ps")
+    p.add_argument("--momentum", action="store_true", default=None,
+                   help="the optimizer keeps slots every row's update moves (momentum, "
+                        "Adam): PS sends embeddings dense")
+    p.add_argument("--step-rows", action="append", default=[], metavar="LAYER=ROWS",
+                   help="an embedding's gradient rows per worker and step (measured)")
     p.add_argument("--gbps", type=float, default=10.0, help="link rate per direction, Gbit/s")
     p.add_argument("--latency-us", type=float, default=50.0, help="round trip, microseconds")
     p.add_argument("--workers-per-host", type=int, default=1)
@@ -58,40 +74,82 @@ def parse_args(argv):
     p.add_argument("--scaling", action="store_true",
                    help="predicted step time and scaling efficiency for 2..1024 workers")
     p.add_argument("--rows", type=int, default=40, help="largest layers shown (0: all)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if (args.model is None) == (args.zoo is None):
+        p.error("give a MODEL or --zoo NAME (one of them)")
+    zoo = layer_lists.ZOO.get(args.zoo, {})
+    if args.batch_size is None:
+        args.batch_size = zoo.get("batch_size", 32)
+    if args.momentum is None:  # else the layer list's own (JSON "row_update")
+        args.momentum = zoo.get("momentum")
+    args.model = args.model or "zoo-" + args.zoo
+    return args
 
 
-def _pins(items):
-    pins = {}
+def sparse_settings(layers, momentum, step_rows_items):
+    """The layers with the user's rows per step and, unless `momentum` is None (keep each
+    layer's own), whether the optimizer updates embeddings by rows (no momentum)."""
+    given = {}
+    for name, value in _pairs(step_rows_items, "--step-rows", "LAYER=ROWS"):
+        if not value.isdigit():
+            raise SystemExit(f"tfps-plan: --step-rows {name}={value}: ROWS is a row count")
+        given[name] = int(value)
+    embeddings = {layer.name for layer in layers if layer.sparse}
+    for name in given:
+        if name not in embeddings:
+            raise SystemExit(f"tfps-plan: --step-rows {name}: not an embedding with a sparse "
+                             f"gradient; those: {', '.join(sorted(embeddings)) or 'none'}")
+    out = []
+    for layer in layers:
+        if layer.sparse:
+            layer = dataclasses.replace(
+                layer, step_rows=given.get(layer.name, layer.step_rows),
+                row_update=layer.row_update if momentum is None else not momentum)
+        out.append(layer)
+    return out
+
+
+def _pairs(items, flag, form):
     for item in items:
         name, sep, value = item.partition("=")
         if not sep:
-            raise SystemExit(f"tfps-plan: --pin {item!r}: use LAYER=CHOICE")
-        pins[name] = int(value) if name in ("partition_bytes", "fusion_bytes", "credit") \
-            else value
-    return pins
+            raise SystemExit(f"tfps-plan: {flag} {item!r}: use {form}")
+        yield name, value
+
+
+def _pins(items):
+    return {name: int(value) if name in ("partition_bytes", "fusion_bytes", "credit")
+            else value for name, value in _pairs(items, "--pin", "LAYER=CHOICE")}
 
 
 def scaling_table(layers, batch_size, machine, cluster_args, codecs, pins,
-                  workers_list=SCALING_WORKERS):
-    """Rows (workers, hierarchical, step ms, scaling efficiency, default step ms)."""
+                  workers_list=SCALING_WORKERS, modes=planner.MODES_AUTO):
+    """Rows (workers, hierarchical, step ms, scaling efficiency, default step ms,
+    "name=mode" of each embedding)."""
     single = cost.Cluster(1, **{k: v for k, v in cluster_args.items()
                                 if k in ("bandwidth", "latency")})
-    one, _ = cost.step_time(layers, [cost.Choice()] * len(layers), single, machine,
-                            batch_size)
+    one, _ = cost.step_time(layers, [cost.default_choice(layer) for layer in layers], single,
+                            machine, batch_size)
     rows = []
     for workers in workers_list:
         for hierarchical in (True, False):
             cluster = cost.Cluster(workers, hierarchical=hierarchical, **cluster_args)
-            plan = planner.make_plan(layers, cluster, batch_size, machine, codecs, pins=pins)
+            plan = planner.make_plan(layers, cluster, batch_size, machine, codecs,
+                                     modes=modes, pins=pins)
+            sparse = " ".join(f"{layer.name}={choice}" for layer, choice
+                              in zip(plan.layers, plan.choices) if layer.sparse)
             rows.append((workers, hierarchical, plan.step_time, one / plan.step_time,
-                         plan.default_step_time))
+                         plan.default_step_time, sparse))
     return rows
 
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    layers = load_layers(args.model)
+    layers = sparse_settings(load_layers(args.model), args.momentum, args.step_rows)
+    modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
+    for mode in modes:
+        if mode not in (cost.SUM, cost.SFB, cost.PS_DENSE):
+            raise SystemExit(f"tfps-plan: --modes {mode!r}: use some of sum, sfb, ps")
     machine = cost.Machine(macs_per_s=args.tmacs * 1e12, rebuild_rate=args.rebuild_gmacs * 1e9,
                            local_per_byte=1 / (args.local_gbytes * 1e9))
     cluster_args = dict(workers_per_host=args.workers_per_host,
@@ -106,7 +164,8 @@ def main(argv=None):
     try:
         cluster = cost.Cluster(args.workers, hierarchical=not args.no_hierarchical,
                                **cluster_args)
-        plan = planner.make_plan(layers, cluster, args.batch_size, machine, codecs, pins=pins)
+        plan = planner.make_plan(layers, cluster, args.batch_size, machine, codecs,
+                                 modes=modes, pins=pins)
     except ValueError as error:
         raise SystemExit(f"tfps-plan: {error}")
     print(planner.format_table(plan, max_rows=args.rows or None))
@@ -114,11 +173,11 @@ def main(argv=None):
     if args.scaling:
         print(f"\nscaling ({args.workers_per_host} workers per host; efficiency = "
               f"1-worker step / n-worker step)")
-        print("workers  hierarchical  step ms  efficiency  default step ms")
-        for workers, hier, step, eff, default in scaling_table(
-                layers, args.batch_size, machine, cluster_args, codecs, pins):
+        print("workers  hierarchical  step ms  efficiency  default step ms  embeddings")
+        for workers, hier, step, eff, default, sparse in scaling_table(
+                layers, args.batch_size, machine, cluster_args, codecs, pins, modes=modes):
             print(f"{workers:<7}  {'on' if hier else 'off':<12}  {step * 1e3:<7.2f}  "
-                  f"{eff:<10.3f}  {default * 1e3:.2f}")
+                  f"{eff:<10.3f}  {default * 1e3:<15.2f}  {sparse}".rstrip())
     return 0
 
 

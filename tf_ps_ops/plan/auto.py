@@ -124,17 +124,35 @@ def _pins_by_key(keys, pins):
     return out
 
 
-def compressions(keys, sizes, measurements, pins=None, codecs=None):
+def compressions(keys, sizes, measurements, pins=None, codecs=None, sparse=None):
     """{key: Compressor} for the gradients under `keys` (sizes: elements of each), and the
     Plan: the codec the planner picks per gradient (summation only; SFB is a model
-    change, sfb.convert's)."""
+    change, sfb.convert's). sparse: {key: (table rows, row width, rows in this step or
+    None)} of the gradients that are tf.IndexedSlices: the plan gathers their rows or
+    sums them dense (`densified`)."""
     from tf_ps_ops.collectives.compression import Compression
 
-    layers = [layer_lists.Layer(key, layer_lists.OTHER, int(size))
-              for key, size in zip(keys, sizes)]
+    sparse = sparse or {}
+    layers = [_gradient_layer(key, size, sparse.get(key)) for key, size in zip(keys, sizes)]
     plan, better = _plans(layers, measurements, 1, codecs or allowed_codecs(),
                           _pins_by_key(list(keys), pins), modes=(cost.SUM,))
     log_once(describe(plan, measurements, better))
     return {key: (Compression.uncompressed if choice.codec == "none"
                   else Compression.parse(choice.codec))
             for key, choice in zip(keys, plan.choices)}, plan
+
+
+def _gradient_layer(key, size, table):
+    if table is None:
+        return layer_lists.Layer(key, layer_lists.OTHER, int(size))
+    rows, width, step_rows = table
+    # Measured rows when the step's shape is static; else unknown: the engine's gather.
+    return layer_lists.Layer(key, layer_lists.EMBEDDING, int(size), None, None, 0.0,
+                             (int(rows), int(width)),
+                             None if step_rows is None else int(step_rows))
+
+
+def densified(plan):
+    """The keys of the sparse gradients the plan sums dense rather than gathers."""
+    return frozenset(layer.name for layer, choice in zip(plan.layers, plan.choices)
+                     if layer.sparse and choice.mode == cost.SUM)

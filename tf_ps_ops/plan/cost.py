@@ -13,6 +13,16 @@ duplex):
   summation / PS, D dedicated server machines:   max(L·W, P1·W/D)   (worker or server host)
   SFB: L·(P1−L)·F with F = 4·K·(M+N) bytes of factors per worker (K rows per step)
 
+An embedding's gradient (a tf.IndexedSlices of R rows per worker, width C) travels
+  gather (the engine's default): an allgather of every worker's rows and indices,
+      L·(P1−L)·R·(4·C + 4): it grows with the workers
+  sum: reduced dense (sparse_as_dense), the table's bytes as above: flat in the workers
+  PS, optimizer that updates rows only (plain SGD, Adagrad): each worker pushes its
+      distinct rows u and pulls the union U of every worker's (int64 ids), split over the
+      servers: U grows with the workers until it covers the rows looked up (the reach)
+  PS, optimizer with slots every row's update moves (momentum, Adam): dense
+  SFB: not applicable (no Dense kernel).
+
 W is the layer's bytes on the wire after its codec (per partition: `wire_bytes`). CPU
 time adds to a layer's completion: codec encode/decode on the worker, decode-add and
 re-encode on the servers, the host's local sum under hierarchical aggregation, SFB's
@@ -26,8 +36,10 @@ import dataclasses
 import heapq
 import math
 
-SFB, SUM, PS_DENSE = "sfb", "sum", "ps"
-MODES = (SUM, SFB, PS_DENSE)
+SFB, SUM, PS_DENSE, GATHER = "sfb", "sum", "ps", "gather"
+MODES = (SUM, SFB, PS_DENSE, GATHER)
+GATHER_INDEX_BYTES = 4  # Keras' int32 ids: the IndexedSlices' indices as gathered
+PS_INDEX_BYTES = 8  # the PS wire's int64 row ids (docs/ps_mode.md)
 CODECS = ("none", "fp16", "bf16", "int8", "onebit")
 CHUNK = 1024  # elements per codec chunk (cc/codec's kChunk)
 
@@ -154,10 +166,17 @@ class Choice:
 def parse_choice(text):
     """'sum', 'sfb', 'ps', 'sum+int8', ... -> Choice."""
     mode, _, codec = str(text).partition("+")
-    if mode not in MODES or (codec or "none") not in CODECS or (codec and mode == SFB):
-        raise ValueError(f"choice {text!r}: use sum, sfb or ps, optionally sum+CODEC or "
-                         f"ps+CODEC with CODEC one of {', '.join(CODECS[1:])}")
+    if mode not in MODES or (codec or "none") not in CODECS or (
+            codec and mode in (SFB, GATHER)):
+        raise ValueError(f"choice {text!r}: use sum, sfb, ps or gather (embeddings), "
+                         f"optionally sum+CODEC or ps+CODEC with CODEC one of "
+                         f"{', '.join(CODECS[1:])}")
     return Choice(mode, codec or "none")
+
+
+def default_choice(layer):
+    """What the engine does unplanned: gather an embedding's rows, sum the rest."""
+    return Choice(GATHER) if layer.sparse else Choice()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,6 +205,9 @@ def layer_cost(layer, choice, cluster, machine, batch_size, partition_bytes):
     p1 = cluster.workers
     if p1 == 1 or layer.params == 0:
         return LayerCost(0.0, 0, 0.0, 0.0, 0.0)
+    if choice.mode == GATHER or (layer.sparse and choice.mode == PS_DENSE and
+                                 layer.row_update and choice.codec == "none"):
+        return _sparse_cost(layer, choice, cluster, machine, batch_size, partition_bytes)
     if choice.mode == SFB:
         if layer.kernel is None or layer.rows is None:
             raise ValueError(f"layer {layer.name!r}: SFB needs a Dense kernel with a known "
@@ -201,7 +223,53 @@ def layer_cost(layer, choice, cluster, machine, batch_size, partition_bytes):
         rebuild = n * m * k * p1 / machine.rebuild_rate
         return LayerCost(L * (p1 - L) * factors + bias.link_bytes, (p1 - 1) + bias.messages,
                          factors, bias.cpu_before, max(rebuild, bias.cpu_after))
-    return _summed(layer.bytes, choice, cluster, machine, partition_bytes)
+    summed = _summed(layer.bytes, choice, cluster, machine, partition_bytes)
+    if layer.sparse:  # the IndexedSlices made dense first
+        summed = dataclasses.replace(
+            summed, cpu_before=summed.cpu_before + layer.bytes * machine.sum_per_byte)
+    return summed
+
+
+def _sparse_cost(layer, choice, cluster, machine, batch_size, partition_bytes):
+    """An embedding's IndexedSlices gathered, or its rows through the servers."""
+    if not layer.sparse:
+        raise ValueError(f"layer {layer.name!r}: 'gather' applies to an embedding whose "
+                         f"gradient is a tf.IndexedSlices; {layer.name!r} is {layer.kind}")
+    rows = layer.rows_per_step(batch_size)
+    if rows is None:
+        raise ValueError(f"layer {layer.name!r}: the rows its gradient has per step are "
+                         f"unknown (a variable sequence length): give them (step_rows; "
+                         f"tfps-plan --step-rows {layer.name}=ROWS)")
+    p1, width = cluster.workers, layer.table[1]
+    # One scatter-add of the rows per worker that sends them (or of the union, in PS).
+    add = 4 * width * machine.sum_per_byte
+    if choice.mode == GATHER:
+        sent = rows * (4 * width + GATHER_INDEX_BYTES)
+        L = min(cluster.workers_per_host, p1)
+        return LayerCost(L * (p1 - L) * sent, p1 - 1, sent, 0.0, p1 * rows * add)
+    row = 4 * width + PS_INDEX_BYTES
+    pushed = layer.distinct_rows(rows) * row
+    pulled = layer.distinct_rows(p1 * rows) * row
+    # Every partition of the table gets a push per worker and step, empty if untouched.
+    partitions = max(1, math.ceil(layer.bytes / partition_bytes))
+    server = p1 * pushed / cluster.servers * machine.sum_per_byte / machine.server_threads
+    return LayerCost(_rows_link(pushed, pulled, cluster), partitions,
+                     min(pulled, pulled / partitions), 0.0,
+                     server + pulled / row * add)
+
+
+def _rows_link(pushed, pulled, cluster):
+    """Bytes per direction through the busiest host when each worker pushes `pushed`
+    and pulls `pulled`, both spread over the servers (PS mode's flat path)."""
+    L = min(cluster.workers_per_host, cluster.workers)
+    p1 = cluster.workers
+    if cluster.dedicated_servers:
+        d = cluster.dedicated_servers
+        return max(L * max(pushed, pulled), p1 * max(pushed, pulled) / d)
+    s, p2 = cluster.servers_per_host, cluster.servers
+    out = (L * pushed * (p2 - s) + s * (p1 - L) * pulled) / p2
+    into = (s * (p1 - L) * pushed + L * pulled * (p2 - s)) / p2
+    return max(out, into)
 
 
 def _summed(raw, choice, cluster, machine, partition_bytes):
@@ -289,7 +357,7 @@ def step_time(layers, choices, cluster, machine, batch_size, settings=Settings()
     costs = [layer_cost(layer, choice, cluster, machine, batch_size, settings.partition_bytes)
              for layer, choice in zip(layers, choices)]
     forward, backward = compute_times(layers, machine, batch_size)
-    apply = [0.0 if choice.mode == PS_DENSE else layer.bytes * machine.apply_per_byte
+    apply = [_apply_bytes(layer, choice) * machine.apply_per_byte
              for layer, choice in zip(layers, choices)]
     base = sum(backward)
     stretched = backward
@@ -308,6 +376,15 @@ def step_time(layers, choices, cluster, machine, batch_size, settings=Settings()
     for index in range(len(layers)):
         t = max(t, done[index]) + forward[index]
     return t - sum(forward), [(c, d - r) for c, d, r in zip(costs, done, ready)]
+
+
+def _apply_bytes(layer, choice):
+    """Parameter bytes the worker's optimizer updates: none in PS mode; an embedding's
+    gathered rows only (their scatter-add is in the gather's cost) when the optimizer
+    updates rows (plain SGD), else the whole layer."""
+    if choice.mode == PS_DENSE or (choice.mode == GATHER and layer.row_update):
+        return 0
+    return layer.bytes
 
 
 def _timeline(layers, costs, forward, backward, cluster, machine, settings):

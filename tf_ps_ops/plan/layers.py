@@ -1,10 +1,13 @@
 """What the planner knows of a model: one `Layer` per layer with trainable weights.
 
 Three sources, one shape: a built Keras model (`from_keras`), a layer-list JSON
-(`from_json`, format in docs/plan.md), and the built-in lists of ResNet-50, VGG-16 and
-BERT-large (`builtin`), computed from their published shapes (a unit test holds the
-first two to keras.applications' parameter counts). No TensorFlow needed except for
-`from_keras`.
+(`from_json`, format in docs/plan.md), and the built-in lists of ResNet-50, VGG-16,
+BERT-large and the benchmark zoo's BERT and DLRM (`builtin`), computed from their
+published shapes (unit tests hold them to the Keras models' parameter counts). No
+TensorFlow needed except for `from_keras`.
+
+An embedding's gradient is a tf.IndexedSlices: one row per lookup (duplicates included),
+so what travels depends on the rows a worker touches per step, not on the table's size.
 """
 
 import dataclasses
@@ -24,7 +27,16 @@ class Layer:
       kernel can travel as sufficient factors.
     rows: factor rows per example (positions of a rank > 2 input; 1 for [batch, N]);
       None when unknown (a variable sequence length).
+      For an embedding (`table` set): lookups per example (the gradient's rows).
     macs: multiply-adds of the forward pass per example.
+    table: (rows, width) of an embedding whose gradient is a tf.IndexedSlices, else None.
+    step_rows: the IndexedSlices' rows per worker and step when known (given by the user,
+      measured under plan="auto", or fixed, as for a position embedding looked up with
+      the same ids every step); None: batch size × `rows`.
+    reach: the distinct rows the workers' lookups fall on (a hot set); None: the table.
+    row_update: in PS mode the optimizer updates the touched rows only (plain SGD,
+      Adagrad); False where it keeps slots every row's update moves (momentum, Adam,
+      RMSprop), so PS sends the gradient dense.
     """
     name: str
     kind: str
@@ -32,12 +44,37 @@ class Layer:
     kernel: object = None
     rows: object = 1
     macs: float = 0.0
+    table: object = None
+    step_rows: object = None
+    reach: object = None
+    row_update: bool = True
 
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"layer {self.name!r}: kind {self.kind!r}; use one of {KINDS}")
         if self.params < 0:
             raise ValueError(f"layer {self.name!r}: params {self.params} < 0")
+        if self.table is not None and (len(self.table) != 2 or min(self.table) < 1
+                                       or self.table[0] * self.table[1] > self.params):
+            raise ValueError(f"layer {self.name!r}: table {self.table} must be (rows, "
+                             f"width) >= 1 within its {self.params} params")
+
+    @property
+    def sparse(self):
+        """Its gradient is a tf.IndexedSlices (an embedding's)."""
+        return self.table is not None
+
+    def rows_per_step(self, batch_size):
+        """The IndexedSlices' rows one worker sends per step, or None when unknown."""
+        if self.step_rows is not None:
+            return self.step_rows
+        return None if self.rows is None else batch_size * self.rows
+
+    def distinct_rows(self, lookups):
+        """Expected distinct rows among `lookups` drawn uniformly from the reach (at most
+        the reach): the rows a PS round moves once duplicates are summed."""
+        reach = self.reach or self.table[0]
+        return reach * -math.expm1(lookups * math.log1p(-1 / reach)) if reach > 1 else 1.0
 
     @property
     def bytes(self):
@@ -59,6 +96,12 @@ def conv(name, kh, kw, cin, cout, out_h, out_w, bias=True):
 
 def other(name, params, macs=0.0, kind=OTHER):
     return Layer(name, kind, params, None, 1, macs)
+
+
+def embedding(name, rows, width, lookups=1, step_rows=None, reach=None):
+    """A table looked up `lookups` times per example (or `step_rows` times per step)."""
+    return Layer(name, EMBEDDING, rows * width, None, lookups, 0.0, (rows, width), step_rows,
+                 reach)
 
 
 # ---------------------------------------------------------------------------------------
@@ -124,6 +167,8 @@ def bert_large(seq_len=128):
     """BERT-large (24 layers, hidden 1024, 16 heads, FFN 4096, vocabulary 30522) with its
     pooler: 335,141,888 parameters. Every Dense layer sees seq_len rows per example."""
     h, ffn, s = 1024, 4096, seq_len
+    # Dense embedding gradients, as in the papers' BERT runs (BytePS's PyTorch/MXNet
+    # reduce them dense): plan_vs_papers compares with those. zoo_bert has sparse ones.
     layers = [other("word_embeddings", 30522 * h, 0, EMBEDDING),
               other("position_embeddings", 512 * h, 0, EMBEDDING),
               other("token_type_embeddings", 2 * h, 0, EMBEDDING),
@@ -142,8 +187,35 @@ def bert_large(seq_len=128):
         dense("pooler", h, h, 1)]
 
 
+def zoo_bert(vocab=30522, hidden=768, heads=12, ffn=3072, layers=2, seq=32):
+    """benchmarks/zoo_models.py's BERT-shaped encoder (38,210,306 trainable parameters;
+    its position embedding, applied to a constant, is not among the model's weights):
+    the token embedding's gradient has seq rows per example."""
+    h = hidden
+    out = [embedding("token_embedding", vocab, h, seq),
+           other("embedding_norm", 2 * h, 2 * seq * h)]
+    for i in range(layers):
+        out += [other(f"attention_{i}", 4 * h * h + 4 * h, 4 * seq * h * h + 2 * seq * seq * h),
+                other(f"attention_norm_{i}", 2 * h, 2 * seq * h),
+                dense(f"ffn_in_{i}", h, ffn, seq), dense(f"ffn_out_{i}", ffn, h, seq),
+                other(f"ffn_norm_{i}", 2 * h, 2 * seq * h)]
+    return out + [dense("pooler", h, h), dense("classifier", h, 2)]
+
+
+def zoo_dlrm(rows=2_000_000, hot=100_000, dim=64, dense_features=13, sparse=8):
+    """benchmarks/zoo_models.py's DLRM (128,338,498 parameters): `sparse` lookups per
+    example in one rows × dim table, drawn from a hot set of `hot` rows."""
+    pairs = (sparse + 1) * sparse // 2
+    return [dense("bottom_0", dense_features, 512), dense("bottom_1", 512, 256),
+            dense("bottom_2", 256, dim), embedding("table", rows, dim, sparse, reach=hot),
+            dense("top_0", dim + pairs, 512), dense("top_1", 512, 256),
+            dense("logits", 256, 2)]
+
+
 BUILTIN = {"resnet50": resnet50, "vgg16": vgg16, "vgg19": vgg19, "vgg19-22k": vgg19_22k,
-           "bert-large": bert_large}
+           "bert-large": bert_large, "zoo-bert": zoo_bert, "zoo-dlrm": zoo_dlrm}
+# The zoo's per-worker batch and whether its optimizer keeps momentum (benchmarks/zoo.py).
+ZOO = {"bert": dict(batch_size=4, momentum=True), "dlrm": dict(batch_size=64, momentum=False)}
 
 
 def builtin(name):
@@ -162,32 +234,45 @@ def from_json(source):
     """Layers from a JSON text or a parsed object: a list of layers, or {"layers": [...]}.
     Each layer: {"name", "kind", "params"?, "kernel"?: [N, M], "bias"?: true,
     "rows"?: 1 | null, "macs"?: per example}; a Dense layer's params default to its
-    kernel plus bias."""
+    kernel plus bias. An embedding with a sparse gradient: {"table": [ROWS, WIDTH],
+    "rows": lookups per example, "step_rows"?, "reach"?, "row_update"?: true}."""
     data = json.loads(source) if isinstance(source, str) else source
     items = data["layers"] if isinstance(data, dict) else data
     layers = []
     for index, item in enumerate(items):
         where = f"layer {index} ({item.get('name', '?')!r})"
         try:
-            kind = item.get("kind", DENSE if "kernel" in item else OTHER)
+            table = tuple(int(d) for d in item["table"]) if item.get("table") else None
+            kind = item.get("kind", DENSE if "kernel" in item else
+                            EMBEDDING if table else OTHER)
             kernel = tuple(int(d) for d in item["kernel"]) if item.get("kernel") else None
             if kind == DENSE and kernel is None:
                 raise ValueError("a dense layer needs \"kernel\": [N, M]")
             params = item.get("params")
             if params is None:
-                if kernel is None:
+                if table is not None:
+                    kernel = table  # rows × width, no bias
+                elif kernel is None:
                     raise ValueError("needs \"params\"")
-                params = kernel[0] * kernel[1] + (kernel[1] if item.get("bias", True) else 0)
+                params = kernel[0] * kernel[1] + (
+                    kernel[1] if item.get("bias", table is None) else 0)
             rows = item.get("rows", 1)
             macs = item.get("macs")
             if macs is None:
-                macs = (rows or 1) * kernel[0] * kernel[1] if kernel else 0.0
+                macs = (rows or 1) * kernel[0] * kernel[1] if kind == DENSE else 0.0
             layers.append(Layer(str(item["name"]), kind, int(params),
                                 kernel if kind == DENSE else None,
-                                None if rows is None else int(rows), float(macs)))
+                                None if rows is None else int(rows), float(macs), table,
+                                _optional_int(item.get("step_rows")),
+                                _optional_int(item.get("reach")),
+                                bool(item.get("row_update", True))))
         except (KeyError, TypeError, ValueError) as error:
             raise ValueError(f"layer list, {where}: {error}") from None
     return layers
+
+
+def _optional_int(value):
+    return None if value is None else int(value)
 
 
 def to_json(layers):
@@ -223,6 +308,20 @@ def _rows(layer):
     return None if any(d is None for d in middle) else math.prod(middle)
 
 
+def _embedding(layer, params):
+    """A Keras Embedding: its gradient has one row per id looked up. Ids with a batch
+    dimension give lookups per example; ids without one (a position embedding looked up
+    with arange(seq)) the same rows every step."""
+    table = (int(layer.input_dim), int(layer.output_dim))
+    shape = _shape(layer, "input")
+    lookups, step_rows = 1, None
+    if shape is not None and shape and shape[0] is not None:
+        step_rows = math.prod(shape) if None not in shape else None
+    elif shape is not None:
+        lookups = None if None in shape[1:] else math.prod(shape[1:])
+    return Layer(layer.name, EMBEDDING, params, None, lookups, 0.0, table, step_rows)
+
+
 def keras_layer(layer, keras_module):
     """The Layer of one Keras layer, or None when it trains nothing."""
     weights = list(layer.trainable_weights)
@@ -234,7 +333,7 @@ def keras_layer(layer, keras_module):
         rows = _rows(layer)
         return Layer(layer.name, DENSE, params, (n, m), rows, (rows or 1) * n * m)
     if isinstance(layer, keras_module.layers.Embedding):
-        return Layer(layer.name, EMBEDDING, params, None, 1, 0.0)
+        return _embedding(layer, params)
     kernel = getattr(layer, "kernel", None)
     out = _shape(layer, "output")
     if isinstance(layer, keras_module.layers.Conv2D) or (kernel is not None and out):

@@ -3,17 +3,18 @@ credit, chosen with the cost model (cost.py), with the user's pins kept.
 
 Per layer the planner takes the allowed choice that keeps the link and the CPUs busy
 least (SFB only for Dense kernels with known rows; codecs only where allowed, since a
-lossy codec changes the training result); then it searches partition size × fusion ×
+lossy codec changes the training result; for an embedding, gathering its rows or
+summing it dense, and PS where allowed); then it searches partition size × fusion ×
 credit for the least predicted step time. The result is never predicted slower than the
-default configuration (every layer summed uncompressed, the default knobs): if it would
-be, the default is the plan.
+default configuration (every layer summed uncompressed, embeddings' rows gathered, the
+default knobs): if it would be, the default is the plan.
 """
 
 import dataclasses
 import itertools
 
 from tf_ps_ops.plan import cost
-from tf_ps_ops.plan.cost import SFB, SUM, Choice, Settings
+from tf_ps_ops.plan.cost import GATHER, PS_DENSE, SFB, SUM, Choice, Settings
 
 MODES_AUTO = (SUM, SFB)
 PARTITIONS = (1 << 18, 1 << 20, 4 << 20, 16 << 20)
@@ -44,13 +45,17 @@ class Plan:
 
 
 def _candidates(layer, allowed_codecs, modes):
-    out = []
+    """The choices the planner weighs for `layer`."""
+    out = [Choice(GATHER)] if layer.sparse and SUM in modes else []
     if SUM in modes:
         out += [Choice(SUM, codec) for codec in allowed_codecs]
     if SFB in modes and layer.kind == "dense" and layer.kernel is not None and \
             layer.rows is not None:
         out.append(Choice(SFB))
-    return out or [Choice()]
+    if PS_DENSE in modes:  # an embedding's rows travel uncompressed
+        out += [Choice(PS_DENSE, codec) for codec in allowed_codecs
+                if codec == "none" or not (layer.sparse and layer.row_update)]
+    return out or [cost.default_choice(layer)]
 
 
 def _busy(layer, choice, cluster, machine, batch_size, settings):
@@ -80,6 +85,14 @@ def _pins(layers, pins):
         if choice.mode == SFB and (layer.kernel is None or layer.rows is None):
             raise ValueError(f"pin {name!r}: 'sfb' needs a Dense layer with known rows per "
                              f"example; {name!r} is a {layer.kind} layer")
+        if choice.mode == PS_DENSE and choice.codec != "none" and layer.sparse and \
+                layer.row_update:
+            raise ValueError(f"pin {name!r}: PS mode sends an embedding updated by rows "
+                             f"uncompressed; pin 'ps' (or 'sum+{choice.codec}', dense)")
+        if choice.mode == GATHER and not layer.sparse:
+            raise ValueError(f"pin {name!r}: 'gather' applies to an embedding whose "
+                             f"gradient is a tf.IndexedSlices; {name!r} is a {layer.kind} "
+                             f"layer: use sum or ps")
         parsed[name] = choice
     return parsed
 
@@ -92,7 +105,8 @@ def make_plan(layers, cluster, batch_size, machine=cost.Machine(), allowed_codec
     pins = dict(pins or {})
     fixed = _pins(layers, pins)
     default = Settings()
-    default_choices = tuple(fixed.get(layer.name, Choice()) for layer in layers)
+    default_choices = tuple(fixed.get(layer.name, cost.default_choice(layer))
+                            for layer in layers)
     default_time, default_layers = cost.step_time(layers, default_choices, cluster, machine,
                                                   batch_size, default)
     best = None
@@ -162,14 +176,15 @@ def format_table(plan, max_rows=None):
             f"{plan.settings.fusion_bytes} B, credit {plan.settings.credit} B; predicted "
             f"step {plan.step_time * 1e3:.2f} ms (default configuration "
             f"{plan.default_step_time * 1e3:.2f} ms)"]
-    rows = [("layer", "bytes", "mode", "sync ms", "")]
+    rows = [("layer", "bytes", "rows/step", "mode", "sync ms", "")]
     order = list(range(len(plan.layers)))
     if max_rows and len(order) > max_rows:
         order = sorted(order, key=lambda i: -plan.layers[i].bytes)[:max_rows]
         order.sort()
     for i in order:
         layer = plan.layers[i]
-        rows.append((layer.name, str(layer.bytes), str(plan.choices[i]),
+        rows.append((layer.name, str(layer.bytes), _rows_text(layer, plan.batch_size),
+                     str(plan.choices[i]),
                      f"{plan.layer_times[i] * 1e3:.3f}",
                      "pinned" if layer.name in plan.pinned else ""))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
@@ -177,3 +192,11 @@ def format_table(plan, max_rows=None):
     if len(order) < len(plan.layers):
         lines.append(f"({len(plan.layers) - len(order)} smaller layers not shown)")
     return "\n".join(lines)
+
+
+def _rows_text(layer, batch_size):
+    """An embedding's gradient rows per worker and step, of its table's."""
+    if not layer.sparse:
+        return ""
+    rows = layer.rows_per_step(batch_size)
+    return f"{'?' if rows is None else rows}/{layer.table[0]}"

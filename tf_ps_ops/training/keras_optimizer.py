@@ -47,33 +47,41 @@ class ReducingMixin:
     _tfps_plan = None  # cluster measurements when DistributedOptimizer(plan="auto")
     _tfps_plan_pins = None
     _tfps_planned = None  # {key: compressor}, made at the first reduction
+    _tfps_densified = frozenset()  # keys of the sparse gradients the plan sums dense
 
     def _tfps_compression_for(self, grads, keys, variables):
         """The job's compressor, or under plan="auto" the planner's per key (planned once,
         from the gradients' sizes: the same on every worker). SFB kernels' gradients
-        (already exchanged) and None gradients are not in the plan."""
+        (already exchanged) and None gradients are not in the plan. A tf.IndexedSlices
+        gradient is planned as an embedding with the rows it has in this step (its static
+        shape): gathered, or summed dense where that moves fewer bytes."""
         if self._tfps_plan is None:
             return self._tfps_compression
         if self._tfps_planned is None:
             from tf_ps_ops.plan import auto
 
             variables = list(variables) or [None] * len(grads)
-            # Sparse gradients travel as gathers, uncompressed, unless sparse_as_dense.
-            reduced = [(k, int(np.prod(g.shape))) for g, k, v in zip(grads, keys, variables)
+            sparse = {} if self._tfps_sparse_as_dense else {
+                k: _slices_table(g, v) for g, k, v in zip(grads, keys, variables)
+                if isinstance(g, tf.IndexedSlices)}
+            # Slices whose rows this trace does not know are gathered, unplanned.
+            reduced = [(k, int(np.prod(v.shape if k in sparse else g.shape)))
+                       for g, k, v in zip(grads, keys, variables)
                        if g is not None and not getattr(v, "_tfps_sfb", False)
-                       and (self._tfps_sparse_as_dense or not isinstance(g, tf.IndexedSlices))]
+                       and (k not in sparse or sparse[k][2] is not None)]
             self._tfps_planned, self.tfps_plan = auto.compressions(
                 [k for k, _ in reduced], [n for _, n in reduced], self._tfps_plan,
-                self._tfps_plan_pins)
+                self._tfps_plan_pins, sparse=sparse)
+            self._tfps_densified = auto.densified(self.tfps_plan)
         return self._tfps_planned
 
     def _tfps_reduce(self, grads, keys, variables):
         def reduce(grads_, keys_, variables_):
-            return reduce_gradients(grads_, keys_,
-                                    self._tfps_compression_for(grads_, keys_, variables_),
-                                    self._tfps_op,
+            compression = self._tfps_compression_for(grads_, keys_, variables_)
+            return reduce_gradients(grads_, keys_, compression, self._tfps_op,
                                     self._tfps_predivide, self._tfps_device, variables_,
-                                    self._tfps_process_set, self._tfps_sparse_as_dense,
+                                    self._tfps_process_set,
+                                    self._tfps_sparse_as_dense or self._tfps_densified,
                                     self._tfps_device_sparse)
 
         if self._tfps_local:
@@ -83,6 +91,14 @@ class ReducingMixin:
     def algorithm_callbacks(self):
         """The Keras callbacks the algorithm needs under `fit` (none for most)."""
         return [] if self._tfps_algorithm is None else self._tfps_algorithm.callbacks()
+
+
+def _slices_table(slices, variable):
+    """(table rows, row width, rows in this step or None) of a variable's tf.IndexedSlices
+    gradient: the variable's shape is static where the slices' dense_shape, a tensor, may
+    not be inside a traced step."""
+    shape = variable.shape
+    return (int(shape[0]), int(np.prod(shape[1:])), slices.values.shape[0])
 
 
 class TfKerasMixin(ReducingMixin):

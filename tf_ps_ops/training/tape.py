@@ -32,10 +32,12 @@ def reduce_gradients(grads, keys, compression, op, gradient_predivide_factor=1.0
     gradient (an embedding's) is allgathered as Horovod does, values and indices, so only
     the touched rows travel; it takes no scale factors and no compression, and is averaged
     as it is (the same result). With `sparse_as_dense` it is made dense first and reduced
-    like any other gradient (compression and scale factors apply).
+    like any other gradient (compression and scale factors apply); `sparse_as_dense` may
+    also be a set of keys, those of the gradients to make dense (a plan's choice).
     """
     if sparse_as_dense:
-        grads = [_as_dense(grad) for grad in grads]
+        grads = [_as_dense(grad) if sparse_as_dense is True or key in sparse_as_dense
+                 else grad for grad, key in zip(grads, keys)]
     prescale = postscale = 1.0
     slices_op = op
     if op == Average and gradient_predivide_factor != 1.0:

@@ -1,0 +1,78 @@
+"""Worker for test_plan_sparse_auto.py (2 workers, 1 server): DistributedOptimizer(plan=
+"auto") on a model with an Embedding. The plan gathers the embedding's rows (2 workers),
+and the bytes this worker sends its peer per step are the planner's predicted gather;
+pinned to "sum" the same gradient is summed dense (no peer bytes) and trains the same
+weights. Each worker saves both results to $TFPS_TEST_OUT/rank<r>.npz."""
+
+import os
+import sys
+
+import keras
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "workers"))
+from harness import run_checks  # noqa: E402
+
+from sfb_train_worker import save  # noqa: E402
+from tf_ps_ops.plan import cost  # noqa: E402
+from tf_ps_ops.plan.monitor import PlanMonitor  # noqa: E402
+
+NUM_WORKERS, BATCH, STEPS, LOOKUPS, ROWS, WIDTH = 2, 8, 4, 6, 500, 16
+
+
+def data(examples):
+    rng = np.random.default_rng(7)
+    ids = rng.integers(0, ROWS, size=(examples, LOOKUPS)).astype(np.int32)
+    return ids, rng.standard_normal((examples, 1)).astype(np.float32)
+
+
+def embedding_model():
+    keras.utils.set_random_seed(5)
+    ids = keras.Input((LOOKUPS,), dtype="int32")
+    x = keras.layers.Embedding(ROWS, WIDTH, name="table")(ids)
+    return keras.Model(ids, keras.layers.Dense(1, name="out")(keras.layers.Flatten()(x)))
+
+
+def shard(array, rank):
+    batches = array.reshape(STEPS, NUM_WORKERS, BATCH, *array.shape[1:])
+    return batches[:, rank].reshape(STEPS * BATCH, *array.shape[1:])
+
+
+def _train(hvd, pins):
+    x, y = data(STEPS * NUM_WORKERS * BATCH)
+    model = embedding_model()
+    opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), plan="auto", plan_pins=pins)
+    monitor = PlanMonitor(every=STEPS)
+    model.compile(optimizer=opt, loss="mse", jit_compile=False)
+    model.fit(shard(x, hvd.rank()), shard(y, hvd.rank()), batch_size=BATCH, epochs=1,
+              shuffle=False, verbose=0, callbacks=[monitor])
+    assert int(opt.iterations) == STEPS and len(monitor.reports) == 1, monitor.reports
+    return model, opt.tfps_plan, monitor.reports[0]
+
+
+def check_embedding_gathered_as_predicted(hvd):
+    model, plan, report = _train(hvd, None)
+    index = next(i for i, layer in enumerate(plan.layers) if layer.sparse)
+    layer, choice = plan.layers[index], plan.choices[index]
+    assert str(choice) == "gather" and layer.table == (ROWS, WIDTH), (layer, choice)
+    assert layer.rows_per_step(plan.batch_size) == BATCH * LOOKUPS, layer  # measured
+    predicted = cost.layer_cost(layer, choice, plan.cluster, cost.FREE, plan.batch_size,
+                                plan.settings.partition_bytes).link_bytes
+    # The one peer gets this worker's rows and int32 ids every step, and nothing else.
+    assert report["peer_bytes"] == predicted == BATCH * LOOKUPS * (4 * WIDTH + 4), (
+        report, predicted)
+    save(**{f"gather.{i}": w for i, w in enumerate(model.get_weights())})
+
+
+def check_embedding_summed_dense_when_pinned(hvd):
+    model, plan, report = _train(hvd, {"table/embeddings": "sum"})
+    assert [str(c) for layer, c in zip(plan.layers, plan.choices) if layer.sparse] == ["sum"]
+    assert report["peer_bytes"] == 0, report
+    assert report["server_bytes"] >= ROWS * WIDTH * 4, report
+    save(**{f"dense.{i}": w for i, w in enumerate(model.get_weights())})
+
+
+CHECKS = [check_embedding_gathered_as_predicted, check_embedding_summed_dense_when_pinned]
+
+if __name__ == "__main__":
+    run_checks(CHECKS)

@@ -1,0 +1,196 @@
+"""The planner's embeddings (gradients that are tf.IndexedSlices): their bytes against a
+NumPy count of the slices a real Keras step produces, the zoo's layer lists against the
+Keras models, and the choice between gathering rows, summing dense and PS rows flipping
+where the formulas cross."""
+
+import math
+import os
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+
+from tf_ps_ops.plan import cost, layers, planner  # noqa: E402
+from tf_ps_ops.plan import __main__ as cli  # noqa: E402
+from tf_ps_ops.plan.cost import FREE, Choice, Cluster  # noqa: E402
+
+MB = 1 << 20
+
+
+def link(layer, choice, cluster, batch, partition=MB):
+    return cost.layer_cost(layer, choice, cluster, FREE, batch, partition).link_bytes
+
+
+@pytest.fixture(scope="module")
+def keras_step():
+    """A Keras model with an Embedding (1000 × 16, 6 ids per example), its planner layers
+    and the embedding's gradient of one step on a batch of 5."""
+    tf = pytest.importorskip("tensorflow")
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    keras = pytest.importorskip("keras")
+    keras.utils.set_random_seed(0)
+    ids = keras.Input((6,), dtype="int32")
+    x = keras.layers.Embedding(1000, 16, name="table")(ids)
+    out = keras.layers.Dense(1, name="out")(keras.layers.Flatten()(x))
+    model = keras.Model(ids, out)
+    batch = np.random.default_rng(1).integers(0, 40, size=(5, 6)).astype(np.int32)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(model(batch))
+    grad = tape.gradient(loss, model.get_layer("table").trainable_weights[0])
+    assert isinstance(grad, tf.IndexedSlices)
+    return layers.from_keras(model), grad, batch
+
+
+def test_gather_bytes_are_the_slices_every_peer_receives(keras_step):
+    found, grad, batch = keras_step
+    table = next(layer for layer in found if layer.name == "table")
+    assert table.sparse and table.table == (1000, 16) and table.rows == 6
+    values, indices = grad.values.numpy(), grad.indices.numpy()
+    # One row per lookup, duplicates included: what the allgather sends per worker.
+    assert table.rows_per_step(len(batch)) == len(values) == batch.size
+    sent = values.nbytes + indices.nbytes
+    for n in (2, 8, 64):  # every worker receives every other worker's slices
+        assert link(table, Choice("gather"), Cluster(n), len(batch)) == (n - 1) * sent
+    # 4 workers per host: each local worker receives the 12 remote workers' slices.
+    assert link(table, Choice("gather"), Cluster(16, workers_per_host=4),
+                len(batch)) == 4 * 12 * sent
+    # Summed dense (sparse_as_dense): the whole table, as any dense tensor.
+    assert link(table, Choice("sum"), Cluster(8), len(batch)) == pytest.approx(
+        2 * 7 / 8 * np.zeros((1000, 16), np.float32).nbytes)
+    with pytest.raises(ValueError, match="SFB needs a Dense kernel"):
+        link(table, Choice("sfb"), Cluster(8), len(batch))
+
+
+def test_ps_rows_are_the_distinct_rows_pushed_and_their_union_pulled(keras_step):
+    found, grad, batch = keras_step
+    table = next(layer for layer in found if layer.name == "table")
+    # The PS kernel sums duplicate ids: a worker pushes its distinct rows (int64 ids).
+    rng = np.random.default_rng(2)
+    small = layers.embedding("t", 1000, 16, 6, reach=40)
+    for lookups in (30, 240):
+        draws = [len(np.unique(rng.integers(0, 40, lookups))) for _ in range(4000)]
+        assert small.distinct_rows(lookups) == pytest.approx(np.mean(draws), rel=0.01)
+    assert layers.embedding("t", 10, 4).distinct_rows(10 ** 6) == pytest.approx(10)
+    # 2 workers, 2 colocated servers: half of each direction crosses the link.
+    row = 16 * 4 + 8
+    pushed = table.distinct_rows(30) * row
+    pulled = table.distinct_rows(60) * row
+    assert link(table, Choice("ps"), Cluster(2), 5) == pytest.approx((pushed + pulled) / 2)
+    # With momentum the optimizer moves every row: PS sends the table dense.
+    dense = layers.Layer("t", "embedding", 16000, table=(1000, 16), rows=6, row_update=False)
+    assert link(dense, Choice("ps"), Cluster(2), 5) == 16000 * 4
+
+
+def test_zoo_layer_lists_match_the_keras_models():
+    pytest.importorskip("keras")
+    import zoo_models
+
+    for name, builder, sizes in (
+            ("smoke_bert", layers.zoo_bert, dict(vocab=1000, hidden=64, heads=4, ffn=128,
+                                                 layers=1, seq=8)),
+            ("smoke_dlrm", layers.zoo_dlrm, dict(rows=10_000, hot=1_000, dim=16,
+                                                 dense_features=13, sparse=8))):
+        model = zoo_models.build(name)
+        assert [(x.name, x.kind, x.params, x.table, x.rows) for x in layers.from_keras(model)
+                if x.kind != "other"] == [(x.name, x.kind, x.params, x.table, x.rows)
+                                          for x in builder(**sizes) if x.kind != "other"]
+        assert sum(x.params for x in builder(**sizes)) == model.count_params()
+    assert sum(x.params for x in layers.zoo_dlrm()) == 128_338_498
+    assert sum(x.params for x in layers.zoo_bert()) == 38_210_306
+
+
+def test_gather_flips_to_dense_sum_where_the_formulas_cross():
+    # gather: (N−1)·R·(4C+4); dense: 2·T·(N−1)/N. They cross at N = 2T / (R·(4C+4)).
+    table = layers.embedding("t", 10_000, 64, lookups=10)
+    batch = 10  # R = 100 rows of 260 bytes
+    crossover = 2 * table.bytes / (100 * (4 * 64 + 4))
+    below, above = math.floor(crossover), math.ceil(crossover)
+    settings = cost.Settings()
+    choose = [planner.choose_layer(table, Cluster(n), FREE, batch, settings).mode
+              for n in (2, below, above, 1024)]
+    assert choose == ["gather", "gather", "sum", "sum"]
+
+
+def test_ps_rows_win_at_scale_only_without_momentum():
+    dlrm = layers.zoo_dlrm()
+    args = dict(bandwidth=10e9 / 8, latency=50e-6)
+    machine = cost.Machine()
+    rows = cli.scaling_table(dlrm, 64, machine, args, ("none",), {},
+                             workers_list=(2, 1024), modes=("sum", "ps"))
+    assert [r[5] for r in rows if r[1]] == ["table=gather", "table=ps"]
+    momentum = cli.sparse_settings(dlrm, True, [])
+    rows = cli.scaling_table(momentum, 64, machine, args, ("none",), {},
+                             workers_list=(2, 1024), modes=("sum", "ps"))
+    assert [r[5] for r in rows if r[1]] == ["table=gather", "table=gather"]
+
+
+def test_cli_prints_rows_and_the_crossover(capsys):
+    assert cli.main(["--zoo", "bert", "--workers", "16", "--scaling"]) == 0
+    out = capsys.readouterr().out
+    assert "rows/step" in out and "128/30522" in out
+    modes = [line.split()[-1] for line in out.splitlines()
+             if line.split() and line.split()[0].isdigit() and "token_embedding=" in line]
+    assert modes[0] == "token_embedding=gather" and modes[-1] == "token_embedding=sum"
+    assert modes == sorted(modes)  # one flip, gather before sum
+    with pytest.raises(SystemExit, match="--step-rows pooler"):
+        cli.main(["--zoo", "bert", "--step-rows", "pooler=4"])
+    assert cli.main(["--zoo", "bert", "--step-rows", "token_embedding=64"]) == 0
+    assert "64/30522" in capsys.readouterr().out
+
+
+def test_auto_plan_sums_dense_where_gathering_costs_more(monkeypatch):
+    tf = pytest.importorskip("tensorflow")
+    from tf_ps_ops.plan import auto, measure
+    from tf_ps_ops.training import keras_optimizer
+
+    table = tf.Variable(tf.zeros((5000, 64)))
+
+    seen = []
+
+    @tf.function
+    def step(ids):  # the rows of a traced step's slices: known where the batch is
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.gather(table, ids))
+        seen.append(keras_optimizer._slices_table(tape.gradient(loss, table), table))
+        return loss
+
+    step(tf.zeros(128, tf.int32))
+    step.get_concrete_function(tf.TensorSpec((None,), tf.int32))
+    assert seen == [(5000, 64, 128), (5000, 64, None)]
+    keys = ["e", "w"]
+    for workers, expected in ((4, frozenset()), (256, frozenset({"e"}))):
+        measured = measure.Measurements(Cluster(workers), cost.Machine(), False)
+        compressors, plan = auto.compressions(keys, [5000 * 64, 1000], measured,
+                                              sparse={"e": (5000, 64, 128)})
+        assert set(compressors) == set(keys)
+        assert auto.densified(plan) == expected
+
+
+def test_embedding_json_round_trip_and_unknown_rows(tmp_path):
+    dlrm = layers.zoo_dlrm()
+    assert layers.from_json(layers.to_json(dlrm)) == dlrm
+    text = ('{"layers": [{"name": "e", "table": [1000, 8], "rows": null, "row_update": false},'
+            ' {"name": "fc", "kernel": [8, 2]}]}')
+    found = layers.from_json(text)
+    assert found[0].sparse and found[0].params == 8000 and not found[0].row_update
+    path = tmp_path / "model.json"
+    path.write_text(text)
+    with pytest.raises(SystemExit, match="rows its gradient has per step are unknown"):
+        cli.main([str(path)])
+    with pytest.raises(SystemExit, match="ROWS is a row count"):
+        cli.main([str(path), "--step-rows", "e=many"])
+    # Given rows, and the JSON's row_update kept (no --momentum): PS sends it dense.
+    given = cli.sparse_settings(found, None, ["e=64"])
+    assert given[0].step_rows == 64 and not given[0].row_update
+    assert cli.main([str(path), "--step-rows", "e=64", "--modes", "sum,ps"]) == 0
+    with pytest.raises(ValueError, match="'gather' applies to an embedding"):
+        planner.make_plan(dlrm, Cluster(4), 64, pins={"top_0": "gather"})
+    with pytest.raises(ValueError, match="sends an embedding updated by rows uncompressed"):
+        planner.make_plan(dlrm, Cluster(4), 64, pins={"table": "ps+int8"})
+    assert str(planner.make_plan(dlrm, Cluster(4), 64, pins={"table": "sum+int8"})
+               .choice("table")) == "sum+int8"
