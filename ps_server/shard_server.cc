@@ -413,7 +413,11 @@ bool ShardServer::StopSummationThreadsOnIoThread() {
 int ShardServer::Run(const std::atomic<bool>& stop) {
   Monitor monitor(context_, router_, "server",
                   SilentConnections::kEvents | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL);
-  SilentConnections silent(router_, "this server");
+  // "tcp://127.0.0.1:7000,7001": the caps count the connections of every port together.
+  std::string where = router_.get(zmq::sockopt::last_endpoint);
+  where.erase(where.rfind(':') + 1);
+  for (size_t i = 0; i < ports_.size(); ++i) where += (i ? "," : "") + std::to_string(ports_[i]);
+  SilentConnections silent(router_, "this server", SilentConnections::DefaultCap(), where);
   std::vector<zmq::message_t> frames;
   std::string failed;  // why the job cannot go on
   while (!stop) {

@@ -5,6 +5,7 @@ Everything binds or connects on loopback only.
 """
 
 import os
+import re
 import subprocess
 import time
 
@@ -23,6 +24,16 @@ def wait_port_file(proc, port_file, timeout=30):
         assert time.monotonic() < deadline, "no port file"
         time.sleep(0.05)
     return int(port_file.read_text())
+
+
+def served_ports(log):
+    """The ports a ps_server's log says it serves on: "serving on port A" with, given more
+    than one I/O thread, " (and B,C: one port per I/O thread)"; [] before that line."""
+    found = re.search(r"serving on port (\d+)(?: \(and ([\d,]+): one port per I/O "
+                      r"thread\))? with", log)
+    if not found:
+        return []
+    return [int(found.group(1))] + [int(p) for p in (found.group(2) or "").split(",") if p]
 
 
 def rss_kib(pid):

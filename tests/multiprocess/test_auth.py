@@ -12,9 +12,10 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import zmq
 
-from hostile import Job, T, core
+from hostile import Job, T, core, served_ports
 from native import PS_SERVER
 
 WORKER = Path(__file__).parent / "core_workers" / "loop_worker.py"
@@ -104,9 +105,10 @@ def test_an_impostor_server_is_refused_and_the_real_one_serves(tmp_path):
         job.close()
 
 
-def test_a_hello_without_the_key_on_a_server_port_gets_nothing(tmp_path):
+@pytest.mark.parametrize("io_threads", [1, 2])
+def test_a_hello_without_the_key_on_a_server_port_gets_nothing(tmp_path, io_threads):
     key = make_key(tmp_path)
-    job = Job(tmp_path, env=keyed_env(key))
+    job = Job(tmp_path, env={**keyed_env(key), "TFPS_IO_THREADS": str(io_threads)})
     worker = None
     try:
         env = dict(os.environ, TFPS_SCHEDULER=f"127.0.0.1:{job.scheduler_port}",
@@ -117,14 +119,16 @@ def test_a_hello_without_the_key_on_a_server_port_gets_nothing(tmp_path):
                                   text=True)
         deadline = time.monotonic() + 30
         log = ""
-        while "serving on port" not in log:
+        while not served_ports(log):
             assert time.monotonic() < deadline, log
             time.sleep(0.1)
             log = job.server_log_text()
-        port = int(log.split("serving on port ")[1].split()[0])
+        ports = served_ports(log)
+        assert len(ports) == io_threads, log  # one per I/O thread, each the same CURVE socket
         hello = [core.encode_head(dict(type=T["HELLO"], sender=0))]
-        assert unanswered(job, port, hello, routing_id=b"w0")
-        assert unanswered(job, port, hello, routing_id=b"w0", curve=job_public_key(key))
+        for port in ports:
+            assert unanswered(job, port, hello, routing_id=b"w0")
+            assert unanswered(job, port, hello, routing_id=b"w0", curve=job_public_key(key))
         go.touch()
         out, err = worker.communicate(timeout=60)
         assert worker.returncode == 0 and "step 2 ok" in out, (out, err)

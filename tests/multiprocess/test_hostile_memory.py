@@ -7,28 +7,30 @@ ZMQ_MAXMSGSIZE (TFPS_MAX_MESSAGE_BYTES), errors to a misbehaving peer are rate-l
 and peer ids are escaped in the log.
 """
 
-import re
 import socket
 import struct
 import sys
 import time
 from pathlib import Path
 
+import pytest
 import zmq
 
-from hostile import T, core, rss_kib
+from hostile import T, core, rss_kib, served_ports
 
 WORKER = Path(__file__).parent / "core_workers" / "loop_worker.py"
 
 
-def started_cluster(make_cluster, go, steps=20):
-    cluster = make_cluster(2, 1, timeout=90, env={"TFPS_TIMEOUT": "60"})
+def started_cluster(make_cluster, go, steps=20, io_threads=1):
+    """A running job and its server's last port (its only one with one I/O thread)."""
+    cluster = make_cluster(2, 1, timeout=90, env={"TFPS_TIMEOUT": "60",
+                                                  "TFPS_IO_THREADS": str(io_threads)})
     cluster.start([sys.executable, WORKER, str(steps), "--wait-for", go])
     for rank in range(2):
         cluster.wait_for_output("worker", rank, "step 0 ok")
-    result = cluster.wait_for_output("server", 0, "serving on port")
-    port = int(re.search(r"serving on port (\d+)", result.stderr).group(1))
-    return cluster, port
+    ports = served_ports(cluster.wait_for_output("server", 0, "serving on port").stderr)
+    assert len(ports) == io_threads, ports
+    return cluster, ports[-1]
 
 
 def finish(cluster, go, steps=20):
@@ -100,9 +102,11 @@ def zmtp_null_handshake(sock, routing_id=b""):
     sock.sendall(b"\x04" + bytes([len(body)]) + body)
 
 
-def test_a_frame_announced_as_1_gib_is_refused(make_cluster, tmp_path):
+# With two I/O threads, on the server's second port: ZMQ_MAXMSGSIZE holds on every one.
+@pytest.mark.parametrize("io_threads", [1, 2])
+def test_a_frame_announced_as_1_gib_is_refused(make_cluster, tmp_path, io_threads):
     go = tmp_path / "go"
-    cluster, port = started_cluster(make_cluster, go)
+    cluster, port = started_cluster(make_cluster, go, io_threads=io_threads)
     server_pid = cluster.process("server", 0).pid
     before = rss_kib(server_pid)
     streamed = 0

@@ -25,7 +25,7 @@ import numpy as np
 
 import pytest
 
-from hostile import Job, rss_kib
+from hostile import Job, rss_kib, served_ports
 from test_hostile_replies import zmtp_connect
 
 pytestmark = pytest.mark.timeout(120)
@@ -65,11 +65,13 @@ def settled_rss(pid, seconds=1.0):
 
 
 def attack(proc, port, connections, frame, left, held):
-    """Holds `connections` partial frames on `port`; (MiB grown, MiB sent per connection)."""
+    """Holds `connections` partial frames on `port` (a list: on each in turn); (MiB grown,
+    MiB sent per connection)."""
+    ports = port if isinstance(port, list) else [port]
     before = settled_rss(proc.pid, 0.3)
     sent = []
-    for _ in range(connections):
-        sock, n = hold_partial_frame(port, frame, left)
+    for i in range(connections):
+        sock, n = hold_partial_frame(ports[i % len(ports)], frame, left)
         held.append(sock)
         sent.append(round(n / MIB, 1))
     after = settled_rss(proc.pid)
@@ -84,19 +86,28 @@ def log_of(job, tmp_path, role):
     return (tmp_path / "scheduler.log").read_text()
 
 
-def test_a_server_cuts_connections_holding_partial_frames_before_a_hello(tmp_path):
-    job = Job(tmp_path, num_workers=1, env={"TFPS_MAX_MESSAGE_BYTES": str(MAX_MESSAGE)})
+# With two I/O threads the server listens on two ports; the connections alternate between
+# them and the bound holds for them together.
+@pytest.mark.parametrize("io_threads", [1, 2])
+def test_a_server_cuts_connections_holding_partial_frames_before_a_hello(tmp_path, io_threads):
+    job = Job(tmp_path, num_workers=1, env={"TFPS_MAX_MESSAGE_BYTES": str(MAX_MESSAGE),
+                                            "TFPS_IO_THREADS": str(io_threads)})
     held = []
     try:
         address = job.register_workers(1)
-        port = int(address.rsplit(":", 1)[1])
-        grown, sent = attack(job.server, port, CONNECTIONS, FRAME, MIB, held)
+        deadline = time.monotonic() + 30  # the server logs its ports once registered
+        while not served_ports(job.server_log_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        ports = served_ports(job.server_log_text())
+        assert len(ports) == io_threads and address.endswith(f":{ports[0]}"), (ports, address)
+        grown, sent = attack(job.server, ports, CONNECTIONS, FRAME, MIB, held)
         print(f"server: +{grown:.0f} MiB with {CONNECTIONS} connections holding partial "
               f"frames of {FRAME >> 20} MiB (MiB sent each before being closed: {sent})")
         # Before: the four frames, 4 x 62 MiB, held until the connections closed.
         assert grown < 24, grown
         log = log_of(job, tmp_path, "server")
         assert "that held" in log and "of messages not yet complete" in log, log[-2000:]
+        assert "connection(s) to tcp://127.0.0.1:" + ",".join(map(str, ports)) + " " in log
         # Members are untouched: the registered worker says hello to the server.
         job.connect_worker(address, 0)
     finally:

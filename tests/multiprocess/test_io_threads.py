@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from cluster import PS_SERVER, require_build
+from hostile import served_ports
 from test_auth import keyed_env, make_key
 
 sys.path.insert(0, str(Path(__file__).parent / "core_workers"))
@@ -41,11 +42,7 @@ def check_ports(cluster, io_threads, num_workers):
     scheduler = cluster.result("scheduler", 0).stderr
     for index in range(2):
         log = cluster.wait_for_output("server", index, "serving on port").stderr
-        found = re.search(r"serving on port (\d+)(?: \(and ([\d,]+): one port per I/O "
-                          r"thread\))? with", log)
-        assert found, log
-        ports = [int(found.group(1))] + [int(p) for p in (found.group(2) or "").split(",")
-                                         if p]
+        ports = served_ports(log)
         assert len(ports) == io_threads, log
         # Server ids follow the registration order, not the order the servers started in.
         registered = r"server \d registered from 127\.0\.0\.1:" + ",".join(map(str, ports))

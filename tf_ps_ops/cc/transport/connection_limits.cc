@@ -36,10 +36,11 @@ int SilentConnections::DefaultCap() {
   return static_cast<int>(std::max<uint64_t>(16, std::min<uint64_t>(1024, limit / 4)));
 }
 
-SilentConnections::SilentConnections(zmq::socket_t& socket, const std::string& who, int cap)
+SilentConnections::SilentConnections(zmq::socket_t& socket, const std::string& who, int cap,
+                                     const std::string& where)
     : socket_(socket),
       who_(who),
-      endpoint_(socket.get(zmq::sockopt::last_endpoint)),
+      endpoint_(where.empty() ? socket.get(zmq::sockopt::last_endpoint) : where),
       cap_(static_cast<size_t>(cap)),
       curve_(socket.get(zmq::sockopt::mechanism) == ZMQ_CURVE) {}
 

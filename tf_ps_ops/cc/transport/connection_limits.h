@@ -66,8 +66,10 @@ class SilentConnections {
   // The default cap: a quarter of the descriptor limit, at most 1,024.
   static int DefaultCap();
 
-  // `socket` is bound already; `who` names the role in the log ("the scheduler").
-  SilentConnections(zmq::socket_t& socket, const std::string& who, int cap = DefaultCap());
+  // `socket` is bound already; `who` names the role in the log ("the scheduler"), `where`
+  // its endpoints (empty: the socket's last one; a server binds one per I/O thread).
+  SilentConnections(zmq::socket_t& socket, const std::string& who, int cap = DefaultCap(),
+                    const std::string& where = "");
 
   // Counts a monitor event. Returns true when the event is this class's alone (accepted,
   // accept failed); a disconnect is the caller's too (false).
@@ -107,7 +109,7 @@ class SilentConnections {
 
   zmq::socket_t& socket_;
   const std::string who_;
-  const std::string endpoint_;  // the bound one, for the log
+  const std::string endpoint_;  // the bound ones, for the log
   const size_t cap_;
   const bool curve_;  // CURVE: each frame travels inside a MESSAGE command
   std::unordered_map<int, Open> silent_;  // descriptor -> not a member's yet
