@@ -233,6 +233,18 @@ def plot(rows, path):
     return True
 
 
+def write_results(path, rows, text, head, plot=None):
+    """PATH.json (rows) and PATH.md (head, then the table `text`); with `plot(rows, png)`
+    also PATH.png, shown in the md, when matplotlib is there. Prints the table."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(rows, indent=1))
+    if plot is not None and plot(rows, out.with_suffix(".png")):
+        text += f"\n\n![{out.stem}]({out.with_suffix('.png').name})\n"
+    out.with_suffix(".md").write_text(head + "\n\n" + text + "\n")
+    print(text)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", default="8:2,16:2,32:2,64:2,64:1,64:4,64:8",
@@ -262,22 +274,16 @@ def main():
         rows.append(row)
     if hosts is not None:
         hosts.close()
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(rows, indent=1))
-    text = table(rows)
-    if plot(rows, out.with_suffix(".png")):
-        text += f"\n\n![scale]({out.with_suffix('.png').name})\n"
     where = (f"{args.netns} namespace hosts, hierarchical" if args.netns else "one host")
     netns = f" --netns {args.netns}" if args.netns else ""
-    out.with_suffix(".md").write_text(
+    write_results(
+        args.out, rows, table(rows),
         f"# Scale: core workers on {where}\n\n"
         f"`python benchmarks/scale.py --jobs {args.jobs} --steps {args.steps}{netns}`; "
         "load = 1-minute load average before the run (2 cores, shared). Sockets, threads, "
         "RSS: each process's peak, largest of its role (workers' RSS: the median); fds: "
         "every descriptor (eventfds, files too). CPU: seconds of the whole run (the "
-        "scheduler's also per second of the run).\n\n" + text + "\n")
-    print(text)
+        "scheduler's also per second of the run).", plot)
 
 
 if __name__ == "__main__":

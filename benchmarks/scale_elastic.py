@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO / "tests" / "scale"))
 from elastic_job import ElasticScaleJob  # noqa: E402
 
 sys.path.insert(0, str(REPO / "benchmarks"))
-from scale import loadavg, pyplot, save_figure  # noqa: E402
+from scale import loadavg, pyplot, save_figure, write_results  # noqa: E402
 
 
 def epoch_times(job, epoch, since):
@@ -131,13 +131,8 @@ def main():
 
 
 def write(rows, args):
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(rows, indent=1))
-    text = table(rows)
-    if plot(rows, out.with_suffix(".png")):
-        text += f"\n\n![scale_elastic]({out.with_suffix('.png').name})\n"
-    out.with_suffix(".md").write_text(
+    write_results(
+        args.out, rows, table(rows),
         "# Elastic changes as N grows: core workers on one host\n\n"
         f"`python benchmarks/scale_elastic.py --workers {args.workers} --repeats "
         f"{args.repeats}`; load = 1-minute load average before the run (2 cores, shared). "
@@ -146,8 +141,7 @@ def write(rows, args):
         "/ rejoin (rendezvous): the slowest member's engine shutdown, the slowest shutdown "
         "plus the next epoch's rendezvous, and their difference (the rendezvous once the "
         "slowest member is there). Every job's weights matched a NumPy replay bit for "
-        "bit.\n\n" + text + "\n")
-    print(text)
+        "bit.", plot)
 
 
 if __name__ == "__main__":

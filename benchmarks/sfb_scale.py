@@ -27,7 +27,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 from ps_cluster import PS_SERVER  # noqa: E402
-from scale import loadavg, run_sampled  # noqa: E402
+from scale import loadavg, run_sampled, write_results  # noqa: E402
 from tfps_harness.launch_cluster import LoggedCluster  # noqa: E402
 
 WORKER = REPO / "benchmarks" / "sfb_scale_worker.py"
@@ -153,11 +153,8 @@ def main():
 
 
 def write(rows, args):
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(rows, indent=1))
-    text = table(rows)
-    out.with_suffix(".md").write_text(
+    write_results(
+        args.out, rows, table(rows),
         "# SFB, PS and decentralized algorithms at N TensorFlow workers, one host\n\n"
         f"`python benchmarks/sfb_scale.py --workers {args.workers} --servers "
         f"{args.servers}`; load = 1-minute load average before the run (2 cores, shared). "
@@ -165,8 +162,7 @@ def write(rows, args):
         "the peer mesh, server = to the servers. HybComm choices: fc1,out. Every job's "
         "hybrid and PS weights matched single-process Keras (rtol 1e-4, atol 1e-5; the "
         "largest deviation is given), identical on every rank; ring and shift_one matched "
-        "NumPy bit for bit on every worker.\n\n" + text + "\n")
-    print(text)
+        "NumPy bit for bit on every worker.")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 script): the core engine (tests/native.py) driven through the same epoch file as
 tf_ps_ops.elastic (tf_ps_ops/common/elastic_epoch.py), so that elastic changes can be
 measured and tested at N = 16..64 on one host (tests/scale/test_elastic_scale.py,
-benchmarks/scale.py --elastic).
+benchmarks/scale_elastic.py).
 
     elastic_worker.py OUT_DIR MIN_STEPS FINAL_EPOCH [--kill ID:STEP] [--mark STEPS]
                       [--step-sleep S]

@@ -5,7 +5,7 @@ takes rank 0's state; every worker ends with the same weights as a NumPy replay 
 members of each step, bit for bit. What an elastic change costs at N = 16..64 is measured
 by benchmarks/scale_elastic.py (docs/scale.md).
 
-Run time on a 2-core machine under a load of 1 to 3: about 20 s.
+Run time on a 2-core machine under a load of 6 to 31: 14-16 s.
 """
 
 import pytest
