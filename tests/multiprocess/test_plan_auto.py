@@ -1,22 +1,31 @@
 """The automatic plan on a real cluster (2 workers, 1 server, loopback): it measures the
 link through the transport, plans, and trains to the same weights as the same choices
-made by hand, and as single-process training (sfb_workers/plan_worker.py)."""
+made by hand, and as single-process training (sfb_workers/plan_worker.py); on a model
+with an Embedding the rows it gathers are the bytes it predicted, and a pin to dense
+summation takes effect (sfb_workers/plan_sparse_worker.py, in the same cluster)."""
 
 from pathlib import Path
 
+import keras
 import numpy as np
 import pytest
 
 from oracles import saved_weights, train_on_cluster, worker_module
 
 WORKER = Path(__file__).resolve().parent / "sfb_workers" / "plan_worker.py"
+SPARSE_WORKER = WORKER.parent / "plan_sparse_worker.py"
 pytestmark = pytest.mark.timeout(400)
 
 
-def test_auto_plan_trains_like_the_hand_picked_configuration(tmp_path_factory):
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
     # Generous timeouts: importing TensorFlow alone can take a minute on a loaded machine.
-    saved, results = train_on_cluster(tmp_path_factory, WORKER, 2, 1, timeout=280,
-                                      env={"TFPS_TIMEOUT": "150"})
+    return train_on_cluster(tmp_path_factory, WORKER, 2, 1, timeout=320,
+                            env={"TFPS_TIMEOUT": "150"})
+
+
+def test_auto_plan_trains_like_the_hand_picked_configuration(trained):
+    saved, results = trained
     for prefix in ("auto", "hand"):
         pairs = zip(saved_weights(saved[1], prefix), saved_weights(saved[0], prefix))
         for i, (mine, theirs) in enumerate(pairs):
@@ -35,10 +44,27 @@ def test_auto_plan_trains_like_the_hand_picked_configuration(tmp_path_factory):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"weight {i}")
     # Rank 0 logged both plans (the model's, the optimizer's) and the measurements.
     logs = [r.stderr for r in results]
-    assert [log.count("plan: 2 workers") for log in logs] == [2, 0], logs[0][-3000:]
-    assert logs[0].count("measured: link ") == 2
-    assert logs[0].count("engine settings") == 2  # the running ones, or better ones
-    assert logs[0].count("plan monitor: step ") == 2 and "plan monitor" not in logs[1]
+    # (4: the embedding checks' two trainings log theirs too.)
+    assert [log.count("plan: 2 workers") for log in logs] == [4, 0], logs[0][-3000:]
+    assert logs[0].count("measured: link ") == 4
+    assert logs[0].count("engine settings") == 4  # the running ones, or better ones
+    assert logs[0].count("plan monitor: step ") == 4 and "plan monitor" not in logs[1]
     # Each plan is made under the running engine's settings (the defaults here).
-    assert logs[0].count("partition 1048576 B, fusion 262144 B, credit 0 B;") == 2
+    assert logs[0].count("partition 1048576 B, fusion 262144 B, credit 0 B;") == 4
     print("\n".join(l for l in logs[0].splitlines() if not l.startswith(("20", "W0", "I0"))))
+
+
+def test_auto_plan_gathers_embedding_rows_as_predicted(trained):
+    saved, _ = trained
+    worker = worker_module(SPARSE_WORKER)
+    x, y = worker.data(worker.STEPS * 2 * worker.BATCH)
+    model = worker.embedding_model()
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse", jit_compile=False)
+    model.fit(x, y, batch_size=2 * worker.BATCH, epochs=1, shuffle=False, verbose=0)
+    for prefix in ("gather", "dense"):
+        for rank in (0, 1):
+            mine = saved_weights(saved[rank], prefix)
+            assert len(mine) == len(model.get_weights()), prefix
+            for i, (got, want) in enumerate(zip(mine, model.get_weights())):
+                np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6,
+                                           err_msg=f"{prefix}, rank {rank}, weight {i}")

@@ -1,21 +1,16 @@
-"""Worker for test_plan_sparse_auto.py (2 workers, 1 server): DistributedOptimizer(plan=
-"auto") on a model with an Embedding. The plan gathers the embedding's rows (2 workers),
-and the bytes this worker sends its peer per step are the planner's predicted gather;
-pinned to "sum" the same gradient is summed dense (no peer bytes) and trains the same
-weights. Each worker saves both results to $TFPS_TEST_OUT/rank<r>.npz."""
-
-import os
-import sys
+"""Checks run by plan_worker.py for test_plan_auto.py (2 workers, 1 server), after its
+own: DistributedOptimizer(plan="auto") on a model with an Embedding. The plan gathers
+the embedding's rows (2 workers), and the bytes this worker sends its peer per step are
+the planner's predicted gather; pinned to "sum" the same gradient is summed dense (no
+peer bytes) and trains the same weights. Each worker saves both results to
+$TFPS_TEST_OUT/rank<r>.npz."""
 
 import keras
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "workers"))
-from harness import run_checks  # noqa: E402
-
-from sfb_train_worker import save  # noqa: E402
-from tf_ps_ops.plan import cost  # noqa: E402
-from tf_ps_ops.plan.monitor import PlanMonitor  # noqa: E402
+from sfb_train_worker import save
+from tf_ps_ops.plan import cost
+from tf_ps_ops.plan.monitor import PlanMonitor
 
 NUM_WORKERS, BATCH, STEPS, LOOKUPS, ROWS, WIDTH = 2, 8, 4, 6, 500, 16
 
@@ -70,9 +65,3 @@ def check_embedding_summed_dense_when_pinned(hvd):
     assert report["peer_bytes"] == 0, report
     assert report["server_bytes"] >= ROWS * WIDTH * 4, report
     save(**{f"dense.{i}": w for i, w in enumerate(model.get_weights())})
-
-
-CHECKS = [check_embedding_gathered_as_predicted, check_embedding_summed_dense_when_pinned]
-
-if __name__ == "__main__":
-    run_checks(CHECKS)

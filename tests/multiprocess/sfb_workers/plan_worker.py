@@ -1,8 +1,9 @@
 """Worker for test_plan_auto.py (2 workers, 1 server): the automatic plan
 (sfb.convert(mode="auto") and DistributedOptimizer under TFPS_PLAN=auto, with pins) trains,
-and then the same choices made by hand train from the same weights. Each worker saves
-both results to $TFPS_TEST_OUT/rank<r>.npz; the test compares them with each other and
-with single-process training.
+and then the same choices made by hand train from the same weights; then
+plan_sparse_worker.py's embedding checks, in the same cluster. Each worker saves the
+results to $TFPS_TEST_OUT/rank<r>.npz; the test compares them with each other and with
+single-process training.
 """
 
 import os
@@ -15,6 +16,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from harness import run_checks  # noqa: E402
 
 import sfb  # noqa: E402
+from plan_sparse_worker import (check_embedding_gathered_as_predicted,  # noqa: E402
+                                check_embedding_summed_dense_when_pinned)
 from sfb_train_worker import conv_model, images, save, sgd_momentum  # noqa: E402
 from tf_ps_ops.plan import auto  # noqa: E402
 from tf_ps_ops.plan.monitor import PlanMonitor  # noqa: E402
@@ -76,7 +79,8 @@ def check_auto_plan_matches_hand_picked(hvd):
          sfb_layers=np.array(sorted(name for name, on in by_sfb.items() if on)))
 
 
-CHECKS = [check_auto_plan_matches_hand_picked]
+CHECKS = [check_auto_plan_matches_hand_picked, check_embedding_gathered_as_predicted,
+          check_embedding_summed_dense_when_pinned]
 
 if __name__ == "__main__":
     run_checks(CHECKS)
