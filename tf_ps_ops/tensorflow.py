@@ -22,9 +22,10 @@ from tf_ps_ops.collectives.compat import (  # noqa: F401
     mpi_enabled, mpi_threads_supported, nccl_built, rocm_built, UNSERVED, unserved)
 from tf_ps_ops.collectives.compression import Compression  # noqa: F401
 from tf_ps_ops.collectives.join import barrier, join  # noqa: F401
+from tf_ps_ops.collectives.objects import (  # noqa: F401
+    allgather_object, broadcast_, broadcast_object, broadcast_object_fn, broadcast_variables)
 from tf_ps_ops.collectives.ops import (  # noqa: F401
-    Adasum, Average, Max, Min, Product, Sum, allgather, allgather_object, allreduce,
-    broadcast, broadcast_, broadcast_object, broadcast_object_fn, broadcast_variables,
+    Adasum, Average, Max, Min, Product, Sum, allgather, allreduce, broadcast,
     global_process_set, grouped_allreduce)
 from tf_ps_ops.collectives.process_sets import ProcessSet  # noqa: F401
 from tf_ps_ops.collectives.register import add_process_set, remove_process_set  # noqa: F401
