@@ -88,6 +88,12 @@ const std::vector<ConfigEntry>& ConfigTable() {
        "element count stands for more (also a push that carries no data) is refused before "
        "anything is allocated. TFPS_PARTITION_BYTES and TFPS_FUSION_BYTES may not exceed it; "
        "an allgather's tensor (per worker) must fit in it."},
+      {"TFPS_PEER_QUEUE_BYTES", "int", "1073741824",
+       "Bytes of worker-to-worker data (allgather, alltoall, SFB, neighbour exchanges) a "
+       "worker keeps queued for peers that have not read what it sent before, all peers "
+       "together. Beyond it the worker starts no new peer collective until peers read; a "
+       "peer that reads none of it for TFPS_TIMEOUT fails the collectives that wait on it "
+       "with an error naming it. At least 65536."},
       {"TFPS_SERVER_PUSH_BYTES", "int", "0",
        "ps_server: bytes a server holds for its workers: pushes not answered yet (queued for "
        "its summation threads, or waiting in a round for the other workers; a push counts "
@@ -299,6 +305,8 @@ Status LoadLimits(Config* config) {
       ParseInt("TFPS_FUSION_BYTES", 0, int64_t{1} << 31, &config->fusion_bytes));
   TFPS_RETURN_IF_ERROR(ParseInt("TFPS_MAX_MESSAGE_BYTES", 4096, int64_t{1} << 40,
                                 &config->max_message_bytes));
+  TFPS_RETURN_IF_ERROR(
+      ParseInt("TFPS_PEER_QUEUE_BYTES", 65536, int64_t{1} << 50, &config->peer_queue_bytes));
   return ParseInt("TFPS_SERVER_PUSH_BYTES", 0, int64_t{1} << 50, &config->server_push_bytes);
 }
 

@@ -6,11 +6,17 @@
 // Every worker binds a ROUTER for incoming peer data (its port travels through the
 // rendezvous) and connects one DEALER to each other worker's ROUTER. A peer's part may
 // arrive before this worker asks for the same name and call: it waits in the table.
+//
+// Sends never block the engine: each DEALER queues at most kMeshSndHwm messages, and what
+// it cannot take yet waits in the mesh's own queue for that peer, all peers' queues
+// together bounded by TFPS_PEER_QUEUE_BYTES (beyond it new collectives wait to start). A
+// peer whose queue does not move for TFPS_TIMEOUT counts as dead, named in the error.
 #ifndef TFPS_CC_ENGINE_PEER_MESH_H_
 #define TFPS_CC_ENGINE_PEER_MESH_H_
 
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -63,6 +69,11 @@ struct GatherRequest {
   std::function<void(const Status&, const std::vector<PeerTensor>&)> done;
 };
 
+// Messages each mesh DEALER holds for its peer before the mesh keeps the rest itself: few,
+// since the mesh's own queue counts bytes against one budget for all peers, where ZeroMQ's
+// counts messages per peer (kSocketHwm would be 100,000 per peer, times N - 1).
+constexpr int kMeshSndHwm = 8;
+
 class PeerMesh {
  public:
   using Clock = std::chrono::steady_clock;
@@ -86,7 +97,8 @@ class PeerMesh {
   void FailAllOnLoop(const Status& status);
   void CloseOnLoop();
 
-  uint64_t bytes_sent() const { return bytes_sent_.load(); }  // any thread
+  // Payload bytes handed to ZeroMQ for peers (any thread); not those still queued here.
+  uint64_t bytes_sent() const { return bytes_sent_.load(); }
   // Payload bytes of well-formed peer data that arrived (any thread).
   uint64_t bytes_received() const { return bytes_received_.load(); }
 
@@ -105,6 +117,24 @@ class PeerMesh {
     int stall_warnings = 0;
   };
   using GatherId = std::pair<uint64_t, uint64_t>;  // key, call
+  // A message to one peer that its DEALER could not take yet.
+  struct Outgoing {
+    std::string head;  // encoded
+    zmq::message_t payload;
+    std::string tensor;
+    uint64_t call = 0;
+  };
+
+  void StartNowOnLoop(GatherRequest request);
+  // Starts the collectives that waited for the queues to shrink, while they stay in budget.
+  void StartDeferredOnLoop();
+  // Sends to `peer`, or queues behind what waits for it already.
+  Status SendToPeerOnLoop(int peer, const Head& head, zmq::message_t payload,
+                          const std::string& tensor, uint64_t call);
+  // Hands what waits for `peer` to its DEALER while it takes messages.
+  Status FlushOnLoop(int peer);
+  void DropQueueOnLoop(int peer);
+  void CheckQueuesOnLoop(Clock::time_point now);  // TFPS_TIMEOUT for unread queues
 
   // Sends this worker's part to every peer (all of it, or their rows for an alltoall).
   Status SendPartsOnLoop(Gather& g, uint64_t key, uint64_t call);
@@ -143,6 +173,10 @@ class PeerMesh {
   // is gone (finished) came late or was never expected, and would otherwise wait forever.
   std::unordered_map<uint64_t, uint64_t> last_started_;
   std::map<GatherId, Gather> gathers_;
+  std::vector<std::deque<Outgoing>> queued_;  // by rank: what its DEALER could not take yet
+  std::vector<Clock::time_point> queue_moved_;  // by rank: when its queue last moved
+  uint64_t queued_bytes_ = 0;                   // payload bytes in queued_, all peers
+  std::deque<GatherRequest> deferred_;          // not started: queued_bytes_ over budget
   std::atomic<uint64_t> bytes_sent_{0};  // read by stats() on other threads
   std::atomic<uint64_t> bytes_received_{0};
 };
