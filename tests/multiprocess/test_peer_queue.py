@@ -1,7 +1,8 @@
-"""The peer mesh's send queues: a worker that stops reading (SIGSTOP) cannot make a peer
-hold more than TFPS_PEER_QUEUE_BYTES of unsent data (plus the few messages ZeroMQ holds
-per peer), and the peer's calls fail naming the stopped worker and the tensor once
-TFPS_TIMEOUT has passed. Real scheduler, ps_server and engines (the core binding)."""
+"""The peer mesh: a job connects it at its first peer collective, not at the rendezvous;
+and a worker that stops reading (SIGSTOP) cannot make a peer hold more than
+TFPS_PEER_QUEUE_BYTES of unsent data (plus the few messages ZeroMQ holds per peer): the
+peer's calls fail naming the stopped worker and the tensor once TFPS_TIMEOUT has passed.
+Real scheduler, ps_server and engines (the core binding)."""
 
 import re
 import signal
@@ -45,3 +46,20 @@ def test_a_stopped_peer_cannot_make_a_worker_queue_beyond_its_budget(make_cluste
     # ZeroMQ took at most kMeshSndHwm (8) parts, what the loopback TCP buffers hold (a few
     # MiB) and what left the queue within the budget; without the bound it takes all.
     assert sent <= 16 * 1024 * 1024, f"{sent} bytes handed to ZeroMQ for a stopped peer"
+
+
+LAZY_WORKER = Path(__file__).parent / "core_workers" / "lazy_mesh_worker.py"
+
+
+def test_the_peer_mesh_connects_at_the_first_peer_collective(make_cluster):
+    cluster = make_cluster(3, 1, timeout=90)
+    cluster.start([sys.executable, LAZY_WORKER])
+    cluster.wait()
+    cluster.assert_ok()
+    for rank in range(3):
+        out = cluster.result("worker", rank).stdout
+        before, after = map(int, re.search(r"sockets (\d+) (\d+)", out).groups())
+        # After a push_pull: the scheduler's, the server's and the peer port's listener.
+        assert before == 3, out
+        # After the allgather: one outgoing and one accepted connection per peer.
+        assert after - before == 2 * 2, out

@@ -60,7 +60,8 @@ PeerMesh::PeerMesh(zmq::context_t& context, const Config& config, int rank, int 
       shut_down_(size, false),
       report_at_(size),
       queued_(size),
-      queue_moved_(size) {
+      queue_moved_(size),
+      wanted_(size, false) {
   SetMeshOptions(incoming_, config_);
 }
 
@@ -89,21 +90,28 @@ Status PeerMesh::Connect(const std::vector<std::string>& peers) {
   outgoing_.resize(size_);
   monitors_.resize(size_);
   for (int r = 0; r < size_; ++r) {
-    if (r == rank_) continue;
-    auto socket = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
-    SetMeshOptions(*socket, config_);
-    socket->set(zmq::sockopt::sndhwm, kMeshSndHwm);  // the rest waits in queued_[r]
-    PinToIoThread(*socket, r < rank_ ? r : r - 1, config_);  // the peers in turn
-    socket->set(zmq::sockopt::routing_id, "w" + std::to_string(rank_));
-    // An empty message first on the connection: the peer counts it as a member's at once,
-    // before any large part arrives (SilentConnections bounds what others may hold).
-    socket->set(zmq::sockopt::probe_router, 1);
-    monitors_[r] = std::make_unique<Monitor>(context_, *socket, "peer-" + std::to_string(r),
-                                             ZMQ_EVENT_DISCONNECTED);
-    ConnectTcp(*socket, TcpAddressOf(peers[r]));
-    outgoing_[r] = std::move(socket);
+    if (wanted_[r]) ConnectOnLoop(r);  // it spoke before the rendezvous ended here
   }
   return Status::Ok();
+}
+
+void PeerMesh::ConnectOnLoop(int r) {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
+  if (r == rank_ || r < 0 || r >= size_) return;
+  wanted_[r] = true;
+  if (addresses_.empty() || outgoing_[r] || !dead_[r].empty()) return;
+  auto socket = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
+  SetMeshOptions(*socket, config_);
+  socket->set(zmq::sockopt::sndhwm, kMeshSndHwm);  // the rest waits in queued_[r]
+  PinToIoThread(*socket, r < rank_ ? r : r - 1, config_);  // the peers in turn
+  socket->set(zmq::sockopt::routing_id, "w" + std::to_string(rank_));
+  // An empty message first on the connection: the peer counts it as a member's at once,
+  // before any large part arrives (SilentConnections bounds what others may hold).
+  socket->set(zmq::sockopt::probe_router, 1);
+  monitors_[r] = std::make_unique<Monitor>(context_, *socket, "peer-" + std::to_string(r),
+                                           ZMQ_EVENT_DISCONNECTED);
+  ConnectTcp(*socket, TcpAddressOf(addresses_[r]));
+  outgoing_[r] = std::move(socket);
 }
 
 void PeerMesh::AppendPollItems(std::vector<zmq::pollitem_t>* items) {
@@ -121,13 +129,13 @@ void PeerMesh::PollOnLoop() {
   TFPS_CHECK_ON_LOOP(loop_thread_);
   std::vector<zmq::message_t> frames;
   while (RecvFrames(incoming_, &frames)) {
-    if (!silent_) {
-      OnPeerDataOnLoop(frames);
-      continue;
-    }
-    silent_->OnMessage(frames);
-    const int fd = frames.size() > 1 ? SilentConnections::SourceFd(frames[1]) : -1;
+    if (silent_) silent_->OnMessage(frames);
+    const int fd = silent_ && frames.size() > 1 ? SilentConnections::SourceFd(frames[1]) : -1;
     const int sender = OnPeerDataOnLoop(frames);
+    // A peer has connected to us: connect back, so that our goodbye reaches it and its
+    // death is seen on our connection too.
+    if (sender >= 0 && !shut_down_[sender]) ConnectOnLoop(sender);
+    if (!silent_) continue;
     if (sender >= 0 && fd >= 0) {
       member_fd_[sender] = fd;
       silent_->OnMember(fd);
@@ -301,6 +309,12 @@ Status PeerMesh::SendPartsOnLoop(Gather& g, uint64_t key, uint64_t call) {
 Status PeerMesh::SendToPeerOnLoop(int peer, const Head& head, zmq::message_t payload,
                                   const std::string& tensor, uint64_t call) {
   TFPS_CHECK_ON_LOOP(loop_thread_);
+  ConnectOnLoop(peer);  // the first message to it
+  if (!outgoing_[peer]) {
+    return Unavailable("worker " + std::to_string(peer) + " (" + addresses_[peer] +
+                       ") cannot be sent to: " + (dead_[peer].empty() ? "no address yet"
+                                                                      : dead_[peer]));
+  }
   std::deque<Outgoing>& queue = queued_[peer];
   if (queue.empty()) queue_moved_[peer] = Clock::now();
   queued_bytes_ += payload.size();

@@ -4,8 +4,12 @@
 // allgather means. Owned and driven by the engine thread (methods ...OnLoop).
 //
 // Every worker binds a ROUTER for incoming peer data (its port travels through the
-// rendezvous) and connects one DEALER to each other worker's ROUTER. A peer's part may
-// arrive before this worker asks for the same name and call: it waits in the table.
+// rendezvous) and connects a DEALER to another worker's ROUTER when it first has something
+// to send it (an allgather: to every peer; a neighbour exchange: to those it names), or
+// when that peer's first message arrives (connecting back, so that goodbyes and deaths
+// are seen both ways). A job that only push_pulls holds no mesh. A peer's part may arrive
+// before this worker asks for the same name and call: it waits in the table (a ROUTER
+// takes messages from any DEALER that connects, whether or not ours to it exists).
 //
 // Sends never block the engine: each DEALER queues at most kMeshSndHwm messages, and what
 // it cannot take yet waits in the mesh's own queue for that peer, all peers' queues
@@ -84,7 +88,8 @@ class PeerMesh {
 
   // Binds the incoming socket; call before the rendezvous, which publishes the port.
   Status Bind(int* port);
-  // Connects to every other worker ("host:port" by rank, from the rendezvous).
+  // Learns every worker's peer port ("host:port" by rank, from the rendezvous); connects
+  // to a peer on first use (ConnectOnLoop), not here.
   Status Connect(const std::vector<std::string>& peers);
 
   void AppendPollItems(std::vector<zmq::pollitem_t>* items);
@@ -126,6 +131,8 @@ class PeerMesh {
   };
 
   void StartNowOnLoop(GatherRequest request);
+  // Connects a DEALER to `peer` unless one is there; before Connect, once it is called.
+  void ConnectOnLoop(int peer);
   // Starts the collectives that waited for the queues to shrink, while they stay in budget.
   void StartDeferredOnLoop();
   // Sends to `peer`, or queues behind what waits for it already.
@@ -177,6 +184,7 @@ class PeerMesh {
   std::vector<Clock::time_point> queue_moved_;  // by rank: when its queue last moved
   uint64_t queued_bytes_ = 0;                   // payload bytes in queued_, all peers
   std::deque<GatherRequest> deferred_;          // not started: queued_bytes_ over budget
+  std::vector<bool> wanted_;  // by rank: to be connected (ConnectOnLoop) once Connect has run
   std::atomic<uint64_t> bytes_sent_{0};  // read by stats() on other threads
   std::atomic<uint64_t> bytes_received_{0};
 };
