@@ -99,20 +99,11 @@ Status SetUpDeviceReduce(Engine* engine, const Config& config, const std::vector
   gather.count = kVoteBytes;
   gather.input = vote->data();
   gather.input_holder = vote;
-  // Only this host's workers vote with each other (a neighbour exchange): an allgather
-  // would connect every worker's peer mesh to every other at init.
-  gather.neighbours = true;
-  for (int r : local) {
-    if (r != local[local_rank]) gather.send_to.push_back(r);
-  }
-  gather.recv_from = gather.send_to;
   gather.done = [got](const Status& s, const std::vector<PeerTensor>& parts) {
     std::vector<std::string> all;
     if (s.ok()) {
-      for (const PeerTensor& p : parts) {  // other hosts' workers: empty
-        all.push_back(p.data == nullptr ? std::string()
-                                        : std::string(static_cast<const char*>(p.data),
-                                                      kVoteBytes));
+      for (const PeerTensor& p : parts) {
+        all.emplace_back(static_cast<const char*>(p.data), kVoteBytes);
       }
     }
     got->set_value({s, std::move(all)});

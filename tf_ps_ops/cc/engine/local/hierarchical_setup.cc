@@ -32,10 +32,8 @@ std::vector<int> LocalRanks(const ClusterView& view, int rank) {
   return hosts[view.worker_hosts[rank]];
 }
 
-// The leader's random token names the host's segments; one neighbour exchange (every
-// worker takes part, so all agree) carries it from each host's leader to its local
-// workers only: the peer mesh connects just those (an allgather would connect every
-// worker to every other at init, in jobs that may never use the mesh again).
+// The leader's random token names the host's segments; one allgather (every worker takes
+// part, so all agree) carries it to its local workers.
 Status ShareLeaderToken(const Config& config, const std::vector<int>& local, int local_rank,
                         const HierarchicalHooks& hooks, std::string* leader_token) {
   auto token = std::make_shared<std::string>(kTokenChars, '0');
@@ -48,9 +46,6 @@ Status ShareLeaderToken(const Config& config, const std::vector<int>& local, int
   gather.count = kTokenChars;
   gather.input = token->data();
   gather.input_holder = token;
-  gather.neighbours = true;
-  for (size_t i = 1; local_rank == 0 && i < local.size(); ++i) gather.send_to.push_back(local[i]);
-  if (local_rank != 0) gather.recv_from = {local[0]};
   gather.done = [got, leader = local[0]](const Status& s, const std::vector<PeerTensor>& parts) {
     got->set_value({s, s.ok() ? std::string(static_cast<const char*>(parts[leader].data),
                                              kTokenChars)
