@@ -5,11 +5,12 @@ core workers (no TensorFlow) on this host. The worker is tests/scale/scale_worke
 every answer checked against NumPy); its checks run in every measured job.
 
     python benchmarks/scale.py [--jobs 8:2,16:2,32:2,64:2,64:1,64:4,64:8] [--steps 6]
-                               [--out benchmarks/results/scale]
+                               [--no-allgather] [--out benchmarks/results/scale]
 
 --jobs: N:S pairs, N workers and S servers each. --netns H (root): the workers on H
 network-namespace hosts (benchmarks/netns.py), N/H each, with hierarchical aggregation;
-the scheduler on host 0, server i on host i*H/S.
+the scheduler on host 0, server i on host i*H/S. --no-allgather: the workers leave the
+allgather out (a job that never uses the peer mesh, which then is never connected).
 
 Counts come from /proc, sampled every 0.2 s while the job runs; each process's largest
 value is kept (sockets: fds that are sockets; threads: /proc/PID/status Threads; RSS:
@@ -127,7 +128,7 @@ def run_sampled(cluster, command, what, period=0.2):
     return sampler, duration
 
 
-def measure(workers, servers, steps, hold, workdir, hosts=None):
+def measure(workers, servers, steps, hold, workdir, hosts=None, allgather=True):
     if hosts is None:
         cluster = LoggedCluster(PS_SERVER, workdir, workers, servers, timeout=900, env=ENV,
                                 cwd=REPO)
@@ -141,7 +142,7 @@ def measure(workers, servers, steps, hold, workdir, hosts=None):
     started = time.time()
     sampler, duration = run_sampled(
         cluster, [sys.executable, WORKER, str(steps), "--timings", str(timings), "--hold",
-                  str(hold)], f"N={workers}")
+                  str(hold)] + ([] if allgather else ["--no-allgather"]), f"N={workers}")
     marks = json.loads(timings.read_text())
     roles = {}
     for role in ("scheduler", "server", "worker"):
@@ -181,7 +182,8 @@ def table(rows):
         s = r["steady_s"]
         lines.append(
             f"| {r['workers']} | {r['servers']} | {r['load_before']:.0f} | {r['rendezvous_s']} "
-            f"| {r['init_s']} | {s['push_pull_4k_1m']} | {s['broadcast_4k']} | {s['allgather']} "
+            f"| {r['init_s']} | {s['push_pull_4k_1m']} | {s['broadcast_4k']} "
+            f"| {s.get('allgather', '-')} "
             f"| {sc['sockets_max']}/{sc['fds_max']} | {sc['threads_max']} | {sc['rss_mb_max']} "
             f"| {sc['cpu_s_max']} ({sc['cpu_per_wall_s']}) "
             f"| {sv['sockets_max']}/{sv['fds_max']} | {sv['threads_max']} | {sv['rss_mb_max']} "
@@ -227,7 +229,7 @@ def plot(rows, path):
     axes[1].set_title("threads per process (max)")
     axes[2].plot(n, [r["rendezvous_s"] for r in rows], "o-", label="rendezvous")
     for name in rows[0]["steady_s"]:
-        axes[2].plot(n, [r["steady_s"][name] for r in rows], "^-", label=name)
+        axes[2].plot(n, [r["steady_s"].get(name) for r in rows], "^-", label=name)
     axes[2].set_title("seconds (load-dependent)")
     save_figure(fig, axes, path)
     return True
@@ -254,6 +256,8 @@ def main():
                         help="seconds every worker idles after its steps (a steady sample)")
     parser.add_argument("--netns", type=int, default=0,
                         help="H: run on H namespace hosts, hierarchical (needs root)")
+    parser.add_argument("--no-allgather", action="store_true",
+                        help="push_pull and broadcast only (no peer mesh)")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "scale"))
     args = parser.parse_args()
     rows = []
@@ -265,7 +269,8 @@ def main():
         workers, servers = map(int, job.split(":"))
         with tempfile.TemporaryDirectory(prefix=f"scale{workers}-") as workdir:
             try:
-                row = measure(workers, servers, args.steps, args.hold, workdir, hosts)
+                row = measure(workers, servers, args.steps, args.hold, workdir, hosts,
+                              allgather=not args.no_allgather)
             except BaseException:
                 if hosts is not None:
                     hosts.close()
@@ -276,6 +281,7 @@ def main():
         hosts.close()
     where = (f"{args.netns} namespace hosts, hierarchical" if args.netns else "one host")
     netns = f" --netns {args.netns}" if args.netns else ""
+    netns += " --no-allgather" if args.no_allgather else ""
     write_results(
         args.out, rows, table(rows),
         f"# Scale: core workers on {where}\n\n"

@@ -74,7 +74,7 @@ def block(rank, step):
     return np.full((1 + rank % 4, 8), rank * 1000 + step, np.int32)
 
 
-def run_step(core, rank, size, step, times):
+def run_step(core, rank, size, step, times, allgather=True):
     t0 = time.perf_counter()
     small, large = core.push_pull_group(["small", "large"],
                                         [value(SMALL, rank, step), value(LARGE, rank, step)])
@@ -82,15 +82,16 @@ def run_step(core, rank, size, step, times):
     root = step % size
     bcast = core.push_pull("bcast", value(SMALL, rank, step), root_rank=root)
     t2 = time.perf_counter()
-    parts = core.allgather("blocks", block(rank, step))
-    t3 = time.perf_counter()
     times["push_pull_4k_1m"].append(t1 - t0)
     times["broadcast_4k"].append(t2 - t1)
-    times["allgather"].append(t3 - t2)
     everyone = range(size)
     check(rank, f"step {step} 'small'", small, summed(SMALL, everyone, step))
     check(rank, f"step {step} 'large'", large, summed(LARGE, everyone, step))
     check(rank, f"step {step} broadcast from {root}", bcast, value(SMALL, root, step))
+    if not allgather:
+        return
+    parts = core.allgather("blocks", block(rank, step))
+    times["allgather"].append(time.perf_counter() - t2)
     if len(parts) != size:
         fail(rank, f"step {step} allgather: {len(parts)} parts for {size} ranks")
     for r, part in enumerate(parts):
@@ -119,6 +120,8 @@ def main():
     parser.add_argument("--timings")
     parser.add_argument("--hold", type=float, default=0.0)
     parser.add_argument("--no-join", action="store_true")
+    parser.add_argument("--no-allgather", action="store_true",
+                        help="push_pull and broadcast only: a job that never uses the peer mesh")
     parser.add_argument("--nofile", default="",
                         help="R:L: rank R lowers its RLIMIT_NOFILE (soft and hard) to L "
                              "descriptors before init")
@@ -137,7 +140,7 @@ def main():
         marks["init"] = time.time()
         print(f"local rank {core.local_rank()} of {core.local_size()}", flush=True)
         for step in range(args.steps):
-            run_step(core, rank, size, step, times)
+            run_step(core, rank, size, step, times, allgather=not args.no_allgather)
             if step == 0:
                 marks["first_step"] = time.time()
         marks["steps_done"] = time.time()
@@ -152,7 +155,7 @@ def main():
         fail(rank, f"failed: {e}")
     if args.timings and rank == 0:
         # the first step pays for connections and first-use allocations: leave it out
-        steady = {name: float(np.median(t[1:] or t)) for name, t in times.items()}
+        steady = {name: float(np.median(t[1:] or t)) for name, t in times.items() if t}
         with open(args.timings, "w") as f:
             json.dump({"marks": marks, "steady_s": steady, "stats": stats}, f)
     print("scale ok", flush=True)

@@ -152,6 +152,8 @@ Status LoadLimits(Config* config) {
       ParseInt("TFPS_FUSION_BYTES", 0, int64_t{1} << 31, &config->fusion_bytes));
   TFPS_RETURN_IF_ERROR(ParseInt("TFPS_MAX_MESSAGE_BYTES", 4096, int64_t{1} << 40,
                                 &config->max_message_bytes));
+  TFPS_RETURN_IF_ERROR(
+      ParseInt("TFPS_PEER_QUEUE_BYTES", 65536, int64_t{1} << 50, &config->peer_queue_bytes));
   return ParseInt("TFPS_SERVER_PUSH_BYTES", 0, int64_t{1} << 50, &config->server_push_bytes);
 }
 

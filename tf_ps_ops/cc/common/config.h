@@ -47,6 +47,7 @@ struct Config {
   int64_t fusion_bytes = 0;        // TFPS_FUSION_BYTES (0: no batches)
   int64_t max_message_bytes = 0;   // TFPS_MAX_MESSAGE_BYTES
   int64_t server_push_bytes = 0;   // TFPS_SERVER_PUSH_BYTES (ps_server)
+  int64_t peer_queue_bytes = 0;    // TFPS_PEER_QUEUE_BYTES
   std::string timeline;            // TFPS_TIMELINE
   std::string compression;         // TFPS_COMPRESSION (engine: cc/codec's ParseCodec)
   bool error_feedback = true;      // TFPS_ERROR_FEEDBACK

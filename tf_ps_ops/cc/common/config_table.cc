@@ -74,6 +74,12 @@ const std::vector<ConfigEntry>& ConfigTable() {
        "element count stands for more (also a push that carries no data) is refused before "
        "anything is allocated. TFPS_PARTITION_BYTES and TFPS_FUSION_BYTES may not exceed it; "
        "an allgather's tensor (per worker) must fit in it."},
+      {"TFPS_PEER_QUEUE_BYTES", "int", "1073741824",
+       "Bytes of worker-to-worker data (allgather, alltoall, SFB, neighbour exchanges) a "
+       "worker keeps queued for peers that have not read what it sent before, all peers "
+       "together. Beyond it the worker starts no new peer collective until peers read; a "
+       "peer that reads none of it for TFPS_TIMEOUT fails the collectives that wait on it "
+       "with an error naming it. At least 65536."},
       {"TFPS_SERVER_PUSH_BYTES", "int", "0",
        "ps_server: bytes a server holds for its workers: pushes not answered yet (queued for "
        "its summation threads, or waiting in a round for the other workers; a push counts "

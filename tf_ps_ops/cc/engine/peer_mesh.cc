@@ -30,6 +30,16 @@ std::string RanksText(const std::vector<int>& ranks) {
   return text.empty() ? "(none)" : text;
 }
 
+// Sends [head][payload] if the DEALER takes it now; false, with nothing sent and `payload`
+// kept, if it holds kMeshSndHwm messages already (ZeroMQ takes a multipart message whole
+// or not at all).
+bool TrySend(zmq::socket_t& socket, const std::string& head, zmq::message_t& payload) {
+  if (!socket.send(zmq::buffer(head), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+    return false;
+  }
+  return socket.send(payload, zmq::send_flags::dontwait).has_value();
+}
+
 bool TrailingDimsAgree(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
   if (a.size() != b.size() || a.empty()) return a == b;
   return std::equal(a.begin() + 1, a.end(), b.begin() + 1);
@@ -48,7 +58,10 @@ PeerMesh::PeerMesh(zmq::context_t& context, const Config& config, int rank, int 
       member_fd_(size, -1),
       dead_(size),
       shut_down_(size, false),
-      report_at_(size) {
+      report_at_(size),
+      queued_(size),
+      queue_moved_(size),
+      wanted_(size, false) {
   SetMeshOptions(incoming_, config_);
 }
 
@@ -77,20 +90,28 @@ Status PeerMesh::Connect(const std::vector<std::string>& peers) {
   outgoing_.resize(size_);
   monitors_.resize(size_);
   for (int r = 0; r < size_; ++r) {
-    if (r == rank_) continue;
-    auto socket = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
-    SetMeshOptions(*socket, config_);
-    PinToIoThread(*socket, r < rank_ ? r : r - 1, config_);  // the peers in turn
-    socket->set(zmq::sockopt::routing_id, "w" + std::to_string(rank_));
-    // An empty message first on the connection: the peer counts it as a member's at once,
-    // before any large part arrives (SilentConnections bounds what others may hold).
-    socket->set(zmq::sockopt::probe_router, 1);
-    monitors_[r] = std::make_unique<Monitor>(context_, *socket, "peer-" + std::to_string(r),
-                                             ZMQ_EVENT_DISCONNECTED);
-    ConnectTcp(*socket, TcpAddressOf(peers[r]));
-    outgoing_[r] = std::move(socket);
+    if (wanted_[r]) ConnectOnLoop(r);  // it spoke before the rendezvous ended here
   }
   return Status::Ok();
+}
+
+void PeerMesh::ConnectOnLoop(int r) {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
+  if (r == rank_ || r < 0 || r >= size_) return;
+  wanted_[r] = true;
+  if (addresses_.empty() || outgoing_[r] || !dead_[r].empty()) return;
+  auto socket = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
+  SetMeshOptions(*socket, config_);
+  socket->set(zmq::sockopt::sndhwm, kMeshSndHwm);  // the rest waits in queued_[r]
+  PinToIoThread(*socket, r < rank_ ? r : r - 1, config_);  // the peers in turn
+  socket->set(zmq::sockopt::routing_id, "w" + std::to_string(rank_));
+  // An empty message first on the connection: the peer counts it as a member's at once,
+  // before any large part arrives (SilentConnections bounds what others may hold).
+  socket->set(zmq::sockopt::probe_router, 1);
+  monitors_[r] = std::make_unique<Monitor>(context_, *socket, "peer-" + std::to_string(r),
+                                           ZMQ_EVENT_DISCONNECTED);
+  ConnectTcp(*socket, TcpAddressOf(addresses_[r]));
+  outgoing_[r] = std::move(socket);
 }
 
 void PeerMesh::AppendPollItems(std::vector<zmq::pollitem_t>* items) {
@@ -98,7 +119,8 @@ void PeerMesh::AppendPollItems(std::vector<zmq::pollitem_t>* items) {
   if (incoming_monitor_) items->push_back({incoming_monitor_->socket().handle(), 0, ZMQ_POLLIN, 0});
   for (int r = 0; r < size_; ++r) {
     if (monitors_.empty() || !monitors_[r]) continue;
-    items->push_back({outgoing_[r]->handle(), 0, ZMQ_POLLIN, 0});
+    const short out = queued_[r].empty() ? 0 : ZMQ_POLLOUT;  // room for what waits
+    items->push_back({outgoing_[r]->handle(), 0, static_cast<short>(ZMQ_POLLIN | out), 0});
     items->push_back({monitors_[r]->socket().handle(), 0, ZMQ_POLLIN, 0});
   }
 }
@@ -107,13 +129,13 @@ void PeerMesh::PollOnLoop() {
   TFPS_CHECK_ON_LOOP(loop_thread_);
   std::vector<zmq::message_t> frames;
   while (RecvFrames(incoming_, &frames)) {
-    if (!silent_) {
-      OnPeerDataOnLoop(frames);
-      continue;
-    }
-    silent_->OnMessage(frames);
-    const int fd = frames.size() > 1 ? SilentConnections::SourceFd(frames[1]) : -1;
+    if (silent_) silent_->OnMessage(frames);
+    const int fd = silent_ && frames.size() > 1 ? SilentConnections::SourceFd(frames[1]) : -1;
     const int sender = OnPeerDataOnLoop(frames);
+    // A peer has connected to us: connect back, so that our goodbye reaches it and its
+    // death is seen on our connection too.
+    if (sender >= 0 && !shut_down_[sender]) ConnectOnLoop(sender);
+    if (!silent_) continue;
     if (sender >= 0 && fd >= 0) {
       member_fd_[sender] = fd;
       silent_->OnMember(fd);
@@ -147,7 +169,12 @@ void PeerMesh::PollOnLoop() {
         PeerDiedOnLoop(r, "closed the connection (did the process die?)");
       }
     }
+    if (!queued_[r].empty() && dead_[r].empty()) {
+      const Status sent = FlushOnLoop(r);
+      if (!sent.ok()) PeerDiedOnLoop(r, sent.message());
+    }
   }
+  StartDeferredOnLoop();
 }
 
 PeerMesh::Gather& PeerMesh::EntryOnLoop(const GatherId& id) {
@@ -171,6 +198,26 @@ bool PeerMesh::Expects(const Gather& g, int peer) {
 
 void PeerMesh::StartOnLoop(GatherRequest request) {
   TFPS_CHECK_ON_LOOP(loop_thread_);
+  // Back-pressure: over budget, a collective waits (its caller with it) until peers have
+  // read enough; in order, behind those that wait already, so calls keep their numbers.
+  if (!deferred_.empty() || queued_bytes_ > static_cast<uint64_t>(config_.peer_queue_bytes)) {
+    deferred_.push_back(std::move(request));
+    return;
+  }
+  StartNowOnLoop(std::move(request));
+}
+
+void PeerMesh::StartDeferredOnLoop() {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
+  while (!deferred_.empty() &&
+         queued_bytes_ <= static_cast<uint64_t>(config_.peer_queue_bytes)) {
+    GatherRequest request = std::move(deferred_.front());
+    deferred_.pop_front();
+    StartNowOnLoop(std::move(request));
+  }
+}
+
+void PeerMesh::StartNowOnLoop(GatherRequest request) {
   const uint64_t key = KeyOfName(request.name);
   const GatherId id(key, ++calls_[request.name]);
   last_started_[key] = id.second;
@@ -206,8 +253,8 @@ Status PeerMesh::SendAbortOnLoop(Gather& g, uint64_t key, uint64_t call) {
   head.dims = {static_cast<int64_t>(why.size())};
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_ || !dead_[peer].empty()) continue;
-    TFPS_RETURN_IF_ERROR(SendMessage(*outgoing_[peer], "", head,
-                                     zmq::message_t(why.data(), why.size())));
+    TFPS_RETURN_IF_ERROR(SendToPeerOnLoop(peer, head, zmq::message_t(why.data(), why.size()),
+                                          g.request.name, call));
   }
   return Status::Ok();
 }
@@ -253,12 +300,72 @@ Status PeerMesh::SendPartsOnLoop(Gather& g, uint64_t key, uint64_t call) {
     h.count = alltoall ? rows * RowElements(r.dims) : r.count;
     h.total_count = h.count;
     const size_t bytes = h.count * DTypeSize(r.dtype);
-    TFPS_RETURN_IF_ERROR(
-        SendMessage(*outgoing_[peer], "", head, ZeroCopyMessage(data_for(peer), bytes, r.input_holder)));
-    bytes_sent_ += bytes;
-    metrics::worker_bytes_sent_worker.Add(bytes);
+    TFPS_RETURN_IF_ERROR(SendToPeerOnLoop(
+        peer, head, ZeroCopyMessage(data_for(peer), bytes, r.input_holder), r.name, call));
   }
   return Status::Ok();
+}
+
+Status PeerMesh::SendToPeerOnLoop(int peer, const Head& head, zmq::message_t payload,
+                                  const std::string& tensor, uint64_t call) {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
+  ConnectOnLoop(peer);  // the first message to it
+  if (!outgoing_[peer]) {
+    return Unavailable("worker " + std::to_string(peer) + " (" + addresses_[peer] +
+                       ") cannot be sent to: " + (dead_[peer].empty() ? "no address yet"
+                                                                      : dead_[peer]));
+  }
+  std::deque<Outgoing>& queue = queued_[peer];
+  if (queue.empty()) queue_moved_[peer] = Clock::now();
+  queued_bytes_ += payload.size();
+  queue.push_back(Outgoing{EncodeHead(head), std::move(payload), tensor, call});
+  return FlushOnLoop(peer);
+}
+
+Status PeerMesh::FlushOnLoop(int peer) {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
+  std::deque<Outgoing>& queue = queued_[peer];
+  try {
+    while (!queue.empty()) {
+      Outgoing& m = queue.front();
+      const size_t bytes = m.payload.size();
+      if (!TrySend(*outgoing_[peer], m.head, m.payload)) return Status::Ok();  // no room yet
+      queued_bytes_ -= bytes;
+      bytes_sent_ += bytes;
+      metrics::worker_bytes_sent_worker.Add(bytes);
+      queue.pop_front();
+      queue_moved_[peer] = Clock::now();
+    }
+  } catch (const zmq::error_t& e) {
+    return Unavailable("worker " + std::to_string(peer) + " (" + addresses_[peer] +
+                       "): sending peer data failed: " + e.what());
+  }
+  return Status::Ok();
+}
+
+void PeerMesh::DropQueueOnLoop(int peer) {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
+  for (const Outgoing& m : queued_[peer]) queued_bytes_ -= m.payload.size();
+  queued_[peer].clear();
+}
+
+void PeerMesh::CheckQueuesOnLoop(Clock::time_point now) {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
+  const auto limit = std::chrono::duration<double>(config_.timeout_s);
+  for (int peer = 0; peer < size_; ++peer) {
+    const std::deque<Outgoing>& queue = queued_[peer];
+    if (queue.empty() || now - queue_moved_[peer] < limit) continue;
+    uint64_t bytes = 0;
+    for (const Outgoing& m : queue) bytes += m.payload.size();
+    PeerDiedOnLoop(peer, "has taken none of the peer data this worker sends it for " +
+                             std::to_string(static_cast<int>(SecondsSince(queue_moved_[peer], now))) +
+                             " s (TFPS_TIMEOUT): " + std::to_string(queue.size()) +
+                             " messages (" + std::to_string(bytes) +
+                             " payload bytes) wait for it, the oldest for tensor '" +
+                             queue.front().tensor + "' (call " +
+                             std::to_string(queue.front().call) +
+                             "); is that process stopped (SIGSTOP) or its engine thread stuck?");
+  }
 }
 
 int PeerMesh::OnPeerDataOnLoop(std::vector<zmq::message_t>& frames) {
@@ -411,6 +518,7 @@ void PeerMesh::FinishOnLoop(std::map<GatherId, Gather>::iterator it, const Statu
 void PeerMesh::PeerDiedOnLoop(int peer, const std::string& reason) {
   TFPS_CHECK_ON_LOOP(loop_thread_);
   if (!dead_[peer].empty()) return;
+  DropQueueOnLoop(peer);  // nothing more reaches it; frees the budget for the others
   // A peer that said goodbye first has merely finished: no error unless we still need it.
   const std::string why = shut_down_[peer] ? "has shut down (called tf_ps_ops.shutdown())" : reason;
   dead_[peer] = why;
@@ -435,6 +543,7 @@ void PeerMesh::PeerDiedOnLoop(int peer, const std::string& reason) {
 
 void PeerMesh::CheckDeadlinesOnLoop(Clock::time_point now) {
   TFPS_CHECK_ON_LOOP(loop_thread_);
+  CheckQueuesOnLoop(now);
   for (int peer = 0; peer < static_cast<int>(report_at_.size()); ++peer) {
     if (report_at_[peer] == Clock::time_point() || report_at_[peer] > now) continue;
     report_at_[peer] = Clock::time_point();
@@ -467,6 +576,7 @@ void PeerMesh::CheckDeadlinesOnLoop(Clock::time_point now) {
     }
     it = next;
   }
+  StartDeferredOnLoop();
 }
 
 void PeerMesh::FailAllOnLoop(const Status& status) {
@@ -476,6 +586,14 @@ void PeerMesh::FailAllOnLoop(const Status& status) {
     if (it->second.started) FinishOnLoop(it, status);
     it = next;
   }
+  while (!deferred_.empty()) {
+    GatherRequest request = std::move(deferred_.front());
+    deferred_.pop_front();
+    request.done(status.WithPrefix("peer collective of tensor '" + request.name +
+                                   "' (waiting to start on rank " + std::to_string(rank_) +
+                                   "): "),
+                 std::vector<PeerTensor>(size_));
+  }
 }
 
 void PeerMesh::CloseOnLoop() {
@@ -484,8 +602,14 @@ void PeerMesh::CloseOnLoop() {
   bye.header.type = static_cast<uint16_t>(MsgType::kBye);
   bye.header.sender = rank_;
   for (int peer = 0; peer < size_; ++peer) {
-    if (outgoing_.size() > static_cast<size_t>(peer) && outgoing_[peer] && dead_[peer].empty()) {
-      (void)SendMessage(*outgoing_[peer], "", bye, zmq::message_t());
+    if (outgoing_.size() > static_cast<size_t>(peer) && outgoing_[peer] && dead_[peer].empty() &&
+        queued_[peer].empty()) {
+      // Never blocks: a peer that does not read learns from the closed connection instead.
+      zmq::message_t none;
+      try {
+        (void)TrySend(*outgoing_[peer], EncodeHead(bye), none);
+      } catch (const zmq::error_t&) {
+      }
     }
   }
   monitors_.clear();

@@ -4,13 +4,23 @@
 // allgather means. Owned and driven by the engine thread (methods ...OnLoop).
 //
 // Every worker binds a ROUTER for incoming peer data (its port travels through the
-// rendezvous) and connects one DEALER to each other worker's ROUTER. A peer's part may
-// arrive before this worker asks for the same name and call: it waits in the table.
+// rendezvous) and connects a DEALER to another worker's ROUTER when it first has something
+// to send it (an allgather: to every peer; a neighbour exchange: to those it names), or
+// when that peer's first message arrives (connecting back, so that goodbyes and deaths
+// are seen both ways). A job that only push_pulls holds no mesh. A peer's part may arrive
+// before this worker asks for the same name and call: it waits in the table (a ROUTER
+// takes messages from any DEALER that connects, whether or not ours to it exists).
+//
+// Sends never block the engine: each DEALER queues at most kMeshSndHwm messages, and what
+// it cannot take yet waits in the mesh's own queue for that peer, all peers' queues
+// together bounded by TFPS_PEER_QUEUE_BYTES (beyond it new collectives wait to start). A
+// peer whose queue does not move for TFPS_TIMEOUT counts as dead, named in the error.
 #ifndef TFPS_CC_ENGINE_PEER_MESH_H_
 #define TFPS_CC_ENGINE_PEER_MESH_H_
 
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -63,6 +73,11 @@ struct GatherRequest {
   std::function<void(const Status&, const std::vector<PeerTensor>&)> done;
 };
 
+// Messages each mesh DEALER holds for its peer before the mesh keeps the rest itself: few,
+// since the mesh's own queue counts bytes against one budget for all peers, where ZeroMQ's
+// counts messages per peer (kSocketHwm would be 100,000 per peer, times N - 1).
+constexpr int kMeshSndHwm = 8;
+
 class PeerMesh {
  public:
   using Clock = std::chrono::steady_clock;
@@ -73,7 +88,8 @@ class PeerMesh {
 
   // Binds the incoming socket; call before the rendezvous, which publishes the port.
   Status Bind(int* port);
-  // Connects to every other worker ("host:port" by rank, from the rendezvous).
+  // Learns every worker's peer port ("host:port" by rank, from the rendezvous); connects
+  // to a peer on first use (ConnectOnLoop), not here.
   Status Connect(const std::vector<std::string>& peers);
 
   void AppendPollItems(std::vector<zmq::pollitem_t>* items);
@@ -86,7 +102,8 @@ class PeerMesh {
   void FailAllOnLoop(const Status& status);
   void CloseOnLoop();
 
-  uint64_t bytes_sent() const { return bytes_sent_.load(); }  // any thread
+  // Payload bytes handed to ZeroMQ for peers (any thread); not those still queued here.
+  uint64_t bytes_sent() const { return bytes_sent_.load(); }
   // Payload bytes of well-formed peer data that arrived (any thread).
   uint64_t bytes_received() const { return bytes_received_.load(); }
 
@@ -105,6 +122,26 @@ class PeerMesh {
     int stall_warnings = 0;
   };
   using GatherId = std::pair<uint64_t, uint64_t>;  // key, call
+  // A message to one peer that its DEALER could not take yet.
+  struct Outgoing {
+    std::string head;  // encoded
+    zmq::message_t payload;
+    std::string tensor;
+    uint64_t call = 0;
+  };
+
+  void StartNowOnLoop(GatherRequest request);
+  // Connects a DEALER to `peer` unless one is there; before Connect, once it is called.
+  void ConnectOnLoop(int peer);
+  // Starts the collectives that waited for the queues to shrink, while they stay in budget.
+  void StartDeferredOnLoop();
+  // Sends to `peer`, or queues behind what waits for it already.
+  Status SendToPeerOnLoop(int peer, const Head& head, zmq::message_t payload,
+                          const std::string& tensor, uint64_t call);
+  // Hands what waits for `peer` to its DEALER while it takes messages.
+  Status FlushOnLoop(int peer);
+  void DropQueueOnLoop(int peer);
+  void CheckQueuesOnLoop(Clock::time_point now);  // TFPS_TIMEOUT for unread queues
 
   // Sends this worker's part to every peer (all of it, or their rows for an alltoall).
   Status SendPartsOnLoop(Gather& g, uint64_t key, uint64_t call);
@@ -143,6 +180,11 @@ class PeerMesh {
   // is gone (finished) came late or was never expected, and would otherwise wait forever.
   std::unordered_map<uint64_t, uint64_t> last_started_;
   std::map<GatherId, Gather> gathers_;
+  std::vector<std::deque<Outgoing>> queued_;  // by rank: what its DEALER could not take yet
+  std::vector<Clock::time_point> queue_moved_;  // by rank: when its queue last moved
+  uint64_t queued_bytes_ = 0;                   // payload bytes in queued_, all peers
+  std::deque<GatherRequest> deferred_;          // not started: queued_bytes_ over budget
+  std::vector<bool> wanted_;  // by rank: to be connected (ConnectOnLoop) once Connect has run
   std::atomic<uint64_t> bytes_sent_{0};  // read by stats() on other threads
   std::atomic<uint64_t> bytes_received_{0};
 };
