@@ -63,3 +63,25 @@ def test_the_peer_mesh_connects_at_the_first_peer_collective(make_cluster):
         assert before == 3, out
         # After the allgather: one outgoing and one accepted connection per peer.
         assert after - before == 2 * 2, out
+
+
+DRAIN_WORKER = Path(__file__).parent / "core_workers" / "close_drain_worker.py"
+
+
+def test_shutdown_first_hands_over_what_finished_allgathers_owe_a_live_peer(
+        make_cluster, tmp_path):
+    go = tmp_path / "go"
+    calls, part_bytes = 64, 256 * 1024  # 16 MiB for worker 1: more than TCP and ZeroMQ hold
+    cluster = make_cluster(2, 1, timeout=100)
+    cluster.start([sys.executable, DRAIN_WORKER, str(go), str(calls), str(part_bytes)])
+    cluster.wait_for_output("worker", 1, "sent", timeout=60)
+    cluster.kill("worker", 1, signal.SIGSTOP)
+    go.touch()
+    out = cluster.wait_for_output("worker", 0, "shutting down", timeout=60).stdout
+    cluster.kill("worker", 1, signal.SIGCONT)
+    queued = int(re.search(r"shutting down, (\d+) bytes", out).group(1))
+    assert queued > 0, out  # otherwise this run did not test the hand-over
+    cluster.wait()
+    cluster.assert_ok()
+    for rank in range(2):
+        assert "gathered ok" in cluster.result("worker", rank).stdout

@@ -30,16 +30,6 @@ std::string RanksText(const std::vector<int>& ranks) {
   return text.empty() ? "(none)" : text;
 }
 
-// Sends [head][payload] if the DEALER takes it now; false, with nothing sent and `payload`
-// kept, if it holds kMeshSndHwm messages already (ZeroMQ takes a multipart message whole
-// or not at all).
-bool TrySend(zmq::socket_t& socket, const std::string& head, zmq::message_t& payload) {
-  if (!socket.send(zmq::buffer(head), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
-    return false;
-  }
-  return socket.send(payload, zmq::send_flags::dontwait).has_value();
-}
-
 bool TrailingDimsAgree(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
   if (a.size() != b.size() || a.empty()) return a == b;
   return std::equal(a.begin() + 1, a.end(), b.begin() + 1);
@@ -306,68 +296,6 @@ Status PeerMesh::SendPartsOnLoop(Gather& g, uint64_t key, uint64_t call) {
   return Status::Ok();
 }
 
-Status PeerMesh::SendToPeerOnLoop(int peer, const Head& head, zmq::message_t payload,
-                                  const std::string& tensor, uint64_t call) {
-  TFPS_CHECK_ON_LOOP(loop_thread_);
-  ConnectOnLoop(peer);  // the first message to it
-  if (!outgoing_[peer]) {
-    return Unavailable("worker " + std::to_string(peer) + " (" + addresses_[peer] +
-                       ") cannot be sent to: " + (dead_[peer].empty() ? "no address yet"
-                                                                      : dead_[peer]));
-  }
-  std::deque<Outgoing>& queue = queued_[peer];
-  if (queue.empty()) queue_moved_[peer] = Clock::now();
-  queued_bytes_ += payload.size();
-  queue.push_back(Outgoing{EncodeHead(head), std::move(payload), tensor, call});
-  return FlushOnLoop(peer);
-}
-
-Status PeerMesh::FlushOnLoop(int peer) {
-  TFPS_CHECK_ON_LOOP(loop_thread_);
-  std::deque<Outgoing>& queue = queued_[peer];
-  try {
-    while (!queue.empty()) {
-      Outgoing& m = queue.front();
-      const size_t bytes = m.payload.size();
-      if (!TrySend(*outgoing_[peer], m.head, m.payload)) return Status::Ok();  // no room yet
-      queued_bytes_ -= bytes;
-      bytes_sent_ += bytes;
-      metrics::worker_bytes_sent_worker.Add(bytes);
-      queue.pop_front();
-      queue_moved_[peer] = Clock::now();
-    }
-  } catch (const zmq::error_t& e) {
-    return Unavailable("worker " + std::to_string(peer) + " (" + addresses_[peer] +
-                       "): sending peer data failed: " + e.what());
-  }
-  return Status::Ok();
-}
-
-void PeerMesh::DropQueueOnLoop(int peer) {
-  TFPS_CHECK_ON_LOOP(loop_thread_);
-  for (const Outgoing& m : queued_[peer]) queued_bytes_ -= m.payload.size();
-  queued_[peer].clear();
-}
-
-void PeerMesh::CheckQueuesOnLoop(Clock::time_point now) {
-  TFPS_CHECK_ON_LOOP(loop_thread_);
-  const auto limit = std::chrono::duration<double>(config_.timeout_s);
-  for (int peer = 0; peer < size_; ++peer) {
-    const std::deque<Outgoing>& queue = queued_[peer];
-    if (queue.empty() || now - queue_moved_[peer] < limit) continue;
-    uint64_t bytes = 0;
-    for (const Outgoing& m : queue) bytes += m.payload.size();
-    PeerDiedOnLoop(peer, "has taken none of the peer data this worker sends it for " +
-                             std::to_string(static_cast<int>(SecondsSince(queue_moved_[peer], now))) +
-                             " s (TFPS_TIMEOUT): " + std::to_string(queue.size()) +
-                             " messages (" + std::to_string(bytes) +
-                             " payload bytes) wait for it, the oldest for tensor '" +
-                             queue.front().tensor + "' (call " +
-                             std::to_string(queue.front().call) +
-                             "); is that process stopped (SIGSTOP) or its engine thread stuck?");
-  }
-}
-
 int PeerMesh::OnPeerDataOnLoop(std::vector<zmq::message_t>& frames) {
   TFPS_CHECK_ON_LOOP(loop_thread_);
   if (frames.size() == 2 && frames[1].size() == 0) {  // a peer's probe (Connect)
@@ -594,31 +522,6 @@ void PeerMesh::FailAllOnLoop(const Status& status) {
                                    "): "),
                  std::vector<PeerTensor>(size_));
   }
-}
-
-void PeerMesh::CloseOnLoop() {
-  TFPS_CHECK_ON_LOOP(loop_thread_);
-  Head bye;
-  bye.header.type = static_cast<uint16_t>(MsgType::kBye);
-  bye.header.sender = rank_;
-  for (int peer = 0; peer < size_; ++peer) {
-    if (outgoing_.size() > static_cast<size_t>(peer) && outgoing_[peer] && dead_[peer].empty() &&
-        queued_[peer].empty()) {
-      // Never blocks: a peer that does not read learns from the closed connection instead.
-      zmq::message_t none;
-      try {
-        (void)TrySend(*outgoing_[peer], EncodeHead(bye), none);
-      } catch (const zmq::error_t&) {
-      }
-    }
-  }
-  monitors_.clear();
-  silent_.reset();
-  incoming_monitor_.reset();
-  for (auto& socket : outgoing_) {
-    if (socket) socket->close();
-  }
-  incoming_.close();
 }
 
 }  // namespace tfps

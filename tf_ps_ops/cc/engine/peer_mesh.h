@@ -77,6 +77,9 @@ struct GatherRequest {
 // since the mesh's own queue counts bytes against one budget for all peers, where ZeroMQ's
 // counts messages per peer (kSocketHwm would be 100,000 per peer, times N - 1).
 constexpr int kMeshSndHwm = 8;
+// How long closing the mesh waits for the goodbyes of connected peers (peers that close
+// at the same moment send theirs within milliseconds).
+constexpr int kGoodbyeWaitMs = 200;
 
 class PeerMesh {
  public:
@@ -142,6 +145,11 @@ class PeerMesh {
   Status FlushOnLoop(int peer);
   void DropQueueOnLoop(int peer);
   void CheckQueuesOnLoop(Clock::time_point now);  // TFPS_TIMEOUT for unread queues
+  // At close: hands over what waits for live peers, for at most the linger; then waits up
+  // to kGoodbyeWaitMs for the goodbyes of connected peers; reads what arrives meanwhile.
+  void DrainOnLoop();
+  void AwaitGoodbyesOnLoop();
+  void ReadGoodbyesOnLoop();
 
   // Sends this worker's part to every peer (all of it, or their rows for an alltoall).
   Status SendPartsOnLoop(Gather& g, uint64_t key, uint64_t call);

@@ -307,6 +307,8 @@ void Engine::Loop::SayGoodbyeOnLoop() {
   // Closing the sockets flushes the goodbyes (linger), then the context can end.
   for (Server& s : servers_) {
     s.monitor.reset();
+    // A server known dead takes nothing more: no linger, which would hold this close.
+    if (!s.dead.empty()) s.socket->set(zmq::sockopt::linger, 0);
     s.socket->close();
     for (auto& kv : s.shm) kv.second->Unlink();  // a server that never mapped it
     s.shm.clear();

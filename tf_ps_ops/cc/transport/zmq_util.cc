@@ -119,7 +119,7 @@ void SetCommonOptions(zmq::socket_t& socket, const Config& config) {
   // inside ZeroMQ (EINVAL from setsockopt is an exception here).
   const double hb_s = std::min(config.heartbeat_timeout_s, kMaxHeartbeatTimeoutS);
   const int hb_timeout_ms = static_cast<int>(hb_s * 1000);
-  socket.set(zmq::sockopt::linger, 2000);
+  socket.set(zmq::sockopt::linger, kSocketLingerMs);
   socket.set(zmq::sockopt::handshake_ivl, kHandshakeIvlMs);  // connection_limits.h
   socket.set(zmq::sockopt::heartbeat_ivl, 1000);
   socket.set(zmq::sockopt::heartbeat_timeout, hb_timeout_ms);

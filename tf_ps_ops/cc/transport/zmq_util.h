@@ -71,6 +71,9 @@ constexpr int kSocketHwm = 100000;
 // (which at 100-byte heads was 30-50 MB of a server's memory).
 constexpr int kSocketRcvHwm = 1000;
 
+// How long closing a socket waits to deliver what it still holds (ZMQ_LINGER).
+constexpr int kSocketLingerMs = 2000;
+
 // Options every TCP socket of every role gets, the one place they are set: heartbeats
 // (TFPS_HEARTBEAT_TIMEOUT) so a vanished host is noticed, linger so a goodbye is delivered
 // on close but never blocks exit for long, high-water marks (kSocketHwm, kSocketRcvHwm), and
