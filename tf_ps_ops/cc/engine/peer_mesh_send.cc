@@ -92,8 +92,8 @@ void PeerMesh::CloseOnLoop() {
   bye.header.type = static_cast<uint16_t>(MsgType::kBye);
   bye.header.sender = rank_;
   for (int peer = 0; peer < size_; ++peer) {
-    if (outgoing_.size() > static_cast<size_t>(peer) && outgoing_[peer] && dead_[peer].empty() &&
-        queued_[peer].empty()) {
+    // DrainOnLoop has emptied every queue (handed over or dropped), so the goodbye is last.
+    if (outgoing_.size() > static_cast<size_t>(peer) && outgoing_[peer] && dead_[peer].empty()) {
       // Never blocks: a peer that does not read learns from the closed connection instead.
       zmq::message_t none;
       try {
