@@ -68,21 +68,23 @@ int Scheduler::Run(const std::atomic<bool>& stop) {
     zmq::pollitem_t items[] = {{router_.handle(), 0, ZMQ_POLLIN, 0},
                                {monitor.socket().handle(), 0, ZMQ_POLLIN, 0}};
     Poll(items, 2, silent.PollTimeoutMs(200));
-    while (RecvFrames(router_, &frames)) {
-      silent.OnMessage(frames);
-      const int fd = frames.size() > 1 ? SilentConnections::SourceFd(frames[1]) : -1;
-      try {
-        OnMessage(frames);
-      } catch (const std::exception& e) {  // no exception leaves the scheduler's thread
-        TFPS_LOG(Error) << "dropped a message that could not be handled: " << e.what();
-      }
-      if (fd >= 0 && IsMemberConnection(fd)) silent.OnMember(fd);
-    }
+    TakeMessages(silent, &frames);
     int event = 0, value = 0;
     std::string address;
+    std::vector<int> closed;
     while (monitor.Read(&event, &value, &address)) {
       if (silent.OnEvent(event, value)) continue;
-      if (event == ZMQ_EVENT_DISCONNECTED) OnDisconnect(value);
+      if (event == ZMQ_EVENT_DISCONNECTED) closed.push_back(value);
+    }
+    if (!closed.empty()) {
+      // A member's goodbye and its connection's close can both arrive after the messages
+      // were read above: read again before judging the close, or a member that said
+      // goodbye would be taken for a dead one.
+      TakeMessages(silent, &frames);
+      for (int fd : closed) {
+        (void)silent.OnEvent(ZMQ_EVENT_DISCONNECTED, fd);  // what the reading re-marked
+        OnDisconnect(fd);
+      }
     }
     silent.Tick([this](int fd) { return IsMemberConnection(fd); });
     if (!conflict_.empty()) {
@@ -120,6 +122,19 @@ int Scheduler::Run(const std::atomic<bool>& stop) {
   }
   TFPS_LOG(Info) << "every worker said goodbye; exiting";
   return 0;
+}
+
+void Scheduler::TakeMessages(SilentConnections& silent, std::vector<zmq::message_t>* frames) {
+  while (RecvFrames(router_, frames)) {
+    silent.OnMessage(*frames);
+    const int fd = frames->size() > 1 ? SilentConnections::SourceFd((*frames)[1]) : -1;
+    try {
+      OnMessage(*frames);
+    } catch (const std::exception& e) {  // no exception leaves the scheduler's thread
+      TFPS_LOG(Error) << "dropped a message that could not be handled: " << e.what();
+    }
+    if (fd >= 0 && IsMemberConnection(fd)) silent.OnMember(fd);
+  }
 }
 
 void Scheduler::OnMessage(std::vector<zmq::message_t>& frames) {

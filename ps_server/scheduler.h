@@ -23,6 +23,8 @@
 
 namespace tfps {
 
+class SilentConnections;  // tf_ps_ops/cc/transport/connection_limits.h
+
 class Scheduler {
  public:
   Scheduler(int num_workers, int num_servers, const Config& config);
@@ -43,6 +45,8 @@ class Scheduler {
     bool done = false;     // said goodbye, or is gone
   };
 
+  // Reads and handles every message waiting on the router.
+  void TakeMessages(SilentConnections& silent, std::vector<zmq::message_t>* frames);
   void OnMessage(std::vector<zmq::message_t>& frames);
   void OnRegister(const std::string& identity, zmq::message_t& payload, int fd);
   // A member lost (scheduler_members.cc): its connection closed without a goodbye.

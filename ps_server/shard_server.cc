@@ -433,26 +433,31 @@ int ShardServer::Run(const std::atomic<bool>& stop) {
     SendOutboxOnIoThread();
     metrics::server_push_bytes_held.Set(static_cast<int64_t>(budget_.held()));
     if (!ExchangeNoticesOnIoThread(&failed)) break;
-    for (int i = 0; i < 256 && RecvFrames(router_, &frames); ++i) {
-      silent.OnMessage(frames);
-      const int fd = frames.size() > 1 ? SilentConnections::SourceFd(frames[1]) : -1;
-      const int rank = RankOfIdentity(frames[0].to_string());
-      for (size_t f = 1; f < frames.size(); ++f) {
-        metrics::server_bytes_received.Add(frames[f].size());
+    // Reads up to `limit` waiting messages and handles them.
+    auto take = [&](size_t limit) {
+      for (size_t i = 0; i < limit && RecvFrames(router_, &frames); ++i) {
+        silent.OnMessage(frames);
+        const int fd = frames.size() > 1 ? SilentConnections::SourceFd(frames[1]) : -1;
+        const int rank = RankOfIdentity(frames[0].to_string());
+        for (size_t f = 1; f < frames.size(); ++f) {
+          metrics::server_bytes_received.Add(frames[f].size());
+        }
+        try {
+          OnMessageOnIoThread(frames);
+        } catch (const std::exception& e) {  // no exception leaves the I/O thread
+          TFPS_LOG(Error) << "dropped a message that could not be handled: " << e.what();
+        }
+        // A worker's connection once its hello is taken (OnHelloOnIoThread).
+        if (fd >= 0 && rank >= 0 && rank < num_workers_ && worker_state_[rank] == kConnected &&
+            fd_of_rank_.count(rank) != 0 && fd_of_rank_[rank] == fd) {
+          silent.OnMember(fd);
+        }
       }
-      try {
-        OnMessageOnIoThread(frames);
-      } catch (const std::exception& e) {  // no exception leaves the I/O thread
-        TFPS_LOG(Error) << "dropped a message that could not be handled: " << e.what();
-      }
-      // A worker's connection once its hello is taken (OnHelloOnIoThread).
-      if (fd >= 0 && rank >= 0 && rank < num_workers_ && worker_state_[rank] == kConnected &&
-          fd_of_rank_.count(rank) != 0 && fd_of_rank_[rank] == fd) {
-        silent.OnMember(fd);
-      }
-    }
+    };
+    take(256);
     int event = 0, value = 0;
     std::string address;
+    std::vector<int> closed;
     while (monitor.Read(&event, &value, &address)) {
       if (silent.OnEvent(event, value)) continue;
       if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
@@ -469,8 +474,16 @@ int ShardServer::Run(const std::atomic<bool>& stop) {
         }
         continue;
       }
+      if (event == ZMQ_EVENT_DISCONNECTED) closed.push_back(value);
+    }
+    // A worker's goodbye and its connection's close can both arrive after the messages were
+    // read above: read every waiting one before judging the close, or a worker that said
+    // goodbye would be taken for a dead one.
+    if (!closed.empty()) take(SIZE_MAX);
+    for (int fd : closed) {
+      (void)silent.OnEvent(ZMQ_EVENT_DISCONNECTED, fd);  // what the reading re-marked
       for (const auto& rf : fd_of_rank_) {
-        if (rf.second == value && worker_state_[rf.first] == kConnected) {
+        if (rf.second == fd && worker_state_[rf.first] == kConnected) {
           OnWorkerGoneOnIoThread(rf.first, "its connection closed, or fell silent for "
                                            "TFPS_HEARTBEAT_TIMEOUT, without a goodbye: it "
                                            "died or was stopped");
