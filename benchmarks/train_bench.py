@@ -44,13 +44,14 @@ import zoo_models  # noqa: E402
 
 WORKER = HERE / "train_worker.py"
 RESULTS = HERE / "results"
-TFPS_MODES = ("sum", "ps", "sfb", "hybrid", "int8")  # int8: sum with TFPS_COMPRESSION=int8
+# int8: sum with TFPS_COMPRESSION=int8; auto: the planner's choice per layer (plan="auto")
+TFPS_MODES = ("sum", "ps", "sfb", "hybrid", "int8", "auto")
 ALL_MODES = ("single",) + TFPS_MODES + ("mwms", "pss", "horovod")
 DENSE_MODES = ("sum", "ps", "mwms", "pss", "horovod")  # move the whole gradient: t_opt applies
 MODE_LABELS = {"single": "single process", "sum": "tf_ps_ops sum", "ps": "tf_ps_ops ps",
                "sfb": "tf_ps_ops sfb", "hybrid": "tf_ps_ops hybrid",
-               "int8": "tf_ps_ops sum int8", "mwms": "TF MultiWorkerMirrored",
-               "pss": "TF ParameterServer",
+               "int8": "tf_ps_ops sum int8", "auto": "tf_ps_ops auto plan",
+               "mwms": "TF MultiWorkerMirrored", "pss": "TF ParameterServer",
                "horovod": "Horovod (Gloo)"}
 # Timed steps per model (--steps overrides): windows of a few seconds, so that the CPU
 # accounting (10 ms ticks) and the median mean something.
@@ -58,7 +59,7 @@ STEPS = {"mlp": 12, "cnn": 40, "tiny_mlp": 2, "tiny_cnn": 2, **zoo_models.STEPS}
 MIN_WINDOW_S = 0.5  # shorter windows (smoke runs) are not judged for contamination
 PLOT_LABELS = {"single": "single\nprocess", "sum": "tf_ps_ops\nsum", "ps": "tf_ps_ops\nps",
                "sfb": "tf_ps_ops\nsfb", "hybrid": "tf_ps_ops\nhybrid",
-               "int8": "tf_ps_ops\nsum int8", "mwms": "TF\nMWMS",
+               "int8": "tf_ps_ops\nsum int8", "auto": "tf_ps_ops\nauto", "mwms": "TF\nMWMS",
                "pss": "TF\nPSS", "horovod": "Horovod\n(Gloo)"}
 PARAMS_GUESS = {"mlp": 36.8e6, "cnn": 1.2e6, "tiny_mlp": 0.34e6, "tiny_cnn": 0.08e6,
                 **zoo_models.PARAMS}
@@ -179,6 +180,8 @@ class Config:
         argv = [sys.executable, WORKER, "--mode", mode, "--model", self.model,
                 "--batch", self.batch, "--warmup", self.args.warmup, "--steps",
                 self.steps, "--pids-file", self.pids_file]
+        if self.args.predict and self.mode in TFPS_MODES:
+            argv.append("--predict")
         return argv + (["--role", role] if role else []) + self.args.worker_arg
 
     def run(self):
@@ -351,7 +354,7 @@ def summarize(results):
                 tx_mb_per_step=window["tx_bytes"] / len(steps) / 1e6,
                 batch=first.get("batch"), loss_first=first["loss_first"],
                 loss_last=first["loss_last"],
-                sfb_kernels=first.get("sfb_kernels"))
+                sfb_kernels=first.get("sfb_kernels"), plan_inputs=first.get("plan_inputs"))
 
 
 def clean(row, args):
@@ -421,6 +424,9 @@ def derive(rows, workers):
         base = single.get((r["rate"], r["model"]))
         r["t_opt_s"] = t_opt(r["params"], workers, r["rate"])
         r["link_util"] = r["tx_mb_per_step"] * 8e6 / (rate_bits(r["rate"]) * r["step_s"])
+        if base and r.get("plan_inputs") and r["plan_inputs"].get("choices"):
+            r["predicted_s"] = predict_step(r["plan_inputs"], base["step_s"], r["batch"])
+            r["predicted_error"] = r["predicted_s"] / r["step_s"] - 1
         if base:
             r["scaling"] = r["samples_s"] / (workers * base["samples_s"])
             r["speedup"] = r["samples_s"] / base["samples_s"]
@@ -428,6 +434,30 @@ def derive(rows, workers):
             if r["mode"] in DENSE_MODES and r["comm_s"] > 0:
                 r["t_opt_over_comm"] = r["t_opt_s"] / r["comm_s"]
     return rows
+
+
+def predict_step(inputs, single_step_s, batch):
+    """The cost model's step time for a row (train_worker --predict): its measured cluster,
+    machine and engine settings, its mode's choice per layer, and the compute rate at which
+    the model's multiply-adds, plus the optimizer update, take the same sweep's
+    single-process step. The same code as plan="auto" and tfps-plan (tf_ps_ops.plan.cost)."""
+    import dataclasses
+
+    from tf_ps_ops.plan import cost, layers
+
+    lay = layers.from_json(inputs["layers"])
+    choices = [cost.parse_choice(c) for c in inputs["choices"]]
+    machine = dict(inputs["machine"])
+    machine["codec_per_byte"] = tuple((name, tuple(v)) for name, v in machine["codec_per_byte"])
+    machine = cost.Machine(**machine)
+    forward, backward = cost.compute_times(lay, dataclasses.replace(machine, macs_per_s=1.0),
+                                           batch)
+    apply_s = machine.apply_per_byte * sum(cost.apply_bytes(layer, cost.default_choice(layer))
+                                           for layer in lay)
+    rate = (sum(forward) + sum(backward)) / max(single_step_s - apply_s, 1e-3 * single_step_s)
+    settings = cost.Settings(**inputs["settings"])
+    return cost.step_time(lay, choices, cost.Cluster(**inputs["cluster"]),
+                          dataclasses.replace(machine, macs_per_s=rate), batch, settings)[0]
 
 
 def main():
@@ -460,6 +490,10 @@ def main():
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                         help="environment of the tf_ps_ops processes (repeatable), e.g. "
                              "--env TFPS_SCHEDULING_CREDIT=4194304")
+    parser.add_argument("--predict", action="store_true",
+                        help="tf_ps_ops modes: the workers measure the cost model's inputs "
+                             "before training; the table gains the predicted step "
+                             "(predict_step) and its error against the measured one")
     parser.add_argument("--tag", default=None, help="results file tag (default quick/full)")
     parser.add_argument("--worker-arg", action="append", default=[],
                         help="extra argument for train_worker.py (repeatable), e.g. "
@@ -577,11 +611,11 @@ def _fmt(value, spec):
 def table(rows):
     head = ("| model | link | mode | workers | samples/s | step s (median) | min–max | repeats | "
             "speedup | scaling eff | comm s | t_opt s | t_opt/comm | tx MB/step | link util | "
-            "CPU s/step: all (worker, server) | others (cores) | status |")
+            "CPU s/step: all (worker, server) | others (cores) | predicted s (error) | status |")
     lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
     for r in rows:
         if r["status"] in ("failed", "unavailable"):
-            lines.append("| %s | %s | %s | %d | | | | | | | | | | | | | | %s |" % (
+            lines.append("| %s | %s | %s | %d | | | | | | | | | | | | | | | %s |" % (
                 r["model"], r["rate"], MODE_LABELS[r["mode"]], r["workers"], r["status"]))
             continue
         lines.append("| " + " | ".join([
@@ -596,6 +630,8 @@ def table(rows):
             "%.2f (%.2f, %.2f)" % (r["cpu_per_step"], r["worker_cpu_per_step"],
                                    r["server_cpu_per_step"]),
             _fmt(r["other_cores"], ".2f"),
+            "—" if r.get("predicted_s") is None else "%.3f (%+.0f%%)" % (
+                r["predicted_s"], 100 * r["predicted_error"]),
             r["status"]]) + " |")
     return "\n".join(lines)
 
@@ -668,7 +704,9 @@ def write_report(folder, tag, meta, rows):
         "in brackets one worker (for TF's ParameterServerStrategy a worker task; its chief "
         "counts in the total) and one server (ps_server or ps task); "
         "others: cores used by processes not ours during the timed window "
-        "(limit %.2f)." % (meta["workers"], meta["batch"], meta["warmup"], meta["steps"],
+        "(limit %.2f); predicted s (--predict): the planner's cost model, from the "
+        "cluster each tf_ps_ops row measured before training and the compute rate of the "
+        "single-process row, and its error against the measured step." % (meta["workers"], meta["batch"], meta["warmup"], meta["steps"],
                            meta["repeats"], meta["other_limit"]), "",
         table(rows), ""]
     errors = [r for r in rows if r.get("error")]

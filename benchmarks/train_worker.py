@@ -13,6 +13,7 @@ then `optimizer.apply(grads, vars)` of a Keras 3 SGD (lr 0.01, momentum 0.9):
 | ps | tf_ps_ops.optimizers.SGD: the servers run the optimizer |
 | sfb | sfb.convert(model): Dense kernels by SFB, the rest by push_pull |
 | hybrid | sfb.convert(model, mode="hybrid"): HybComm picks SFB or PS per Dense layer |
+| auto | sfb.convert(model, mode="auto") and DistributedOptimizer(plan="auto"): the planner picks per layer |
 | mwms | tf.distribute.MultiWorkerMirroredStrategy (ring all-reduce over gRPC) |
 | pss | tf.distribute.ParameterServerStrategy (--role chief / worker / ps) |
 | horovod | horovod.tensorflow.DistributedGradientTape over Gloo |
@@ -44,7 +45,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import zoo_models  # noqa: E402
 
-MODES = ("single", "sum", "ps", "sfb", "hybrid", "mwms", "pss", "horovod")
+MODES = ("single", "sum", "ps", "sfb", "hybrid", "auto", "mwms", "pss", "horovod")
+TFPS = ("sum", "ps", "sfb", "hybrid", "auto")
 MODELS = ("mlp", "cnn", "tiny_mlp", "tiny_cnn") + zoo_models.MODELS
 LR, MOMENTUM = 0.01, 0.9
 
@@ -249,11 +251,11 @@ class CodecCounters:
 
 
 def run_plain(args, window):
-    """single, sum, ps, sfb, hybrid, horovod: one tf.function per step."""
+    """single, sum, ps, sfb, hybrid, auto, horovod: one tf.function per step."""
     import tensorflow as tf
 
     wrap_tape, workers, rank = None, 1, 0
-    if args.mode in ("sum", "ps", "sfb", "hybrid"):
+    if args.mode in TFPS:
         import tf_ps_ops as hvd
         hvd.init()
         workers, rank = hvd.size(), hvd.rank()
@@ -263,19 +265,21 @@ def run_plain(args, window):
         workers, rank = hvd.size(), hvd.rank()
         wrap_tape = hvd.DistributedGradientTape
     model = build_model(args.model)
-    if args.mode in ("sfb", "hybrid"):
+    plan = plan_inputs(model, args) if args.predict and args.mode in TFPS else None
+    if args.mode in ("sfb", "hybrid", "auto"):
         import sfb
         model = sfb.convert(model, mode=args.mode, batch_size=args.batch)
     if args.mode == "ps":
         import tf_ps_ops.optimizers
         optimizer = tf_ps_ops.optimizers.SGD(LR, momentum=momentum(args.model))
-    elif args.mode in ("sum", "sfb", "hybrid"):
+    elif args.mode in ("sum", "sfb", "hybrid", "auto"):
         import tf_ps_ops as hvd
-        optimizer = hvd.DistributedOptimizer(sgd(args.model))
+        optimizer = hvd.DistributedOptimizer(
+            sgd(args.model), **({"plan": "auto"} if args.mode == "auto" else {}))
     else:
         optimizer = sgd(args.model)
     optimizer.build(model.trainable_variables)  # ps: every worker adopts rank 0's weights
-    if args.mode in ("sum", "sfb", "hybrid"):
+    if args.mode in ("sum", "sfb", "hybrid", "auto"):
         hvd.broadcast_variables(model.variables, root_rank=0)
     elif args.mode == "horovod":  # Horovod's needs the backing tf.Variables of Keras 3's
         hvd.broadcast_variables([v.value for v in model.variables], root_rank=0)
@@ -283,17 +287,66 @@ def run_plain(args, window):
     step = tf.function(make_step(model, optimizer, loss_fn(), wrap_tape=wrap_tape),
                        jit_compile=False)
     run_one = lambda: float(step(x, y))  # noqa: E731
-    if args.mode in ("sum", "ps", "sfb", "hybrid"):
+    if args.mode in TFPS:
         run_one = CodecCounters(run_one, args.warmup)
     result = time_steps(run_one, args, window, workers * args.batch)
     result.update(rank=rank, workers=workers, params=int(model.count_params()))
     if isinstance(run_one, CodecCounters):
         result["engine"] = run_one.per_step()
-    if args.mode in ("sfb", "hybrid"):
+    if args.mode in ("sfb", "hybrid", "auto"):
         import sfb
         result["sfb_kernels"] = [v.path for v in model.trainable_variables
                                  if sfb.is_sfb_variable(v)]
+    if plan is not None:
+        result["plan_inputs"] = plan_choices(plan, args.mode, result.get("sfb_kernels", []))
     return result, (hvd.shutdown if args.mode != "single" else None)
+
+
+# --- the cost model's inputs (--predict) -----------------------------------------------------
+
+def plan_inputs(model, args):
+    """What train_bench needs to predict this configuration's step with the planner's
+    cost model (tf_ps_ops.plan.cost): the cluster as plan="auto" measures it (a push_pull
+    probe through the servers, the codecs' CPU cost, the compute lost to communication),
+    the worker's optimizer update per byte, and the model's layers. The compute rate comes
+    from the same sweep's single-process step (train_bench.predict_step). Collective:
+    every rank calls it, before the model is converted or its weights adopted."""
+    import dataclasses
+
+    from tf_ps_ops.plan import auto, layers, measure
+
+    measured = measure.measure_cluster()
+    machine = dataclasses.replace(measured.machine, apply_per_byte=measure.apply_cost(model))
+    row_update = momentum(args.model) == 0  # Keras' momentum updates every row of a table
+    lay = [dataclasses.replace(layer, row_update=row_update) if layer.sparse else layer
+           for layer in layers.from_keras(model)]
+    return dict(layers=json.loads(layers.to_json(lay))["layers"],
+                cluster=dataclasses.asdict(measured.cluster),
+                machine=dataclasses.asdict(machine), settings=auto.engine_settings())
+
+
+def plan_choices(plan, mode, sfb_kernels):
+    """plan_inputs with the choice `mode` made for each layer: what the engine does
+    unplanned (sum: an embedding's rows gathered, the rest summed, with the codec of
+    TFPS_COMPRESSION), PS mode everywhere,
+    SFB for the Dense layers sfb.convert converted, or the automatic plan's choices."""
+    from tf_ps_ops.plan import auto, cost, layers
+
+    lay = layers.from_json(plan["layers"])
+    if mode == "auto":
+        made = auto.last_model_plan()
+        choices = list(made.choices) if made is not None and len(made.choices) == len(lay) \
+            else None
+    elif mode == "ps":
+        choices = [cost.Choice(cost.PS_DENSE)] * len(lay)
+    else:
+        # train_bench's int8 mode is sum with TFPS_COMPRESSION set: every dense gradient
+        codec = os.environ.get("TFPS_COMPRESSION", "none").strip().lower() or "none"
+        dense = cost.Choice(cost.SUM, codec if codec in cost.CODECS else "none")
+        converted = {path.rsplit("/", 1)[0].rsplit("/", 1)[-1] for path in sfb_kernels}
+        choices = [cost.Choice(cost.SFB) if layer.name.rsplit("/", 1)[-1] in converted
+                   else cost.default_choice(layer) if layer.sparse else dense for layer in lay]
+    return dict(plan, choices=None if choices is None else [str(c) for c in choices])
 
 
 def run_mwms(args, window):
@@ -439,6 +492,9 @@ def main():
                         default="balanced", help="ParameterServerStrategy: where variables "
                         "go (see balanced_placement)")
     parser.add_argument("--pids-file", default=None)
+    parser.add_argument("--predict", action="store_true",
+                        help="tf_ps_ops modes: measure the cost model's inputs before "
+                             "training (plan_inputs), for train_bench's predicted step")
     args = parser.parse_args()
     args.batch = args.batch or zoo_models.BATCH.get(args.model, 32)
     sys.path.insert(0, REPO)

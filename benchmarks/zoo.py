@@ -30,7 +30,7 @@ import zoo_models  # noqa: E402
 
 RESULTS_MD = HERE / "RESULTS.md"
 BEGIN, END = "<!-- zoo:begin (python3 benchmarks/zoo.py) -->", "<!-- zoo:end -->"
-ALL = "single,sum,ps,sfb,hybrid,int8,mwms,pss,horovod"
+ALL = "single,sum,ps,sfb,hybrid,int8,auto,mwms,pss,horovod"
 # What set a saved run apart, shown in its heading.
 NOTES = {
     "train_zoo_2h_pilot": "before sum mode gathered IndexedSlices: it reduced them dense",

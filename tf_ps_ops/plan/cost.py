@@ -357,7 +357,7 @@ def step_time(layers, choices, cluster, machine, batch_size, settings=Settings()
     costs = [layer_cost(layer, choice, cluster, machine, batch_size, settings.partition_bytes)
              for layer, choice in zip(layers, choices)]
     forward, backward = compute_times(layers, machine, batch_size)
-    apply = [_apply_bytes(layer, choice) * machine.apply_per_byte
+    apply = [apply_bytes(layer, choice) * machine.apply_per_byte
              for layer, choice in zip(layers, choices)]
     base = sum(backward)
     stretched = backward
@@ -378,7 +378,7 @@ def step_time(layers, choices, cluster, machine, batch_size, settings=Settings()
     return t - sum(forward), [(c, d - r) for c, d, r in zip(costs, done, ready)]
 
 
-def _apply_bytes(layer, choice):
+def apply_bytes(layer, choice):
     """Parameter bytes the worker's optimizer updates: none in PS mode; an embedding's
     gathered rows only (their scatter-add is in the gather's cost) when the optimizer
     updates rows (plain SGD), else the whole layer."""
