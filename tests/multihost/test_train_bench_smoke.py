@@ -27,7 +27,7 @@ def test_quick_training_benchmark(tmp_path):
     require_build("_tf_ps_ops*.so")
     command = [sys.executable, str(REPO / "benchmarks" / "train_bench.py"), "--quick",
                "--modes", "single,sum", "--models", "tiny_mlp", "--tag", "smoke",
-               "--results-dir", str(tmp_path)]
+               "--predict", "--results-dir", str(tmp_path)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, cwd=tmp_path)
     try:
@@ -50,6 +50,13 @@ def test_quick_training_benchmark(tmp_path):
     # host's server and its own server's reply, about the size of the 1.3 MB model.
     assert rows["sum"]["tx_mb_per_step"] > 0.5, rows["sum"]
     assert rows["sum"]["scaling"] > 0 and rows["sum"]["t_opt_s"] > 0
+    # --predict: the sum row carries the cost model's inputs, measured on this cluster
+    # (every layer summed), and the predicted step from them; its accuracy is measured by
+    # the zoo run (benchmarks/RESULTS.md), not asserted here.
+    plan = rows["sum"]["plan_inputs"]
+    assert plan["choices"] == ["sum"] * len(plan["layers"]) and len(plan["layers"]) == 4, plan
+    assert plan["cluster"]["workers"] == 2 and plan["cluster"]["bandwidth"] > 0, plan
+    assert rows["sum"]["predicted_s"] > 0 and "predicted_s" not in rows["single"]
     assert "tf_ps_ops sum" in (tmp_path / "train_smoke.md").read_text()
     if _has_matplotlib():
         assert (tmp_path / "train_smoke_throughput.png").stat().st_size > 1000
