@@ -4,6 +4,7 @@ encoder and a DLRM-like recommender (benchmarks/zoo_models.py) on 2 and 3 emulat
 ParameterServerStrategy and Horovod; then RESULTS.md's zoo section and the plots.
 
     python3 benchmarks/zoo.py              # the full grid: ~6-7 h idle (--repeats 1: ~2.5 h)
+    python3 benchmarks/zoo.py --hosts 2 --rates 1gbit --repeats 1   # one cell column
     python3 benchmarks/zoo.py --pilot      # 2 hosts, 1 Gbit/s, sum vs MWMS (+ PS vs PSS, DLRM)
     python3 benchmarks/zoo.py --render     # RESULTS.md's zoo section from the saved JSON
     python3 benchmarks/zoo.py --smoke --results-dir /tmp/x   # toy sizes, 2 steps, sum only
@@ -15,7 +16,10 @@ table broadcast for the DLRM), hence the estimate above.
 
 It runs benchmarks/train_bench.py once per host count (the same harness, runners and
 report as the MLP/CNN comparison) and writes results/train_zoo_<n>h[_pilot].{json,md,png};
-any further argument goes to train_bench.py (e.g. --steps 4 --repeats 1).
+any further argument goes to train_bench.py (e.g. --steps 4 --repeats 1). The full grid
+runs train_bench with --predict (the cost model's predicted step beside each tf_ps_ops
+row) and the automatic plan's mode; RESULTS.md gets, per link and model, the automatic
+plan's step beside the best hand-picked mode's (plan_summary).
 """
 
 import argparse
@@ -44,7 +48,7 @@ PILOT_MODES = ";".join(["%s=single+sum+mwms" % m for m in zoo_models.ZOO if m !=
 
 def run(args, extra):
     tags, failed = [], 0
-    hosts = [2] if args.pilot or args.smoke else [2, 3]
+    hosts = [2] if args.pilot or args.smoke else [int(n) for n in args.hosts.split(",")]
     for n in hosts:
         tag = "zoo_smoke" if args.smoke else "zoo_%dh%s" % (n, "_pilot" if args.pilot else "")
         models = ",".join(("smoke_" + m if args.smoke else m) for m in args.models.split(","))
@@ -57,7 +61,7 @@ def run(args, extra):
                      "--model-modes", PILOT_MODES, "--repeats", "1", "--retries", "0",
                      "--idle-patience", "0", "--warmup", "2"]
         else:
-            argv += ["--rates", "1gbit,10gbit", "--modes", ALL]
+            argv += ["--rates", "1gbit,10gbit", "--modes", ALL, "--predict"]
         argv += extra
         print("+", " ".join(argv[1:]), flush=True)
         code = subprocess.call(argv)
@@ -98,6 +102,7 @@ def render(results_dir):
                           "/".join("%.0f" % v for v in meta["loadavg_after"])), ""]
         md = (folder / (path.stem + ".md")).read_text().splitlines()
         parts += [line for line in md[2:]]  # without its own title
+        parts += plan_summary(saved["rows"])
         png = folder / (path.stem + "_throughput.png")
         if png.exists():
             parts += ["", "![%s](%s)" % (path.stem, png.relative_to(HERE))]
@@ -113,6 +118,38 @@ def render(results_dir):
     print("rewrote the zoo section of", RESULTS_MD)
 
 
+HAND_PICKED = ("sum", "ps", "sfb", "hybrid", "int8")  # the modes a user picks by hand
+
+
+def plan_summary(rows):
+    """Per link and model: the automatic plan's measured step beside the best hand-picked
+    tf_ps_ops mode's and the default's (sum), and the cost model's error for each mode
+    that has a prediction (train_bench --predict)."""
+    ok = [r for r in rows if r.get("status") in ("ok", "contaminated") and "step_s" in r]
+    cells = list(dict.fromkeys((r["rate"], r["model"]) for r in ok))
+    lines = []
+    for rate, model in cells:
+        mine = {r["mode"]: r for r in ok if (r["rate"], r["model"]) == (rate, model)}
+        picked = {m: r for m, r in mine.items() if m in HAND_PICKED}
+        if "auto" not in mine or not picked:
+            continue
+        best = min(picked, key=lambda m: picked[m]["step_s"])
+        auto, default = mine["auto"]["step_s"], mine.get("sum", {}).get("step_s")
+        errors = ", ".join("%s %+.0f%%" % (m, 100 * r["predicted_error"])
+                           for m, r in mine.items() if r.get("predicted_error") is not None)
+        lines.append("| %s | %s | %s %.3f | %.3f | %s | %.2f | %s |" % (
+            model, rate, best, picked[best]["step_s"], auto,
+            "—" if default is None else "%.3f" % default, auto / picked[best]["step_s"],
+            errors or "—"))
+    if not lines:
+        return []
+    return ["", "The automatic plan against the hand-picked modes (measured steps, s; auto ÷ "
+            "best: 1.00 = as fast as the best; the cost model's error per mode: predicted "
+            "÷ measured − 1):", "",
+            "| model | link | best hand-picked | auto plan | default (sum) | auto ÷ best | "
+            "prediction error |", "|---|---|---|---|---|---|---|"] + lines
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     mode = parser.add_mutually_exclusive_group()
@@ -120,6 +157,7 @@ def main():
     mode.add_argument("--smoke", action="store_true")
     mode.add_argument("--render", action="store_true")
     parser.add_argument("--models", default=",".join(zoo_models.ZOO))
+    parser.add_argument("--hosts", default="2,3", help="the full grid's host counts")
     parser.add_argument("--results-dir", default=str(HERE / "results"))
     args, extra = parser.parse_known_args()
     failed = 0
