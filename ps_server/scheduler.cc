@@ -80,11 +80,8 @@ int Scheduler::Run(const std::atomic<bool>& stop) {
       // A member's goodbye and its connection's close can both arrive after the messages
       // were read above: read again before judging the close, or a member that said
       // goodbye would be taken for a dead one.
-      TakeMessages(silent, &frames);
-      for (int fd : closed) {
-        (void)silent.OnEvent(ZMQ_EVENT_DISCONNECTED, fd);  // what the reading re-marked
-        OnDisconnect(fd);
-      }
+      TakeMessages(silent, &frames, closed);
+      for (int fd : closed) OnDisconnect(fd);
     }
     silent.Tick([this](int fd) { return IsMemberConnection(fd); });
     if (!conflict_.empty()) {
@@ -124,7 +121,8 @@ int Scheduler::Run(const std::atomic<bool>& stop) {
   return 0;
 }
 
-void Scheduler::TakeMessages(SilentConnections& silent, std::vector<zmq::message_t>* frames) {
+void Scheduler::TakeMessages(SilentConnections& silent, std::vector<zmq::message_t>* frames,
+                             const std::vector<int>& closed) {
   while (RecvFrames(router_, frames)) {
     silent.OnMessage(*frames);
     const int fd = frames->size() > 1 ? SilentConnections::SourceFd((*frames)[1]) : -1;
@@ -133,7 +131,12 @@ void Scheduler::TakeMessages(SilentConnections& silent, std::vector<zmq::message
     } catch (const std::exception& e) {  // no exception leaves the scheduler's thread
       TFPS_LOG(Error) << "dropped a message that could not be handled: " << e.what();
     }
-    if (fd >= 0 && IsMemberConnection(fd)) silent.OnMember(fd);
+    // A connection whose close was read already (the monitor forgot it) stays forgotten:
+    // its descriptor may be a new connection's by now.
+    if (fd >= 0 && IsMemberConnection(fd) &&
+        std::find(closed.begin(), closed.end(), fd) == closed.end()) {
+      silent.OnMember(fd);
+    }
   }
 }
 

@@ -45,8 +45,10 @@ class Scheduler {
     bool done = false;     // said goodbye, or is gone
   };
 
-  // Reads and handles every message waiting on the router.
-  void TakeMessages(SilentConnections& silent, std::vector<zmq::message_t>* frames);
+  // Reads and handles every message waiting on the router; `closed`: connections whose
+  // close the monitor has reported, never marked a member's again.
+  void TakeMessages(SilentConnections& silent, std::vector<zmq::message_t>* frames,
+                    const std::vector<int>& closed = {});
   void OnMessage(std::vector<zmq::message_t>& frames);
   void OnRegister(const std::string& identity, zmq::message_t& payload, int fd);
   // A member lost (scheduler_members.cc): its connection closed without a goodbye.

@@ -433,7 +433,10 @@ int ShardServer::Run(const std::atomic<bool>& stop) {
     SendOutboxOnIoThread();
     metrics::server_push_bytes_held.Set(static_cast<int64_t>(budget_.held()));
     if (!ExchangeNoticesOnIoThread(&failed)) break;
-    // Reads up to `limit` waiting messages and handles them.
+    // Reads up to `limit` waiting messages and handles them. A connection in `closed`
+    // (its close already read from the monitor, which forgot it) is not marked a member's
+    // again: its descriptor may already be a new connection's.
+    std::vector<int> closed;
     auto take = [&](size_t limit) {
       for (size_t i = 0; i < limit && RecvFrames(router_, &frames); ++i) {
         silent.OnMessage(frames);
@@ -449,7 +452,8 @@ int ShardServer::Run(const std::atomic<bool>& stop) {
         }
         // A worker's connection once its hello is taken (OnHelloOnIoThread).
         if (fd >= 0 && rank >= 0 && rank < num_workers_ && worker_state_[rank] == kConnected &&
-            fd_of_rank_.count(rank) != 0 && fd_of_rank_[rank] == fd) {
+            fd_of_rank_.count(rank) != 0 && fd_of_rank_[rank] == fd &&
+            std::find(closed.begin(), closed.end(), fd) == closed.end()) {
           silent.OnMember(fd);
         }
       }
@@ -457,7 +461,7 @@ int ShardServer::Run(const std::atomic<bool>& stop) {
     take(256);
     int event = 0, value = 0;
     std::string address;
-    std::vector<int> closed;
+    closed.clear();
     while (monitor.Read(&event, &value, &address)) {
       if (silent.OnEvent(event, value)) continue;
       if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
@@ -481,7 +485,6 @@ int ShardServer::Run(const std::atomic<bool>& stop) {
     // goodbye would be taken for a dead one.
     if (!closed.empty()) take(SIZE_MAX);
     for (int fd : closed) {
-      (void)silent.OnEvent(ZMQ_EVENT_DISCONNECTED, fd);  // what the reading re-marked
       for (const auto& rf : fd_of_rank_) {
         if (rf.second == fd && worker_state_[rf.first] == kConnected) {
           OnWorkerGoneOnIoThread(rf.first, "its connection closed, or fell silent for "
