@@ -44,13 +44,15 @@ import zoo_models  # noqa: E402
 
 WORKER = HERE / "train_worker.py"
 RESULTS = HERE / "results"
-# int8: sum with TFPS_COMPRESSION=int8; auto: the planner's choice per layer (plan="auto")
-TFPS_MODES = ("sum", "ps", "sfb", "hybrid", "int8", "auto")
+# int8: sum with TFPS_COMPRESSION=int8; auto: the planner's choice per layer (plan="auto"),
+# uncompressed; auto_int8: the same, free to pick int8 too (TFPS_PLAN_CODECS=none,int8)
+TFPS_MODES = ("sum", "ps", "sfb", "hybrid", "int8", "auto", "auto_int8")
 ALL_MODES = ("single",) + TFPS_MODES + ("mwms", "pss", "horovod")
 DENSE_MODES = ("sum", "ps", "mwms", "pss", "horovod")  # move the whole gradient: t_opt applies
 MODE_LABELS = {"single": "single process", "sum": "tf_ps_ops sum", "ps": "tf_ps_ops ps",
                "sfb": "tf_ps_ops sfb", "hybrid": "tf_ps_ops hybrid",
                "int8": "tf_ps_ops sum int8", "auto": "tf_ps_ops auto plan",
+               "auto_int8": "tf_ps_ops auto plan, int8 allowed",
                "mwms": "TF MultiWorkerMirrored", "pss": "TF ParameterServer",
                "horovod": "Horovod (Gloo)"}
 # Timed steps per model (--steps overrides): windows of a few seconds, so that the CPU
@@ -59,7 +61,8 @@ STEPS = {"mlp": 12, "cnn": 40, "tiny_mlp": 2, "tiny_cnn": 2, **zoo_models.STEPS}
 MIN_WINDOW_S = 0.5  # shorter windows (smoke runs) are not judged for contamination
 PLOT_LABELS = {"single": "single\nprocess", "sum": "tf_ps_ops\nsum", "ps": "tf_ps_ops\nps",
                "sfb": "tf_ps_ops\nsfb", "hybrid": "tf_ps_ops\nhybrid",
-               "int8": "tf_ps_ops\nsum int8", "auto": "tf_ps_ops\nauto", "mwms": "TF\nMWMS",
+               "int8": "tf_ps_ops\nsum int8", "auto": "tf_ps_ops\nauto",
+               "auto_int8": "tf_ps_ops\nauto+int8", "mwms": "TF\nMWMS",
                "pss": "TF\nPSS", "horovod": "Horovod\n(Gloo)"}
 PARAMS_GUESS = {"mlp": 36.8e6, "cnn": 1.2e6, "tiny_mlp": 0.34e6, "tiny_cnn": 0.08e6,
                 **zoo_models.PARAMS}
@@ -176,7 +179,7 @@ class Config:
                         + (args.warmup + self.steps) * est * 4)
 
     def worker_argv(self, mode=None, role=None):
-        mode = mode or ("sum" if self.mode == "int8" else self.mode)
+        mode = mode or {"int8": "sum", "auto_int8": "auto"}.get(self.mode, self.mode)
         argv = [sys.executable, WORKER, "--mode", mode, "--model", self.model,
                 "--batch", self.batch, "--warmup", self.args.warmup, "--steps",
                 self.steps, "--pids-file", self.pids_file]
@@ -285,6 +288,8 @@ class Config:
         env.update(self.args.tfps_env)
         if self.mode == "int8":
             env["TFPS_COMPRESSION"] = "int8"
+        if self.mode == "auto_int8":
+            env["TFPS_PLAN_CODECS"] = "none,int8"
         if self.args.timeline:
             Path(self.args.timeline).mkdir(parents=True, exist_ok=True)
             env["TFPS_TIMELINE"] = str(Path(self.args.timeline).resolve() / (
