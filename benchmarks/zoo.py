@@ -88,7 +88,9 @@ def render(results_dir):
     for path in found:
         saved = json.loads(path.read_text())
         meta = saved["meta"]
-        label = "pilot, under load" if "pilot" in path.name else "full grid"
+        rates = ", ".join(dict.fromkeys(r["rate"] for r in saved["rows"]))
+        label = "pilot, under load" if "pilot" in path.name else "%s, %d run(s) each" % (
+            rates, meta["repeats"])
         if path.stem in NOTES:
             label += "; " + NOTES[path.stem]
         models = ", ".join(dict.fromkeys(r["model"] for r in saved["rows"]))

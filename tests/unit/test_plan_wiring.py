@@ -57,3 +57,35 @@ def test_pins_by_key():
         "DistributedSGD.fc/kernel": "sum+int8", "credit": 0}
     with pytest.raises(ValueError, match="names no reduced gradient"):
         auto._pins_by_key(keys, {"conv/kernel": "sum"})
+
+
+def test_the_plan_made_while_a_step_is_traced_is_not_converted_by_autograph(monkeypatch):
+    # DistributedOptimizer(plan="auto") plans at its first reduction, inside the traced
+    # step: autograph converted the planner's plain Python, and ResNet-50's 161 gradients
+    # with a codec to weigh took minutes instead of a tenth of a second.
+    import inspect
+
+    import tensorflow as tf
+
+    from tf_ps_ops.plan import cost, measure
+    from tf_ps_ops.training.keras_optimizer import ReducingMixin
+
+    ran_in = []
+    real = auto.compressions
+
+    def recording(*args, **kwargs):
+        ran_in.append(inspect.currentframe().f_code.co_filename)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(auto, "compressions", recording)
+    reducer = ReducingMixin()
+    reducer._tfps_plan = measure.Measurements(cost.Cluster(2), cost.Machine(), False)
+    grads = [tf.ones((4, 4)), tf.ones((4,))]
+
+    @tf.function
+    def step():
+        planned = reducer._tfps_compression_for(grads, ["w", "b"], [])
+        return tf.constant(len(planned))
+
+    assert int(step()) == 2
+    assert ran_in == [__file__], ran_in  # this file's function, not autograph's copy of it
