@@ -711,8 +711,9 @@ def write_report(folder, tag, meta, rows):
         "others: cores used by processes not ours during the timed window "
         "(limit %.2f); predicted s (--predict): the planner's cost model, from the "
         "cluster each tf_ps_ops row measured before training and the compute rate of the "
-        "single-process row, and its error against the measured step." % (meta["workers"], meta["batch"], meta["warmup"], meta["steps"],
-                           meta["repeats"], meta["other_limit"]), "",
+        "single-process row, and its error against the measured step." % (
+            meta["workers"], meta["batch"], meta["warmup"], meta["steps"], meta["repeats"],
+            meta["other_limit"]), "",
         table(rows), ""]
     errors = [r for r in rows if r.get("error")]
     if errors:

@@ -47,6 +47,8 @@ import zoo_models  # noqa: E402
 
 MODES = ("single", "sum", "ps", "sfb", "hybrid", "auto", "mwms", "pss", "horovod")
 TFPS = ("sum", "ps", "sfb", "hybrid", "auto")
+CONVERTED = ("sfb", "hybrid", "auto")  # sfb.convert(model, mode=...) first
+SUMMED = ("sum",) + CONVERTED  # tf_ps_ops.DistributedOptimizer
 MODELS = ("mlp", "cnn", "tiny_mlp", "tiny_cnn") + zoo_models.MODELS
 LR, MOMENTUM = 0.01, 0.9
 
@@ -266,20 +268,20 @@ def run_plain(args, window):
         wrap_tape = hvd.DistributedGradientTape
     model = build_model(args.model)
     plan = plan_inputs(model, args) if args.predict and args.mode in TFPS else None
-    if args.mode in ("sfb", "hybrid", "auto"):
+    if args.mode in CONVERTED:
         import sfb
         model = sfb.convert(model, mode=args.mode, batch_size=args.batch)
     if args.mode == "ps":
         import tf_ps_ops.optimizers
         optimizer = tf_ps_ops.optimizers.SGD(LR, momentum=momentum(args.model))
-    elif args.mode in ("sum", "sfb", "hybrid", "auto"):
+    elif args.mode in SUMMED:
         import tf_ps_ops as hvd
         optimizer = hvd.DistributedOptimizer(
             sgd(args.model), **({"plan": "auto"} if args.mode == "auto" else {}))
     else:
         optimizer = sgd(args.model)
     optimizer.build(model.trainable_variables)  # ps: every worker adopts rank 0's weights
-    if args.mode in ("sum", "sfb", "hybrid", "auto"):
+    if args.mode in SUMMED:
         hvd.broadcast_variables(model.variables, root_rank=0)
     elif args.mode == "horovod":  # Horovod's needs the backing tf.Variables of Keras 3's
         hvd.broadcast_variables([v.value for v in model.variables], root_rank=0)
@@ -293,12 +295,12 @@ def run_plain(args, window):
     result.update(rank=rank, workers=workers, params=int(model.count_params()))
     if isinstance(run_one, CodecCounters):
         result["engine"] = run_one.per_step()
-    if args.mode in ("sfb", "hybrid", "auto"):
+    if args.mode in CONVERTED:
         import sfb
         result["sfb_kernels"] = [v.path for v in model.trainable_variables
                                  if sfb.is_sfb_variable(v)]
     if plan is not None:
-        result["plan_inputs"] = plan_choices(plan, args.mode, result.get("sfb_kernels", []))
+        result["plan_inputs"] = plan_choices(*plan, args.mode, result.get("sfb_kernels", []))
     return result, (hvd.shutdown if args.mode != "single" else None)
 
 
@@ -308,9 +310,10 @@ def plan_inputs(model, args):
     """What train_bench needs to predict this configuration's step with the planner's
     cost model (tf_ps_ops.plan.cost): the cluster as plan="auto" measures it (a push_pull
     probe through the servers, the codecs' CPU cost, the compute lost to communication),
-    the worker's optimizer update per byte, and the model's layers. The compute rate comes
-    from the same sweep's single-process step (train_bench.predict_step). Collective:
-    every rank calls it, before the model is converted or its weights adopted."""
+    the worker's optimizer update per byte, and the model's layers: (the layers, those
+    inputs as JSON). The compute rate comes from the same sweep's single-process step
+    (train_bench.predict_step). Collective: every rank calls it, before the model is
+    converted or its weights adopted."""
     import dataclasses
 
     from tf_ps_ops.plan import auto, layers, measure
@@ -320,19 +323,18 @@ def plan_inputs(model, args):
     row_update = momentum(args.model) == 0  # Keras' momentum updates every row of a table
     lay = [dataclasses.replace(layer, row_update=row_update) if layer.sparse else layer
            for layer in layers.from_keras(model)]
-    return dict(layers=json.loads(layers.to_json(lay))["layers"],
-                cluster=dataclasses.asdict(measured.cluster),
-                machine=dataclasses.asdict(machine), settings=auto.engine_settings())
+    return lay, dict(layers=json.loads(layers.to_json(lay))["layers"],
+                     cluster=dataclasses.asdict(measured.cluster),
+                     machine=dataclasses.asdict(machine), settings=auto.engine_settings())
 
 
-def plan_choices(plan, mode, sfb_kernels):
-    """plan_inputs with the choice `mode` made for each layer: what the engine does
-    unplanned (sum: an embedding's rows gathered, the rest summed, with the codec of
-    TFPS_COMPRESSION), PS mode everywhere,
-    SFB for the Dense layers sfb.convert converted, or the automatic plan's choices."""
-    from tf_ps_ops.plan import auto, cost, layers
+def plan_choices(lay, plan, mode, sfb_kernels):
+    """plan_inputs' JSON with the choice `mode` made for each of the layers `lay`: what
+    the engine does unplanned (sum: an embedding's rows gathered, the rest summed, with
+    the codec of TFPS_COMPRESSION), PS mode everywhere, SFB for the Dense layers
+    sfb.convert converted, or the automatic plan's choices."""
+    from tf_ps_ops.plan import auto, cost
 
-    lay = layers.from_json(plan["layers"])
     if mode == "auto":
         made = auto.last_model_plan()
         choices = list(made.choices) if made is not None and len(made.choices) == len(lay) \

@@ -461,7 +461,6 @@ int ShardServer::Run(const std::atomic<bool>& stop) {
     take(256);
     int event = 0, value = 0;
     std::string address;
-    closed.clear();
     while (monitor.Read(&event, &value, &address)) {
       if (silent.OnEvent(event, value)) continue;
       if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
