@@ -430,7 +430,8 @@ def derive(rows, workers):
         r["t_opt_s"] = t_opt(r["params"], workers, r["rate"])
         r["link_util"] = r["tx_mb_per_step"] * 8e6 / (rate_bits(r["rate"]) * r["step_s"])
         if base and r.get("plan_inputs") and r["plan_inputs"].get("choices"):
-            r["predicted_s"] = predict_step(r["plan_inputs"], base["step_s"], r["batch"])
+            r["predicted_s"] = predict_step(r["plan_inputs"], base["step_s"], r["batch"],
+                                            base.get("cpu_per_step"))
             r["predicted_error"] = r["predicted_s"] / r["step_s"] - 1
         if base:
             r["scaling"] = r["samples_s"] / (workers * base["samples_s"])
@@ -441,11 +442,13 @@ def derive(rows, workers):
     return rows
 
 
-def predict_step(inputs, single_step_s, batch):
+def predict_step(inputs, single_step_s, batch, single_cpu_s=None):
     """The cost model's step time for a row (train_worker --predict): its measured cluster,
     machine and engine settings, its mode's choice per layer, and the compute rate at which
     the model's multiply-adds, plus the optimizer update, take the same sweep's
-    single-process step. The same code as plan="auto" and tfps-plan (tf_ps_ops.plan.cost)."""
+    single-process step (and the cores that step kept busy: its CPU-seconds over its
+    seconds, for the host's CPU floor). The same code as plan="auto" and tfps-plan
+    (tf_ps_ops.plan.cost)."""
     import dataclasses
 
     from tf_ps_ops.plan import cost, layers
@@ -460,6 +463,8 @@ def predict_step(inputs, single_step_s, batch):
     apply_s = machine.apply_per_byte * sum(cost.apply_bytes(layer, cost.default_choice(layer))
                                            for layer in lay)
     rate = (sum(forward) + sum(backward)) / max(single_step_s - apply_s, 1e-3 * single_step_s)
+    if single_cpu_s:
+        machine = dataclasses.replace(machine, compute_cpu=single_cpu_s / single_step_s)
     settings = cost.Settings(**inputs["settings"])
     return cost.step_time(lay, choices, cost.Cluster(**inputs["cluster"]),
                           dataclasses.replace(machine, macs_per_s=rate), batch, settings)[0]

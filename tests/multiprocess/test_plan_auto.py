@@ -4,6 +4,8 @@ made by hand, and as single-process training (sfb_workers/plan_worker.py); on a 
 with an Embedding the rows it gathers are the bytes it predicted, and a pin to dense
 summation takes effect (sfb_workers/plan_sparse_worker.py, in the same cluster)."""
 
+import os
+import re
 from pathlib import Path
 
 import keras
@@ -47,6 +49,15 @@ def test_auto_plan_trains_like_the_hand_picked_configuration(trained):
     # (4: the embedding checks' two trainings log theirs too.)
     assert [log.count("plan: 2 workers") for log in logs] == [4, 0], logs[0][-3000:]
     assert logs[0].count("measured: link ") == 4
+    # The CPU floor's inputs: both workers on this one machine are each a host of the
+    # cost model (one host: every worker counts as its own), so they share its cores.
+    cores = len(os.sched_getaffinity(0))
+    found = re.findall(r"([0-9.e+]+) cores per host, transport CPU ([0-9.e+]+) ns/byte and "
+                       r"([0-9.e+]+) us/message, SFB rebuild ([0-9.e+]+) GMAC/s", logs[0])
+    assert len(found) == 4, logs[0][-3000:]
+    for per_host, per_byte, per_message, rebuild in found:
+        assert float(per_host) == pytest.approx(cores / 2, rel=1e-3)
+        assert float(per_byte) > 0 and float(per_message) > 0 and float(rebuild) > 0, found
     assert logs[0].count("engine settings") == 4  # the running ones, or better ones
     assert logs[0].count("plan monitor: step ") == 4 and "plan monitor" not in logs[1]
     # Each plan is made under the running engine's settings (the defaults here).

@@ -242,3 +242,55 @@ def test_optimizer_update_after_each_gradient_one_layer_at_a_time():
     # In PS mode the servers update: nothing on the worker.
     t_ps, _ = cost.step_time([a, b], [Choice(cost.PS_DENSE)] * 2, Cluster(1), machine, 1)
     assert t_ps == pytest.approx(t0)
+
+
+def test_the_hosts_cores_bound_the_step_from_below():
+    # Two hosts, one worker and one server each, one core per host: the step is at least
+    # the host's CPU per step. By hand: compute 1 ms forward + 1 ms backward (the only
+    # layer's backward computes no input gradient), times 1.5 busy cores; the worker
+    # pushes and pulls 4 MB (W), its server receives both workers' halves and sends the
+    # sums back: 2·(1 + 1)·W bytes at 1 ns each; worker and server take part in a push
+    # and a pull each, 4 collectives at 50 us; the server adds the 2 pushes of its half
+    # (0.5 ns per byte).
+    a = layers.Layer("a", "other", MB, None, 1, 1e6)
+    machine = cost.Machine(macs_per_s=1e9, sum_per_byte=0.5e-9, message_overhead=0.0,
+                           codec_per_byte=(("none", (0, 0, 0.5e-9)),), compute_cpu=1.5,
+                           transport_per_byte=1e-9, transport_per_message=50e-6)
+    cluster = Cluster(2, bandwidth=1e12, latency=0.0)
+    unbounded, _ = cost.step_time([a], [Choice()], cluster, machine, 1, cost.Settings(MB))
+    bounded, _ = cost.step_time([a], [Choice()], cluster,
+                                dataclasses.replace(machine, cores_per_host=1.0), 1,
+                                cost.Settings(MB))
+    w = 4 * MB
+    cpu = 1.5 * 0.002 + 2 * 2 * w * 1e-9 + 2 * 2 * 50e-6 + w / 2 * 2 * 0.5e-9
+    assert unbounded < cpu  # a fast link: without the floor the step is compute and sums
+    assert bounded == pytest.approx(cpu, rel=1e-9)
+    two_cores, _ = cost.step_time([a], [Choice()], cluster,
+                                  dataclasses.replace(machine, cores_per_host=2.0), 1,
+                                  cost.Settings(MB))
+    assert two_cores == pytest.approx(max(unbounded, cpu / 2), rel=1e-9)
+
+
+def test_the_cpu_floor_counts_codecs_rebuilds_and_fused_collectives():
+    # int8 halves nothing on the CPU: encode and decode on the worker, decode-add and
+    # re-encode on the server cost CPU the floor counts, while fewer bytes cost less
+    # transport. SFB's rebuild (N·M·K·P1 multiply-adds) is the host's too. Four small
+    # layers fused into one collective count as one message.
+    small = [layers.Layer(f"s{i}", "other", 1024, None, 1, 0.0) for i in range(4)]
+    machine = cost.Machine(macs_per_s=1e12, message_overhead=0.0, cores_per_host=1.0,
+                           transport_per_message=1e-3)
+    cluster = Cluster(2, bandwidth=1e12, latency=0.0)
+    fused, _ = cost.step_time(small, [Choice()] * 4, cluster, machine, 1,
+                              cost.Settings(MB, 1 << 16, 0))
+    apart, _ = cost.step_time(small, [Choice()] * 4, cluster, machine, 1,
+                              cost.Settings(MB, 0, 0))
+    assert apart - fused == pytest.approx(3 * 4 * 1e-3, rel=0.05)
+    fc = layers.dense("fc", 1024, 1024, bias=False, rows=1)
+    k, p1 = 8, 2
+    sfb = cost.layer_cost(fc, Choice(cost.SFB), cluster, machine, k, MB)
+    assert sfb.host_cpu == pytest.approx(1024 * 1024 * k * p1 / machine.rebuild_rate)
+    assert sfb.host_bytes == pytest.approx(p1 * 4 * k * (1024 + 1024))
+    plain = cost.layer_cost(fc, Choice(), cluster, machine, k, MB)
+    int8 = cost.layer_cost(fc, Choice(cost.SUM, "int8"), cluster, machine, k, MB)
+    assert int8.host_bytes < plain.host_bytes / 3
+    assert int8.host_cpu > plain.host_cpu

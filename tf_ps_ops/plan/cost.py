@@ -30,6 +30,14 @@ rebuild (N·M·K·P1 multiply-adds). `step_time` places it all on one timeline: 
 produces gradients from the last layer to the first, the link serves partitions (in
 ready order, or by priority — layers nearest the input first — under a scheduling
 credit), and the next forward pass waits for each layer's parameters.
+
+A host's cores bound the step from below as its link does (`host_cpu`): per step, the
+busiest host's processes spend the model's compute (times the cores it keeps busy) and
+optimizer update for each of its L workers, every codec pass, the servers' sums and
+updates, and the transport's CPU for each byte and message its workers and servers send
+and receive. Where the machine knows its cores per host (Machine.cores_per_host, measured:
+hosts emulated on one machine share its cores), the step is at least that CPU time over
+those cores.
 """
 
 import dataclasses
@@ -118,6 +126,13 @@ class Machine:
     local_per_byte: float = 0.2e-9  # hierarchical: add one local peer's byte and copy back
     compute_loss: float = 0.0  # fraction of compute speed lost while the link is busy
     apply_per_byte: float = 0.0  # the worker's optimizer update, per parameter byte
+    # The host's CPU budget (0: unknown, no CPU floor under the step); the transport's CPU
+    # per byte sent or received and per message, by a worker or a server; the cores the
+    # model's compute keeps busy while it runs (TensorFlow's intra-op threads).
+    cores_per_host: float = 0.0
+    transport_per_byte: float = 0.0
+    transport_per_message: float = 0.0
+    compute_cpu: float = 1.0
 
     def codec(self, name):
         table = dict(self.codec_per_byte)
@@ -132,7 +147,7 @@ _DEFAULT_CODEC_COST = {"fp16": (0.15e-9, 0.1e-9, 0.15e-9), "bf16": (0.1e-9, 0.1e
                        "int8": (0.4e-9, 0.2e-9, 0.3e-9), "onebit": (0.4e-9, 0.2e-9, 0.3e-9)}
 FREE = Machine(macs_per_s=math.inf, codec_per_byte=tuple(
     (c, (0.0, 0.0, 0.0)) for c in CODECS), sum_per_byte=0.0, rebuild_rate=math.inf,
-    message_overhead=0.0, local_per_byte=0.0)
+    message_overhead=0.0, local_per_byte=0.0, cores_per_host=0.0)
 
 
 def wire_bytes(codec, elements, partition_elements):
@@ -183,12 +198,20 @@ def default_choice(layer):
 class LayerCost:
     """link_bytes: per direction through the busiest host. messages: how many.
     cpu_before: worker time before the first byte leaves. cpu_after: time after the
-    last byte arrives (servers' and workers' decoding, local sums, SFB's rebuild)."""
+    last byte arrives (servers' and workers' decoding, local sums, SFB's rebuild).
+    The busiest host's totals per step, for its CPU floor: host_cpu, CPU-seconds of its
+    workers' and servers' codecs, sums, updates and rebuilds; host_bytes, the bytes its
+    processes send plus receive (loopback included); host_messages, the collectives its
+    processes take part in (each costs Machine.transport_per_message, as the tiny probe
+    push_pull does; a tensor's partitions are bytes, fused tensors one collective)."""
     link_bytes: float
     messages: int
     tail_bytes: float
     cpu_before: float
     cpu_after: float
+    host_cpu: float = 0.0
+    host_bytes: float = 0.0
+    host_messages: float = 0.0
 
 
 def _server_link(w, cluster, hierarchical):
@@ -221,8 +244,12 @@ def layer_cost(layer, choice, cluster, machine, batch_size, partition_bytes):
             bias = _summed(4 * (layer.params - n * m), Choice(), cluster, machine,
                            partition_bytes)
         rebuild = n * m * k * p1 / machine.rebuild_rate
+        # Each worker sends its factors once and receives every peer's.
         return LayerCost(L * (p1 - L) * factors + bias.link_bytes, (p1 - 1) + bias.messages,
-                         factors, bias.cpu_before, max(rebuild, bias.cpu_after))
+                         factors, bias.cpu_before, max(rebuild, bias.cpu_after),
+                         host_cpu=L * rebuild + bias.host_cpu,
+                         host_bytes=L * p1 * factors + bias.host_bytes,
+                         host_messages=L * p1 + bias.host_messages)
     summed = _summed(layer.bytes, choice, cluster, machine, partition_bytes)
     if layer.sparse:  # the IndexedSlices made dense first
         summed = dataclasses.replace(
@@ -246,16 +273,22 @@ def _sparse_cost(layer, choice, cluster, machine, batch_size, partition_bytes):
     if choice.mode == GATHER:
         sent = rows * (4 * width + GATHER_INDEX_BYTES)
         L = min(cluster.workers_per_host, p1)
-        return LayerCost(L * (p1 - L) * sent, p1 - 1, sent, 0.0, p1 * rows * add)
+        return LayerCost(L * (p1 - L) * sent, p1 - 1, sent, 0.0, p1 * rows * add,
+                         host_cpu=L * p1 * rows * add, host_bytes=L * p1 * sent,
+                         host_messages=L * p1)
     row = 4 * width + PS_INDEX_BYTES
     pushed = layer.distinct_rows(rows) * row
     pulled = layer.distinct_rows(p1 * rows) * row
     # Every partition of the table gets a push per worker and step, empty if untouched.
     partitions = max(1, math.ceil(layer.bytes / partition_bytes))
     server = p1 * pushed / cluster.servers * machine.sum_per_byte / machine.server_threads
+    L, s = _per_host(cluster)
     return LayerCost(_rows_link(pushed, pulled, cluster), partitions,
                      min(pulled, pulled / partitions), 0.0,
-                     server + pulled / row * add)
+                     server + pulled / row * add,
+                     host_cpu=L * pulled / row * add + s * server * machine.server_threads,
+                     host_bytes=(L + s * p1 / cluster.servers) * (pushed + pulled),
+                     host_messages=(L + s * p1 / cluster.servers) * 2)
 
 
 def _rows_link(pushed, pulled, cluster):
@@ -287,9 +320,24 @@ def _summed(raw, choice, cluster, machine, partition_bytes):
     if hierarchical:  # the leader adds its host's tensors and hands the answer back
         local = raw * (cluster.workers_per_host - 1) * machine.local_per_byte
     partitions = max(1, math.ceil(raw / partition_bytes))
+    L, s = _per_host(cluster)
+    senders = 1 if hierarchical else L  # workers on the host that push and pull
+    share = s * pushes / cluster.servers  # of every partition's pushes, this host's servers'
+    server_cpu = s * raw / cluster.servers * (pushes * decode_add + encode)
+    if choice.mode == PS_DENSE:  # the servers update the parameters
+        server_cpu += s * raw / cluster.servers * machine.apply_per_byte
     return LayerCost(_server_link(wire, cluster, hierarchical), partitions,
                      min(wire, wire / partitions), raw * encode,
-                     server + raw * decode + local)
+                     server + raw * decode + local,
+                     host_cpu=senders * raw * (encode + decode) + local + server_cpu,
+                     host_bytes=(senders + share) * 2 * wire,
+                     host_messages=(senders + share) * 2)
+
+
+def _per_host(cluster):
+    """(workers, servers) on the busiest host; dedicated server machines hold none."""
+    L = min(cluster.workers_per_host, cluster.workers)
+    return L, 0 if cluster.dedicated_servers else cluster.servers_per_host
 
 
 # ---------------------------------------------------------------------------------------
@@ -375,7 +423,24 @@ def step_time(layers, choices, cluster, machine, batch_size, settings=Settings()
     t = t_bwd_end
     for index in range(len(layers)):
         t = max(t, done[index]) + forward[index]
-    return t - sum(forward), [(c, d - r) for c, d, r in zip(costs, done, ready)]
+    step = t - sum(forward)
+    if machine.cores_per_host > 0:
+        groups = [m["layers"] for m in _messages(layers, costs, ready, settings)]
+        step = max(step, host_cpu(costs, groups, forward, backward, apply, cluster, machine)
+                   / machine.cores_per_host)
+    return step, [(c, d - r) for c, d, r in zip(costs, done, ready)]
+
+
+def host_cpu(costs, groups, forward, backward, apply, cluster, machine):
+    """CPU-seconds per step on the busiest host: its workers' compute and optimizer
+    updates, and every layer's codecs, sums, rebuilds and transport (LayerCost.host_*).
+    groups: the layers each collective carries (fused layers share one)."""
+    L = min(cluster.workers_per_host, cluster.workers)
+    compute = machine.compute_cpu * (sum(forward) + sum(backward))
+    sync = sum(c.host_cpu + c.host_bytes * machine.transport_per_byte for c in costs)
+    sync += machine.transport_per_message * sum(
+        max(costs[i].host_messages for i in group) for group in groups)
+    return L * (compute + sum(apply)) + sync
 
 
 def apply_bytes(layer, choice):

@@ -9,7 +9,12 @@
   of cost.Machine, and the report says so);
 - the compute rate: a float32 matmul in TensorFlow, multiply-adds per second, alone and
   while push_pulls run beside it (the fraction lost: the cores that communication takes
-  from compute, large on one host over loopback).
+  from compute, large on one host over loopback);
+- the host's CPU budget, for the step's CPU floor (cost.host_cpu): the transport's CPU per
+  byte and per message (this worker's process CPU during the same probes), SFB's
+  rebuild rate (a real factor exchange, its CPU per multiply-add), and the cores per host
+  (this machine's cores over the job's hosts on it: hosts emulated on one machine, told
+  apart by the kernel's boot id, share its cores).
 
 Every worker must call `measure_cluster` at the same point (it runs collectives); rank 0's
 numbers are broadcast, so every worker makes the same plan.
@@ -18,7 +23,9 @@ numbers are broadcast, so every worker makes the same plan.
 import dataclasses
 import importlib
 import logging
+import os
 import time
+import zlib
 
 import numpy as np
 
@@ -40,11 +47,14 @@ class Measurements:
     codecs_measured: bool
 
     def describe(self):
-        c = self.cluster
+        c, m = self.cluster, self.machine
         return (f"measured: link {c.bandwidth * 8 / 1e9:.3g} Gbit/s per direction, latency "
-                f"{c.latency * 1e6:.0f} us, compute {self.machine.macs_per_s / 1e9:.3g} "
-                f"GMAC/s ({self.machine.compute_loss:.0%} of it lost while communicating), "
-                f"codec costs "
+                f"{c.latency * 1e6:.0f} us, compute {m.macs_per_s / 1e9:.3g} "
+                f"GMAC/s ({m.compute_loss:.0%} of it lost while communicating), "
+                f"{m.cores_per_host:.3g} cores per host, transport CPU "
+                f"{m.transport_per_byte * 1e9:.3g} ns/byte and "
+                f"{m.transport_per_message * 1e6:.3g} us/message, SFB rebuild "
+                f"{m.rebuild_rate / 1e9:.3g} GMAC/s, codec costs "
                 f"{'measured' if self.codecs_measured else 'assumed (no _core binding)'}")
 
 
@@ -61,18 +71,66 @@ def topology(size, local_size, num_servers):
 
 
 def _time_push_pull(ops, tf, array, name, repeats):
-    """Median seconds of one push_pull of `array`, run as training runs it: in a
-    tf.function, its answer left in the graph (eagerly, the answer's copy out to NumPy
-    made a 16 MiB probe take twice the time per byte of the same gradients in `fit`)."""
+    """(median seconds, median CPU-seconds of this process) of one push_pull of `array`,
+    run as training runs it: in a tf.function, its answer left in the graph (eagerly, the
+    answer's copy out to NumPy made a 16 MiB probe take twice the time per byte of the
+    same gradients in `fit`)."""
     tensor = tf.constant(array)
     once = tf.function(lambda: ops.allreduce(tensor, name=name)[:1])
     once().numpy()  # traces; the first call registers the key
-    times = []
+    times, cpu = [], []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         once().numpy()
         times.append(time.perf_counter() - start)
-    return float(np.median(times))
+        cpu.append(time.process_time() - start_cpu)
+    return float(np.median(times)), float(np.median(cpu))
+
+
+def host_sharing(ops, tf, name):
+    """(this machine's cores, how many of the job's hosts run on it). A host is what the
+    cost model calls one (topology: a local_size group of ranks, or each rank on one
+    machine); hosts on the same machine (network namespaces, containers) share its kernel's
+    boot id. Collective."""
+    from tf_ps_ops.common import basics
+
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    try:
+        with open("/proc/sys/kernel/random/boot_id", "rb") as f:
+            machine = zlib.crc32(f.read().strip())
+    except OSError:
+        import socket
+        machine = zlib.crc32(socket.gethostname().encode())
+    size, local = basics.size(), max(1, basics.local_size())
+    host = basics.rank() if size // local <= 1 else basics.rank() // local
+    mine = tf.constant([[machine, host]], tf.int64)
+    every = ops.allgather(mine, name=name).numpy()
+    return cores, len({int(h) for m, h in every if int(m) == machine})
+
+
+def sfb_rebuild_rate(tf, name, k=16, n=1024, m=1024):
+    """Multiply-adds per CPU-second of SFB's gradient from factors: a real exchange of
+    K×(N+M) factors among the workers and the rebuild of the N×M sum (sfb.ops), its
+    exchange's CPU included; None where the SFB ops are not built. Collective."""
+    try:
+        from sfb import ops as sfb_ops
+    except Exception:  # noqa: BLE001 - the planner keeps its default
+        return None
+    from tf_ps_ops.common import basics
+
+    kernel = tf.Variable(tf.zeros([n, m]), trainable=False)
+    u, v = tf.random.normal([k, m]), tf.random.normal([k, n])
+    once = tf.function(lambda: sfb_ops.factor_gradient(u, v, kernel.handle, name)[:1])
+    once().numpy()
+    cpu = []
+    for _ in range(3):
+        start = time.process_time()
+        once().numpy()
+        cpu.append(time.process_time() - start)
+    return n * m * k * basics.size() / max(float(np.median(cpu)), 1e-6)
 
 
 def codec_costs(elements=1 << 20, repeat=3):
@@ -169,30 +227,39 @@ def measure_cluster(refresh=False, repeats=5):
     shape = topology(basics.size(), basics.local_size(), basics.num_servers())
     round_ = _cache.get("round", 0)
     _cache["round"] = round_ + 1
-    small = _time_push_pull(ops, tf, np.zeros(1, np.float32), f"tfps.plan.probe{round_}.small",
-                            repeats)
-    big = _time_push_pull(ops, tf, np.zeros(PROBE_BYTES // 4, np.float32),
-                          f"tfps.plan.probe{round_}.big", repeats)
+    small, small_cpu = _time_push_pull(ops, tf, np.zeros(1, np.float32),
+                                       f"tfps.plan.probe{round_}.small", repeats)
+    big, big_cpu = _time_push_pull(ops, tf, np.zeros(PROBE_BYTES // 4, np.float32),
+                                   f"tfps.plan.probe{round_}.big", repeats)
     per_direction = cost._server_link(PROBE_BYTES, shape, False)
     bandwidth = per_direction / max(big - small, 1e-6)
+    # A push_pull is a push and a pull (cost.LayerCost.host_messages: a tensor's partitions
+    # count as its bytes); this worker sends and receives the probe's bytes once each.
+    per_message = small_cpu / 2
+    per_byte = max(0.0, big_cpu - small_cpu) / (2 * PROBE_BYTES)
+    cores, sharing = host_sharing(ops, tf, f"tfps.plan.hosts{round_}")
+    rebuild = sfb_rebuild_rate(tf, f"tfps.plan.sfb{round_}") or 0.0
     codecs = codec_costs()
     rate = compute_rate(tf)
     loss = compute_loss(ops, tf, np.zeros(PROBE_BYTES // 4, np.float32),
                         f"tfps.plan.probe{round_}.big")
-    flat = [bandwidth, small, rate, loss] + [v for _, costs in (codecs or ()) for v in costs]
+    flat = [bandwidth, small, rate, loss, per_byte, per_message, cores / sharing, rebuild] + \
+        [v for _, costs in (codecs or ()) for v in costs]
     # Rank 0's numbers for everyone: the plan must be the same on every worker.
     flat = ops.broadcast(tf.constant(flat, tf.float64), 0,
                          name=f"tfps.plan.measured{round_}.{len(flat)}").numpy().tolist()
-    bandwidth, latency, rate, loss = flat[:4]
+    bandwidth, latency, rate, loss, per_byte, per_message, cores_per_host, rebuild = flat[:8]
     table = ()
     if codecs:
-        values = iter(flat[4:])
+        values = iter(flat[8:])
         table = tuple((name, (next(values), next(values), next(values)))
                       for name, _ in codecs)
     cluster = dataclasses.replace(shape, bandwidth=bandwidth, latency=latency)
     machine = cost.Machine(macs_per_s=rate, codec_per_byte=table,
                            sum_per_byte=dict(table).get("none", (0, 0, 0.1e-9))[2],
-                           compute_loss=loss)
+                           compute_loss=loss, cores_per_host=cores_per_host,
+                           transport_per_byte=per_byte, transport_per_message=per_message,
+                           rebuild_rate=rebuild or cost.Machine().rebuild_rate)
     result = Measurements(cluster, machine, bool(codecs))
     _cache["last"] = result
     if basics.rank() == 0:
