@@ -31,6 +31,10 @@ class BroadcastGlobalVariablesCallback(FollowsTheModel):
       device: device for the broadcast ops ('' lets TF place them).
       local_variables: a variable or list of variables that stay as they are on each
         worker (Horovod's `local_variables`).
+
+    With TFPS_AUTOTUNE=1 (`tfps-run --autotune`, Horovod's HOROVOD_AUTOTUNE) it also runs
+    the autotuner (tf_ps_ops.plan.autotune.AutoTune) at the end of each training batch,
+    as Horovod tunes with no change to the script.
     """
 
     def __init__(self, root_rank, device="", local_variables=None):
@@ -43,6 +47,9 @@ class BroadcastGlobalVariablesCallback(FollowsTheModel):
             local_variables = [local_variables]
         self._local = {id(var) for var in local_variables}
         self.broadcast_done = False
+        from tf_ps_ops.plan import autotune
+
+        self.autotune = autotune.from_environment()
 
     def _broadcast(self):
         optimizer = getattr(self.model, "optimizer", None)
@@ -65,6 +72,8 @@ class BroadcastGlobalVariablesCallback(FollowsTheModel):
     def on_batch_end(self, batch, logs=None):
         if not self.broadcast_done:
             self._broadcast()
+        if self.autotune is not None:
+            self.autotune.on_train_batch_end(batch, logs)
 
 
 class MetricAverageCallback(FollowsTheModel):

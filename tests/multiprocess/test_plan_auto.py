@@ -65,6 +65,26 @@ def test_auto_plan_trains_like_the_hand_picked_configuration(trained):
     print("\n".join(l for l in logs[0].splitlines() if not l.startswith(("20", "W0", "I0"))))
 
 
+def test_autotune_changes_settings_not_training(trained):
+    saved, results = trained
+    worker = worker_module(WORKER)
+    tuned = [saved_weights(saved[rank], "tuned") for rank in range(2)]
+    assert tuned[0] and len(tuned[0]) == len(tuned[1])
+    for i, (mine, theirs) in enumerate(zip(*tuned)):
+        np.testing.assert_array_equal(mine, theirs, err_msg=f"tuned weight {i}: replicas")
+    # The oracle: single-process training on the concatenated global batches.
+    x, y = worker.images(worker.TUNE_STEPS * 2 * worker.BATCH, seed=7)
+    model = worker.conv_model(seed=5)
+    model.compile(optimizer=worker.sgd_momentum(), loss="mse", jit_compile=False)
+    model.fit(x, y, batch_size=2 * worker.BATCH, epochs=1, shuffle=False, verbose=0)
+    for i, (got, want) in enumerate(zip(tuned[0], model.get_weights())):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"weight {i}")
+    log = results[0].stderr
+    assert log.count("autotune: fusion ") == 7 and log.count("autotune: trying ") == 6, \
+        log[-3000:]
+    assert "autotune: keeping fusion " in log and "autotune" not in results[1].stderr
+
+
 def test_auto_plan_gathers_embedding_rows_as_predicted(trained):
     saved, _ = trained
     worker = worker_module(SPARSE_WORKER)

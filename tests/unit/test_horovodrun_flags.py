@@ -86,13 +86,25 @@ def test_usage_names_every_flag(capsys):
         assert flag in usage, flag
 
 
-@pytest.mark.parametrize("flag", ["--gloo", "--mpi", "--autotune", "--disable-cache",
-                                  "--mpi-threads-disable", "--torus-allreduce"])
+@pytest.mark.parametrize("flag", ["--gloo", "--mpi", "--autotune-bayes-opt-max-samples=5",
+                                  "--disable-cache", "--mpi-threads-disable",
+                                  "--torus-allreduce"])
 def test_flags_without_a_meaning_are_accepted_with_a_note(flag, capsys):
     args = parse("-np", "2", flag)
     assert run.tuning_env(args) == {}
     notes = capsys.readouterr().err.splitlines()
-    assert len(notes) == 1 and notes[0].startswith(f"tfps-run: {flag} has no meaning here")
+    name = flag.split("=")[0]
+    assert len(notes) == 1 and notes[0].startswith(f"tfps-run: {name} has no meaning here")
+
+
+def test_autotune_flags_set_the_autotuners_environment(tmp_path):
+    args = parse("-np", "2", "--autotune", "--autotune-steps-per-sample", "4",
+                 "--autotune-warmup-samples", "2", "--autotune-log-file",
+                 str(tmp_path / "tune.csv"))
+    assert run.tuning_env(args) == {"TFPS_AUTOTUNE": "1", "TFPS_AUTOTUNE_STEPS_PER_SAMPLE": "4",
+                                    "TFPS_AUTOTUNE_WARMUP_STEPS": "8",
+                                    "TFPS_AUTOTUNE_LOG": str(tmp_path / "tune.csv")}
+    assert run.tuning_env(parse("-np", "2", "--no-autotune")) == {}
 
 
 def test_short_spellings_of_version_and_check_build(capsys):

@@ -81,6 +81,18 @@ VARIABLES = (
            "`auto`: `DistributedOptimizer` plans as with `plan=\"auto\"` (a codec per "
            "gradient, from TFPS_PLAN_CODECS, chosen from the cluster's measurements). "
            "Unset: no plan. See docs/plan.md."),
+    EnvVar("TFPS_AUTOTUNE", "str", None,
+           "`1`: `BroadcastGlobalVariablesCallback` also tunes this worker's fusion threshold "
+           "and scheduling credit while Keras trains (tf_ps_ops.plan.autotune.AutoTune; "
+           "Horovod's HOROVOD_AUTOTUNE). See docs/plan.md.", ("HOROVOD_AUTOTUNE",)),
+    EnvVar("TFPS_AUTOTUNE_WARMUP_STEPS", "int", 10,
+           "Steps the autotuner leaves untimed before its first sample."),
+    EnvVar("TFPS_AUTOTUNE_STEPS_PER_SAMPLE", "int", 10,
+           "Steps the autotuner times under each setting (the first after a change is "
+           "not timed).", ("HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE",)),
+    EnvVar("TFPS_AUTOTUNE_LOG", "str", None,
+           "A file rank 0's autotuner writes each sample to, as CSV (fusion_bytes, "
+           "credit_bytes, median_step_s).", ("HOROVOD_AUTOTUNE_LOG",)),
     EnvVar("TFPS_PLAN_CODECS", "str", "none",
            "Comma-separated codecs the automatic plan may pick (none, fp16, bf16, int8, "
            "onebit). Default none only: a codec changes what training computes, so it is "

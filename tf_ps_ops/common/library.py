@@ -37,7 +37,8 @@ C_HEADERS = (os.path.join(_HERE, "cc", "engine", "c_api.h"),
              os.path.join(_HERE, "kernels", "c_api.h"))
 
 _C_TYPES = {"void": None, "int": ctypes.c_int, "unsigned long long": ctypes.c_ulonglong,
-            "const char*": ctypes.c_char_p, "char*": ctypes.c_char_p}
+            "const char*": ctypes.c_char_p, "char*": ctypes.c_char_p,
+            "long long": ctypes.c_longlong, "long long*": ctypes.POINTER(ctypes.c_longlong)}
 # A declaration: return type, name, parameters, ";" (comments stripped, may span lines).
 _DECLARATION = re.compile(r"([A-Za-z_][\w ]*?\s*\*?)\s*\b(tfps_\w+)\s*\(([^)]*)\)\s*;")
 _COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)

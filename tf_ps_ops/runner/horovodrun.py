@@ -46,18 +46,10 @@ _IGNORED = [
     (["--no-hierarchical-allgather"], "hierarchical_allgather", "off", None),
     (["--torus-allreduce"], "torus_allreduce", "flag", "there is no ring to arrange"),
     (["--no-torus-allreduce"], "torus_allreduce", "off", None),
-    (["--autotune"], "autotune", "flag", "there is no autotuner yet: set "
-     "--fusion-threshold-mb and TFPS_PARTITION_BYTES by hand"),
-    (["--no-autotune"], "autotune", "off", None),
-    (["--autotune-log-file"], "autotune_log_file", str, "there is no autotuner yet"),
-    (["--autotune-warmup-samples"], "autotune_warmup_samples", int,
-     "there is no autotuner yet"),
-    (["--autotune-steps-per-sample"], "autotune_steps_per_sample", int,
-     "there is no autotuner yet"),
     (["--autotune-bayes-opt-max-samples"], "autotune_bayes_opt_max_samples", int,
-     "there is no autotuner yet"),
+     "the autotuner's search is a bounded grid (at most 7 samples), not Bayesian"),
     (["--autotune-gaussian-process-noise"], "autotune_gaussian_process_noise", float,
-     "there is no autotuner yet"),
+     "the autotuner's search is a bounded grid, not Bayesian"),
     (["--mpi-threads-disable"], "mpi_threads_disable", "flag", "there is no MPI"),
     (["--no-mpi-threads-disable"], "mpi_threads_disable", "off", None),
     (["--num-nccl-streams"], "num_nccl_streams", int,
@@ -120,6 +112,20 @@ def add_flags(parser):
     group.add_argument("--fusion-threshold-mb", type=non_negative_float, metavar="MB",
                        help="payload of one fused batch of small partitions "
                             "(TFPS_FUSION_BYTES; 0 turns fusion off)")
+    group.add_argument("--autotune", dest="autotune", action="store_true", default=None,
+                       help="tune each worker's fusion threshold and scheduling credit while "
+                            "Keras trains (TFPS_AUTOTUNE=1; the run's "
+                            "BroadcastGlobalVariablesCallback does it, docs/plan.md)")
+    group.add_argument("--no-autotune", dest="autotune", action="store_false",
+                       help="no autotuning (the default)")
+    group.add_argument("--autotune-log-file", metavar="F",
+                       help="rank 0 writes each sample (fusion, credit, median step) to F as "
+                            "CSV (TFPS_AUTOTUNE_LOG)")
+    group.add_argument("--autotune-warmup-samples", type=int, metavar="N",
+                       help="samples' worth of steps left untimed first "
+                            "(TFPS_AUTOTUNE_WARMUP_STEPS = N × steps per sample; 1)")
+    group.add_argument("--autotune-steps-per-sample", type=int, metavar="N",
+                       help="steps timed per setting (TFPS_AUTOTUNE_STEPS_PER_SAMPLE; 10)")
     group.add_argument("--hierarchical-allreduce", dest="hierarchical_allreduce",
                        action="store_true", default=None,
                        help="sum one host's workers locally first (TFPS_HIERARCHICAL=1, "
@@ -278,6 +284,16 @@ def tuning_env(args):
         env["TFPS_FUSION_BYTES"] = str(int(args.fusion_threshold_mb * (1 << 20)))
     if args.hierarchical_allreduce is not None:
         env["TFPS_HIERARCHICAL"] = "1" if args.hierarchical_allreduce else "0"
+    if args.autotune:
+        env["TFPS_AUTOTUNE"] = "1"
+        steps = args.autotune_steps_per_sample
+        if steps is not None:
+            env["TFPS_AUTOTUNE_STEPS_PER_SAMPLE"] = str(steps)
+        if args.autotune_warmup_samples is not None:
+            env["TFPS_AUTOTUNE_WARMUP_STEPS"] = str(args.autotune_warmup_samples *
+                                                    (steps or 10))
+        if args.autotune_log_file:
+            env["TFPS_AUTOTUNE_LOG"] = os.path.abspath(args.autotune_log_file)
     if args.no_stall_check:
         env["TFPS_STALL_WARNING"] = env["TFPS_STALL_SHUTDOWN"] = "0"
     else:

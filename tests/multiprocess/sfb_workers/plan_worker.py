@@ -20,6 +20,7 @@ from plan_sparse_worker import (check_embedding_gathered_as_predicted,  # noqa: 
                                 check_embedding_summed_dense_when_pinned)
 from sfb_train_worker import conv_model, images, save, sgd_momentum  # noqa: E402
 from tf_ps_ops.plan import auto  # noqa: E402
+from tf_ps_ops.plan import autotune  # noqa: E402
 from tf_ps_ops.plan.monitor import PlanMonitor  # noqa: E402
 
 NUM_WORKERS = 2
@@ -79,8 +80,58 @@ def check_auto_plan_matches_hand_picked(hvd):
          sfb_layers=np.array(sorted(name for name, on in by_sfb.items() if on)))
 
 
-CHECKS = [check_auto_plan_matches_hand_picked, check_embedding_gathered_as_predicted,
-          check_embedding_summed_dense_when_pinned]
+TUNE_STEPS = 24
+
+
+def check_autotune_changes_settings_not_training(hvd):
+    """With TFPS_AUTOTUNE=1 (tfps-run --autotune) the script's
+    BroadcastGlobalVariablesCallback tunes while training: it tries the 7 settings of the
+    bounded grid (the running fusion and credit, the 3 other fusions, the 3 other credits
+    with the best fusion), keeps the best, and training computes what it computes untuned
+    (the test compares with single-process training)."""
+    with_error = None
+    try:
+        autotune.set_tuning(-1, 0)
+    except ValueError as error:
+        with_error = str(error)
+    assert with_error and "fusion threshold -1 B" in with_error, with_error
+    assert autotune.tuning() == (262144, 0)  # the defaults the job started with
+    x, y = images(TUNE_STEPS * NUM_WORKERS * BATCH, seed=7)
+    rows = x.reshape(TUNE_STEPS, NUM_WORKERS, BATCH, *x.shape[1:])[:, hvd.rank()]
+    labels = y.reshape(TUNE_STEPS, NUM_WORKERS, BATCH)[:, hvd.rank()]
+    model = conv_model(seed=5)
+    tune_env = {"TFPS_AUTOTUNE": "1", "TFPS_AUTOTUNE_WARMUP_STEPS": "1",
+                "TFPS_AUTOTUNE_STEPS_PER_SAMPLE": "2",
+                "TFPS_AUTOTUNE_LOG": os.path.join(os.environ["TFPS_TEST_OUT"], "tune.csv")}
+    os.environ.update(tune_env)
+    try:
+        broadcast = hvd.callbacks.BroadcastGlobalVariablesCallback(0)
+    finally:
+        for name in tune_env:
+            del os.environ[name]
+    tuner = broadcast.autotune
+    model.compile(optimizer=hvd.DistributedOptimizer(sgd_momentum()), loss="mse",
+                  jit_compile=False)
+    model.fit(rows.reshape(-1, *x.shape[1:]), labels.reshape(-1), batch_size=BATCH,
+              epochs=1, shuffle=False, verbose=0, callbacks=[broadcast])
+    assert tuner is not None and tuner.done, tuner and tuner.history
+    tried = [(f, c) for f, c, _ in tuner.history]
+    assert tried[:4] == [(1 << 18, 0), (0, 0), (1 << 16, 0), (1 << 20, 0)], tried
+    best_fusion = tried.index(tuner.search.best) if tuner.search.best in tried[:4] else None
+    assert len(tried) == 7 and {c for _, c in tried[4:]} == {1 << 20, 4 << 20, 16 << 20}, tried
+    assert best_fusion is None or {f for f, _ in tried[4:]} == {tried[best_fusion][0]}, tried
+    assert autotune.tuning() == tuner.search.best, (autotune.tuning(), tuner.history)
+    if hvd.rank() == 0:  # its samples as CSV (horovodrun's --autotune-log-file)
+        with open(tune_env["TFPS_AUTOTUNE_LOG"]) as f:
+            lines = f.read().splitlines()
+        assert lines[0] == "fusion_bytes,credit_bytes,median_step_s", lines
+        assert [tuple(map(int, line.split(",")[:2])) for line in lines[1:]] == tried, lines
+    autotune.set_tuning(1 << 18, 0)  # as the job started, for the checks after this one
+    save(**{f"tuned.{i}": w for i, w in enumerate(model.get_weights())})
+
+
+CHECKS = [check_auto_plan_matches_hand_picked, check_autotune_changes_settings_not_training,
+          check_embedding_gathered_as_predicted, check_embedding_summed_dense_when_pinned]
 
 if __name__ == "__main__":
     run_checks(CHECKS)

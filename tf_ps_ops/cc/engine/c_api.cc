@@ -64,6 +64,19 @@ unsigned long long tfps_codec_raw_bytes(void) { return tfps::Engine::Get().stats
 unsigned long long tfps_codec_encoded_bytes(void) {
   return tfps::Engine::Get().stats().codec_encoded_bytes;
 }
+int tfps_set_tuning(long long fusion_bytes, long long scheduling_credit, char* err,
+                    int err_len) {
+  tfps::Status s = tfps::Engine::Get().SetTuning(fusion_bytes, scheduling_credit);
+  if (s.ok()) return 0;
+  CopyError(s.message(), err, err_len);
+  return static_cast<int>(s.code());
+}
+int tfps_tuning(long long* fusion_bytes, long long* scheduling_credit) {
+  const auto [fusion, credit] = tfps::Engine::Get().Tuning();
+  if (fusion_bytes != nullptr) *fusion_bytes = fusion;
+  if (scheduling_credit != nullptr) *scheduling_credit = credit;
+  return fusion < 0 ? -1 : 0;
+}
 int tfps_metrics_text(char* out, int out_len) {
   const std::string text = tfps::RenderMetrics();
   if (out != nullptr && out_len > 0) {

@@ -27,6 +27,12 @@ int tfps_size(void);
 int tfps_local_rank(void);
 int tfps_local_size(void);
 int tfps_num_servers(void);
+/* The send queue's fusion threshold and scheduling credit while training runs
+ * (TFPS_FUSION_BYTES, TFPS_SCHEDULING_CREDIT at start; the autotuner changes them). Set:
+ * 0, or an error code with the message in err. Get: 0, or -1 when not initialised. */
+int tfps_set_tuning(long long fusion_bytes, long long scheduling_credit, char* err,
+                    int err_len);
+int tfps_tuning(long long* fusion_bytes, long long* scheduling_credit);
 /* Payload bytes since init, for tests and benchmarks. */
 unsigned long long tfps_bytes_sent(void);
 unsigned long long tfps_bytes_received(void);

@@ -180,6 +180,32 @@ EngineStats Engine::stats() {
   return loop_ ? loop_->stats() : EngineStats();
 }
 
+Status Engine::SetTuning(int64_t fusion_bytes, int64_t scheduling_credit) {
+  std::lock_guard<std::mutex> lock(loop_mu_);
+  if (!loop_) {
+    return FailedPrecondition("tf_ps_ops is not initialised: call tf_ps_ops.init() before "
+                              "changing the fusion threshold or the scheduling credit");
+  }
+  const int64_t most = std::min<int64_t>(int64_t{1} << 31, loop_->max_message_bytes());
+  if (fusion_bytes < 0 || fusion_bytes > most) {
+    return InvalidArgument("fusion threshold " + std::to_string(fusion_bytes) +
+                           " B: must be between 0 (no fusion) and " + std::to_string(most) +
+                           " (TFPS_MAX_MESSAGE_BYTES)");
+  }
+  if (scheduling_credit < 0 || scheduling_credit > (int64_t{1} << 40)) {
+    return InvalidArgument("scheduling credit " + std::to_string(scheduling_credit) +
+                           " B: must be between 0 (unlimited) and 2^40");
+  }
+  loop_->SetTuning(fusion_bytes, scheduling_credit);
+  return Status::Ok();
+}
+
+std::pair<int64_t, int64_t> Engine::Tuning() {
+  std::lock_guard<std::mutex> lock(loop_mu_);
+  if (!loop_) return {-1, -1};
+  return {loop_->fusion_bytes(), loop_->scheduling_credit()};
+}
+
 bool Engine::EncodesOnDevice(const PushPullRequest& request, CodecSpec* spec) {
   std::lock_guard<std::mutex> lock(loop_mu_);
   if (!loop_ || (hierarchical_ && Hierarchical::Eligible(request, job_compresses_))) {

@@ -126,6 +126,12 @@ class Engine {
     return hierarchical_ != nullptr;
   }
   EngineStats stats();
+  // The send queue's fusion threshold and scheduling credit, changed while training runs
+  // (the autotuner: tf_ps_ops.plan.autotune). InvalidArgument for values the job could not
+  // start with (config.cc's bounds), FailedPrecondition when the engine is not running.
+  Status SetTuning(int64_t fusion_bytes, int64_t scheduling_credit);
+  // The values in use: {fusion bytes, credit}; {-1, -1} when the engine is not running.
+  std::pair<int64_t, int64_t> Tuning();
   // This worker's hierarchical aggregation, or null (join.cc).
   std::shared_ptr<Hierarchical> hierarchical_aggregation() {
     std::lock_guard<std::mutex> lock(loop_mu_);

@@ -19,6 +19,8 @@ Engine::Loop::Loop(const Config& config, int rank, int size)
       mesh_(context_, config, rank, size, loop_thread_) {
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   zap_ = ZapHandler::StartIfKeyed(context_, config_);  // before the peer port binds
+  fusion_bytes_ = config_.fusion_bytes;
+  scheduling_credit_ = config_.scheduling_credit;
 }
 
 Engine::Loop::~Loop() { close(wake_fd_); }

@@ -67,6 +67,20 @@ class Engine::Loop {
   // already has. Any thread.
   void OnJobFailed(std::function<void(const Status&)> listener);
   EngineStats stats() const;
+  // The send queue's fusion threshold and scheduling credit (TFPS_FUSION_BYTES,
+  // TFPS_SCHEDULING_CREDIT), changed while it runs (Engine::SetTuning checks them): both
+  // decide only when this worker's partitions leave, never what a server computes. Any
+  // thread; the next turn of the loop sends by them.
+  void SetTuning(int64_t fusion_bytes, int64_t scheduling_credit) {
+    fusion_bytes_.store(fusion_bytes, std::memory_order_relaxed);
+    scheduling_credit_.store(scheduling_credit, std::memory_order_relaxed);
+    Wake();
+  }
+  int64_t fusion_bytes() const { return fusion_bytes_.load(std::memory_order_relaxed); }
+  int64_t max_message_bytes() const { return config_.max_message_bytes; }
+  int64_t scheduling_credit() const {
+    return scheduling_credit_.load(std::memory_order_relaxed);
+  }
 
   // --- server_links.cc: rendezvous, connect to every server and check its hello; on the
   // thread in Engine::Init, before RunOnLoop.
@@ -254,6 +268,7 @@ class Engine::Loop {
   std::set<ReadyPart> ready_;           // partitions waiting for credit
   uint64_t in_flight_bytes_ = 0;
   std::vector<ServerBatch> batches_;  // per server: partitions to send together
+  std::atomic<int64_t> fusion_bytes_{0}, scheduling_credit_{0};  // SetTuning; from config_
 
   Timeline timeline_;
   PushCodec codec_;

@@ -26,7 +26,7 @@ uint64_t Engine::Loop::WireBytes(const Op& op, uint32_t index) const {
 
 void Engine::Loop::PumpOnLoop() {
   TFPS_CHECK_ON_LOOP(loop_thread_);
-  const uint64_t credit = static_cast<uint64_t>(config_.scheduling_credit);
+  const uint64_t credit = static_cast<uint64_t>(scheduling_credit());
   while (!ready_.empty()) {
     const auto [priority, id, index] = *ready_.begin();
     auto it = ops_.find(id);
@@ -72,7 +72,7 @@ Status Engine::Loop::SendPartOnLoop(uint64_t op_id, Op& o, uint32_t index) {
   const bool no_data = r.root_rank >= 0 && r.root_rank != rank_;
   const uint64_t bytes = no_data ? 0 : PartBytes(o, index);
   const uint64_t wire = no_data ? 0 : WireBytes(o, index);
-  const uint64_t fusion = static_cast<uint64_t>(config_.fusion_bytes);
+  const uint64_t fusion = static_cast<uint64_t>(fusion_bytes());
   const bool fuse = wire < fusion && !r.join;  // TFPS_FUSION_BYTES=0: never
   // Through the colocated server's shared memory (TFPS_SHM_SERVER): the head alone
   // travels, batched with the other heads and small pushes for that server.
@@ -118,7 +118,7 @@ Head Engine::Loop::PartHeadOnLoop(const Op& o, uint32_t index, bool no_data) con
   h.step = o.step;
   h.dtype = static_cast<uint8_t>(r.dtype);
   h.flags = (no_data ? kFlagNoData : 0) | r.flags | (timeline_.enabled() ? kFlagTimed : 0) |
-            (config_.scheduling_credit > 0 ? kFlagAck : 0) |
+            (scheduling_credit() > 0 ? kFlagAck : 0) |
             (r.root_rank >= 0 ? kFlagBroadcast : 0) | (r.members.empty() ? 0 : kFlagProcessSet);
   head.members = r.members;
   if (r.join) {  // no acknowledgement, no timeline: a join is answered when all joined
