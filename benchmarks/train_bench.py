@@ -45,15 +45,20 @@ import zoo_models  # noqa: E402
 WORKER = HERE / "train_worker.py"
 RESULTS = HERE / "results"
 # int8: sum with TFPS_COMPRESSION=int8; auto: the planner's choice per layer (plan="auto"),
-# uncompressed; auto_int8: the same, free to pick int8 too (TFPS_PLAN_CODECS=none,int8)
-TFPS_MODES = ("sum", "ps", "sfb", "hybrid", "int8", "auto", "auto_int8")
+# uncompressed; auto_int8: the same, free to pick int8 too (TFPS_PLAN_CODECS=none,int8);
+# tuned: sum with the autotuner (TFPS_AUTOTUNE=1) searching during TUNE_WARMUP extra warm-up
+# steps, the timed steps under what it kept
+TFPS_MODES = ("sum", "ps", "sfb", "hybrid", "int8", "auto", "auto_int8", "tuned")
+TUNE_ENV = {"TFPS_AUTOTUNE": "1", "TFPS_AUTOTUNE_WARMUP_STEPS": "2",
+            "TFPS_AUTOTUNE_STEPS_PER_SAMPLE": "4"}
+TUNE_WARMUP = 3 + 7 * 4 + 1  # its warm-up, its first untimed step, 7 samples of 3 + 1
 ALL_MODES = ("single",) + TFPS_MODES + ("mwms", "pss", "horovod")
 DENSE_MODES = ("sum", "ps", "mwms", "pss", "horovod")  # move the whole gradient: t_opt applies
 MODE_LABELS = {"single": "single process", "sum": "tf_ps_ops sum", "ps": "tf_ps_ops ps",
                "sfb": "tf_ps_ops sfb", "hybrid": "tf_ps_ops hybrid",
                "int8": "tf_ps_ops sum int8", "auto": "tf_ps_ops auto plan",
                "auto_int8": "tf_ps_ops auto plan, int8 allowed",
-               "mwms": "TF MultiWorkerMirrored", "pss": "TF ParameterServer",
+               "tuned": "tf_ps_ops sum, autotuned", "mwms": "TF MultiWorkerMirrored", "pss": "TF ParameterServer",
                "horovod": "Horovod (Gloo)"}
 # Timed steps per model (--steps overrides): windows of a few seconds, so that the CPU
 # accounting (10 ms ticks) and the median mean something.
@@ -62,7 +67,8 @@ MIN_WINDOW_S = 0.5  # shorter windows (smoke runs) are not judged for contaminat
 PLOT_LABELS = {"single": "single\nprocess", "sum": "tf_ps_ops\nsum", "ps": "tf_ps_ops\nps",
                "sfb": "tf_ps_ops\nsfb", "hybrid": "tf_ps_ops\nhybrid",
                "int8": "tf_ps_ops\nsum int8", "auto": "tf_ps_ops\nauto",
-               "auto_int8": "tf_ps_ops\nauto+int8", "mwms": "TF\nMWMS",
+               "auto_int8": "tf_ps_ops\nauto+int8", "tuned": "tf_ps_ops\nautotuned",
+               "mwms": "TF\nMWMS",
                "pss": "TF\nPSS", "horovod": "Horovod\n(Gloo)"}
 PARAMS_GUESS = {"mlp": 36.8e6, "cnn": 1.2e6, "tiny_mlp": 0.34e6, "tiny_cnn": 0.08e6,
                 **zoo_models.PARAMS}
@@ -175,13 +181,15 @@ class Config:
         self.steps = args.steps or STEPS[model]
         self.batch = args.batch or zoo_models.BATCH.get(model, 32)
         est = max(0.3, 3 * t_opt(PARAMS_GUESS[model], 2, rate))
+        self.warmup = args.warmup + (TUNE_WARMUP if mode == "tuned" else 0)
         self.timeout = (args.startup_timeout + zoo_models.BUILD_S.get(model, 0)
-                        + (args.warmup + self.steps) * est * 4)
+                        + (self.warmup + self.steps) * est * 4)
 
     def worker_argv(self, mode=None, role=None):
-        mode = mode or {"int8": "sum", "auto_int8": "auto"}.get(self.mode, self.mode)
+        mode = mode or {"int8": "sum", "auto_int8": "auto", "tuned": "sum"}.get(self.mode,
+                                                                              self.mode)
         argv = [sys.executable, WORKER, "--mode", mode, "--model", self.model,
-                "--batch", self.batch, "--warmup", self.args.warmup, "--steps",
+                "--batch", self.batch, "--warmup", self.warmup, "--steps",
                 self.steps, "--pids-file", self.pids_file]
         if self.args.predict and self.mode in TFPS_MODES:
             argv.append("--predict")
@@ -290,6 +298,8 @@ class Config:
             env["TFPS_COMPRESSION"] = "int8"
         if self.mode == "auto_int8":
             env["TFPS_PLAN_CODECS"] = "none,int8"
+        if self.mode == "tuned":
+            env.update(TUNE_ENV)
         if self.args.timeline:
             Path(self.args.timeline).mkdir(parents=True, exist_ok=True)
             env["TFPS_TIMELINE"] = str(Path(self.args.timeline).resolve() / (
@@ -359,7 +369,8 @@ def summarize(results):
                 tx_mb_per_step=window["tx_bytes"] / len(steps) / 1e6,
                 batch=first.get("batch"), loss_first=first["loss_first"],
                 loss_last=first["loss_last"],
-                sfb_kernels=first.get("sfb_kernels"), plan_inputs=first.get("plan_inputs"))
+                sfb_kernels=first.get("sfb_kernels"), plan_inputs=first.get("plan_inputs"),
+                autotune=first.get("autotune"))
 
 
 def clean(row, args):
@@ -720,6 +731,18 @@ def write_report(folder, tag, meta, rows):
             meta["workers"], meta["batch"], meta["warmup"], meta["steps"], meta["repeats"],
             meta["other_limit"]), "",
         table(rows), ""]
+    tuned = [r for r in rows if r.get("autotune")]
+    if tuned:
+        lines += ["Autotuned rows (`tuned`: sum with TFPS_AUTOTUNE=1, %s steps a sample, "
+                  "during %d extra warm-up steps; the timed steps run under what rank 0 kept; "
+                  "fusion/credit in KiB: its median step in ms):" % (
+                      TUNE_ENV["TFPS_AUTOTUNE_STEPS_PER_SAMPLE"], TUNE_WARMUP), ""]
+        for r in tuned:
+            t = r["autotune"]
+            lines.append("- %s %s: kept fusion %d KiB, credit %d KiB; samples %s" % (
+                r["model"], r["rate"], t["kept"][0] >> 10, t["kept"][1] >> 10, ", ".join(
+                    "%d/%d: %.0f" % (f >> 10, c >> 10, s * 1e3) for f, c, s in t["history"])))
+        lines.append("")
     errors = [r for r in rows if r.get("error")]
     if errors:
         lines += ["## Not measured", ""]

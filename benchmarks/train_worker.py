@@ -289,7 +289,12 @@ def run_plain(args, window):
     step = tf.function(make_step(model, optimizer, loss_fn(), wrap_tape=wrap_tape),
                        jit_compile=False)
     run_one = lambda: float(step(x, y))  # noqa: E731
+    tuner = None
     if args.mode in TFPS:
+        from tf_ps_ops.plan import autotune
+        tuner = autotune.from_environment()  # TFPS_AUTOTUNE=1: train_bench's `tuned`
+        if tuner is not None:
+            run_one = _tuned(run_one, tuner)
         run_one = CodecCounters(run_one, args.warmup)
     result = time_steps(run_one, args, window, workers * args.batch)
     result.update(rank=rank, workers=workers, params=int(model.count_params()))
@@ -301,7 +306,24 @@ def run_plain(args, window):
                                  if sfb.is_sfb_variable(v)]
     if plan is not None:
         result["plan_inputs"] = plan_choices(*plan, args.mode, result.get("sfb_kernels", []))
+    if tuner is not None:
+        kept = autotune.tuning()
+        result["autotune"] = dict(done=tuner.done, kept=list(kept), history=tuner.history)
+        if plan is not None:  # predicted under the settings the timed steps ran with
+            result["plan_inputs"]["settings"].update(fusion_bytes=kept[0], credit=kept[1])
     return result, (hvd.shutdown if args.mode != "single" else None)
+
+
+def _tuned(run_one, tuner):
+    """run_one, and after it the autotuner's end of a batch (as Keras' fit calls it)."""
+    count = [0]
+
+    def step():
+        loss = run_one()
+        tuner.on_train_batch_end(count[0])
+        count[0] += 1
+        return loss
+    return step
 
 
 # --- the cost model's inputs (--predict) -----------------------------------------------------

@@ -123,7 +123,8 @@ def render(results_dir):
 # The modes a user picks by hand, uncompressed, and the automatic plan that weighs the same
 # (auto: no codec); then with int8 among them (auto_int8: TFPS_PLAN_CODECS=none,int8).
 HAND_PICKED = {"auto": ("sum", "ps", "sfb", "hybrid"),
-               "auto_int8": ("sum", "ps", "sfb", "hybrid", "int8")}
+               "auto_int8": ("sum", "ps", "sfb", "hybrid", "int8"),
+               "tuned": ("sum",)}
 
 
 def plan_summary(rows):

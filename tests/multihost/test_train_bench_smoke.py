@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.skipif(not AVAILABLE, reason=WHY_NOT), pytest.mark.tim
 def test_quick_training_benchmark(tmp_path):
     require_build("_tf_ps_ops*.so")
     command = [sys.executable, str(REPO / "benchmarks" / "train_bench.py"), "--quick",
-               "--modes", "single,sum", "--models", "tiny_mlp", "--tag", "smoke",
+               "--modes", "single,sum,tuned", "--models", "tiny_mlp", "--tag", "smoke",
                "--predict", "--results-dir", str(tmp_path)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, cwd=tmp_path)
@@ -40,7 +40,7 @@ def test_quick_training_benchmark(tmp_path):
 
     report = json.loads((tmp_path / "train_smoke.json").read_text())
     rows = {row["mode"]: row for row in report["rows"]}
-    assert set(rows) == {"single", "sum"}
+    assert set(rows) == {"single", "sum", "tuned"}
     for row in rows.values():
         assert row["status"] == "ok", row
         assert row["steps"] == 2 and 0 < row["step_s"] < 30, row
@@ -57,7 +57,14 @@ def test_quick_training_benchmark(tmp_path):
     assert plan["choices"] == ["sum"] * len(plan["layers"]) and len(plan["layers"]) == 4, plan
     assert plan["cluster"]["workers"] == 2 and plan["cluster"]["bandwidth"] > 0, plan
     assert rows["sum"]["predicted_s"] > 0 and "predicted_s" not in rows["single"]
-    assert "tf_ps_ops sum" in (tmp_path / "train_smoke.md").read_text()
+    # tuned: the autotuner searched its 7 settings during the extra warm-up, and the
+    # timed steps ran under what it kept (predicted under them too).
+    tuned = rows["tuned"]["autotune"]
+    assert tuned["done"] and len(tuned["history"]) == 7, tuned
+    kept = rows["tuned"]["plan_inputs"]["settings"]
+    assert [kept["fusion_bytes"], kept["credit"]] == tuned["kept"], (kept, tuned)
+    text = (tmp_path / "train_smoke.md").read_text()
+    assert "tf_ps_ops sum" in text and "tiny_mlp 1gbit: kept fusion " in text
     if _has_matplotlib():
         assert (tmp_path / "train_smoke_throughput.png").stat().st_size > 1000
     # Only this run's namespaces (named after its pid): other runs may be going on.
