@@ -58,8 +58,8 @@ MODE_LABELS = {"single": "single process", "sum": "tf_ps_ops sum", "ps": "tf_ps_
                "sfb": "tf_ps_ops sfb", "hybrid": "tf_ps_ops hybrid",
                "int8": "tf_ps_ops sum int8", "auto": "tf_ps_ops auto plan",
                "auto_int8": "tf_ps_ops auto plan, int8 allowed",
-               "tuned": "tf_ps_ops sum, autotuned", "mwms": "TF MultiWorkerMirrored", "pss": "TF ParameterServer",
-               "horovod": "Horovod (Gloo)"}
+               "tuned": "tf_ps_ops sum, autotuned", "mwms": "TF MultiWorkerMirrored",
+               "pss": "TF ParameterServer", "horovod": "Horovod (Gloo)"}
 # Timed steps per model (--steps overrides): windows of a few seconds, so that the CPU
 # accounting (10 ms ticks) and the median mean something.
 STEPS = {"mlp": 12, "cnn": 40, "tiny_mlp": 2, "tiny_cnn": 2, **zoo_models.STEPS}

@@ -35,7 +35,7 @@ def test_a_gain_within_the_noise_keeps_the_running_settings():
     # 2% faster is not more than min_gain (3%): the running settings stay.
     search = run(Search((256 * KB, 0)), lambda f, c: 0.98 if (f, c) == (0, 0) else 1.0)
     assert search.best == (256 * KB, 0)
-    assert len(search.history) == 7  # 1 + 3 fusions + 3 credits: bounded
+    assert len(search.history) == search.planned == 7  # 1 + 3 fusions + 3 credits: bounded
     search = run(Search((256 * KB, 0), min_gain=0.0),
                  lambda f, c: 0.98 if (f, c) == (0, 0) else 1.0)
     assert search.best == (0, 0)

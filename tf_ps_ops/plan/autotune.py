@@ -63,9 +63,10 @@ class Search:
     def __init__(self, start, fusions=planner.FUSIONS, credits=planner.CREDITS,
                  min_gain=0.03):
         self.start, self.min_gain = tuple(start), min_gain
+        # The credits to try once the fusions are done (None: under way or done).
         self._credits = [c for c in credits if c != start[1]]
         self._queue = [self.start] + [(f, start[1]) for f in fusions if f != start[0]]
-        self._phase = "fusion"
+        self.planned = len(self._queue) + len(self._credits)  # samples in all
         self.best, self.best_s = None, None
         self.history = []  # (fusion, credit, median step s)
 
@@ -78,9 +79,8 @@ class Search:
         self.history.append((tried[0], tried[1], float(step_s)))
         if self.best is None or step_s < self.best_s * (1 - self.min_gain):
             self.best, self.best_s = tried, float(step_s)
-        if not self._queue and self._phase == "fusion":
-            self._phase = "credit"
-            self._queue = [(self.best[0], c) for c in self._credits]
+        if not self._queue and self._credits is not None:
+            self._queue, self._credits = [(self.best[0], c) for c in self._credits], None
 
 
 def from_environment(environ=None):
@@ -130,7 +130,7 @@ class AutoTune(keras.callbacks.Callback):
             self.search = Search(tuning(), *self._grid, min_gain=self.min_gain)
             auto.log_once(f"autotune: timing fusion {self.search.start[0]} B and credit "
                           f"{self.search.start[1]} B (the running settings), then at most "
-                          f"{len(self.search._queue) - 1 + len(self.search._credits)} others, "
+                          f"{self.search.planned - 1} others, "
                           f"{self.steps_per_sample} steps each")
             return
         if self._skip:  # the first step after a change may hold the previous settings'

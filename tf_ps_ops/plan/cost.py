@@ -147,7 +147,7 @@ _DEFAULT_CODEC_COST = {"fp16": (0.15e-9, 0.1e-9, 0.15e-9), "bf16": (0.1e-9, 0.1e
                        "int8": (0.4e-9, 0.2e-9, 0.3e-9), "onebit": (0.4e-9, 0.2e-9, 0.3e-9)}
 FREE = Machine(macs_per_s=math.inf, codec_per_byte=tuple(
     (c, (0.0, 0.0, 0.0)) for c in CODECS), sum_per_byte=0.0, rebuild_rate=math.inf,
-    message_overhead=0.0, local_per_byte=0.0, cores_per_host=0.0)
+    message_overhead=0.0, local_per_byte=0.0)
 
 
 def wire_bytes(codec, elements, partition_elements):

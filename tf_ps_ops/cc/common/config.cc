@@ -147,9 +147,8 @@ Status LoadLimits(Config* config) {
   config->server_threads = static_cast<int>(threads);
   TFPS_RETURN_IF_ERROR(LoadIoThreads(config));
   TFPS_RETURN_IF_ERROR(
-      ParseInt("TFPS_SCHEDULING_CREDIT", 0, int64_t{1} << 40, &config->scheduling_credit));
-  TFPS_RETURN_IF_ERROR(
-      ParseInt("TFPS_FUSION_BYTES", 0, int64_t{1} << 31, &config->fusion_bytes));
+      ParseInt("TFPS_SCHEDULING_CREDIT", 0, kMaxSchedulingCredit, &config->scheduling_credit));
+  TFPS_RETURN_IF_ERROR(ParseInt("TFPS_FUSION_BYTES", 0, kMaxFusionBytes, &config->fusion_bytes));
   TFPS_RETURN_IF_ERROR(ParseInt("TFPS_MAX_MESSAGE_BYTES", 4096, int64_t{1} << 40,
                                 &config->max_message_bytes));
   TFPS_RETURN_IF_ERROR(

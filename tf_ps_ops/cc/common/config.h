@@ -28,6 +28,10 @@ constexpr double kMaxHeartbeatTimeoutS = 6553.5;     // TFPS_HEARTBEAT_TIMEOUT: 
 
 // TFPS_IO_THREADS: a socket's ZMQ_AFFINITY is a 64-bit mask of I/O threads.
 constexpr int kMaxIoThreads = 64;
+// TFPS_SCHEDULING_CREDIT and TFPS_FUSION_BYTES, at start and when the autotuner changes
+// them (Engine::SetTuning).
+constexpr int64_t kMaxSchedulingCredit = int64_t{1} << 40;
+constexpr int64_t kMaxFusionBytes = int64_t{1} << 31;
 
 // Every TFPS_* variable the C++ core reads.
 const std::vector<ConfigEntry>& ConfigTable();

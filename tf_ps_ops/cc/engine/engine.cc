@@ -186,13 +186,13 @@ Status Engine::SetTuning(int64_t fusion_bytes, int64_t scheduling_credit) {
     return FailedPrecondition("tf_ps_ops is not initialised: call tf_ps_ops.init() before "
                               "changing the fusion threshold or the scheduling credit");
   }
-  const int64_t most = std::min<int64_t>(int64_t{1} << 31, loop_->max_message_bytes());
+  const int64_t most = std::min(kMaxFusionBytes, loop_->max_message_bytes());
   if (fusion_bytes < 0 || fusion_bytes > most) {
     return InvalidArgument("fusion threshold " + std::to_string(fusion_bytes) +
                            " B: must be between 0 (no fusion) and " + std::to_string(most) +
                            " (TFPS_MAX_MESSAGE_BYTES)");
   }
-  if (scheduling_credit < 0 || scheduling_credit > (int64_t{1} << 40)) {
+  if (scheduling_credit < 0 || scheduling_credit > kMaxSchedulingCredit) {
     return InvalidArgument("scheduling credit " + std::to_string(scheduling_credit) +
                            " B: must be between 0 (unlimited) and 2^40");
   }
