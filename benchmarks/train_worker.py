@@ -305,7 +305,8 @@ def run_plain(args, window):
         result["sfb_kernels"] = [v.path for v in model.trainable_variables
                                  if sfb.is_sfb_variable(v)]
     if plan is not None:
-        result["plan_inputs"] = plan_choices(*plan, args.mode, result.get("sfb_kernels", []))
+        result["plan_inputs"] = plan_choices(*plan, args.mode, result.get("sfb_kernels", []),
+                                             served_paths(optimizer))
     if tuner is not None:
         kept = autotune.tuning()
         result["autotune"] = dict(done=tuner.done, kept=list(kept), history=tuner.history)
@@ -350,24 +351,42 @@ def plan_inputs(model, args):
                      machine=dataclasses.asdict(machine), settings=auto.engine_settings())
 
 
-def plan_choices(lay, plan, mode, sfb_kernels):
+def served_paths(optimizer):
+    """The paths of the variables DistributedOptimizer(plan="auto") gave the servers."""
+    from tf_ps_ops.plan import auto
+
+    plan = getattr(optimizer, "tfps_plan", None)
+    return [] if plan is None else sorted(key.split(".", 1)[1] for key in auto.served(plan))
+
+
+def _layer_of(path):
+    return path.rsplit("/", 1)[0].rsplit("/", 1)[-1]
+
+
+def plan_choices(lay, plan, mode, sfb_kernels, served=()):
     """plan_inputs' JSON with the choice `mode` made for each of the layers `lay`: what
     the engine does unplanned (sum: an embedding's rows gathered, the rest summed, with
     the codec of TFPS_COMPRESSION), PS mode everywhere, SFB for the Dense layers
-    sfb.convert converted, or the automatic plan's choices."""
+    sfb.convert converted, or the automatic plans' choices (the model's, with PS mode for
+    the layers whose variables the optimizer's plan gave the servers)."""
     from tf_ps_ops.plan import auto, cost
 
     if mode == "auto":
         made = auto.last_model_plan()
         choices = list(made.choices) if made is not None and len(made.choices) == len(lay) \
             else None
+        on_servers = {_layer_of(path) for path in served}
+        if choices is not None:
+            choices = [cost.Choice(cost.PS_DENSE) if layer.name.rsplit("/", 1)[-1]
+                       in on_servers and choice.mode == cost.SUM else choice
+                       for layer, choice in zip(lay, choices)]
     elif mode == "ps":
         choices = [cost.Choice(cost.PS_DENSE)] * len(lay)
     else:
         # train_bench's int8 mode is sum with TFPS_COMPRESSION set: every dense gradient
         codec = os.environ.get("TFPS_COMPRESSION", "none").strip().lower() or "none"
         dense = cost.Choice(cost.SUM, codec if codec in cost.CODECS else "none")
-        converted = {path.rsplit("/", 1)[0].rsplit("/", 1)[-1] for path in sfb_kernels}
+        converted = {_layer_of(path) for path in sfb_kernels}
         choices = [cost.Choice(cost.SFB) if layer.name.rsplit("/", 1)[-1] in converted
                    else cost.default_choice(layer) if layer.sparse else dense for layer in lay]
     return dict(plan, choices=None if choices is None else [str(c) for c in choices])

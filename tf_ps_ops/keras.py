@@ -7,6 +7,8 @@ loads a model saved with one; `hvd.callbacks` are the Keras callbacks. Horovod n
 do not serve raise NotImplementedError with the reason when called.
 """
 
+import dataclasses
+
 import keras
 import tensorflow as tf
 
@@ -61,6 +63,15 @@ class _DistributedOptimizerMixin(ReducingMixin):
         grads = self._tfps_reduce(grads, keys, variables)
         return super().apply(grads, trainable_variables)
 
+    def update_step(self, gradient, variable, learning_rate):
+        if self._tfps_served:
+            # Keras may pass the backend's variable; its own list has the Keras one.
+            mine = self._trainable_variables[self._get_variable_index(variable)]
+            key = self._tfps_served.get(id(mine))
+            if key is not None:  # plan="auto" put it in PS mode: the servers update it
+                return self._tfps_server_step(self, gradient, variable, learning_rate, key)
+        return super().update_step(gradient, variable, learning_rate)
+
     def _apply_aggregated(self, grads, variables, keys, trainable_variables):
         # backward_passes_per_step > 1: the variables change every N-th pass only; the
         # passes between only count `iterations`, as Horovod's aggregation helper does.
@@ -97,7 +108,7 @@ def _distributed_class(optimizer_class):
     return distributed_class(optimizer_class, _DistributedOptimizerMixin)
 
 
-def _attach_plan(distributed, plan, pins, compression):
+def _attach_plan(distributed, optimizer, plan, pins, compression):
     from tf_ps_ops.plan import auto, measure
 
     plan = auto.plan_mode_from_environment() if plan is None else plan
@@ -111,8 +122,34 @@ def _attach_plan(distributed, plan, pins, compression):
         raise ValueError(f"plan=\"auto\" picks the codecs itself: leave compression at "
                          f"Compression.none (got {compression!r}), or pin gradients with "
                          f"plan_pins")
-    distributed._tfps_plan = measure.measure_cluster()  # collective: every worker, here
+    measured = measure.measure_cluster()  # collective: every worker, here
+    if not is_tf_keras(optimizer):  # the worker's own update, which PS mode moves away
+        measured = dataclasses.replace(measured, machine=dataclasses.replace(
+            measured.machine, apply_per_byte=measure.optimizer_cost(optimizer)))
+    distributed._tfps_plan = measured
     distributed._tfps_plan_pins = dict(pins or {})
+
+
+def _why_not_ps(distributed, optimizer):
+    """Why plan="auto" cannot give this optimizer's updates to the servers, or None."""
+    from tf_ps_ops.plan import auto, cost
+    from tf_ps_ops.ps.optimizers import local_only_features, server_step
+
+    reasons = [
+        (cost.PS_DENSE not in auto.allowed_modes(), "TFPS_PLAN_MODES leaves ps out"),
+        (server_step(type(optimizer)) is None,
+         f"the servers run Keras 3 SGD, Adam, Adagrad and RMSprop, not "
+         f"{type(optimizer).__module__}.{type(optimizer).__name__}"),
+        (local_only_features(optimizer), f"{local_only_features(optimizer)} would act on "
+                                         f"the local copy only"),
+        (distributed._tfps_algorithm is not None, "an algorithm decides what travels"),
+        (distributed._tfps_aggregation is not None, "backward_passes_per_step > 1"),
+        (distributed._tfps_op is not Average or distributed._tfps_predivide != 1.0,
+         "the servers average the gradients (op=Average, no predivide factor)"),
+        (distributed._tfps_process_set not in (None, global_process_set),
+         "a process set other than the global one"),
+    ]
+    return next((why for bad, why in reasons if bad), None)
 
 
 def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
@@ -208,12 +245,17 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     distributed._tfps_device_sparse = device_sparse
     if aggregation.passes > 1:
         distributed._tfps_aggregation = aggregation
-    _attach_plan(distributed, plan, plan_pins, compression)
+    _attach_plan(distributed, optimizer, plan, plan_pins, compression)
     if algorithm is not None:
         if getattr(algorithm, "owns_step", False):
             algorithm.attach(distributed)
         distributed._tfps_algorithm = algorithm
         distributed._tfps_algorithm_state = algorithm.checkpoint_state  # checkpointed with it
+    if distributed._tfps_plan is not None and not is_tf_keras(optimizer):
+        from tf_ps_ops.ps.optimizers import server_step
+
+        distributed._tfps_no_ps = _why_not_ps(distributed, optimizer)
+        distributed._tfps_server_step = server_step(type(optimizer))
     return distributed
 
 

@@ -16,6 +16,7 @@ from oracles import saved_weights, train_on_cluster, worker_module
 
 WORKER = Path(__file__).resolve().parent / "sfb_workers" / "plan_worker.py"
 SPARSE_WORKER = WORKER.parent / "plan_sparse_worker.py"
+PS_WORKER = WORKER.parent / "plan_ps_worker.py"
 pytestmark = pytest.mark.timeout(400)
 
 
@@ -46,22 +47,22 @@ def test_auto_plan_trains_like_the_hand_picked_configuration(trained):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"weight {i}")
     # Rank 0 logged both plans (the model's, the optimizer's) and the measurements.
     logs = [r.stderr for r in results]
-    # (4: the embedding checks' two trainings log theirs too.)
-    assert [log.count("plan: 2 workers") for log in logs] == [4, 0], logs[0][-3000:]
-    assert logs[0].count("measured: link ") == 4
+    # (6: the embedding checks' two trainings and the PS checks' two log theirs too.)
+    assert [log.count("plan: 2 workers") for log in logs] == [6, 0], logs[0][-3000:]
+    assert logs[0].count("measured: link ") == 6
     # The CPU floor's inputs: both workers on this one machine are each a host of the
     # cost model (one host: every worker counts as its own), so they share its cores.
     cores = len(os.sched_getaffinity(0))
     found = re.findall(r"([0-9.e+]+) cores per host, transport CPU ([0-9.e+]+) ns/byte and "
                        r"([0-9.e+]+) us/message, SFB rebuild ([0-9.e+]+) GMAC/s", logs[0])
-    assert len(found) == 4, logs[0][-3000:]
+    assert len(found) == 6, logs[0][-3000:]
     for per_host, per_byte, per_message, rebuild in found:
         assert float(per_host) == pytest.approx(cores / 2, rel=1e-3)
         assert float(per_byte) > 0 and float(per_message) > 0 and float(rebuild) > 0, found
-    assert logs[0].count("engine settings") == 4  # the running ones, or better ones
+    assert logs[0].count("engine settings") == 6  # the running ones, or better ones
     assert logs[0].count("plan monitor: step ") == 4 and "plan monitor" not in logs[1]
     # Each plan is made under the running engine's settings (the defaults here).
-    assert logs[0].count("partition 1048576 B, fusion 262144 B, credit 0 B;") == 4
+    assert logs[0].count("partition 1048576 B, fusion 262144 B, credit 0 B;") == 6
     print("\n".join(l for l in logs[0].splitlines() if not l.startswith(("20", "W0", "I0"))))
 
 
@@ -99,3 +100,30 @@ def test_auto_plan_gathers_embedding_rows_as_predicted(trained):
             for i, (got, want) in enumerate(zip(mine, model.get_weights())):
                 np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6,
                                            err_msg=f"{prefix}, rank {rank}, weight {i}")
+
+
+def test_auto_plan_gives_pinned_gradients_to_the_servers(trained):
+    """PS mode under plan="auto" trains what single-process training does: SGD's sparse
+    row updates of an Embedding and Adam's dense one, run by the servers."""
+    saved, results = trained
+    worker = worker_module(PS_WORKER)
+    x, y = worker.data(worker.STEPS * 2 * worker.BATCH)
+    emb = worker.embedding_model()
+    emb.compile(optimizer=keras.optimizers.SGD(worker.SGD_RATE), loss="mse",
+                jit_compile=False)
+    emb.fit(x, y, batch_size=2 * worker.BATCH, epochs=1, shuffle=False, verbose=0)
+    x, y = worker.images(worker.STEPS * 2 * worker.BATCH, seed=13)
+    conv = worker.conv_model(seed=13)
+    conv.compile(optimizer=keras.optimizers.Adam(worker.ADAM_RATE), loss="mse",
+                 jit_compile=False)
+    conv.fit(x, y, batch_size=2 * worker.BATCH, epochs=1, shuffle=False, verbose=0)
+    # Adam divides by the root of its second moment, which magnifies the float-order
+    # differences of tiny gradients: 1e-4 there.
+    for prefix, model, rtol in (("served_emb", emb, 1e-5), ("served_adam", conv, 1e-4)):
+        for rank in (0, 1):
+            mine = saved_weights(saved[rank], prefix)
+            assert len(mine) == len(model.get_weights()), prefix
+            for i, (got, want) in enumerate(zip(mine, model.get_weights())):
+                np.testing.assert_allclose(got, want, rtol=rtol, atol=1e-6,
+                                           err_msg=f"{prefix}, rank {rank}, weight {i}")
+    assert results[0].stderr.count("plan: the servers run ") == 2, results[0].stderr[-3000:]

@@ -89,3 +89,54 @@ def test_the_plan_made_while_a_step_is_traced_is_not_converted_by_autograph(monk
 
     assert int(step()) == 2
     assert ran_in == [__file__], ran_in  # this file's function, not autograph's copy of it
+
+
+def test_plan_gives_the_servers_the_update_where_it_costs_the_workers_more(monkeypatch):
+    """PS mode moves the optimizer's update from every worker to the servers (each
+    updates its share): the plan picks it where that update is dear, never with a codec,
+    and not where the servers cannot run the optimizer (the reason given) or
+    TFPS_PLAN_MODES leaves it out."""
+    from tf_ps_ops.plan import cost, measure
+
+    monkeypatch.setenv("TFPS_PLAN_CODECS", "none,int8")
+    keys, sizes = ["D.fc/kernel", "D.fc/bias"], [1 << 22, 64]
+    cluster = cost.Cluster(4, 1, 1, bandwidth=1.25e9, latency=50e-6)
+    cheap = measure.Measurements(cluster, cost.Machine(apply_per_byte=0.0), False)
+    dear = measure.Measurements(cluster, cost.Machine(apply_per_byte=5e-9), False)
+    _, plan = auto.compressions(keys, sizes, cheap, ps=None)
+    assert auto.served(plan) == frozenset()  # a tie keeps summation
+    _, plan = auto.compressions(keys, sizes, dear, ps=None)
+    assert "D.fc/kernel" in auto.served(plan), plan.choices
+    assert all(c.codec == "none" for c in plan.choices if c.mode == cost.PS_DENSE)
+    why = "clipnorm would act on the local copy only"
+    _, plan = auto.compressions(keys, sizes, dear, ps=why)
+    assert auto.served(plan) == frozenset(), plan.choices
+    with pytest.raises(ValueError, match="'ps' is not possible here: clipnorm"):
+        auto.compressions(keys, sizes, dear, pins={"fc/kernel": "ps"}, ps=why)
+    monkeypatch.setenv("TFPS_PLAN_MODES", "ps")
+    with pytest.raises(ValueError, match="sum must stay allowed"):
+        auto.allowed_modes()
+    monkeypatch.setenv("TFPS_PLAN_MODES", "sum,sfb")
+    with pytest.raises(ValueError, match="mode 'sfb'"):
+        auto.allowed_modes()
+
+
+def test_why_the_servers_cannot_run_an_optimizer(monkeypatch):
+    from tf_ps_ops import keras as tfps_keras
+
+    class Custom(keras.optimizers.SGD):
+        pass
+
+    def why(optimizer, **kwargs):
+        distributed = hvd.DistributedOptimizer(optimizer, **kwargs)
+        return tfps_keras._why_not_ps(distributed, optimizer)
+
+    assert why(keras.optimizers.Adam(0.1)) is None
+    assert why(keras.optimizers.RMSprop(0.1), backward_passes_per_step=2) == \
+        "backward_passes_per_step > 1"
+    assert "Adadelta" in why(keras.optimizers.Adadelta(0.1))
+    assert "Custom" in why(Custom(0.1))
+    assert why(keras.optimizers.SGD(0.1, weight_decay=1e-4)).startswith("weight_decay")
+    assert "op=Average" in why(keras.optimizers.SGD(0.1), op=hvd.Sum)
+    monkeypatch.setenv("TFPS_PLAN_MODES", "sum")
+    assert why(keras.optimizers.SGD(0.1)) == "TFPS_PLAN_MODES leaves ps out"

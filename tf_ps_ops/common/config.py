@@ -97,6 +97,11 @@ VARIABLES = (
            "Comma-separated codecs the automatic plan may pick (none, fp16, bf16, int8, "
            "onebit). Default none only: a codec changes what training computes, so it is "
            "opt-in. See docs/plan.md."),
+    EnvVar("TFPS_PLAN_MODES", "str", "sum,ps",
+           "Comma-separated modes `DistributedOptimizer(plan=\"auto\")` may pick per gradient: "
+           "sum (the workers' optimizer updates the averaged gradient) and ps (the servers "
+           "run the optimizer, as tf_ps_ops.optimizers do; Keras 3 SGD, Adam, Adagrad and "
+           "RMSprop only; their slots then live on the servers). See docs/plan.md."),
 )
 
 _BY_NAME = {var.name: var for var in VARIABLES}

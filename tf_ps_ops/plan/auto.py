@@ -32,6 +32,22 @@ def allowed_codecs():
     return codecs or ("none",)
 
 
+def allowed_modes():
+    """The modes DistributedOptimizer(plan="auto") may pick per gradient: TFPS_PLAN_MODES
+    (comma-separated sum, ps), default both."""
+    from tf_ps_ops.common import config
+
+    value, source = config.lookup("TFPS_PLAN_MODES")
+    modes = tuple(m.strip().lower() for m in (value or "sum,ps").split(",") if m.strip())
+    for mode in modes:
+        if mode not in (cost.SUM, cost.PS_DENSE):
+            raise ValueError(f"{source}={value!r}: mode {mode!r}; use some of sum, ps")
+    if cost.SUM not in modes:
+        raise ValueError(f"{source}={value!r}: sum must stay allowed (gradients PS mode "
+                         f"cannot take, and what the plan falls back to)")
+    return modes
+
+
 def plan_mode_from_environment():
     """TFPS_PLAN: 'auto' or None."""
     from tf_ps_ops.common import config
@@ -81,13 +97,14 @@ def describe(plan, measurements, better=None):
 
 
 def _plans(layers, measurements, batch_size, codecs, pins, modes=planner.MODES_AUTO):
-    """(the plan under the running engine settings, the plan free to choose them)."""
+    """(the plan under the running engine settings, the plan free to choose them). PS
+    mode's pushes go uncompressed (the PS update ops take no codec)."""
     pins = dict(pins or {})
     free = planner.make_plan(layers, measurements.cluster, batch_size, measurements.machine,
-                             codecs, modes=modes, pins=pins)
+                             codecs, modes=modes, pins=pins, ps_codecs=("none",))
     running = planner.make_plan(layers, measurements.cluster, batch_size,
                                 measurements.machine, codecs, modes=modes,
-                                pins={**engine_settings(), **pins})
+                                pins={**engine_settings(), **pins}, ps_codecs=("none",))
     return running, free
 
 
@@ -124,32 +141,52 @@ def _pins_by_key(keys, pins):
     return out
 
 
-def compressions(keys, sizes, measurements, pins=None, codecs=None, sparse=None):
+def compressions(keys, sizes, measurements, pins=None, codecs=None, sparse=None,
+                 ps="the caller offered no PS mode", row_update=True):
     """{key: Compressor} for the gradients under `keys` (sizes: elements of each), and the
-    Plan: the codec the planner picks per gradient (summation only; SFB is a model
-    change, sfb.convert's). sparse: {key: (table rows, row width, rows in this step or
-    None)} of the gradients that are tf.IndexedSlices: the plan gathers their rows or
-    sums them dense (`densified`)."""
+    Plan: per gradient, summation with the codec the planner picks or (where `ps` is None:
+    the optimizer's update can run on the servers) PS mode, uncompressed; SFB is a model
+    change, sfb.convert's. `ps`: why the servers cannot run this optimizer (or why PS
+    mode is not allowed), or None.
+    sparse: {key: (table rows, row width, rows in this step or None)} of the gradients
+    that are tf.IndexedSlices: the plan gathers their rows, sums them dense
+    (`densified`) or, in PS mode, pushes their rows (row_update: the optimizer updates
+    the touched rows only) or the dense gradient."""
     from tf_ps_ops.collectives.compression import Compression
 
     sparse = sparse or {}
-    layers = [_gradient_layer(key, size, sparse.get(key)) for key, size in zip(keys, sizes)]
-    plan, better = _plans(layers, measurements, 1, codecs or allowed_codecs(),
-                          _pins_by_key(list(keys), pins), modes=(cost.SUM,))
+    layers = [_gradient_layer(key, size, sparse.get(key), row_update)
+              for key, size in zip(keys, sizes)]
+    pins = _pins_by_key(list(keys), pins)
+    modes = (cost.SUM,) if ps else (cost.SUM, cost.PS_DENSE)
+    for key, value in pins.items():
+        choice = value if isinstance(value, cost.Choice) else None
+        if key not in ENGINE_PINS and ps and (choice or cost.parse_choice(value)).mode == \
+                cost.PS_DENSE:
+            raise ValueError(f"plan pin {key!r}: 'ps' is not possible here: {ps}")
+    plan, better = _plans(layers, measurements, 1, codecs or allowed_codecs(), pins,
+                          modes=modes)
     log_once(describe(plan, measurements, better))
     return {key: (Compression.uncompressed if choice.codec == "none"
                   else Compression.parse(choice.codec))
             for key, choice in zip(keys, plan.choices)}, plan
 
 
-def _gradient_layer(key, size, table):
+def served(plan):
+    """The keys of the gradients the plan gives to the servers' optimizer (PS mode)."""
+    return frozenset(layer.name for layer, choice in zip(plan.layers, plan.choices)
+                     if choice.mode == cost.PS_DENSE)
+
+
+def _gradient_layer(key, size, table, row_update=True):
     if table is None:
         return layer_lists.Layer(key, layer_lists.OTHER, int(size))
     rows, width, step_rows = table
     # Measured rows when the step's shape is static; else unknown: the engine's gather.
     return layer_lists.Layer(key, layer_lists.EMBEDDING, int(size), None, None, 0.0,
                              (int(rows), int(width)),
-                             None if step_rows is None else int(step_rows))
+                             None if step_rows is None else int(step_rows),
+                             row_update=bool(row_update))
 
 
 def densified(plan):

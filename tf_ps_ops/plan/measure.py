@@ -294,6 +294,48 @@ def apply_cost(model, steps=5):
     return float(np.median(times)) / nbytes
 
 
+OPTIMIZER_PROBE_BYTES = 4 << 20
+
+
+def optimizer_cost(optimizer, name="tfps.plan.apply", steps=5):
+    """Seconds per parameter byte of `optimizer`'s own update on this worker: a fresh
+    optimizer of its class and config updating a 4 MiB variable, the median of `steps`.
+    It is the worker's part of a summed gradient's step, and the part PS mode moves to the
+    servers. Rank 0's number for every worker (collective): the plan must agree."""
+    import keras
+    import tensorflow as tf
+
+    from tf_ps_ops.collectives import ops
+
+    seconds = 0.0
+    try:
+        with tf.init_scope():
+            probe = type(optimizer).from_config(optimizer.get_config())
+            variable = keras.Variable(np.zeros(OPTIMIZER_PROBE_BYTES // 4, np.float32),
+                                      name="tfps_plan_apply_probe")
+            probe.build([variable])
+            grad = tf.fill(variable.shape, 1e-6)
+
+            @tf.function(autograph=False)
+            def update():
+                probe.apply([grad], [variable])
+                return tf.constant(0)
+
+            update()  # traces
+            times = []
+            for _ in range(steps):
+                start = time.perf_counter()
+                update().numpy()
+                times.append(time.perf_counter() - start)
+            seconds = float(np.median(times)) / OPTIMIZER_PROBE_BYTES
+    except Exception as error:  # an optimizer we cannot copy: no worker update is counted
+        _logger.warning("could not time %s's update (%s): the plan counts none",
+                        type(optimizer).__name__, error)
+    with tf.init_scope():
+        return float(ops.broadcast(tf.constant([seconds], tf.float64), 0, name=name)
+                     .numpy()[0])
+
+
 def model_rate(model, batch_size, steps=5, backward_ratio=2.0):
     """Forward multiply-adds per second of `model` on this worker: a profiled local step
     (forward and backward, no communication) on random data, the median of `steps` (as

@@ -44,8 +44,9 @@ class Plan:
                 "TFPS_SCHEDULING_CREDIT": str(self.settings.credit)}
 
 
-def _candidates(layer, allowed_codecs, modes):
-    """The choices the planner weighs for `layer`."""
+def _candidates(layer, allowed_codecs, modes, ps_codecs=None):
+    """The choices the planner weighs for `layer`. ps_codecs: the codecs PS mode may use
+    (default: the allowed ones)."""
     out = [Choice(GATHER)] if layer.sparse and SUM in modes else []
     if SUM in modes:
         out += [Choice(SUM, codec) for codec in allowed_codecs]
@@ -54,6 +55,7 @@ def _candidates(layer, allowed_codecs, modes):
         out.append(Choice(SFB))
     if PS_DENSE in modes:  # an embedding's rows travel uncompressed
         out += [Choice(PS_DENSE, codec) for codec in allowed_codecs
+                if ps_codecs is None or codec in ps_codecs
                 if codec == "none" or not (layer.sparse and layer.row_update)]
     return out or [cost.default_choice(layer)]
 
@@ -65,9 +67,9 @@ def _busy(layer, choice, cluster, machine, batch_size, settings):
 
 
 def choose_layer(layer, cluster, machine, batch_size, settings, allowed_codecs=("none",),
-                 modes=(SUM, SFB)):
+                 modes=(SUM, SFB), ps_codecs=None):
     """The candidate with the least busy time (link + CPU); ties keep the first (sum)."""
-    return min(_candidates(layer, allowed_codecs, modes),
+    return min(_candidates(layer, allowed_codecs, modes, ps_codecs),
                key=lambda c: _busy(layer, c, cluster, machine, batch_size, settings))
 
 
@@ -98,9 +100,10 @@ def _pins(layers, pins):
 
 
 def make_plan(layers, cluster, batch_size, machine=cost.Machine(), allowed_codecs=("none",),
-              modes=MODES_AUTO, pins=None):
+              modes=MODES_AUTO, pins=None, ps_codecs=None):
     """The Plan for `layers` on `cluster`. pins: {layer name: 'sum' | 'sfb' | 'ps' |
-    'sum+int8' ..., and optionally 'partition_bytes' / 'fusion_bytes' / 'credit': int}."""
+    'sum+int8' ..., and optionally 'partition_bytes' / 'fusion_bytes' / 'credit': int}.
+    ps_codecs: the codecs PS mode may use (default: allowed_codecs)."""
     layers = tuple(layers)
     pins = dict(pins or {})
     fixed = _pins(layers, pins)
@@ -123,14 +126,16 @@ def make_plan(layers, cluster, batch_size, machine=cost.Machine(), allowed_codec
         if settings.partition_bytes not in by_partition:
             by_partition[settings.partition_bytes] = tuple(
                 fixed.get(layer.name) or choose_layer(
-                    layer, cluster, machine, batch_size, settings, allowed_codecs, modes)
+                    layer, cluster, machine, batch_size, settings, allowed_codecs, modes,
+                    ps_codecs)
                 for layer in layers)
         choices = by_partition[settings.partition_bytes]
         time, per_layer = cost.step_time(layers, choices, cluster, machine, batch_size,
                                          settings)
         if best is None or time < best[0] - 1e-12:
             best = (time, choices, settings, per_layer)
-    best = _refine(layers, cluster, machine, batch_size, best, fixed, allowed_codecs, modes)
+    best = _refine(layers, cluster, machine, batch_size, best, fixed, allowed_codecs, modes,
+                   ps_codecs)
     if best[0] > default_time:
         best = (default_time, default_choices, default, default_layers)
     time, choices, settings, per_layer = best
@@ -139,7 +144,7 @@ def make_plan(layers, cluster, batch_size, machine=cost.Machine(), allowed_codec
 
 
 def _refine(layers, cluster, machine, batch_size, best, fixed, allowed_codecs, modes,
-            passes=2):
+            ps_codecs=None, passes=2):
     """Coordinate descent on the timeline: the per-layer choice above adds link and CPU
     time, but on the timeline they overlap; try each layer's other candidates under the
     best settings and keep what shortens the predicted step."""
@@ -150,7 +155,7 @@ def _refine(layers, cluster, machine, batch_size, best, fixed, allowed_codecs, m
         for index, layer in enumerate(layers):
             if layer.name in fixed:
                 continue
-            for candidate in _candidates(layer, allowed_codecs, modes):
+            for candidate in _candidates(layer, allowed_codecs, modes, ps_codecs):
                 if candidate == choices[index]:
                     continue
                 trial = choices[:index] + [candidate] + choices[index + 1:]

@@ -48,6 +48,10 @@ class ReducingMixin:
     _tfps_plan_pins = None
     _tfps_planned = None  # {key: compressor}, made at the first reduction
     _tfps_densified = frozenset()  # keys of the sparse gradients the plan sums dense
+    # plan="auto" and PS mode: why the servers cannot run this optimizer's update (None:
+    # they can), and the variables the plan gave them ({id(keras variable): server key}).
+    _tfps_no_ps = "a tf_keras optimizer"
+    _tfps_served = {}
 
     def _tfps_compression_for(self, grads, keys, variables):
         """The job's compressor, or under plan="auto" the planner's per key (planned once,
@@ -74,13 +78,43 @@ class ReducingMixin:
             plan = tf.autograph.experimental.do_not_convert(auto.compressions)
             self._tfps_planned, self.tfps_plan = plan(
                 [k for k, _ in reduced], [n for _, n in reduced], self._tfps_plan,
-                self._tfps_plan_pins, sparse=sparse)
+                self._tfps_plan_pins, sparse=sparse, ps=self._tfps_no_ps,
+                row_update=_updates_rows_only(self))
             self._tfps_densified = auto.densified(self.tfps_plan)
+            self._tfps_serve(auto.served(self.tfps_plan), keys, variables)
         return self._tfps_planned
+
+    def _tfps_serve(self, served_keys, keys, variables):
+        """Gives the servers the variables the plan put in PS mode: rank 0's values, which
+        every worker adopts (at trace time, before the first update)."""
+        if not served_keys:
+            return
+        from tf_ps_ops.plan import auto
+        from tf_ps_ops.ps.optimizers import init_on_servers
+        from tf_ps_ops.ps.ps_mode import ps_key
+
+        pairs = [(v, ps_key(k)) for k, v in zip(keys, variables) if k in served_keys]
+        init_on_servers([v for v, _ in pairs], [k for _, k in pairs])
+        self._tfps_served = {id(v): k for v, k in pairs}
+        auto.log_once(f"plan: the servers run {type(self).__name__}'s update of "
+                      f"{len(pairs)} of {len(keys)} variables (PS mode; their optimizer "
+                      f"slots live on the servers, TFPS_PLAN_MODES=sum keeps them here)")
 
     def _tfps_reduce(self, grads, keys, variables):
         def reduce(grads_, keys_, variables_):
             compression = self._tfps_compression_for(grads_, keys_, variables_)
+            if self._tfps_served:  # PS mode: the local gradient goes to the servers as is
+                mine = [i for i, v in enumerate(variables_) if id(v) not in self._tfps_served]
+                out = list(grads_)
+                for i, reduced in zip(mine, reduce_some([grads_[i] for i in mine],
+                                                        [keys_[i] for i in mine],
+                                                        [variables_[i] for i in mine],
+                                                        compression)):
+                    out[i] = reduced
+                return out
+            return reduce_some(grads_, keys_, variables_, compression)
+
+        def reduce_some(grads_, keys_, variables_, compression):
             return reduce_gradients(grads_, keys_, compression, self._tfps_op,
                                     self._tfps_predivide, self._tfps_device, variables_,
                                     self._tfps_process_set,
@@ -94,6 +128,16 @@ class ReducingMixin:
     def algorithm_callbacks(self):
         """The Keras callbacks the algorithm needs under `fit` (none for most)."""
         return [] if self._tfps_algorithm is None else self._tfps_algorithm.callbacks()
+
+
+def _updates_rows_only(optimizer):
+    """Whether in PS mode the optimizer updates an embedding's touched rows only (plain
+    SGD, Adagrad): then its gradient's rows travel, else the dense gradient."""
+    import keras
+
+    if isinstance(optimizer, keras.optimizers.SGD):
+        return not optimizer.momentum
+    return isinstance(optimizer, keras.optimizers.Adagrad)
 
 
 def _slices_table(slices, variable):

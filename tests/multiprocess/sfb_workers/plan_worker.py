@@ -16,6 +16,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from harness import run_checks  # noqa: E402
 
 import sfb  # noqa: E402
+from plan_ps_worker import (check_pinned_gradients_train_on_servers,  # noqa: E402
+                            check_ps_pin_refused_where_the_servers_cannot_update)
 from plan_sparse_worker import (check_embedding_gathered_as_predicted,  # noqa: E402
                                 check_embedding_summed_dense_when_pinned)
 from sfb_train_worker import conv_model, images, save, sgd_momentum  # noqa: E402
@@ -26,6 +28,10 @@ from tf_ps_ops.plan.monitor import PlanMonitor  # noqa: E402
 NUM_WORKERS = 2
 BATCH = 8
 STEPS = 6
+# These checks compare the plan with summation chosen by hand: PS mode (which the plan may
+# pick where the optimizer's update costs more than the servers' would) only where a
+# check allows it (plan_ps_worker.py).
+os.environ["TFPS_PLAN_MODES"] = "sum"
 
 
 def shard(array, rank):
@@ -131,7 +137,9 @@ def check_autotune_changes_settings_not_training(hvd):
 
 
 CHECKS = [check_auto_plan_matches_hand_picked, check_autotune_changes_settings_not_training,
-          check_embedding_gathered_as_predicted, check_embedding_summed_dense_when_pinned]
+          check_embedding_gathered_as_predicted, check_embedding_summed_dense_when_pinned,
+          check_pinned_gradients_train_on_servers,
+          check_ps_pin_refused_where_the_servers_cannot_update]
 
 if __name__ == "__main__":
     run_checks(CHECKS)
