@@ -285,13 +285,18 @@ def apply_cost(model, steps=5):
             v.assign_sub(0.0 * g)  # the same memory traffic; the weights stay as they are
         return tf.constant(0)
 
-    update()  # traces
+    return _median_seconds(update, steps) / nbytes
+
+
+def _median_seconds(function, steps):
+    """The median seconds of `steps` calls of a tf.function (after one that traces it)."""
+    function()
     times = []
     for _ in range(steps):
         start = time.perf_counter()
-        update().numpy()
+        function().numpy()
         times.append(time.perf_counter() - start)
-    return float(np.median(times)) / nbytes
+    return float(np.median(times))
 
 
 OPTIMIZER_PROBE_BYTES = 4 << 20
@@ -321,13 +326,7 @@ def optimizer_cost(optimizer, name="tfps.plan.apply", steps=5):
                 probe.apply([grad], [variable])
                 return tf.constant(0)
 
-            update()  # traces
-            times = []
-            for _ in range(steps):
-                start = time.perf_counter()
-                update().numpy()
-                times.append(time.perf_counter() - start)
-            seconds = float(np.median(times)) / OPTIMIZER_PROBE_BYTES
+            seconds = _median_seconds(update, steps) / OPTIMIZER_PROBE_BYTES
     except Exception as error:  # an optimizer we cannot copy: no worker update is counted
         _logger.warning("could not time %s's update (%s): the plan counts none",
                         type(optimizer).__name__, error)
