@@ -160,8 +160,9 @@ def compressions(keys, sizes, measurements, pins=None, codecs=None, sparse=None,
     pins = _pins_by_key(list(keys), pins)
     modes = (cost.SUM,) if ps else (cost.SUM, cost.PS_DENSE)
     for key, value in pins.items():
-        choice = value if isinstance(value, cost.Choice) else None
-        if key not in ENGINE_PINS and ps and (choice or cost.parse_choice(value)).mode == \
+        if key in ENGINE_PINS or not ps:
+            continue
+        if (value if isinstance(value, cost.Choice) else cost.parse_choice(value)).mode == \
                 cost.PS_DENSE:
             raise ValueError(f"plan pin {key!r}: 'ps' is not possible here: {ps}")
     plan, better = _plans(layers, measurements, 1, codecs or allowed_codecs(), pins,

@@ -14,7 +14,7 @@ from tf_ps_ops.collectives.compression import Compression
 from tf_ps_ops.collectives.objects import keys_for
 from tf_ps_ops.collectives.ops import Average
 from tf_ps_ops.training.keras_flavor import build_optimizer
-from tf_ps_ops.training.local_vars import LocalVariables
+from tf_ps_ops.training.local_vars import LocalVariables, reduce_all_but
 from tf_ps_ops.training.tape import reduce_gradients
 
 
@@ -103,23 +103,16 @@ class ReducingMixin:
     def _tfps_reduce(self, grads, keys, variables):
         def reduce(grads_, keys_, variables_):
             compression = self._tfps_compression_for(grads_, keys_, variables_)
-            if self._tfps_served:  # PS mode: the local gradient goes to the servers as is
-                mine = [i for i, v in enumerate(variables_) if id(v) not in self._tfps_served]
-                out = list(grads_)
-                for i, reduced in zip(mine, reduce_some([grads_[i] for i in mine],
-                                                        [keys_[i] for i in mine],
-                                                        [variables_[i] for i in mine],
-                                                        compression)):
-                    out[i] = reduced
-                return out
-            return reduce_some(grads_, keys_, variables_, compression)
+            def reduce_some(grads_, keys_, variables_):
+                return reduce_gradients(grads_, keys_, compression, self._tfps_op,
+                                        self._tfps_predivide, self._tfps_device, variables_,
+                                        self._tfps_process_set,
+                                        self._tfps_sparse_as_dense or self._tfps_densified,
+                                        self._tfps_device_sparse)
 
-        def reduce_some(grads_, keys_, variables_, compression):
-            return reduce_gradients(grads_, keys_, compression, self._tfps_op,
-                                    self._tfps_predivide, self._tfps_device, variables_,
-                                    self._tfps_process_set,
-                                    self._tfps_sparse_as_dense or self._tfps_densified,
-                                    self._tfps_device_sparse)
+            # PS mode (plan="auto"): the local gradient goes to the servers as it is.
+            return reduce_all_but(grads_, keys_, list(variables_),
+                                  lambda v: id(v) in self._tfps_served, reduce_some)
 
         if self._tfps_local:
             return self._tfps_local.reduce(grads, keys, variables, reduce)

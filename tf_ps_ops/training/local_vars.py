@@ -43,17 +43,23 @@ class LocalVariables:
         """`reduce(grads, keys, variables)` for the shared variables; local ones keep
         their own gradient (divided by size() when scaling)."""
         variables = list(variables)
-        shared = [i for i, v in enumerate(variables) if v not in self]
-        reduced = reduce([grads[i] for i in shared], [keys[i] for i in shared],
-                         [variables[i] for i in shared])
-        out = list(grads)
-        for i, g in zip(shared, reduced):
-            out[i] = g
+        out = reduce_all_but(grads, keys, variables, lambda v: v in self, reduce)
         if self.scale:
-            for i in set(range(len(out))) - set(shared):
-                if out[i] is not None:
+            for i, v in enumerate(variables):
+                if v in self and out[i] is not None:
                     out[i] = _divide(out[i], size())
         return out
+
+
+def reduce_all_but(grads, keys, variables, kept, reduce):
+    """`reduce(grads, keys, variables)` of the gradients whose variable is not `kept(v)`;
+    the others come back as they are, in their places."""
+    shared = [i for i, v in enumerate(variables) if not kept(v)]
+    out = list(grads)
+    for i, g in zip(shared, reduce([grads[i] for i in shared], [keys[i] for i in shared],
+                                   [variables[i] for i in shared])):
+        out[i] = g
+    return out
 
 
 def _divide(grad, n):
