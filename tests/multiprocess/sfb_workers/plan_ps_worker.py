@@ -26,11 +26,15 @@ def _fit(hvd, model, optimizer, x, y):
 
 
 def _distributed(hvd, optimizer, pins):
+    before = os.environ.get("TFPS_PLAN_MODES")
     os.environ["TFPS_PLAN_MODES"] = "sum,ps"
     try:
         return hvd.DistributedOptimizer(optimizer, plan="auto", plan_pins=pins)
     finally:
-        os.environ["TFPS_PLAN_MODES"] = "sum"
+        if before is None:
+            del os.environ["TFPS_PLAN_MODES"]
+        else:
+            os.environ["TFPS_PLAN_MODES"] = before
 
 
 def _choices(plan):

@@ -28,10 +28,6 @@ from tf_ps_ops.plan.monitor import PlanMonitor  # noqa: E402
 NUM_WORKERS = 2
 BATCH = 8
 STEPS = 6
-# These checks compare the plan with summation chosen by hand: PS mode (which the plan may
-# pick where the optimizer's update costs more than the servers' would) only where a
-# check allows it (plan_ps_worker.py).
-os.environ["TFPS_PLAN_MODES"] = "sum"
 
 
 def shard(array, rank):
@@ -142,4 +138,9 @@ CHECKS = [check_auto_plan_matches_hand_picked, check_autotune_changes_settings_n
           check_ps_pin_refused_where_the_servers_cannot_update]
 
 if __name__ == "__main__":
+    # These checks compare the plan with summation chosen by hand: PS mode (which the plan
+    # may pick where the optimizer's update costs more than the servers' would) only where
+    # a check allows it (plan_ps_worker.py). Set here, not at import: the test imports this
+    # module into its own process for the single-process oracle.
+    os.environ["TFPS_PLAN_MODES"] = "sum"
     run_checks(CHECKS)
