@@ -42,6 +42,12 @@ NOTES = {
     "train_zoo_2h_pilot_sparse_dlrm": "IndexedSlices gathered in sum mode",
     "train_zoo_2h_pilot_sparse_bert": "IndexedSlices gathered in sum mode",
 }
+# The single runs before plan="auto" weighed PS mode per gradient, on a machine whose cores
+# were about 1.4× slower (ResNet-50's local step 0.73–0.78 s, against 0.55 s since).
+NOTES.update(dict.fromkeys(
+    ("train_zoo_2h_10gbit", "train_zoo_2h_10gbit_tuned", "train_zoo_2h_1gbit",
+     "train_zoo_2h_1gbit_codecs", "train_zoo_3h_1gbit"),
+    "before the plan weighed PS mode; slower machine"))
 PILOT_MODES = ";".join(["%s=single+sum+mwms" % m for m in zoo_models.ZOO if m != "dlrm"]
                        + ["dlrm=single+sum+ps+mwms+pss"])
 
