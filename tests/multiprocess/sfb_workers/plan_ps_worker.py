@@ -8,6 +8,7 @@ saves the weights to $TFPS_TEST_OUT/rank<r>.npz; the test compares them with
 single-process training."""
 
 import os
+from unittest import mock
 
 import keras
 
@@ -26,15 +27,8 @@ def _fit(hvd, model, optimizer, x, y):
 
 
 def _distributed(hvd, optimizer, pins):
-    before = os.environ.get("TFPS_PLAN_MODES")
-    os.environ["TFPS_PLAN_MODES"] = "sum,ps"
-    try:
+    with mock.patch.dict(os.environ, {"TFPS_PLAN_MODES": "sum,ps"}):
         return hvd.DistributedOptimizer(optimizer, plan="auto", plan_pins=pins)
-    finally:
-        if before is None:
-            del os.environ["TFPS_PLAN_MODES"]
-        else:
-            os.environ["TFPS_PLAN_MODES"] = before
 
 
 def _choices(plan):
