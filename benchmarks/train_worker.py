@@ -22,8 +22,8 @@ then `optimizer.apply(grads, vars)` of a Keras 3 SGD (lr 0.01, momentum 0.9):
 mlp, cnn and their tiny_ versions here; the zoo (resnet50, mobilenetv2, bert, dlrm and
 their smoke_ versions) in zoo_models.py, with its own batch and momentum per model.
 
-Threads: intra_op 1 and inter_op 1 (inter_op 2 for every ParameterServerStrategy process:
-its workers deadlock silently with 1). Data: one fixed random batch per worker, made
+Threads: intra_op 1 and inter_op 1 (--inter-op; at least 2 for every ParameterServerStrategy
+process: its workers deadlock silently with 1). Data: one fixed random batch per worker, made
 before timing (no input pipeline in the step), except ParameterServerStrategy, whose
 workers take it from a per-worker `Dataset.from_tensors(...).repeat()`.
 
@@ -210,12 +210,23 @@ def make_step(model, optimizer, loss, scale=1.0, wrap_tape=None):
 def time_steps(run_one, args, window, samples_per_step):
     times, losses = [], []
     start = None
+    profiling = False
     for i in range(args.warmup + args.steps):
         if i == args.warmup:
             start = window.snapshot()
+            if args.tf_profile:  # TensorFlow's profiler over the first 3 timed steps
+                import tensorflow as tf
+                tf.profiler.experimental.start(os.path.join(args.tf_profile,
+                                                            f"{args.mode}-{os.getpid()}"))
+                profiling = True
+        if profiling and i == args.warmup + 3:
+            tf.profiler.experimental.stop()
+            profiling = False
         t0 = time.perf_counter()
         losses.append(run_one())
         times.append(time.perf_counter() - t0)
+    if profiling:
+        tf.profiler.experimental.stop()
     end = window.snapshot()
     return dict(warmup_s=[round(t, 4) for t in times[:args.warmup]],
                 step_s=[round(t, 4) for t in times[args.warmup:]],
@@ -289,6 +300,8 @@ def run_plain(args, window):
     step = tf.function(make_step(model, optimizer, loss_fn(), wrap_tape=wrap_tape),
                        jit_compile=False)
     run_one = lambda: float(step(x, y))  # noqa: E731
+    if plan is not None:
+        plan = (plan[0], timeline_ready(plan, run_one, args, rank))
     tuner = None
     if args.mode in TFPS:
         from tf_ps_ops.plan import autotune
@@ -349,6 +362,37 @@ def plan_inputs(model, args):
     return lay, dict(layers=json.loads(layers.to_json(lay))["layers"],
                      cluster=dataclasses.asdict(measured.cluster),
                      machine=dataclasses.asdict(machine), settings=auto.engine_settings())
+
+
+READY_STEPS = 4  # steps recorded for the gradients' ready times (the first is dropped)
+
+
+def timeline_ready(plan, run_one, args, rank):
+    """plan_inputs' JSON with each layer's ready time (cost model Layer.ready) from an
+    engine timeline of READY_STEPS extra warm-up steps of the real training step: the
+    order TensorFlow hands the gradients over, which sets how much of the link's time
+    backward hides (TFPS_BENCH_READY=layer: keep the layer order). Rank 0 records; every
+    rank runs the steps."""
+    import tempfile
+
+    import tf_ps_ops as hvd
+    from tf_ps_ops.plan import layers, ready as ready_times
+
+    lay, inputs = plan
+    wanted = os.environ.get("TFPS_BENCH_READY", "timeline") == "timeline" and \
+        not os.environ.get("TFPS_TIMELINE")  # a timeline the driver asked for records
+    path = os.path.join(tempfile.mkdtemp(prefix="tfps_ready_"), "timeline.json")
+    if wanted and rank == 0:
+        hvd.start_timeline(path)
+    for _ in range(READY_STEPS if wanted else 0):
+        run_one()
+    if not (wanted and rank == 0):
+        return inputs
+    hvd.stop_timeline()
+    ready = ready_times.from_timeline(path, lay, args.batch,
+                                  lambda tensor: _layer_of(tensor.split(".", 1)[-1]))
+    timed = ready_times.apply(lay, ready)
+    return dict(inputs, layers=json.loads(layers.to_json(timed))["layers"])
 
 
 def served_paths(optimizer):
@@ -518,7 +562,8 @@ def configure_threads(args):
     import tensorflow as tf
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
-    tf.config.threading.set_inter_op_parallelism_threads(2 if args.mode == "pss" else 1)
+    inter = max(2, args.inter_op) if args.mode == "pss" else args.inter_op
+    tf.config.threading.set_inter_op_parallelism_threads(inter)
 
 
 def main():
@@ -528,6 +573,11 @@ def main():
     parser.add_argument("--batch", type=int, default=None,
                         help="per worker; default 32, zoo models their own (zoo_models.py)")
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--inter-op", type=int, default=1,
+                        help="TensorFlow's inter-op threads (ParameterServerStrategy: at "
+                             "least 2). With 1 the executor computes a CNN's filter "
+                             "gradients at the end of backward, after the input-gradient "
+                             "chain")
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--role", choices=("chief", "worker", "ps"), default="chief",
                         help="ParameterServerStrategy only")
@@ -535,6 +585,9 @@ def main():
                         default="balanced", help="ParameterServerStrategy: where variables "
                         "go (see balanced_placement)")
     parser.add_argument("--pids-file", default=None)
+    parser.add_argument("--tf-profile", default=None, metavar="DIR",
+                        help="record TensorFlow's profile of the first 3 timed steps "
+                             "under DIR (an XSpace per process; it slows those steps)")
     parser.add_argument("--predict", action="store_true",
                         help="tf_ps_ops modes: measure the cost model's inputs before "
                              "training (plan_inputs), for train_bench's predicted step")

@@ -362,11 +362,20 @@ def compute_times(layers, machine, batch_size):
     return forward, backward
 
 
+def _profiled(layers):
+    """Every layer has its measured ready time (Layer.ready)."""
+    return bool(layers) and all(layer.ready is not None for layer in layers)
+
+
 def _messages(layers, costs, ready, settings):
     """[(ready, priority, link seconds-worth bytes, messages, layers it completes)] in
-    backward order; small summed layers ready one after another fuse up to fusion_bytes."""
+    the order the gradients are ready (backward's, unless profiled); small summed layers
+    ready one after another fuse up to fusion_bytes."""
     out, group = [], None
-    for index in reversed(range(len(layers))):
+    order = list(reversed(range(len(layers))))
+    if _profiled(layers):
+        order.sort(key=lambda index: ready[index])
+    for index in order:
         cost = costs[index]
         if cost.messages == 0:
             continue
@@ -375,8 +384,8 @@ def _messages(layers, costs, ready, settings):
         if small and group and group["raw"] + layers[index].bytes <= settings.fusion_bytes:
             group["bytes"] += cost.link_bytes
             group["raw"] += layers[index].bytes
-            group["ready"] = ready[index]
-            group["priority"] = index
+            group["ready"] = max(group["ready"], ready[index])
+            group["priority"] = min(group["priority"], index)
             group["layers"].append(index)
             continue
         if group:
@@ -461,6 +470,9 @@ def _timeline(layers, costs, forward, backward, cluster, machine, settings):
         t += backward[index]
         ready[index] = t + costs[index].cpu_before
     t_bwd_end = t
+    if _profiled(layers):  # when the real step had each gradient ready (Layer.ready)
+        ready = [t_fwd + layer.ready * (t_bwd_end - t_fwd) + c.cpu_before
+                 for layer, c in zip(layers, costs)]
     bandwidth = cluster.bandwidth
     if settings.credit:  # a window of `credit` bytes in flight: one round trip per window
         bandwidth *= settings.credit / (settings.credit + cluster.bandwidth * cluster.latency)

@@ -37,6 +37,11 @@ class Layer:
     row_update: in PS mode the optimizer updates the touched rows only (plain SGD,
       Adagrad); False where it keeps slots every row's update moves (momentum, Adam,
       RMSprop), so PS sends the gradient dense.
+    ready: when its gradient is ready, as a fraction of backward (0: where backward
+      starts, 1: where it ends), from an engine timeline of real steps
+      (ready.from_timeline); None: at its position in backward. TensorFlow does not
+      always hand gradients over in layer order: with one inter-op thread it computes
+      most convolutions' filter gradients after the input-gradient chain, at the end.
     """
     name: str
     kind: str
@@ -48,6 +53,7 @@ class Layer:
     step_rows: object = None
     reach: object = None
     row_update: bool = True
+    ready: object = None
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -58,6 +64,9 @@ class Layer:
                                        or self.table[0] * self.table[1] > self.params):
             raise ValueError(f"layer {self.name!r}: table {self.table} must be (rows, "
                              f"width) >= 1 within its {self.params} params")
+        if self.ready is not None and not 0 <= self.ready <= 1:
+            raise ValueError(f"layer {self.name!r}: ready {self.ready} must be a fraction "
+                             f"of backward, 0 to 1")
 
     @property
     def sparse(self):
@@ -235,7 +244,8 @@ def from_json(source):
     Each layer: {"name", "kind", "params"?, "kernel"?: [N, M], "bias"?: true,
     "rows"?: 1 | null, "macs"?: per example}; a Dense layer's params default to its
     kernel plus bias. An embedding with a sparse gradient: {"table": [ROWS, WIDTH],
-    "rows": lookups per example, "step_rows"?, "reach"?, "row_update"?: true}."""
+    "rows": lookups per example, "step_rows"?, "reach"?, "row_update"?: true}. Any layer:
+    "ready"?: when its gradient is ready, a fraction of backward (Layer.ready)."""
     data = json.loads(source) if isinstance(source, str) else source
     items = data["layers"] if isinstance(data, dict) else data
     layers = []
@@ -265,7 +275,8 @@ def from_json(source):
                                 None if rows is None else int(rows), float(macs), table,
                                 _optional_int(item.get("step_rows")),
                                 _optional_int(item.get("reach")),
-                                bool(item.get("row_update", True))))
+                                bool(item.get("row_update", True)),
+                                _optional_float(item.get("ready"))))
         except (KeyError, TypeError, ValueError) as error:
             raise ValueError(f"layer list, {where}: {error}") from None
     return layers
@@ -273,6 +284,10 @@ def from_json(source):
 
 def _optional_int(value):
     return None if value is None else int(value)
+
+
+def _optional_float(value):
+    return None if value is None else float(value)
 
 
 def to_json(layers):
@@ -346,6 +361,11 @@ def keras_layer(layer, keras_module):
 def from_keras(model):
     """The layers of a built Keras 3 or tf_keras model (nested models flattened), in
     model order."""
+    return [layer for _, layer in keras_pairs(model)]
+
+
+def keras_pairs(model):
+    """[(Keras layer, its Layer)] of the layers that train something, in model order."""
     from tf_ps_ops.training.keras_flavor import is_tf_keras
 
     if is_tf_keras(model):
@@ -354,5 +374,6 @@ def from_keras(model):
         import keras as keras_module
     if not model.built:
         raise ValueError("the model is not built: give it an Input or call it once")
-    found = (keras_layer(layer, keras_module) for layer in _flatten(model, keras_module))
-    return [layer for layer in found if layer is not None]
+    found = ((layer, keras_layer(layer, keras_module))
+             for layer in _flatten(model, keras_module))
+    return [(layer, made) for layer, made in found if made is not None]
