@@ -29,7 +29,7 @@ re-encode on the servers, the host's local sum under hierarchical aggregation, S
 rebuild (N·M·K·P1 multiply-adds). `step_time` places it all on one timeline: backward
 produces gradients from the last layer to the first, the link serves partitions (in
 ready order, or by priority — layers nearest the input first — under a scheduling
-credit), and the next forward pass waits for each layer's parameters.
+credit), and the next step starts once every layer's parameters are back.
 
 A host's cores bound the step from below as its link does (`host_cpu`): per step, the
 busiest host's processes spend the model's compute (times the cores it keeps busy) and
@@ -428,11 +428,10 @@ def step_time(layers, choices, cluster, machine, batch_size, settings=Settings()
     for index in sorted(range(len(layers)), key=lambda i: done[i]):
         clock = max(clock, done[index]) + apply[index]
         done[index] = clock
-    # The next forward pass: layer l starts once l−1 is done and l's parameters are back.
-    t = t_bwd_end
-    for index in range(len(layers)):
-        t = max(t, done[index]) + forward[index]
-    step = t - sum(forward)
+    # The next step starts once every parameter is back and updated: a training step is
+    # one tf.function call, which returns when all of its ops have run (no layer's
+    # forward runs ahead into the next step while another layer's transfer finishes).
+    step = max([t_bwd_end] + done)
     if machine.cores_per_host > 0:
         groups = [m["layers"] for m in _messages(layers, costs, ready, settings)]
         step = max(step, host_cpu(costs, groups, forward, backward, apply, cluster, machine)
