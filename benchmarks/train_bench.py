@@ -524,6 +524,9 @@ def main():
     parser.add_argument("--keep-logs", action="store_true")
     parser.add_argument("--report", metavar="JSON", default=None,
                         help="only rewrite the .md and .png of an earlier run's JSON")
+    parser.add_argument("--repredict", action="store_true",
+                        help="with --report: predict every row again with the current cost "
+                             "model, from the inputs the run measured (and rewrite the JSON)")
     parser.add_argument("--horovod-path", default=os.environ.get("TRAIN_BENCH_HOROVOD_PATH"),
                         help="folder with a Horovod built for this TensorFlow (prepended to "
                              "PYTHONPATH of the Horovod processes; default "
@@ -551,6 +554,8 @@ def main():
             setattr(args, name, quick if q else full)
     if args.report:
         saved = json.loads(Path(args.report).read_text())
+        if args.repredict:
+            derive(saved["rows"], saved["meta"]["workers"])
         paths = write_report(Path(args.report).parent, saved["meta"]["tag"], saved["meta"],
                              saved["rows"])
         print("rewrote", ", ".join(str(p) for p in paths[1:]))

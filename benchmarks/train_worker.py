@@ -390,7 +390,7 @@ def timeline_ready(plan, run_one, args, rank):
         return inputs
     hvd.stop_timeline()
     ready = ready_times.from_timeline(path, lay, args.batch,
-                                  lambda tensor: _layer_of(tensor.split(".", 1)[-1]))
+                                      lambda tensor: _layer_of(tensor.split(".", 1)[-1]))
     timed = ready_times.apply(lay, ready)
     return dict(inputs, layers=json.loads(layers.to_json(timed))["layers"])
 

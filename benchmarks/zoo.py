@@ -48,6 +48,17 @@ NOTES.update(dict.fromkeys(
     ("train_zoo_2h_10gbit", "train_zoo_2h_10gbit_tuned", "train_zoo_2h_1gbit",
      "train_zoo_2h_1gbit_codecs", "train_zoo_3h_1gbit"),
     "before the plan weighed PS mode; slower machine"))
+# Predicted (the table's last column) by the cost model of their day: gradients ready in
+# layer order, the next forward overlapping the transfers, a lone push_pull's CPU per
+# message.
+NOTES.update(dict.fromkeys(
+    ("train_zoo_2h_10gbit_psplan", "train_zoo_2h_10gbit_psplan_mobilenet",
+     "train_zoo_3h_10gbit_psplan", "train_zoo_2h_1gbit_psplan", "train_zoo_3h_1gbit_psplan"),
+    "predicted by the cost model before the gradients' measured order"))
+NOTES.update(dict.fromkeys(
+    ("train_zoo_2h_10gbit_ready", "train_zoo_2h_1gbit_ready"),
+    "gradients' order from a timeline of the real step; a noisier day (local steps 15-25% "
+    "slower, drifting within the run)"))
 PILOT_MODES = ";".join(["%s=single+sum+mwms" % m for m in zoo_models.ZOO if m != "dlrm"]
                        + ["dlrm=single+sum+ps+mwms+pss"])
 

@@ -271,11 +271,11 @@ def test_the_hosts_cores_bound_the_step_from_below():
     assert two_cores == pytest.approx(max(unbounded, cpu / 2), rel=1e-9)
 
 
-def test_the_cpu_floor_counts_codecs_rebuilds_and_fused_collectives():
+def test_the_cpu_floor_counts_codecs_rebuilds_and_every_tensor():
     # int8 halves nothing on the CPU: encode and decode on the worker, decode-add and
     # re-encode on the server cost CPU the floor counts, while fewer bytes cost less
     # transport. SFB's rebuild (N·M·K·P1 multiply-adds) is the host's too. Four small
-    # layers fused into one collective count as one message.
+    # layers cost four tensors' CPU, fused into one collective or not.
     small = [layers.Layer(f"s{i}", "other", 1024, None, 1, 0.0) for i in range(4)]
     machine = cost.Machine(macs_per_s=1e12, message_overhead=0.0, cores_per_host=1.0,
                            transport_per_message=1e-3)
@@ -284,7 +284,9 @@ def test_the_cpu_floor_counts_codecs_rebuilds_and_fused_collectives():
                               cost.Settings(MB, 1 << 16, 0))
     apart, _ = cost.step_time(small, [Choice()] * 4, cluster, machine, 1,
                               cost.Settings(MB, 0, 0))
-    assert apart - fused == pytest.approx(3 * 4 * 1e-3, rel=0.05)
+    # 2 workers, colocated: each tensor is pushed and pulled by the host's worker and
+    # served by its server, 4 messages of 1 ms.
+    assert fused == pytest.approx(apart) == pytest.approx(4 * 4 * 1e-3, rel=0.05)
     fc = layers.dense("fc", 1024, 1024, bias=False, rows=1)
     k, p1 = 8, 2
     sfb = cost.layer_cost(fc, Choice(cost.SFB), cluster, machine, k, MB)

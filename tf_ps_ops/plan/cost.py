@@ -433,21 +433,21 @@ def step_time(layers, choices, cluster, machine, batch_size, settings=Settings()
     # forward runs ahead into the next step while another layer's transfer finishes).
     step = max([t_bwd_end] + done)
     if machine.cores_per_host > 0:
-        groups = [m["layers"] for m in _messages(layers, costs, ready, settings)]
-        step = max(step, host_cpu(costs, groups, forward, backward, apply, cluster, machine)
+        step = max(step, host_cpu(costs, forward, backward, apply, cluster, machine)
                    / machine.cores_per_host)
     return step, [(c, d - r) for c, d, r in zip(costs, done, ready)]
 
 
-def host_cpu(costs, groups, forward, backward, apply, cluster, machine):
+def host_cpu(costs, forward, backward, apply, cluster, machine):
     """CPU-seconds per step on the busiest host: its workers' compute and optimizer
     updates, and every layer's codecs, sums, rebuilds and transport (LayerCost.host_*).
-    groups: the layers each collective carries (fused layers share one)."""
+    transport_per_message counts per layer, fused or not: what a tensor costs is mostly
+    the engine's and TensorFlow's work for it, which fusion keeps (measure.message_cpu
+    times tiny tensors, which the engine fuses too)."""
     L = min(cluster.workers_per_host, cluster.workers)
     compute = machine.compute_cpu * (sum(forward) + sum(backward))
-    sync = sum(c.host_cpu + c.host_bytes * machine.transport_per_byte for c in costs)
-    sync += machine.transport_per_message * sum(
-        max(costs[i].host_messages for i in group) for group in groups)
+    sync = sum(c.host_cpu + c.host_bytes * machine.transport_per_byte
+               + c.host_messages * machine.transport_per_message for c in costs)
     return L * (compute + sum(apply)) + sync
 
 
