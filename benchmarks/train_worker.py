@@ -371,26 +371,31 @@ def timeline_ready(plan, run_one, args, rank):
     """plan_inputs' JSON with each layer's ready time (cost model Layer.ready) from an
     engine timeline of READY_STEPS extra warm-up steps of the real training step: the
     order TensorFlow hands the gradients over, which sets how much of the link's time
-    backward hides (TFPS_BENCH_READY=layer: keep the layer order). Rank 0 records; every
-    rank runs the steps."""
+    backward hides (--ready-order layers: keep the layer order; so does a timeline the
+    driver asked for, TFPS_TIMELINE, which is recording). Rank 0 records; every rank
+    runs the steps."""
+    import shutil
     import tempfile
 
     import tf_ps_ops as hvd
     from tf_ps_ops.plan import layers, ready as ready_times
 
     lay, inputs = plan
-    wanted = os.environ.get("TFPS_BENCH_READY", "timeline") == "timeline" and \
-        not os.environ.get("TFPS_TIMELINE")  # a timeline the driver asked for records
-    path = os.path.join(tempfile.mkdtemp(prefix="tfps_ready_"), "timeline.json")
-    if wanted and rank == 0:
-        hvd.start_timeline(path)
-    for _ in range(READY_STEPS if wanted else 0):
+    if args.ready_order != "timeline" or os.environ.get("TFPS_TIMELINE"):
+        return inputs
+    folder = tempfile.mkdtemp(prefix="tfps_ready_") if rank == 0 else None
+    if folder:
+        hvd.start_timeline(os.path.join(folder, "timeline.json"))
+    for _ in range(READY_STEPS):
         run_one()
-    if not (wanted and rank == 0):
+    if not folder:
         return inputs
     hvd.stop_timeline()
-    ready = ready_times.from_timeline(path, lay, args.batch,
-                                      lambda tensor: _layer_of(tensor.split(".", 1)[-1]))
+    try:
+        ready = ready_times.from_timeline(os.path.join(folder, "timeline.json"), lay,
+                                          lambda tensor: _layer_of(tensor.split(".", 1)[-1]))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     timed = ready_times.apply(lay, ready)
     return dict(inputs, layers=json.loads(layers.to_json(timed))["layers"])
 
@@ -585,6 +590,10 @@ def main():
                         default="balanced", help="ParameterServerStrategy: where variables "
                         "go (see balanced_placement)")
     parser.add_argument("--pids-file", default=None)
+    parser.add_argument("--ready-order", choices=("timeline", "layers"), default="timeline",
+                        help="--predict: when the gradients are ready, from an engine "
+                             "timeline of %d extra warm-up steps or in layer order"
+                             % READY_STEPS)
     parser.add_argument("--tf-profile", default=None, metavar="DIR",
                         help="record TensorFlow's profile of the first 3 timed steps "
                              "under DIR (an XSpace per process; it slows those steps)")

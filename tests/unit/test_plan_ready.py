@@ -86,7 +86,7 @@ def test_apply_fills_a_layer_without_a_time_from_the_next():
     assert ready.apply(model, None) == model
 
 
-def trace(tmp_path, steps):
+def trace(folder, steps):
     """An engine timeline: `steps` = [{tensor: queued ts in µs}], plus a broadcast once;
     kernels of 64 bytes, the rest 4."""
     events = [{"ph": "X", "name": "queued", "ts": 5, "dur": 1,
@@ -98,12 +98,13 @@ def trace(tmp_path, steps):
                            "args": {"tensor": tensor, "bytes": size}})
             events.append({"ph": "X", "name": "push", "ts": ts + 10, "dur": 10,
                            "args": {"tensor": tensor, "bytes": 4}})
-    path = tmp_path / "timeline.json"
+    folder.mkdir()
+    path = folder / "timeline.json"
     path.write_text(json.dumps({"traceEvents": events}))
     return str(path)
 
 
-def test_from_timeline_places_the_handovers_between_the_first_and_the_end():
+def test_from_timeline_places_the_handovers_between_the_first_and_the_end(tmp_path):
     # Three equal layers: backward 2 each but 1 for the first; c (the last) is handed
     # over first, 2/5 into backward; b last, at its end; a half-way between. The first
     # recorded step is dropped (warm-up).
@@ -112,20 +113,14 @@ def test_from_timeline_places_the_handovers_between_the_first_and_the_end():
     # c's bias (4 bytes beside its kernel's 64) is handed over last: c is ready with its
     # kernel.
     names["S.c/bias"] = "c"
-    path = trace(tmp_path=_tmp(), steps=[
+    path = trace(tmp_path / "three", steps=[
         {"S.c/kernel": 100, "S.b/kernel": 110, "S.a/kernel": 120, "S.c/bias": 130},
         {"S.c/kernel": 1000, "S.a/kernel": 1500, "S.b/kernel": 2000, "S.c/bias": 2000},
         {"S.c/kernel": 3000, "S.a/kernel": 3500, "S.b/kernel": 4000, "S.c/bias": 4000}])
-    got = ready.from_timeline(path, model, 1, lambda t: names.get(t))
+    got = ready.from_timeline(path, model, lambda t: names.get(t))
     start = 2 / 5
     assert got == pytest.approx([start + (1 - start) / 2, 1.0, start])
     # One step only (dropped as warm-up), or no tensor of the model: nothing to tell.
-    one = trace(_tmp(), [{"S.c/kernel": 1, "S.a/kernel": 2}])
-    assert ready.from_timeline(one, model, 1, lambda t: names.get(t)) is None
-    assert ready.from_timeline(path, model, 1, lambda t: None) is None
-
-
-def _tmp():
-    import pathlib
-    import tempfile
-    return pathlib.Path(tempfile.mkdtemp(prefix="tfps_ready_test_"))
+    one = trace(tmp_path / "one", [{"S.c/kernel": 1, "S.a/kernel": 2}])
+    assert ready.from_timeline(one, model, lambda t: names.get(t)) is None
+    assert ready.from_timeline(path, model, lambda t: None) is None

@@ -362,18 +362,18 @@ def compute_times(layers, machine, batch_size):
     return forward, backward
 
 
-def _profiled(layers):
+def _has_ready_times(layers):
     """Every layer has its measured ready time (Layer.ready)."""
     return bool(layers) and all(layer.ready is not None for layer in layers)
 
 
 def _messages(layers, costs, ready, settings):
     """[(ready, priority, link seconds-worth bytes, messages, layers it completes)] in
-    the order the gradients are ready (backward's, unless profiled); small summed layers
-    ready one after another fuse up to fusion_bytes."""
+    the order the gradients are ready (backward's, unless the layers carry ready times);
+    small summed layers ready one after another fuse up to fusion_bytes."""
     out, group = [], None
     order = list(reversed(range(len(layers))))
-    if _profiled(layers):
+    if _has_ready_times(layers):
         order.sort(key=lambda index: ready[index])
     for index in order:
         cost = costs[index]
@@ -469,7 +469,7 @@ def _timeline(layers, costs, forward, backward, cluster, machine, settings):
         t += backward[index]
         ready[index] = t + costs[index].cpu_before
     t_bwd_end = t
-    if _profiled(layers):  # when the real step had each gradient ready (Layer.ready)
+    if _has_ready_times(layers):  # when the real step had each gradient ready (Layer.ready)
         ready = [t_fwd + layer.ready * (t_bwd_end - t_fwd) + c.cpu_before
                  for layer, c in zip(layers, costs)]
     bandwidth = cluster.bandwidth

@@ -361,11 +361,6 @@ def keras_layer(layer, keras_module):
 def from_keras(model):
     """The layers of a built Keras 3 or tf_keras model (nested models flattened), in
     model order."""
-    return [layer for _, layer in keras_pairs(model)]
-
-
-def keras_pairs(model):
-    """[(Keras layer, its Layer)] of the layers that train something, in model order."""
     from tf_ps_ops.training.keras_flavor import is_tf_keras
 
     if is_tf_keras(model):
@@ -374,6 +369,5 @@ def keras_pairs(model):
         import keras as keras_module
     if not model.built:
         raise ValueError("the model is not built: give it an Input or call it once")
-    found = ((layer, keras_layer(layer, keras_module))
-             for layer in _flatten(model, keras_module))
-    return [(layer, made) for layer, made in found if made is not None]
+    found = (keras_layer(layer, keras_module) for layer in _flatten(model, keras_module))
+    return [layer for layer in found if layer is not None]

@@ -11,7 +11,8 @@
   while push_pulls run beside it (the fraction lost: the cores that communication takes
   from compute, large on one host over loopback);
 - the host's CPU budget, for the step's CPU floor (cost.host_cpu): the transport's CPU per
-  byte and per message (this worker's process CPU during the same probes), SFB's
+  byte (this worker's process CPU during the same probes) and per message (32 tiny
+  push_pulls in one tf.function against one: message_cpu), SFB's
   rebuild rate (a real factor exchange, its CPU per multiply-add), and the cores per host
   (this machine's cores over the job's hosts on it: hosts emulated on one machine, told
   apart by the kernel's boot id, share its cores).

@@ -6,13 +6,10 @@ thread its executor follows the input-gradient chain down to the first layer and
 computes most convolutions' filter gradients, so most of a CNN's bytes are ready at the
 end of backward, where the link's time cannot hide behind it (ResNet-50 at 1 Gbit/s: 44
 of its 94 MB of gradients handed over in the last 6% of the time from its first gradient
-to its last). A stand-in step does
-not reproduce the order either (a plain loss on the same model ran the classifier's
-gradient last; training ran it first), so the order comes from the engine's timeline of
-a few real steps (tf_ps_ops.start_timeline).
+to its last). A stand-in step does not reproduce the order either (a plain loss on the
+same model ran the classifier's gradient last; training ran it first), so the order
+comes from the engine's timeline of a few real steps (tf_ps_ops.start_timeline).
 """
-
-import math
 
 
 def apply(layers, ready):
@@ -25,13 +22,13 @@ def apply(layers, ready):
         return layers
     filled, later = [], 1.0
     for value in reversed(ready):
-        later = later if value is None or math.isnan(value) else float(value)
+        later = later if value is None else float(value)
         filled.append(later)
     filled.reverse()
     return [dataclasses.replace(layer, ready=value) for layer, value in zip(layers, filled)]
 
 
-def from_timeline(path, layers, batch_size, layer_of, skip=1):
+def from_timeline(path, layers, layer_of, skip=1):
     """Per layer, when its gradient was ready in the steps an engine timeline recorded
     (tf_ps_ops.start_timeline): the real step's order, which a stand-in step does not
     always reproduce (TensorFlow ran ResNet-50's classifier gradient first in training
@@ -58,7 +55,8 @@ def from_timeline(path, layers, batch_size, layer_of, skip=1):
     if steps <= skip or len(every) < 2:
         return None
     index = {layer.name: i for i, layer in enumerate(layers)}
-    _, backward = cost.compute_times(layers, cost.Machine(macs_per_s=1.0), batch_size)
+    # Shares of backward, which the batch size does not change.
+    _, backward = cost.compute_times(layers, cost.Machine(macs_per_s=1.0), 1)
     total = sum(backward)
     fractions = {}
     for step in range(skip, steps):
