@@ -25,6 +25,7 @@ import datetime
 import json
 import os
 import platform
+import random
 import resource
 import shutil
 import statistics
@@ -425,7 +426,10 @@ def combine(key, found, workers):
         row.update(found[-1])
         return row
     row.update(done[(len(done) - 1) // 2])
-    row["repeat_step_s"] = [round(r["step_s"], 4) for r in found if "step_s" in r]
+    # Every repeat in order, None where it failed, so that repeat k of two configurations
+    # ran close in time (paired comparisons: benchmarks/zoo.py's plan ÷ best).
+    row["repeat_step_s"] = [round(r["step_s"], 4) if "step_s" in r else None for r in found]
+    row["repeat_started_s"] = [r.get("started_s") for r in found]
     row["repeats_failed"] = sum(r["status"] == "failed" for r in found)
     return row
 
@@ -497,6 +501,10 @@ def main():
     parser.add_argument("--repeats", type=int, default=None,
                         help="runs of every configuration, interleaved; the median is "
                              "reported (default 3, quick 1)")
+    parser.add_argument("--order", choices=("shuffled", "fixed"), default="shuffled",
+                        help="the modes' order within each repeat: shuffled per repeat "
+                             "(default) or as --modes lists them")
+    parser.add_argument("--seed", default="0", help="the shuffle's seed")
     parser.add_argument("--retries", type=int, default=None,
                         help="reruns of a configuration others disturbed (default 2, quick 0)")
     parser.add_argument("--other-limit", type=float, default=0.15,
@@ -572,6 +580,16 @@ def main():
     return sweep(args)
 
 
+def mode_order(args, repeat):
+    """The modes in the order repeat `repeat` runs them: --modes' order with --order fixed,
+    else a shuffle seeded by --seed and the repeat (the same for every model and link, and
+    again the same when the sweep is rerun)."""
+    modes = list(args.modes)
+    if args.order == "shuffled":
+        random.Random("%s/%d" % (args.seed, repeat)).shuffle(modes)
+    return modes
+
+
 def sweep(args):
     started, t_start = datetime.datetime.now().astimezone(), time.monotonic()
     load_before = os.getloadavg()
@@ -590,19 +608,22 @@ def sweep(args):
         for rate in args.rates:
             with Hosts(args.workers, rate=rate) as hosts:
                 # Repeats interleave (every mode once, then again), so that a slow drift of
-                # the machine hits every mode alike.
+                # the machine hits every mode alike; each repeat runs the modes in its own
+                # shuffled order, so that no mode always runs beside the same neighbour.
                 for repeat in range(args.repeats):
                     for model in args.models:
-                        for mode in args.modes:
+                        for mode in mode_order(args, repeat):
                             if not applies(model, mode, args.model_modes):
                                 continue
                             key = (rate, model, mode)
                             if mode == "horovod" and not hvd_ok:
                                 runs[key] = [dict(status="unavailable", error=hvd_info)]
                                 continue
+                            started_s = time.monotonic() - t_start
                             runs.setdefault(key, []).append(run_one(
                                 args, hosts, rate, model, mode,
                                 workdir / ("r%d" % repeat), port))
+                            runs[key][-1]["started_s"] = round(started_s, 1)
                             port += 100
     finally:
         if not args.keep_logs:
@@ -611,7 +632,7 @@ def sweep(args):
             print("logs kept in", workdir)
     rows = [combine(key, found, args.workers) for key, found in runs.items()]
     derive(rows, args.workers)
-    meta = dict(repeats=args.repeats, tag=args.tag, started=started.isoformat(timespec="seconds"),
+    meta = dict(repeats=args.repeats, order=args.order, seed=args.seed, tag=args.tag, started=started.isoformat(timespec="seconds"),
                 duration_s=round(time.monotonic() - t_start, 1),
                 command="python3 benchmarks/train_bench.py " + " ".join(sys.argv[1:]),
                 machine=dict(cpus=os.cpu_count(), platform=platform.platform(),
@@ -648,7 +669,7 @@ def table(rows):
             r["model"], r["rate"], MODE_LABELS[r["mode"]], str(r["workers"]),
             _fmt(r["samples_s"], ".1f"), _fmt(r["step_s"], ".3f"),
             "%.3f–%.3f" % (r["step_min_s"], r["step_max_s"]),
-            " ".join("%.3f" % v for v in r.get("repeat_step_s", [])),
+            " ".join("—" if v is None else "%.3f" % v for v in r.get("repeat_step_s", [])),
             _fmt(r.get("speedup"), ".2f") + ("×" if r.get("speedup") else ""),
             _fmt(r.get("scaling"), ".2f"), _fmt(r.get("comm_s"), ".3f"),
             _fmt(r.get("t_opt_s"), ".3f"), _fmt(r.get("t_opt_over_comm"), ".2f"),
@@ -722,8 +743,8 @@ def write_report(folder, tag, meta, rows):
             meta["horovod"]), "",
         "%d workers (one per emulated host, tbf-limited link), batch %s per worker, "
         "%d warm-up + %s timed steps, median step of the slowest worker; each configuration "
-        "ran %d times, interleaved, and the run with the median step is shown (repeats: "
-        "every run's step). speedup and scaling "
+        "ran %d times, interleaved (%s), and the run with the median step is shown (repeats: "
+        "every run's step, in the order they ran). speedup and scaling "
         "eff against the single-process row of the same link sweep; comm s = step − single "
         "step; t_opt = 2(n−1)M/(nB) for the dense modes (M = fp32 gradient bytes); "
         "tx MB/step: host 0's eth0; CPU s/step: every process of the configuration, and "
@@ -734,6 +755,8 @@ def write_report(folder, tag, meta, rows):
         "cluster each tf_ps_ops row measured before training and the compute rate of the "
         "single-process row, and its error against the measured step." % (
             meta["workers"], meta["batch"], meta["warmup"], meta["steps"], meta["repeats"],
+            "modes in a shuffled order per repeat, seed %s" % meta["seed"]
+            if meta.get("order") == "shuffled" else "modes in a fixed order",
             meta["other_limit"]), "",
         table(rows), ""]
     tuned = [r for r in rows if r.get("autotune")]

@@ -24,6 +24,7 @@ plan's step beside the best hand-picked mode's (plan_summary).
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -144,6 +145,24 @@ HAND_PICKED = {"auto": ("sum", "ps", "sfb", "hybrid"),
                "tuned": ("sum",)}
 
 
+def paired(row, other):
+    """row's step ÷ other's, repeat by repeat (repeat k of the two ran minutes apart, so a
+    slow drift of the machine cancels): (median, lowest, highest), or None when no repeat
+    has both."""
+    ratios = sorted(a / b for a, b in zip(row.get("repeat_step_s") or [],
+                                          other.get("repeat_step_s") or []) if a and b)
+    if not ratios:
+        return None
+    return statistics.median(ratios), ratios[0], ratios[-1]
+
+
+def _ratio(value):
+    if value is None:
+        return "—"
+    mid, low, high = value
+    return "%.2f (%.2f–%.2f)" % (mid, low, high)
+
+
 def plan_summary(rows):
     """Per link and model: the automatic plan's measured step beside the best hand-picked
     tf_ps_ops mode's and the default's (sum), and the cost model's error for each mode
@@ -162,9 +181,11 @@ def plan_summary(rows):
                 continue
             best = min(picked, key=lambda m: picked[m]["step_s"])
             step = mine[auto]["step_s"]
-            lines.append("| %s | %s | %s | %s %.3f | %.3f | %s | %.2f | %s |" % (
+            lines.append("| %s | %s | %s | %s %.3f | %.3f | %s | %.2f | %s | %s | %s |" % (
                 model, rate, auto, best, picked[best]["step_s"], step,
                 "—" if default is None else "%.3f" % default, step / picked[best]["step_s"],
+                _ratio(paired(mine[auto], picked[best])),
+                _ratio(paired(mine[auto], mine["sum"])) if "sum" in mine else "—",
                 errors or "—"))
             errors = "″"
     if not lines:
@@ -173,9 +194,14 @@ def plan_summary(rows):
             "(measured steps, s): `auto` weighs sum, PS, SFB and HybComm's choice, "
             "uncompressed (a codec changes what training computes, so the plan takes one only "
             "where TFPS_PLAN_CODECS allows it); `auto_int8` also int8. auto ÷ best: 1.00 = as "
-            "fast as the best. The cost model's error per mode: predicted ÷ measured − 1.", "",
+            "fast as the best; of the medians, then repeat by repeat (the median ratio and "
+            "its range: repeat k of every mode ran within minutes, so the machine's slow "
+            "drift cancels; runs since the zoo's 3-host rerun shuffle the modes' order per "
+            "repeat), and the plan ÷ the default the same way. "
+            "The cost model's error per mode: predicted ÷ measured − 1.", "",
             "| model | link | plan | best hand-picked | plan's step | default (sum) | "
-            "plan ÷ best | prediction error |", "|---|---|---|---|---|---|---|---|"] + lines
+            "plan ÷ best | per repeat | plan ÷ default, per repeat | prediction error |",
+            "|---|---|---|---|---|---|---|---|---|---|"] + lines
 
 
 def main():

@@ -227,6 +227,33 @@ def test_plan_within_5_percent_of_every_hand_picked_configuration(cluster, machi
     assert plan.step_time <= plan.default_step_time
 
 
+def test_near_ties_go_to_the_default_and_small_departures_are_reverted(monkeypatch):
+    # SFB on the middle layer at 0.3 GB/s: its predicted gain shrinks as the batch grows.
+    # Batch 87: under MIN_GAIN, so the plan is the default; batch 60: a 31% gain, kept.
+    # At batch 32 the per-layer optimum also puts the small first layer on SFB for a gain
+    # under KEEP_GAIN: reverted.
+    model = [layers.dense("a", 256, 256), layers.dense("b", 1024, 1024),
+             layers.dense("c", 256, 10)]
+    cluster = Cluster(2, bandwidth=0.3e9)
+    knobs = dataclasses.asdict(cost.Settings())  # the engine's defaults, pinned
+
+    def plan(batch):
+        p = planner.make_plan(model, cluster, batch, modes=("sum", "sfb", "ps"), pins=knobs)
+        return [str(c) for c in p.choices], p.step_time / p.default_step_time
+
+    with monkeypatch.context() as m:
+        m.setattr(planner, "MIN_GAIN", 0.0)
+        m.setattr(planner, "KEEP_GAIN", 0.0)
+        raw = {batch: plan(batch) for batch in (87, 60, 32)}
+    assert raw[87][0] == ["sum", "sfb", "sum"] and 1 - planner.MIN_GAIN < raw[87][1] < 1
+    assert raw[32][0] == ["sfb", "sfb", "sum"]
+    assert plan(87) == (["sum"] * 3, 1.0)
+    assert plan(60) == raw[60] and raw[60][0] == ["sum", "sfb", "sum"]
+    choices, ratio = plan(32)
+    assert choices == ["sum", "sfb", "sum"]
+    assert raw[32][1] <= ratio <= raw[32][1] * (1 + planner.KEEP_GAIN)
+
+
 def test_optimizer_update_after_each_gradient_one_layer_at_a_time():
     # One worker: no communication; each layer's update (4 MB · 1 ns = 4.19 ms) follows
     # backward, a's then b's; the next step starts after both.
