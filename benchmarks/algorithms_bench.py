@@ -35,9 +35,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from delay_link import DelayHosts, tun_available  # noqa: E402
+from machine_load import machine_busy_s, own_cpu_s  # noqa: E402
 from netns import Hosts, available  # noqa: E402
 from ps_cluster import REPO, ClusterError, NetnsCluster  # noqa: E402
-from train_bench import CHILD_ENV, machine_busy_s, own_cpu_s  # noqa: E402
+from train_config import CHILD_ENV  # noqa: E402
 
 SCRIPT = REPO / "examples" / "train_digits_algorithms.py"
 ALGORITHMS = ["allreduce", "decentralized", "shift_one", "low_precision", "async", "qadam"]

@@ -6,9 +6,10 @@ run (issue 14). Targets: int8 at most 1/3, onebit at most 1/6 of the uncompresse
     python3 benchmarks/compression_step_time.py                      # 3 repeats, interleaved
     python3 benchmarks/compression_step_time.py --codecs none,int8 --repeats 1
 
-The machinery is train_bench.py's (hosts, cluster, CPU accounting, contamination retries);
+The machinery is train_bench.py's (a configuration's processes: train_config.py; CPU
+accounting and the contamination judgement: machine_load.py; the row: train_report.py);
 on top, every worker reports the engine's counters over the timed steps
-(train_worker.py's CodecCounters): bytes sent/received per step, the CPU time of encoding
+(train_measure.py's CodecCounters): bytes sent/received per step, the CPU time of encoding
 and decoding on the worker's engine thread (codec_micros), and host 0's link bytes.
 Writes results/compression/step_time.json and step_time.md.
 """
@@ -26,8 +27,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-import train_bench as tb  # noqa: E402
+from machine_load import MIN_WINDOW_S, clean, wait_for_idle  # noqa: E402
 from netns import Hosts, available  # noqa: E402
+from train_config import Config  # noqa: E402
+from train_report import summarize  # noqa: E402
 
 TARGET = {"int8": 1 / 3, "onebit": 1 / 6}
 
@@ -50,7 +53,7 @@ def parse_args():
     parser.add_argument("--results-dir", default=str(HERE / "results" / "compression"))
     parser.add_argument("--tag", default="step_time")
     args = parser.parse_args()
-    # What train_bench's Config and run loop read.
+    # What train_config's Config and train_bench's run loop read.
     args.workers, args.timeline, args.worker_arg = 2, None, []
     args.extra_env = dict(item.split("=", 1) for item in args.env)
     return args
@@ -61,29 +64,29 @@ def one_run(args, hosts, codec, workdir, port):
     (mean over the workers)."""
     best = None
     for attempt in range(1 + args.retries):
-        idle = tb.wait_for_idle(args.other_limit, args.idle_patience)
+        idle = wait_for_idle(args.other_limit, args.idle_patience)
         args.tfps_env = dict(args.extra_env, TFPS_COMPRESSION=codec)
-        config = tb.Config(args, hosts, args.rate, args.model, "sum",
-                           Path(workdir) / f"{codec}-{attempt}", port + 10 * attempt)
+        config = Config(args, hosts, args.rate, args.model, "sum",
+                        Path(workdir) / f"{codec}-{attempt}", port + 10 * attempt)
         try:
             results = config.run()
         except (RuntimeError, OSError) as e:
             print(f"  FAILED {codec}: {e}", flush=True)
             return dict(status="failed", error=str(e)[-3000:])
-        row = tb.summarize(results)
+        row = summarize(results)
         row.update(status="ok", codec=codec, idle_before=idle, attempt=attempt,
                    engine={k: statistics.mean(r["engine"][k] for r in results)
                            for k in results[0]["engine"]})
-        row["judged"] = row["window_s"] >= tb.MIN_WINDOW_S
+        row["judged"] = row["window_s"] >= MIN_WINDOW_S
         e = row["engine"]
         print(f"  {codec:7s} step {row['step_s']:.3f} s  sent {e['bytes_sent'] / 1e6:.1f} MB/step"
               f"  codec {e['codec_micros'] / 1e3:.1f} ms/step  cpu {row['cpu_per_step']:.2f} s/step"
               f"  others {row['other_cores']:.2f} cores", flush=True)
         if best is None or row["other_cores"] < best["other_cores"]:
             best = row
-        if tb.clean(row, args):
+        if clean(row, args):
             break
-    if not tb.clean(best, args):
+    if not clean(best, args):
         best["status"] = "contaminated"
     return best
 

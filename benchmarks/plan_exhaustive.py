@@ -23,7 +23,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from tf_ps_ops.plan import cost, layers, planner  # noqa: E402
+from tf_ps_ops.plan import cost, layers, planner, steptime  # noqa: E402
 
 MODEL = [layers.conv("conv", 3, 3, 64, 128, 56, 56), layers.dense("fc1", 9216, 4096),
          layers.dense("fc2", 4096, 4096), layers.dense("out", 4096, 1000)]
@@ -50,7 +50,7 @@ def zoo(name, hosts, gbits, batch, codecs):
              if layer.kind != "embedding"]
     cluster = cost.Cluster(hosts, bandwidth=gbits * 1.25e8)
     machine = cost.Machine()
-    settings = [cost.Settings(p, f, c) for p in planner.PARTITIONS for f in planner.FUSIONS
+    settings = [steptime.Settings(p, f, c) for p in planner.PARTITIONS for f in planner.FUSIONS
                 for c in planner.CREDITS]
     candidates = [planner._candidates(layer, codecs, (cost.SUM, cost.SFB)) for layer in model]
     top = sorted(range(len(model)), key=lambda i: -model[i].bytes)[:TOP]
@@ -66,7 +66,7 @@ def zoo(name, hosts, gbits, batch, codecs):
             for index, pick in zip(top, picks):
                 choices[index] = pick
             for s in settings:
-                t = cost.step_time(model, choices, cluster, machine, batch, s)[0]
+                t = steptime.step_time(model, choices, cluster, machine, batch, s)[0]
                 if best is None or t < best[0]:
                     best = (t, tuple(choices), s)
     counts = lambda choices: ", ".join(f"{n}× {c}" for c, n in sorted(
@@ -96,14 +96,14 @@ def main():
     args = parser.parse_args()
     if args.zoo:
         return zoo(args.zoo, args.hosts, args.gbits, args.batch, tuple(args.codecs.split(",")))
-    settings = [cost.Settings(p, f, c) for p in planner.PARTITIONS for f in planner.FUSIONS
+    settings = [steptime.Settings(p, f, c) for p in planner.PARTITIONS for f in planner.FUSIONS
                 for c in planner.CREDITS]
     candidates = [planner._candidates(layer, CODECS, (cost.SUM, cost.SFB)) for layer in MODEL]
     print("| cluster | plan / best | plan's choices | best choices | best settings |")
     print("|---|---|---|---|---|")
     for name, cluster, machine in CASES:
         plan = planner.make_plan(MODEL, cluster, 32, machine, CODECS)
-        best = min(((cost.step_time(MODEL, choices, cluster, machine, 32, s)[0], choices, s)
+        best = min(((steptime.step_time(MODEL, choices, cluster, machine, 32, s)[0], choices, s)
                     for s in settings for choices in itertools.product(*candidates)),
                    key=lambda row: row[0])
         print(f"| {name} | {plan.step_time / best[0]:.3f} | "

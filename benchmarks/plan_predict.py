@@ -37,7 +37,7 @@ def worker(args):
     import keras
 
     import tf_ps_ops as hvd
-    from tf_ps_ops.plan import cost, layers, measure
+    from tf_ps_ops.plan import cost, layers, measure, steptime
 
     hvd.init()
     keras.utils.set_random_seed(0)
@@ -49,7 +49,7 @@ def worker(args):
     machine = dataclasses.replace(measured.machine, macs_per_s=rate,
                                   apply_per_byte=measure.apply_cost(model))
     lay = layers.from_keras(model)
-    predicted, _ = cost.step_time(lay, [cost.Choice()] * len(lay), measured.cluster, machine,
+    predicted, _ = steptime.step_time(lay, [cost.Choice()] * len(lay), measured.cluster, machine,
                                   args.batch)
     rng = np.random.default_rng(hvd.rank())
     x = rng.normal(size=(args.batch * STEPS, args.units)).astype(np.float32)
@@ -60,25 +60,25 @@ def worker(args):
     model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.001)),
                   loss="mse", jit_compile=False)
     step = _fit_step(keras, model, x, args.batch)
-    forward, backward = cost.compute_times(lay, machine, args.batch)
+    forward, backward = steptime.compute_times(lay, machine, args.batch)
     # The same model with the compute rate of this run's local fit (isolates the
     # communication side) and without the compute lost to communication (the model
     # before compute_loss was measured).
     apply_s = machine.apply_per_byte * sum(layer.bytes for layer in lay)
     fitted = dataclasses.replace(machine, macs_per_s=rate * (sum(forward) + sum(backward))
                                  / max(local_step - apply_s, 1e-6))
-    given_local, _ = cost.step_time(lay, [cost.Choice()] * len(lay), measured.cluster,
+    given_local, _ = steptime.step_time(lay, [cost.Choice()] * len(lay), measured.cluster,
                                     fitted, args.batch)
-    no_loss, _ = cost.step_time(lay, [cost.Choice()] * len(lay), measured.cluster,
+    no_loss, _ = steptime.step_time(lay, [cost.Choice()] * len(lay), measured.cluster,
                                 dataclasses.replace(fitted, compute_loss=0.0), args.batch)
     # And with the link's bandwidth from this run's communication alone (the gradients
     # reduced one after another): what is left is the model's overlap of the two.
     costs = [cost.layer_cost(layer, cost.Choice(), measured.cluster, fitted, args.batch,
-                             cost.Settings().partition_bytes) for layer in lay]
+                             steptime.Settings().partition_bytes) for layer in lay]
     link = dataclasses.replace(measured.cluster, bandwidth=sum(
         c.link_bytes + c.tail_bytes for c in costs) / max(
         comm - len(model.trainable_variables) * measured.cluster.latency, 1e-6))
-    given_both = [cost.step_time(lay, [cost.Choice()] * len(lay), link, m, args.batch)[0]
+    given_both = [steptime.step_time(lay, [cost.Choice()] * len(lay), link, m, args.batch)[0]
                   for m in (fitted, dataclasses.replace(fitted, compute_loss=0.0))]
     print("PLAN_PREDICT " + json.dumps({
         "rank": hvd.rank(), "predicted_s": round(predicted, 5), "measured_s": round(step, 5),

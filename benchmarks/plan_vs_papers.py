@@ -12,7 +12,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from tf_ps_ops.plan import cost, layers, planner  # noqa: E402
+from tf_ps_ops.plan import cost, layers, planner, steptime  # noqa: E402
 
 
 def efficiency(model, workers, batch, gbps, tmacs, per_host=1, dedicated=0,
@@ -22,7 +22,7 @@ def efficiency(model, workers, batch, gbps, tmacs, per_host=1, dedicated=0,
     machine = cost.Machine(macs_per_s=tmacs * 1e12, rebuild_rate=rebuild,
                            local_per_byte=1 / 150e9)
     lay = layers.builtin(model)
-    one, _ = cost.step_time(lay, [cost.Choice()] * len(lay), cost.Cluster(1), machine, batch)
+    one, _ = steptime.step_time(lay, [cost.Choice()] * len(lay), cost.Cluster(1), machine, batch)
     cluster = cost.Cluster(workers, per_host, 1, dedicated * max(1, workers // per_host)
                            if dedicated else 0, gbps * 1e9 / 8, 50e-6, hierarchical)
     plan = planner.make_plan(lay, cluster, batch, machine, modes=modes)

@@ -6,7 +6,7 @@
 emulated hosts cannot reach (they reach only each other). So it runs as a process of its
 own on host 0, at a port the driver chose, with one slot per host; the workers get what
 horovodrun would set (HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT, HOROVOD_RANK, ... see
-train_bench.py) and run train_worker.py --mode horovod. It serves until the driver ends it.
+train_config.py) and run train_worker.py --mode horovod. It serves until the driver ends it.
 """
 
 import argparse

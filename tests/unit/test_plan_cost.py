@@ -13,7 +13,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, ROOT)
 
 from sfb import policy  # noqa: E402
-from tf_ps_ops.plan import cost, layers, planner  # noqa: E402
+from tf_ps_ops.plan import cost, layers, planner, steptime  # noqa: E402
 from tf_ps_ops.plan.cost import Choice, Cluster, FREE  # noqa: E402
 
 MB = 1 << 20
@@ -70,7 +70,7 @@ def test_free_cpu_reproduces_hybcomm_decisions(layer, k, p):
     # With free CPUs and no per-message cost the planner's choice is HybComm's BestScheme
     # (ties aside: HybComm takes SFB when equal, the planner keeps summation).
     n, m = layer.kernel
-    chosen = planner.choose_layer(layer, Cluster(p), FREE, k, cost.Settings())
+    chosen = planner.choose_layer(layer, Cluster(p), FREE, k, steptime.Settings())
     want = policy.best_scheme(m, n, k, p, p)
     assert {"sum": "ps", "sfb": "sfb"}[chosen.mode] == want
 
@@ -80,9 +80,9 @@ def test_sfb_rebuild_on_the_cpu_can_outweigh_its_bytes():
     # 1.5e10/s (1.75 s) against 360 MB at 10 Gbit/s per direction (0.36 s).
     slow = cost.Machine(rebuild_rate=1.5e10)
     cluster = Cluster(8, bandwidth=1.25e9)
-    assert planner.choose_layer(FC6, cluster, slow, 32, cost.Settings()).mode == "sum"
+    assert planner.choose_layer(FC6, cluster, slow, 32, steptime.Settings()).mode == "sum"
     fast = cost.Machine(rebuild_rate=1e13)
-    assert planner.choose_layer(FC6, cluster, fast, 32, cost.Settings()).mode == "sfb"
+    assert planner.choose_layer(FC6, cluster, fast, 32, steptime.Settings()).mode == "sfb"
 
 
 def test_step_time_hand_computed_two_layers():
@@ -94,8 +94,8 @@ def test_step_time_hand_computed_two_layers():
     machine = cost.Machine(macs_per_s=1e9, sum_per_byte=0.0, message_overhead=0.0,
                            codec_per_byte=(("none", (0, 0, 0)),))
     cluster = Cluster(2, bandwidth=1e9, latency=0.0)
-    t, per_layer = cost.step_time([a, b], [Choice(), Choice()], cluster, machine, 1,
-                                  cost.Settings(MB, 0, 0))
+    t, per_layer = steptime.step_time([a, b], [Choice(), Choice()], cluster, machine, 1,
+                                  steptime.Settings(MB, 0, 0))
     # fwd 2 ms; b ready at 4 ms, sent 4..8.19 (4·MB/1e9 s), last pull tail +1.05 ms;
     # a ready at 5 ms, waits, sent 8.39..12.58 ms (+tail) -> next forward a, then b.
     per_dir = 4 * MB / 1e9
@@ -116,9 +116,9 @@ def test_compute_lost_to_the_link_stretches_backward():
                           codec_per_byte=(("none", (0, 0, 0)),), compute_loss=0.5)
     free = dataclasses.replace(shared, compute_loss=0.0)
     cluster = Cluster(2, bandwidth=1e9, latency=0.0)
-    t_free, _ = cost.step_time([a, b], [Choice()] * 2, cluster, free, 1, cost.Settings(MB))
-    t_shared, _ = cost.step_time([a, b], [Choice()] * 2, cluster, shared, 1,
-                                 cost.Settings(MB))
+    t_free, _ = steptime.step_time([a, b], [Choice()] * 2, cluster, free, 1, steptime.Settings(MB))
+    t_shared, _ = steptime.step_time([a, b], [Choice()] * 2, cluster, shared, 1,
+                                 steptime.Settings(MB))
     per_dir = 4 * MB / 1e9
     # Forward 5 ms, backward 6 ms (b 2, a 4) without the loss: b's transfer 7..11.19 ms,
     # a's after it; the step ends with a's transfer and its last partition's pull, then
@@ -135,10 +135,10 @@ def test_priority_under_credit_sends_the_first_layer_first():
     machine = cost.Machine(macs_per_s=1e9, sum_per_byte=0.0, message_overhead=0.0,
                            codec_per_byte=(("none", (0, 0, 0)),))
     cluster = Cluster(2, bandwidth=1e9, latency=0.0)
-    fifo = cost.step_time([a, b], [Choice()] * 2, cluster, machine, 1,
-                          cost.Settings(MB, 0, 0))[1]
-    prio = cost.step_time([b, a], [Choice()] * 2, cluster, machine, 1,
-                          cost.Settings(MB, 0, 1 << 40))[1]
+    fifo = steptime.step_time([a, b], [Choice()] * 2, cluster, machine, 1,
+                          steptime.Settings(MB, 0, 0))[1]
+    prio = steptime.step_time([b, a], [Choice()] * 2, cluster, machine, 1,
+                          steptime.Settings(MB, 0, 1 << 40))[1]
     assert fifo[0][1] > fifo[1][1]          # FIFO: the later-ready first layer waits
     assert prio[0][1] < fifo[1][1] + 1e-3   # priority: the first layer goes first
 
@@ -198,7 +198,7 @@ def test_engine_defaults_match_the_core_table():
     table = {name: default for name, _, default, _ in load_core().config_table()}
     for name, value in config.ENGINE_INTS.items():
         assert int(table[name]) == value, name
-    settings = cost.Settings()
+    settings = steptime.Settings()
     assert (settings.partition_bytes, settings.fusion_bytes, settings.credit) == (
         config.ENGINE_INTS["TFPS_PARTITION_BYTES"], config.ENGINE_INTS["TFPS_FUSION_BYTES"],
         config.ENGINE_INTS["TFPS_SCHEDULING_CREDIT"])
@@ -221,7 +221,7 @@ def test_plan_within_5_percent_of_every_hand_picked_configuration(cluster, machi
     pins = {"partition_bytes": MB, "fusion_bytes": 1 << 18, "credit": 0}
     plan = planner.make_plan(model, cluster, 32, machine, codecs, pins=pins)
     candidates = [planner._candidates(layer, codecs, ("sum", "sfb")) for layer in model]
-    best = min(cost.step_time(model, choices, cluster, machine, 32, plan.settings)[0]
+    best = min(steptime.step_time(model, choices, cluster, machine, 32, plan.settings)[0]
                for choices in itertools.product(*candidates))
     assert plan.step_time <= 1.05 * best, (plan.step_time, best)
     assert plan.step_time <= plan.default_step_time
@@ -235,7 +235,7 @@ def test_near_ties_go_to_the_default_and_small_departures_are_reverted(monkeypat
     model = [layers.dense("a", 256, 256), layers.dense("b", 1024, 1024),
              layers.dense("c", 256, 10)]
     cluster = Cluster(2, bandwidth=0.3e9)
-    knobs = dataclasses.asdict(cost.Settings())  # the engine's defaults, pinned
+    knobs = dataclasses.asdict(steptime.Settings())  # the engine's defaults, pinned
 
     def plan(batch):
         p = planner.make_plan(model, cluster, batch, modes=("sum", "sfb", "ps"), pins=knobs)
@@ -263,11 +263,11 @@ def test_optimizer_update_after_each_gradient_one_layer_at_a_time():
                            codec_per_byte=(("none", (0, 0, 0)),), apply_per_byte=1e-9)
     without = dataclasses.replace(machine, apply_per_byte=0.0)
     args = ([a, b], [Choice()] * 2, Cluster(1), machine, 1)
-    t, _ = cost.step_time(*args)
-    t0, _ = cost.step_time([a, b], [Choice()] * 2, Cluster(1), without, 1)
+    t, _ = steptime.step_time(*args)
+    t0, _ = steptime.step_time([a, b], [Choice()] * 2, Cluster(1), without, 1)
     assert t - t0 == pytest.approx(2 * 4 * MB * 1e-9, rel=1e-6)
     # In PS mode the servers update: nothing on the worker.
-    t_ps, _ = cost.step_time([a, b], [Choice(cost.PS_DENSE)] * 2, Cluster(1), machine, 1)
+    t_ps, _ = steptime.step_time([a, b], [Choice(cost.PS_DENSE)] * 2, Cluster(1), machine, 1)
     assert t_ps == pytest.approx(t0)
 
 
@@ -284,17 +284,17 @@ def test_the_hosts_cores_bound_the_step_from_below():
                            codec_per_byte=(("none", (0, 0, 0.5e-9)),), compute_cpu=1.5,
                            transport_per_byte=1e-9, transport_per_message=50e-6)
     cluster = Cluster(2, bandwidth=1e12, latency=0.0)
-    unbounded, _ = cost.step_time([a], [Choice()], cluster, machine, 1, cost.Settings(MB))
-    bounded, _ = cost.step_time([a], [Choice()], cluster,
+    unbounded, _ = steptime.step_time([a], [Choice()], cluster, machine, 1, steptime.Settings(MB))
+    bounded, _ = steptime.step_time([a], [Choice()], cluster,
                                 dataclasses.replace(machine, cores_per_host=1.0), 1,
-                                cost.Settings(MB))
+                                steptime.Settings(MB))
     w = 4 * MB
     cpu = 1.5 * 0.002 + 2 * 2 * w * 1e-9 + 2 * 2 * 50e-6 + w / 2 * 2 * 0.5e-9
     assert unbounded < cpu  # a fast link: without the floor the step is compute and sums
     assert bounded == pytest.approx(cpu, rel=1e-9)
-    two_cores, _ = cost.step_time([a], [Choice()], cluster,
+    two_cores, _ = steptime.step_time([a], [Choice()], cluster,
                                   dataclasses.replace(machine, cores_per_host=2.0), 1,
-                                  cost.Settings(MB))
+                                  steptime.Settings(MB))
     assert two_cores == pytest.approx(max(unbounded, cpu / 2), rel=1e-9)
 
 
@@ -307,10 +307,10 @@ def test_the_cpu_floor_counts_codecs_rebuilds_and_every_tensor():
     machine = cost.Machine(macs_per_s=1e12, message_overhead=0.0, cores_per_host=1.0,
                            transport_per_message=1e-3)
     cluster = Cluster(2, bandwidth=1e12, latency=0.0)
-    fused, _ = cost.step_time(small, [Choice()] * 4, cluster, machine, 1,
-                              cost.Settings(MB, 1 << 16, 0))
-    apart, _ = cost.step_time(small, [Choice()] * 4, cluster, machine, 1,
-                              cost.Settings(MB, 0, 0))
+    fused, _ = steptime.step_time(small, [Choice()] * 4, cluster, machine, 1,
+                              steptime.Settings(MB, 1 << 16, 0))
+    apart, _ = steptime.step_time(small, [Choice()] * 4, cluster, machine, 1,
+                              steptime.Settings(MB, 0, 0))
     # 2 workers, colocated: each tensor is pushed and pulled by the host's worker and
     # served by its server, 4 messages of 1 ms.
     assert fused == pytest.approx(apart) == pytest.approx(4 * 4 * 1e-3, rel=0.05)

@@ -12,7 +12,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from tf_ps_ops.plan import cost, layers, ready  # noqa: E402
+from tf_ps_ops.plan import cost, layers, ready, steptime  # noqa: E402
 from tf_ps_ops.plan.cost import Choice, Cluster  # noqa: E402
 
 MB = 1 << 20
@@ -27,8 +27,8 @@ def two_layers():
 
 
 def step(model, machine=MACHINE, cluster=Cluster(2, bandwidth=1e9, latency=0.0)):
-    return cost.step_time(model, [Choice()] * len(model), cluster, machine, 1,
-                          cost.Settings(MB, 0, 0))
+    return steptime.step_time(model, [Choice()] * len(model), cluster, machine, 1,
+                          steptime.Settings(MB, 0, 0))
 
 
 def test_gradients_ready_at_the_end_of_backward_hide_nothing():
@@ -61,12 +61,12 @@ def test_layer_order_ready_times_reproduce_the_default():
     model = layers.vgg16()
     machine = dataclasses.replace(MACHINE, macs_per_s=5e12, compute_loss=0.3)
     cluster = Cluster(4, bandwidth=1.25e9, latency=50e-6)
-    _, backward = cost.compute_times(model, machine, 32)
+    _, backward = steptime.compute_times(model, machine, 32)
     fractions = [sum(backward[i:]) / sum(backward) for i in range(len(model))]
     timed = [dataclasses.replace(layer, ready=f) for layer, f in zip(model, fractions)]
-    settings = cost.Settings()
-    default = cost.step_time(model, [Choice()] * len(model), cluster, machine, 32, settings)
-    same = cost.step_time(timed, [Choice()] * len(model), cluster, machine, 32, settings)
+    settings = steptime.Settings()
+    default = steptime.step_time(model, [Choice()] * len(model), cluster, machine, 32, settings)
+    same = steptime.step_time(timed, [Choice()] * len(model), cluster, machine, 32, settings)
     assert same[0] == pytest.approx(default[0], rel=1e-9)
 
 

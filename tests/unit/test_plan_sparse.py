@@ -14,7 +14,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
-from tf_ps_ops.plan import cost, layers, planner  # noqa: E402
+from tf_ps_ops.plan import cost, layers, planner, steptime  # noqa: E402
 from tf_ps_ops.plan import __main__ as cli  # noqa: E402
 from tf_ps_ops.plan.cost import FREE, Choice, Cluster  # noqa: E402
 
@@ -110,7 +110,7 @@ def test_gather_flips_to_dense_sum_where_the_formulas_cross():
     batch = 10  # R = 100 rows of 260 bytes
     crossover = 2 * table.bytes / (100 * (4 * 64 + 4))
     below, above = math.floor(crossover), math.ceil(crossover)
-    settings = cost.Settings()
+    settings = steptime.Settings()
     choose = [planner.choose_layer(table, Cluster(n), FREE, batch, settings).mode
               for n in (2, below, above, 1024)]
     assert choose == ["gather", "gather", "sum", "sum"]

@@ -11,10 +11,10 @@ measured (`measure`). See docs/plan.md.
 
 from tf_ps_ops.common import lazy as _lazy
 
-_EXPORTS = {"Cluster": "cost", "Machine": "cost", "Choice": "cost", "Settings": "cost",
-            "step_time": "cost", "Layer": "layers", "builtin": "layers",
+_EXPORTS = {"Cluster": "cost", "Machine": "cost", "Choice": "cost", "Settings": "steptime",
+            "step_time": "steptime", "Layer": "layers", "builtin": "layers",
             "from_json": "layers", "from_keras": "layers", "make_plan": "planner",
             "format_table": "planner", "Plan": "planner"}
-_SUBMODULES = ("cost", "layers", "planner")
+_SUBMODULES = ("cost", "layers", "planner", "steptime")
 
 __all__, __getattr__, __dir__ = _lazy.exports(globals(), _EXPORTS, _SUBMODULES)

@@ -16,7 +16,7 @@ import dataclasses
 import os
 import sys
 
-from tf_ps_ops.plan import cost, layers as layer_lists, planner
+from tf_ps_ops.plan import cost, layers as layer_lists, planner, steptime
 
 SCALING_WORKERS = (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
@@ -128,7 +128,7 @@ def scaling_table(layers, batch_size, machine, cluster_args, codecs, pins,
     "name=mode" of each embedding)."""
     single = cost.Cluster(1, **{k: v for k, v in cluster_args.items()
                                 if k in ("bandwidth", "latency")})
-    one, _ = cost.step_time(layers, [cost.default_choice(layer) for layer in layers], single,
+    one, _ = steptime.step_time(layers, [cost.default_choice(layer) for layer in layers], single,
                             machine, batch_size)
     rows = []
     for workers in workers_list:

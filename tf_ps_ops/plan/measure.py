@@ -10,12 +10,12 @@
 - the compute rate: a float32 matmul in TensorFlow, multiply-adds per second, alone and
   while push_pulls run beside it (the fraction lost: the cores that communication takes
   from compute, large on one host over loopback);
-- the host's CPU budget, for the step's CPU floor (cost.host_cpu): the transport's CPU per
-  byte (this worker's process CPU during the same probes) and per message (32 tiny
-  push_pulls in one tf.function against one: message_cpu), SFB's
-  rebuild rate (a real factor exchange, its CPU per multiply-add), and the cores per host
-  (this machine's cores over the job's hosts on it: hosts emulated on one machine, told
-  apart by the kernel's boot id, share its cores).
+- the host's CPU budget, for the step's CPU floor (steptime.host_cpu): the transport's
+  CPU per byte (this worker's process CPU during the same probes) and per message (32
+  tiny push_pulls in one tf.function against one: message_cpu), SFB's rebuild rate (a
+  real factor exchange, its CPU per multiply-add), and the cores per host (this
+  machine's cores over the job's hosts on it: hosts emulated on one machine, told apart
+  by the kernel's boot id, share its cores).
 
 Every worker must call `measure_cluster` at the same point (it runs collectives); rank 0's
 numbers are broadcast, so every worker makes the same plan.
@@ -375,7 +375,7 @@ def model_rate(model, batch_size, steps=5, backward_ratio=2.0):
     macs = sum(layer.macs for layer in lay) * batch_size
     if not macs:
         return None
-    # As cost.compute_times counts: backward_ratio forwards per layer, one less for the
+    # As steptime.compute_times counts: backward_ratio forwards per layer, one less for the
     # first (no gradient for the model's input).
     work = macs * (1 + backward_ratio) - lay[0].macs * batch_size
     shape = [batch_size] + [int(d) for d in model.inputs[0].shape[1:]]

@@ -20,8 +20,9 @@ predicted at least MIN_GAIN faster than it.
 import dataclasses
 import itertools
 
-from tf_ps_ops.plan import cost
-from tf_ps_ops.plan.cost import GATHER, PS_DENSE, SFB, SUM, Choice, Settings
+from tf_ps_ops.plan import cost, steptime
+from tf_ps_ops.plan.cost import GATHER, PS_DENSE, SFB, SUM, Choice
+from tf_ps_ops.plan.steptime import Settings
 
 MODES_AUTO = (SUM, SFB)
 MIN_GAIN = 0.02    # a plan must be predicted this much faster than the default
@@ -119,7 +120,7 @@ def make_plan(layers, cluster, batch_size, machine=cost.Machine(), allowed_codec
     default = Settings()
     default_choices = tuple(fixed.get(layer.name, cost.default_choice(layer))
                             for layer in layers)
-    default_time, default_layers = cost.step_time(layers, default_choices, cluster, machine,
+    default_time, default_layers = steptime.step_time(layers, default_choices, cluster, machine,
                                                   batch_size, default)
     best = None
     grid = itertools.product(
@@ -139,7 +140,7 @@ def make_plan(layers, cluster, batch_size, machine=cost.Machine(), allowed_codec
                     ps_codecs)
                 for layer in layers)
         choices = by_partition[settings.partition_bytes]
-        time, per_layer = cost.step_time(layers, choices, cluster, machine, batch_size,
+        time, per_layer = steptime.step_time(layers, choices, cluster, machine, batch_size,
                                          settings)
         if best is None or time < best[0] - 1e-12:
             best = (time, choices, settings, per_layer)
@@ -169,7 +170,7 @@ def _refine(layers, cluster, machine, batch_size, best, fixed, allowed_codecs, m
                 if candidate == choices[index]:
                     continue
                 trial = choices[:index] + [candidate] + choices[index + 1:]
-                t, trial_layers = cost.step_time(layers, trial, cluster, machine, batch_size,
+                t, trial_layers = steptime.step_time(layers, trial, cluster, machine, batch_size,
                                                  settings)
                 if t < time * (1 - 1e-9):
                     time, choices, per_layer, improved = t, trial, trial_layers, True
@@ -192,7 +193,7 @@ def _simplify(layers, cluster, machine, batch_size, best, fixed):
         if layer.name in fixed or choices[index] == plain:
             continue
         trial = choices[:index] + [plain] + choices[index + 1:]
-        t, trial_layers = cost.step_time(layers, trial, cluster, machine, batch_size,
+        t, trial_layers = steptime.step_time(layers, trial, cluster, machine, batch_size,
                                          settings)
         if t <= limit:
             time, choices, per_layer = t, trial, trial_layers

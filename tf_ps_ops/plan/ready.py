@@ -41,7 +41,7 @@ def from_timeline(path, layers, layer_of, skip=1):
     import json
     import statistics
 
-    from tf_ps_ops.plan import cost
+    from tf_ps_ops.plan import cost, steptime
 
     with open(path) as f:
         events = [e for e in json.load(f)["traceEvents"]
@@ -56,7 +56,7 @@ def from_timeline(path, layers, layer_of, skip=1):
         return None
     index = {layer.name: i for i, layer in enumerate(layers)}
     # Shares of backward, which the batch size does not change.
-    _, backward = cost.compute_times(layers, cost.Machine(macs_per_s=1.0), 1)
+    _, backward = steptime.compute_times(layers, cost.Machine(macs_per_s=1.0), 1)
     total = sum(backward)
     fractions = {}
     for step in range(skip, steps):

@@ -1,0 +1,182 @@
+"""One training step on a timeline, from the per-layer costs of cost.py.
+
+`step_time` places a step's work on one timeline: backward produces gradients from the
+last layer to the first (or when the real step had each ready: Layer.ready), the link
+serves partitions (in ready order, or by priority — layers nearest the input first —
+under a scheduling credit), the worker updates each layer once its parameters are back,
+and the next step starts once every layer's are.
+
+A host's cores bound the step from below as its link does (`host_cpu`): per step, the
+busiest host's processes spend the model's compute (times the cores it keeps busy) and
+optimizer update for each of its L workers, every codec pass, the servers' sums and
+updates, and the transport's CPU for each byte and message its workers and servers send
+and receive. Where the machine knows its cores per host (Machine.cores_per_host, measured:
+hosts emulated on one machine share its cores), the step is at least that CPU time over
+those cores.
+"""
+
+import dataclasses
+import heapq
+
+from tf_ps_ops.plan.cost import GATHER, PS_DENSE, layer_cost
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """The engine's knobs: TFPS_PARTITION_BYTES, TFPS_FUSION_BYTES, TFPS_SCHEDULING_CREDIT."""
+    partition_bytes: int = 1 << 20
+    fusion_bytes: int = 1 << 18
+    credit: int = 0
+
+
+def compute_times(layers, machine, batch_size):
+    """(forward, backward) seconds per layer. The first layer's backward computes the
+    gradient of its weights only: nothing asks for the gradient of the model's input."""
+    forward = [layer.macs * batch_size / machine.macs_per_s for layer in layers]
+    backward = [f * machine.backward_ratio for f in forward]
+    if backward:
+        backward[0] = forward[0] * max(0.0, machine.backward_ratio - 1)
+    return forward, backward
+
+
+def _has_ready_times(layers):
+    """Every layer has its measured ready time (Layer.ready)."""
+    return bool(layers) and all(layer.ready is not None for layer in layers)
+
+
+def _messages(layers, costs, ready, settings):
+    """[(ready, priority, link seconds-worth bytes, messages, layers it completes)] in
+    the order the gradients are ready (backward's, unless the layers carry ready times);
+    small summed layers ready one after another fuse up to fusion_bytes."""
+    out, group = [], None
+    order = list(reversed(range(len(layers))))
+    if _has_ready_times(layers):
+        order.sort(key=lambda index: ready[index])
+    for index in order:
+        cost = costs[index]
+        if cost.messages == 0:
+            continue
+        small = cost.link_bytes and layers[index].bytes < settings.fusion_bytes and \
+            cost.messages == 1
+        if small and group and group["raw"] + layers[index].bytes <= settings.fusion_bytes:
+            group["bytes"] += cost.link_bytes
+            group["raw"] += layers[index].bytes
+            group["ready"] = max(group["ready"], ready[index])
+            group["priority"] = min(group["priority"], index)
+            group["layers"].append(index)
+            continue
+        if group:
+            out.append(group)
+            group = None
+        entry = dict(ready=ready[index], priority=index, bytes=cost.link_bytes,
+                     messages=cost.messages, raw=layers[index].bytes, layers=[index])
+        if small:
+            group = entry
+        else:
+            out.append(entry)
+    if group:
+        out.append(group)
+    return out
+
+
+def step_time(layers, choices, cluster, machine, batch_size, settings=Settings()):
+    """(predicted seconds per step, [per layer: its synchronisation's LayerCost,
+    seconds from gradient ready to parameters back]). choices: one Choice per layer.
+
+    Where the machine loses compute to communication (machine.compute_loss > 0: the
+    workers' transport, copies and servers share the cores with backward, as on one host
+    over loopback), backward runs slower while the link is busy: the link's busy time
+    inside backward, times compute_loss, is added to backward (a fixed point, found in a
+    few rounds: longer backward, more of the link's time inside it)."""
+    costs = [layer_cost(layer, choice, cluster, machine, batch_size, settings.partition_bytes)
+             for layer, choice in zip(layers, choices)]
+    forward, backward = compute_times(layers, machine, batch_size)
+    apply = [apply_bytes(layer, choice) * machine.apply_per_byte
+             for layer, choice in zip(layers, choices)]
+    base = sum(backward)
+    stretched = backward
+    for _ in range(6 if machine.compute_loss and base else 1):
+        done, ready, t_bwd_end, inside = _timeline(layers, costs, forward, stretched, cluster,
+                                                   machine, settings)
+        scale = 1 + machine.compute_loss * inside / base if base else 1
+        stretched = [b * scale for b in backward]
+    # The worker updates each layer once its gradient is back, one after another.
+    clock = 0.0
+    for index in sorted(range(len(layers)), key=lambda i: done[i]):
+        clock = max(clock, done[index]) + apply[index]
+        done[index] = clock
+    # The next step starts once every parameter is back and updated: a training step is
+    # one tf.function call, which returns when all of its ops have run (no layer's
+    # forward runs ahead into the next step while another layer's transfer finishes).
+    step = max([t_bwd_end] + done)
+    if machine.cores_per_host > 0:
+        step = max(step, host_cpu(costs, forward, backward, apply, cluster, machine)
+                   / machine.cores_per_host)
+    return step, [(c, d - r) for c, d, r in zip(costs, done, ready)]
+
+
+def host_cpu(costs, forward, backward, apply, cluster, machine):
+    """CPU-seconds per step on the busiest host: its workers' compute and optimizer
+    updates, and every layer's codecs, sums, rebuilds and transport (LayerCost.host_*).
+    transport_per_message counts per layer, fused or not: what a tensor costs is mostly
+    the engine's and TensorFlow's work for it, which fusion keeps (measure.message_cpu
+    times tiny tensors, which the engine fuses too)."""
+    L = min(cluster.workers_per_host, cluster.workers)
+    compute = machine.compute_cpu * (sum(forward) + sum(backward))
+    sync = sum(c.host_cpu + c.host_bytes * machine.transport_per_byte
+               + c.host_messages * machine.transport_per_message for c in costs)
+    return L * (compute + sum(apply)) + sync
+
+
+def apply_bytes(layer, choice):
+    """Parameter bytes the worker's optimizer updates: none in PS mode; an embedding's
+    gathered rows only (their scatter-add is in the gather's cost) when the optimizer
+    updates rows (plain SGD), else the whole layer."""
+    if choice.mode == PS_DENSE or (choice.mode == GATHER and layer.row_update):
+        return 0
+    return layer.bytes
+
+
+def _timeline(layers, costs, forward, backward, cluster, machine, settings):
+    """(done, ready, end of backward, link busy seconds before the end of backward) of
+    one step whose backward takes `backward` per layer."""
+    t_fwd = sum(forward)
+    ready, t = [0.0] * len(layers), t_fwd
+    for index in reversed(range(len(layers))):
+        t += backward[index]
+        ready[index] = t + costs[index].cpu_before
+    t_bwd_end = t
+    if _has_ready_times(layers):  # when the real step had each gradient ready (Layer.ready)
+        ready = [t_fwd + layer.ready * (t_bwd_end - t_fwd) + c.cpu_before
+                 for layer, c in zip(layers, costs)]
+    bandwidth = cluster.bandwidth
+    if settings.credit:  # a window of `credit` bytes in flight: one round trip per window
+        bandwidth *= settings.credit / (settings.credit + cluster.bandwidth * cluster.latency)
+    # Each message is cut into partitions, served one at a time.
+    pieces = []
+    for order, msg in enumerate(_messages(layers, costs, ready, settings)):
+        count = msg["messages"]
+        for piece in range(count):
+            pieces.append((msg["ready"], msg["priority"], order, piece,
+                           msg["bytes"] / count / bandwidth + machine.message_overhead,
+                           msg["layers"] if piece == count - 1 else []))
+    pieces.sort(key=lambda p: (p[0], p[2], p[3]))
+    done = [t_bwd_end if costs[i].messages == 0 else 0.0 for i in range(len(layers))]
+    # The CPU work after a layer's bytes arrive (server sums, decoding, local sums,
+    # rebuilds) queues on one more resource, in arrival order.
+    clock, cpu_clock, waiting, next_piece, inside = 0.0, 0.0, [], 0, 0.0
+    while next_piece < len(pieces) or waiting:
+        if not waiting and pieces[next_piece][0] > clock:
+            clock = pieces[next_piece][0]
+        while next_piece < len(pieces) and pieces[next_piece][0] <= clock:
+            p = pieces[next_piece]
+            # FIFO by readiness, or by priority (the layer nearest the input) under credit
+            heapq.heappush(waiting, ((p[1] if settings.credit else p[0]), p[2], p[3], p))
+            next_piece += 1
+        piece = heapq.heappop(waiting)[-1]
+        inside += max(0.0, min(clock + piece[4], t_bwd_end) - clock)
+        clock += piece[4]
+        for index in piece[5]:
+            c = costs[index]
+            cpu_clock = max(cpu_clock, clock) + c.cpu_after
+            done[index] = cpu_clock + cluster.latency + c.tail_bytes / bandwidth
+    return done, ready, t_bwd_end, inside
