@@ -44,7 +44,8 @@ from machine_load import (MIN_WINDOW_S, clean, machine_busy_s, own_cpu_s,  # noq
 from netns import Hosts, available  # noqa: E402
 from train_config import HOROVOD_PATH, Config, child_env, horovod_env  # noqa: E402
 from train_modes import ALL_MODES, STEPS, applies  # noqa: E402
-from train_report import combine, derive, summarize, table, write_report  # noqa: E402
+from train_report import (combine, derive, ordered, summarize, table,  # noqa: E402
+                          write_report)
 import zoo_models  # noqa: E402
 
 RESULTS = HERE / "results"
@@ -249,7 +250,7 @@ def sweep(args):
             shutil.rmtree(workdir, ignore_errors=True)
         else:
             print("logs kept in", workdir)
-    rows = [combine(key, found, args.workers) for key, found in runs.items()]
+    rows = ordered([combine(key, found, args.workers) for key, found in runs.items()])
     derive(rows, args.workers)
     meta = dict(repeats=args.repeats, order=args.order, seed=args.seed, tag=args.tag,
                 started=started.isoformat(timespec="seconds"),

@@ -9,8 +9,8 @@ import json
 import statistics
 from pathlib import Path
 
-from train_modes import (DENSE_MODES, MODE_LABELS, PLOT_LABELS, TUNE_ENV, TUNE_WARMUP,
-                         rate_bits, t_opt)
+from train_modes import (ALL_MODES, DENSE_MODES, MODE_LABELS, PLOT_LABELS, TUNE_ENV,
+                         TUNE_WARMUP, rate_bits, t_opt)
 
 
 def _mean_cpu(by_process, prefixes):
@@ -156,10 +156,10 @@ def plot(path, rows, meta):
 
     models = list(dict.fromkeys(r["model"] for r in rows))
     rates = list(dict.fromkeys(r["rate"] for r in rows))
-    modes = list(dict.fromkeys(r["mode"] for r in rows))
     fig, axes = plt.subplots(1, len(models), figsize=(6.5 * len(models), 4.8), squeeze=False)
     width = 0.8 / len(rates)
     for ax, model in zip(axes[0], models):
+        modes = sorted({r["mode"] for r in rows if r["model"] == model}, key=ALL_MODES.index)
         for j, rate in enumerate(rates):
             values = []
             for mode in modes:
@@ -192,7 +192,17 @@ def plot(path, rows, meta):
     plt.close(fig)
 
 
+def ordered(rows):
+    """Rows by link and model as they first ran, then by mode as ALL_MODES lists them
+    (the sweep runs the modes in a shuffled order)."""
+    rates = list(dict.fromkeys(r["rate"] for r in rows))
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    return sorted(rows, key=lambda r: (rates.index(r["rate"]), models.index(r["model"]),
+                                       ALL_MODES.index(r["mode"])))
+
+
 def write_report(folder, tag, meta, rows):
+    rows = ordered(rows)
     folder.mkdir(parents=True, exist_ok=True)
     base = folder / ("train_%s" % tag)
     json_path, md_path = Path(str(base) + ".json"), Path(str(base) + ".md")
