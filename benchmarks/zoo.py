@@ -61,8 +61,8 @@ NOTES.update(dict.fromkeys(
     "gradients' order from a timeline of the real step; a noisier day (local steps 15-25% "
     "slower, drifting within the run)"))
 NOTES["train_zoo_2h_1gbit_tie"] = "near-ties to the default; the modes shuffled per repeat"
-NOTES["train_zoo_2h_10gbit_tie"] = ("near-ties to the default; the modes in one shuffled "
-                                    "order, rotated per repeat")
+NOTES["train_zoo_2h_10gbit_tie"] = NOTES["train_zoo_3h_1gbit_tie"] = (
+    "near-ties to the default; the modes in one shuffled order, rotated per repeat")
 PILOT_MODES = ";".join(["%s=single+sum+mwms" % m for m in zoo_models.ZOO if m != "dlrm"]
                        + ["dlrm=single+sum+ps+mwms+pss"])
 
