@@ -117,7 +117,7 @@ def table(rows, params):
 def plot(path, rows, meta):
     if meta.get("delay_ms") is not None:
         meta = dict(meta, rate="%s + %g ms one way (TUN relay)" % (meta["rate"],
-                                                                  meta["delay_ms"]))
+                                                                   meta["delay_ms"]))
     import matplotlib
 
     matplotlib.use("Agg")

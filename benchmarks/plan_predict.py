@@ -50,7 +50,7 @@ def worker(args):
                                   apply_per_byte=measure.apply_cost(model))
     lay = layers.from_keras(model)
     predicted, _ = steptime.step_time(lay, [cost.Choice()] * len(lay), measured.cluster, machine,
-                                  args.batch)
+                                      args.batch)
     rng = np.random.default_rng(hvd.rank())
     x = rng.normal(size=(args.batch * STEPS, args.units)).astype(np.float32)
     local = keras.models.clone_model(model)
@@ -68,9 +68,9 @@ def worker(args):
     fitted = dataclasses.replace(machine, macs_per_s=rate * (sum(forward) + sum(backward))
                                  / max(local_step - apply_s, 1e-6))
     given_local, _ = steptime.step_time(lay, [cost.Choice()] * len(lay), measured.cluster,
-                                    fitted, args.batch)
+                                        fitted, args.batch)
     no_loss, _ = steptime.step_time(lay, [cost.Choice()] * len(lay), measured.cluster,
-                                dataclasses.replace(fitted, compute_loss=0.0), args.batch)
+                                    dataclasses.replace(fitted, compute_loss=0.0), args.batch)
     # And with the link's bandwidth from this run's communication alone (the gradients
     # reduced one after another): what is left is the model's overlap of the two.
     costs = [cost.layer_cost(layer, cost.Choice(), measured.cluster, fitted, args.batch,

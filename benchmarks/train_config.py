@@ -74,7 +74,7 @@ class Config:
 
     def worker_argv(self, mode=None, role=None):
         mode = mode or {"int8": "sum", "auto_int8": "auto", "tuned": "sum"}.get(self.mode,
-                                                                              self.mode)
+                                                                                self.mode)
         argv = [sys.executable, WORKER, "--mode", mode, "--model", self.model,
                 "--batch", self.batch, "--warmup", self.warmup, "--steps",
                 self.steps, "--pids-file", self.pids_file]

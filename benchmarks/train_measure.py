@@ -82,7 +82,6 @@ class Window:
                     tx_bytes=end["tx"] - start["tx"], rx_bytes=end["rx"] - start["rx"])
 
 
-
 def time_steps(run_one, args, window, samples_per_step):
     times, losses = [], []
     start = None

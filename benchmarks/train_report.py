@@ -45,7 +45,6 @@ def summarize(results):
                 autotune=first.get("autotune"))
 
 
-
 def combine(key, found, workers):
     """One row per configuration: the repeat with the median step time, and every
     repeat's step time."""

@@ -199,8 +199,8 @@ def plan_summary(rows):
             "where TFPS_PLAN_CODECS allows it); `auto_int8` also int8. auto ÷ best: 1.00 = as "
             "fast as the best; of the medians, then repeat by repeat (the median ratio and "
             "its range: repeat k of every mode ran within minutes, so the machine's slow "
-            "drift cancels; runs since the zoo's 3-host rerun shuffle the modes' order per "
-            "repeat), and the plan ÷ the default the same way. "
+            "drift cancels; the runs labelled 'near-ties to the default' also shuffle the "
+            "modes' order), and the plan ÷ the default the same way. "
             "The cost model's error per mode: predicted ÷ measured − 1.", "",
             "| model | link | plan | best hand-picked | plan's step | default (sum) | "
             "plan ÷ best | per repeat | plan ÷ default, per repeat | prediction error |",

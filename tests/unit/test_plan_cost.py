@@ -95,7 +95,7 @@ def test_step_time_hand_computed_two_layers():
                            codec_per_byte=(("none", (0, 0, 0)),))
     cluster = Cluster(2, bandwidth=1e9, latency=0.0)
     t, per_layer = steptime.step_time([a, b], [Choice(), Choice()], cluster, machine, 1,
-                                  steptime.Settings(MB, 0, 0))
+                                      steptime.Settings(MB, 0, 0))
     # fwd 2 ms; b ready at 4 ms, sent 4..8.19 (4·MB/1e9 s), last pull tail +1.05 ms;
     # a ready at 5 ms, waits, sent 8.39..12.58 ms (+tail) -> next forward a, then b.
     per_dir = 4 * MB / 1e9
@@ -118,7 +118,7 @@ def test_compute_lost_to_the_link_stretches_backward():
     cluster = Cluster(2, bandwidth=1e9, latency=0.0)
     t_free, _ = steptime.step_time([a, b], [Choice()] * 2, cluster, free, 1, steptime.Settings(MB))
     t_shared, _ = steptime.step_time([a, b], [Choice()] * 2, cluster, shared, 1,
-                                 steptime.Settings(MB))
+                                     steptime.Settings(MB))
     per_dir = 4 * MB / 1e9
     # Forward 5 ms, backward 6 ms (b 2, a 4) without the loss: b's transfer 7..11.19 ms,
     # a's after it; the step ends with a's transfer and its last partition's pull, then
@@ -136,9 +136,9 @@ def test_priority_under_credit_sends_the_first_layer_first():
                            codec_per_byte=(("none", (0, 0, 0)),))
     cluster = Cluster(2, bandwidth=1e9, latency=0.0)
     fifo = steptime.step_time([a, b], [Choice()] * 2, cluster, machine, 1,
-                          steptime.Settings(MB, 0, 0))[1]
+                              steptime.Settings(MB, 0, 0))[1]
     prio = steptime.step_time([b, a], [Choice()] * 2, cluster, machine, 1,
-                          steptime.Settings(MB, 0, 1 << 40))[1]
+                              steptime.Settings(MB, 0, 1 << 40))[1]
     assert fifo[0][1] > fifo[1][1]          # FIFO: the later-ready first layer waits
     assert prio[0][1] < fifo[1][1] + 1e-3   # priority: the first layer goes first
 
@@ -286,15 +286,15 @@ def test_the_hosts_cores_bound_the_step_from_below():
     cluster = Cluster(2, bandwidth=1e12, latency=0.0)
     unbounded, _ = steptime.step_time([a], [Choice()], cluster, machine, 1, steptime.Settings(MB))
     bounded, _ = steptime.step_time([a], [Choice()], cluster,
-                                dataclasses.replace(machine, cores_per_host=1.0), 1,
-                                steptime.Settings(MB))
+                                    dataclasses.replace(machine, cores_per_host=1.0), 1,
+                                    steptime.Settings(MB))
     w = 4 * MB
     cpu = 1.5 * 0.002 + 2 * 2 * w * 1e-9 + 2 * 2 * 50e-6 + w / 2 * 2 * 0.5e-9
     assert unbounded < cpu  # a fast link: without the floor the step is compute and sums
     assert bounded == pytest.approx(cpu, rel=1e-9)
     two_cores, _ = steptime.step_time([a], [Choice()], cluster,
-                                  dataclasses.replace(machine, cores_per_host=2.0), 1,
-                                  steptime.Settings(MB))
+                                      dataclasses.replace(machine, cores_per_host=2.0), 1,
+                                      steptime.Settings(MB))
     assert two_cores == pytest.approx(max(unbounded, cpu / 2), rel=1e-9)
 
 
@@ -308,9 +308,9 @@ def test_the_cpu_floor_counts_codecs_rebuilds_and_every_tensor():
                            transport_per_message=1e-3)
     cluster = Cluster(2, bandwidth=1e12, latency=0.0)
     fused, _ = steptime.step_time(small, [Choice()] * 4, cluster, machine, 1,
-                              steptime.Settings(MB, 1 << 16, 0))
+                                  steptime.Settings(MB, 1 << 16, 0))
     apart, _ = steptime.step_time(small, [Choice()] * 4, cluster, machine, 1,
-                              steptime.Settings(MB, 0, 0))
+                                  steptime.Settings(MB, 0, 0))
     # 2 workers, colocated: each tensor is pushed and pulled by the host's worker and
     # served by its server, 4 messages of 1 ms.
     assert fused == pytest.approx(apart) == pytest.approx(4 * 4 * 1e-3, rel=0.05)

@@ -28,7 +28,7 @@ def two_layers():
 
 def step(model, machine=MACHINE, cluster=Cluster(2, bandwidth=1e9, latency=0.0)):
     return steptime.step_time(model, [Choice()] * len(model), cluster, machine, 1,
-                          steptime.Settings(MB, 0, 0))
+                              steptime.Settings(MB, 0, 0))
 
 
 def test_gradients_ready_at_the_end_of_backward_hide_nothing():

@@ -129,7 +129,7 @@ def scaling_table(layers, batch_size, machine, cluster_args, codecs, pins,
     single = cost.Cluster(1, **{k: v for k, v in cluster_args.items()
                                 if k in ("bandwidth", "latency")})
     one, _ = steptime.step_time(layers, [cost.default_choice(layer) for layer in layers], single,
-                            machine, batch_size)
+                                machine, batch_size)
     rows = []
     for workers in workers_list:
         for hierarchical in (True, False):

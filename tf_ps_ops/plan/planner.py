@@ -11,8 +11,8 @@ default knobs): if it would be, the default is the plan.
 
 Near-ties go to the default. Every mechanism a plan mixes in (a layer's factors
 broadcast, its update on the servers) has fixed costs the model does not count, and
-measured steps of mixed plans that the model put within 2% of summing everything ran
-5-15% slower than it. So a departure from a layer's default is kept only while the plan
+a mixed plan of the DLRM-like model that the model put within 1% of summing everything
+ran 4-19% slower than summation in each of 3 repeats (docs/plan.md). So a departure from a layer's default is kept only while the plan
 without it stays more than KEEP_GAIN slower, and a plan other than the default must be
 predicted at least MIN_GAIN faster than it.
 """
@@ -121,7 +121,7 @@ def make_plan(layers, cluster, batch_size, machine=cost.Machine(), allowed_codec
     default_choices = tuple(fixed.get(layer.name, cost.default_choice(layer))
                             for layer in layers)
     default_time, default_layers = steptime.step_time(layers, default_choices, cluster, machine,
-                                                  batch_size, default)
+                                                      batch_size, default)
     best = None
     grid = itertools.product(
         [pins["partition_bytes"]] if "partition_bytes" in pins else PARTITIONS,
@@ -141,7 +141,7 @@ def make_plan(layers, cluster, batch_size, machine=cost.Machine(), allowed_codec
                 for layer in layers)
         choices = by_partition[settings.partition_bytes]
         time, per_layer = steptime.step_time(layers, choices, cluster, machine, batch_size,
-                                         settings)
+                                             settings)
         if best is None or time < best[0] - 1e-12:
             best = (time, choices, settings, per_layer)
     best = _refine(layers, cluster, machine, batch_size, best, fixed, allowed_codecs, modes,
@@ -171,7 +171,7 @@ def _refine(layers, cluster, machine, batch_size, best, fixed, allowed_codecs, m
                     continue
                 trial = choices[:index] + [candidate] + choices[index + 1:]
                 t, trial_layers = steptime.step_time(layers, trial, cluster, machine, batch_size,
-                                                 settings)
+                                                     settings)
                 if t < time * (1 - 1e-9):
                     time, choices, per_layer, improved = t, trial, trial_layers, True
         if not improved:
@@ -194,7 +194,7 @@ def _simplify(layers, cluster, machine, batch_size, best, fixed):
             continue
         trial = choices[:index] + [plain] + choices[index + 1:]
         t, trial_layers = steptime.step_time(layers, trial, cluster, machine, batch_size,
-                                         settings)
+                                             settings)
         if t <= limit:
             time, choices, per_layer = t, trial, trial_layers
     return time, tuple(choices), settings, per_layer

@@ -20,6 +20,7 @@ import heapq
 
 from tf_ps_ops.plan.cost import GATHER, PS_DENSE, layer_cost
 
+
 @dataclasses.dataclass(frozen=True)
 class Settings:
     """The engine's knobs: TFPS_PARTITION_BYTES, TFPS_FUSION_BYTES, TFPS_SCHEDULING_CREDIT."""
