@@ -103,7 +103,7 @@ def run_one(args, hosts, rate, model, mode, workdir, port):
     return best
 
 
-def main():
+def make_parser():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: tiny mlp, 1gbit, 1 warm-up + 2 timed steps")
@@ -161,6 +161,11 @@ def main():
     parser.add_argument("--model-modes", default=None, metavar="MODEL=MODE+MODE;...",
                         help="restrict some models to these modes, e.g. "
                              "'bert=single+sum+mwms;dlrm=single+sum+ps+mwms+pss'")
+    return parser
+
+
+def main():
+    parser = make_parser()
     args = parser.parse_args()
     args.model_modes = {name: modes.split("+") for name, modes in (
         item.split("=", 1) for item in args.model_modes.split(";"))} \
