@@ -24,6 +24,7 @@ plan's step beside the best hand-picked mode's (plan_summary).
 
 import argparse
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -159,6 +160,51 @@ def paired(row, other):
     return statistics.median(ratios), ratios[0], ratios[-1]
 
 
+# Student's t, one-sided 95% (two-sided 90%), by degrees of freedom; 1.645 beyond.
+T95 = (6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833, 1.812,
+       1.796, 1.782, 1.771, 1.761, 1.753, 1.746, 1.740, 1.734, 1.729, 1.725)
+WITHIN = 1.05  # the plan's goal: at most 5% slower than any hand-picked mode
+
+
+def paired_bounds(row, other):
+    """row's step ÷ other's over the repeats both ran: (geometric mean, lower, upper
+    95% one-sided confidence bounds, repeats), from a t-interval on the log ratios, or
+    None below 2 paired repeats. Repeat k of the two ran minutes apart, so the pair's
+    ratio cancels the machine's slow drift and the bounds say how far noise could move
+    the mean: an upper bound at most 1.05 shows the plan within 5%."""
+    logs = [math.log(a / b) for a, b in zip(row.get("repeat_step_s") or [],
+                                            other.get("repeat_step_s") or []) if a and b]
+    if len(logs) < 2:
+        return None
+    mean = statistics.fmean(logs)
+    t = T95[len(logs) - 2] if len(logs) - 1 <= len(T95) else 1.645
+    half = t * statistics.stdev(logs) / math.sqrt(len(logs))
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half), len(logs)
+
+
+def verdict(bounds):
+    """{mode: paired_bounds} of the plan against each hand-picked mode → a sentence:
+    within 5% of every one (every upper bound ≤ 1.05), more than 5% slower than one
+    (its lower bound > 1.05), or not settled by these repeats."""
+    known = {m: b for m, b in bounds.items() if b}
+    if not known:
+        return "—"
+    slower = [m for m, b in known.items() if b[1] > WITHIN]
+    if slower:
+        return "no: over 5%% slower than %s" % ", ".join(slower)
+    worst = max(known, key=lambda m: known[m][2])
+    if known[worst][2] <= WITHIN:
+        return "yes (at most %.2f× %s)" % (known[worst][2], worst)
+    return "not settled (up to %.2f× %s)" % (known[worst][2], worst)
+
+
+def _bounds(value):
+    if value is None:
+        return "—"
+    mean, low, high, n = value
+    return "%.2f [%.2f, %.2f] n=%d" % (mean, low, high, n)
+
+
 def _ratio(value):
     if value is None:
         return "—"
@@ -184,12 +230,15 @@ def plan_summary(rows):
                 continue
             best = min(picked, key=lambda m: picked[m]["step_s"])
             step = mine[auto]["step_s"]
-            lines.append("| %s | %s | %s | %s %.3f | %.3f | %s | %.2f | %s | %s | %s |" % (
-                model, rate, auto, best, picked[best]["step_s"], step,
-                "—" if default is None else "%.3f" % default, step / picked[best]["step_s"],
-                _ratio(paired(mine[auto], picked[best])),
-                _ratio(paired(mine[auto], mine["sum"])) if "sum" in mine else "—",
-                errors or "—"))
+            bounds = {m: paired_bounds(mine[auto], r) for m, r in picked.items()}
+            lines.append("| %s | %s | %s | %s %.3f | %.3f | %s | %.2f | %s | %s | %s | %s | %s |"
+                         % (model, rate, auto, best, picked[best]["step_s"], step,
+                            "—" if default is None else "%.3f" % default,
+                            step / picked[best]["step_s"],
+                            _ratio(paired(mine[auto], picked[best])),
+                            _ratio(paired(mine[auto], mine["sum"])) if "sum" in mine else "—",
+                            "; ".join("%s %s" % (m, _bounds(b)) for m, b in bounds.items()),
+                            verdict(bounds), errors or "—"))
             errors = "″"
     if not lines:
         return []
@@ -201,10 +250,17 @@ def plan_summary(rows):
             "its range: repeat k of every mode ran within minutes, so the machine's slow "
             "drift cancels; the runs labelled 'near-ties to the default' also shuffle the "
             "modes' order), and the plan ÷ the default the same way. "
+            "Paired against each hand-picked mode: the geometric mean of the per-repeat "
+            "ratios, in brackets its 95% one-sided lower and upper confidence bounds (a "
+            "t-interval on the log ratios of n repeats); within 5%: yes when every upper "
+            "bound is at most 1.05, no when a lower bound is above it, else not settled by "
+            "these repeats (the best of several noisy medians is biased low, so the "
+            "medians' ratio alone cannot settle it). "
             "The cost model's error per mode: predicted ÷ measured − 1.", "",
             "| model | link | plan | best hand-picked | plan's step | default (sum) | "
-            "plan ÷ best | per repeat | plan ÷ default, per repeat | prediction error |",
-            "|---|---|---|---|---|---|---|---|---|---|"] + lines
+            "plan ÷ best | per repeat | plan ÷ default, per repeat | "
+            "plan ÷ each hand-picked, paired | within 5%? | prediction error |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|"] + lines
 
 
 def main():
