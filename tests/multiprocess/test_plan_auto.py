@@ -54,11 +54,13 @@ def test_auto_plan_trains_like_the_hand_picked_configuration(trained):
     # cost model (one host: every worker counts as its own), so they share its cores.
     cores = len(os.sched_getaffinity(0))
     found = re.findall(r"([0-9.e+]+) cores per host, transport CPU ([0-9.e+]+) ns/byte and "
-                       r"([0-9.e+]+) us/message, SFB rebuild ([0-9.e+]+) GMAC/s", logs[0])
+                       r"([0-9.e+]+) us/message, SFB rebuild ([0-9.e+]+) GMAC/s \+ "
+                       r"([0-9.e+]+) ns per element and worker", logs[0])
     assert len(found) == 6, logs[0][-3000:]
-    for per_host, per_byte, per_message, rebuild in found:
+    for per_host, per_byte, per_message, rebuild, rebuild_fixed in found:
         assert float(per_host) == pytest.approx(cores / 2, rel=1e-3)
         assert float(per_byte) > 0 and float(per_message) > 0 and float(rebuild) > 0, found
+        assert float(rebuild_fixed) >= 0, found
     assert logs[0].count("engine settings") == 6  # the running ones, or better ones
     assert logs[0].count("plan monitor: step ") == 4 and "plan monitor" not in logs[1]
     # Each plan is made under the running engine's settings (the defaults here).

@@ -85,6 +85,38 @@ def test_sfb_rebuild_on_the_cpu_can_outweigh_its_bytes():
     assert planner.choose_layer(FC6, cluster, fast, 32, steptime.Settings()).mode == "sfb"
 
 
+def test_sfb_rebuild_costs_its_multiply_adds_and_a_fixed_part_per_element():
+    # A 768×3072 layer at 2 workers, K = 4 or 128 rows per step: N·M·P·(K/rate + fixed).
+    layer = layers.dense("ffn", 768, 3072, bias=False)
+    machine = cost.Machine(rebuild_rate=2e10, rebuild_per_element=2e-9)
+    cluster = Cluster(2, bandwidth=1.25e9)
+    for k in (4, 128):
+        got = cost.layer_cost(layer, Choice("sfb"), cluster, machine, k, MB)
+        want = 768 * 3072 * 2 * (k / 2e10 + 2e-9)
+        assert got.cpu_after == pytest.approx(want)
+        assert got.host_cpu == pytest.approx(want)  # one worker per host
+    # A rate alone, fitted at K = 16 (what a single probe gave), overcounts K = 128 by
+    # the fixed part's share of the small probe, 8×.
+    at_16 = 16 / (16 / 2e10 + 2e-9)
+    single = cost.layer_cost(layer, Choice("sfb"), cluster, cost.Machine(rebuild_rate=at_16),
+                             128, MB)
+    line = cost.layer_cost(layer, Choice("sfb"), cluster, machine, 128, MB)
+    assert single.cpu_after / line.cpu_after == pytest.approx(
+        (128 / at_16) / (128 / 2e10 + 2e-9))
+    assert single.cpu_after > 2 * line.cpu_after
+
+
+def test_the_rebuild_probes_line_and_its_noisy_cases():
+    from tf_ps_ops.plan import measure
+
+    rate, fixed = measure.rebuild_line((16, 128), [16 / 2e10 + 2e-9, 128 / 2e10 + 2e-9])
+    assert rate == pytest.approx(2e10) and fixed == pytest.approx(2e-9)
+    # No rise from K = 16 to 128 (noise): the larger K's rate, no fixed part.
+    assert measure.rebuild_line((16, 128), [3e-9, 2.9e-9]) == (128 / 2.9e-9, 0.0)
+    # A line that would cross below zero: through the origin and the larger K's point.
+    assert measure.rebuild_line((16, 128), [1e-10, 128e-9]) == (128 / 128e-9, 0.0)
+
+
 def test_step_time_hand_computed_two_layers():
     # Two layers, 2 workers, FIFO, no CPU costs: compute 1 ms forward each, backward 2 ms
     # for b and 1 ms for a (the first layer: no gradient for the input). Link 1e9 B/s;

@@ -26,7 +26,8 @@ An embedding's gradient (a tf.IndexedSlices of R rows per worker, width C) trave
 W is the layer's bytes on the wire after its codec (per partition: `wire_bytes`). CPU
 time adds to a layer's completion: codec encode/decode on the worker, decode-add and
 re-encode on the servers, the host's local sum under hierarchical aggregation, SFB's
-rebuild (N·M·K·P1 multiply-adds). steptime.py places it all on one step's timeline.
+rebuild (N·M·K·P1 multiply-adds, plus a cost per element of the N×M result for each
+worker's factors, whatever K). steptime.py places it all on one step's timeline.
 """
 
 import dataclasses
@@ -97,7 +98,11 @@ class Machine:
     {codec: (encode, decode, decode-add)}; sum_per_byte is a float32 add of one byte's
     worth; local_per_byte the host's local sum under hierarchical aggregation, per byte
     and local peer (shared memory and a CPU add here; NVLink for GPUs); rebuild_rate is
-    SFB's multiply-adds per second; macs_per_s the model's forward rate (backward costs
+    SFB's multiply-adds per second and rebuild_per_element its seconds per element of
+    the N×M gradient per worker whose factors it adds, whatever K (its loads and stores:
+    a rebuild of K factors costs N·M·P·(K / rebuild_rate + rebuild_per_element), so a
+    probe at small K, extrapolated by its multiply-adds alone, overcounts a large K);
+    macs_per_s the model's forward rate (backward costs
     backward_ratio times the forward; the first layer's, which computes no gradient for
     the model's input, one forward less). compute_loss: the fraction of its speed
     compute loses while communication runs beside it (0: the link and the servers use no
@@ -110,6 +115,7 @@ class Machine:
     codec_per_byte: tuple = ()          # ((codec, (encode, decode, decode_add)), ...)
     sum_per_byte: float = 0.1e-9
     rebuild_rate: float = 1.5e10
+    rebuild_per_element: float = 0.0
     message_overhead: float = 20e-6
     server_threads: int = 2
     local_per_byte: float = 0.2e-9  # hierarchical: add one local peer's byte and copy back
@@ -232,7 +238,7 @@ def layer_cost(layer, choice, cluster, machine, batch_size, partition_bytes):
         if layer.params > n * m:  # the bias (and any other weight) by summation
             bias = _summed(4 * (layer.params - n * m), Choice(), cluster, machine,
                            partition_bytes)
-        rebuild = n * m * k * p1 / machine.rebuild_rate
+        rebuild = n * m * p1 * (k / machine.rebuild_rate + machine.rebuild_per_element)
         # Each worker sends its factors once and receives every peer's.
         return LayerCost(L * (p1 - L) * factors + bias.link_bytes, (p1 - 1) + bias.messages,
                          factors, bias.cpu_before, max(rebuild, bias.cpu_after),

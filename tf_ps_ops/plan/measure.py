@@ -55,7 +55,8 @@ class Measurements:
                 f"{m.cores_per_host:.3g} cores per host, transport CPU "
                 f"{m.transport_per_byte * 1e9:.3g} ns/byte and "
                 f"{m.transport_per_message * 1e6:.3g} us/message, SFB rebuild "
-                f"{m.rebuild_rate / 1e9:.3g} GMAC/s, codec costs "
+                f"{m.rebuild_rate / 1e9:.3g} GMAC/s + {m.rebuild_per_element * 1e9:.3g} "
+                f"ns per element and worker, codec costs "
                 f"{'measured' if self.codecs_measured else 'assumed (no _core binding)'}")
 
 
@@ -137,10 +138,16 @@ def host_sharing(ops, tf, name):
     return cores, len({int(h) for m, h in every if int(m) == machine})
 
 
-def sfb_rebuild_rate(tf, name, k=16, n=1024, m=1024):
-    """Multiply-adds per CPU-second of SFB's gradient from factors: a real exchange of
-    K×(N+M) factors among the workers and the rebuild of the N×M sum (sfb.ops), its
-    exchange's CPU included; None where the SFB ops are not built. Collective."""
+def sfb_rebuild_costs(tf, name, ks=(16, 128), n=1024, m=1024):
+    """(multiply-adds per CPU-second, CPU-seconds per element of the N×M result and
+    worker) of SFB's gradient from factors, or None where the SFB ops are not built: a
+    real exchange of K×(N+M) factors among the workers and the rebuild of the N×M sum
+    (sfb.ops), its exchange's CPU included, at two K, and the line through both
+    (rebuild_line): a rebuild also costs something per element of the result whatever
+    K (its loads and stores, the exchange), so the rate of a small-K probe alone
+    overcounts a large K. Here, 2 workers: 2.4-2.7 ns per element and worker at
+    K = 16, 6.5-8.7 at K = 128 (a BERT-shaped layer's: 4 sequences of 32 tokens), where
+    K = 16's rate alone predicted 19-22 (benchmarks/sfb_rebuild_probe.py). Collective."""
     try:
         from sfb import ops as sfb_ops
     except Exception:  # noqa: BLE001 - the planner keeps its default
@@ -148,15 +155,33 @@ def sfb_rebuild_rate(tf, name, k=16, n=1024, m=1024):
     from tf_ps_ops.common import basics
 
     kernel = tf.Variable(tf.zeros([n, m]), trainable=False)
-    u, v = tf.random.normal([k, m]), tf.random.normal([k, n])
-    once = tf.function(lambda: sfb_ops.factor_gradient(u, v, kernel.handle, name)[:1])
-    once().numpy()
-    cpu = []
-    for _ in range(3):
-        start = time.process_time()
+
+    def cpu_per_element(k):  # CPU-seconds per element of the result and worker
+        u, v = tf.random.normal([k, m]), tf.random.normal([k, n])
+        once = tf.function(
+            lambda: sfb_ops.factor_gradient(u, v, kernel.handle, f"{name}.k{k}")[:1])
         once().numpy()
-        cpu.append(time.process_time() - start)
-    return n * m * k * basics.size() / max(float(np.median(cpu)), 1e-6)
+        cpu = []
+        for _ in range(5):
+            start = time.process_time()
+            once().numpy()
+            cpu.append(time.process_time() - start)
+        return max(float(np.median(cpu)), 1e-6) / (n * m * basics.size())
+
+    return rebuild_line(ks, [cpu_per_element(k) for k in ks])
+
+
+def rebuild_line(ks, seconds):
+    """(multiply-adds per second, seconds per element whatever K) of the line through
+    two probes' seconds per element of the result at K = ks[0] and ks[1] (K
+    multiply-adds each). Noise that hides the multiply-adds (no rise from the smaller K)
+    gives the larger K's rate and no fixed part; a line that would cross below zero, the
+    line through the origin and the larger K's point."""
+    (k1, k2), (c1, c2) = ks, seconds
+    slope = (c2 - c1) / (k2 - k1)
+    if slope <= 0 or c1 - k1 * slope < 0:
+        return k2 / c2, 0.0
+    return 1 / slope, c1 - k1 * slope
 
 
 def codec_costs(elements=1 << 20, repeat=3):
@@ -264,20 +289,21 @@ def measure_cluster(refresh=False, repeats=5):
     per_message = message_cpu(ops, tf, f"tfps.plan.messages{round_}", repeats)
     per_byte = max(0.0, big_cpu - small_cpu) / (2 * PROBE_BYTES)
     cores, sharing = host_sharing(ops, tf, f"tfps.plan.hosts{round_}")
-    rebuild = sfb_rebuild_rate(tf, f"tfps.plan.sfb{round_}") or 0.0
+    rebuild, rebuild_fixed = sfb_rebuild_costs(tf, f"tfps.plan.sfb{round_}") or (0.0, 0.0)
     codecs = codec_costs()
     rate = compute_rate(tf)
     loss = compute_loss(ops, tf, np.zeros(PROBE_BYTES // 4, np.float32),
                         f"tfps.plan.probe{round_}.big")
-    flat = [bandwidth, small, rate, loss, per_byte, per_message, cores / sharing, rebuild] + \
-        [v for _, costs in (codecs or ()) for v in costs]
+    flat = [bandwidth, small, rate, loss, per_byte, per_message, cores / sharing, rebuild,
+            rebuild_fixed] + [v for _, costs in (codecs or ()) for v in costs]
     # Rank 0's numbers for everyone: the plan must be the same on every worker.
     flat = ops.broadcast(tf.constant(flat, tf.float64), 0,
                          name=f"tfps.plan.measured{round_}.{len(flat)}").numpy().tolist()
-    bandwidth, latency, rate, loss, per_byte, per_message, cores_per_host, rebuild = flat[:8]
+    bandwidth, latency, rate, loss, per_byte, per_message, cores_per_host, rebuild, \
+        rebuild_fixed = flat[:9]
     table = ()
     if codecs:
-        values = iter(flat[8:])
+        values = iter(flat[9:])
         table = tuple((name, (next(values), next(values), next(values)))
                       for name, _ in codecs)
     cluster = dataclasses.replace(shape, bandwidth=bandwidth, latency=latency)
@@ -285,7 +311,8 @@ def measure_cluster(refresh=False, repeats=5):
                            sum_per_byte=dict(table).get("none", (0, 0, 0.1e-9))[2],
                            compute_loss=loss, cores_per_host=cores_per_host,
                            transport_per_byte=per_byte, transport_per_message=per_message,
-                           rebuild_rate=rebuild or cost.Machine().rebuild_rate)
+                           rebuild_rate=rebuild or cost.Machine().rebuild_rate,
+                           rebuild_per_element=rebuild_fixed)
     result = Measurements(cluster, machine, bool(codecs))
     _cache["last"] = result
     if basics.rank() == 0:
