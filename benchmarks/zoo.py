@@ -64,6 +64,8 @@ NOTES.update(dict.fromkeys(
 NOTES["train_zoo_2h_1gbit_tie"] = "near-ties to the default; the modes shuffled per repeat"
 NOTES["train_zoo_2h_10gbit_tie"] = NOTES["train_zoo_3h_1gbit_tie"] = (
     "near-ties to the default; the modes in one shuffled order, rotated per repeat")
+NOTES["train_zoo_2h_10gbit_settle"] = NOTES["train_zoo_3h_1gbit_settle"] = (
+    "the cells in doubt, 6 repeats of 20-24 steps, to settle the plan ÷ best")
 PILOT_MODES = ";".join(["%s=single+sum+mwms" % m for m in zoo_models.ZOO if m != "dlrm"]
                        + ["dlrm=single+sum+ps+mwms+pss"])
 
