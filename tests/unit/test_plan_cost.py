@@ -117,6 +117,18 @@ def test_the_rebuild_probes_line_and_its_noisy_cases():
     assert measure.rebuild_line((16, 128), [1e-10, 128e-9]) == (128 / 128e-9, 0.0)
 
 
+def test_cli_takes_the_rebuilds_fixed_part(capsys):
+    from tf_ps_ops.plan import __main__ as cli
+
+    def sfb_layers(*extra):
+        assert cli.main(["--zoo", "bert", "--workers", "2", "--gbps", "1",
+                         "--rebuild-gmacs", "20", *extra]) == 0
+        return sum(line.split()[2:3] == ["sfb"] for line in capsys.readouterr().out.splitlines())
+
+    assert sfb_layers() > 0
+    assert sfb_layers("--rebuild-fixed-ns", "1000") == 0  # a rebuild dearer than the bytes
+
+
 def test_step_time_hand_computed_two_layers():
     # Two layers, 2 workers, FIFO, no CPU costs: compute 1 ms forward each, backward 2 ms
     # for b and 1 ms for a (the first layer: no gradient for the input). Link 1e9 B/s;

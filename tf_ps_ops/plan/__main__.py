@@ -64,6 +64,9 @@ def parse_args(argv):
                    help="forward multiply-adds per second of one worker, in 10^12")
     p.add_argument("--rebuild-gmacs", type=float, default=15.0,
                    help="SFB rebuild rate, 10^9 multiply-adds per second")
+    p.add_argument("--rebuild-fixed-ns", type=float, default=0.0,
+                   help="SFB rebuild's cost per element of the result and worker, "
+                        "whatever the factor rows, ns (this plugin's CPU rebuild: ~1-2)")
     p.add_argument("--local-gbytes", type=float, default=5.0,
                    help="hierarchical local sum, GB/s per local peer (5: shared memory and "
                         "a CPU add; NVLink GPUs: ~150)")
@@ -151,6 +154,7 @@ def main(argv=None):
         if mode not in (cost.SUM, cost.SFB, cost.PS_DENSE):
             raise SystemExit(f"tfps-plan: --modes {mode!r}: use some of sum, sfb, ps")
     machine = cost.Machine(macs_per_s=args.tmacs * 1e12, rebuild_rate=args.rebuild_gmacs * 1e9,
+                           rebuild_per_element=args.rebuild_fixed_ns * 1e-9,
                            local_per_byte=1 / (args.local_gbytes * 1e9))
     cluster_args = dict(workers_per_host=args.workers_per_host,
                         servers_per_host=args.servers_per_host,
