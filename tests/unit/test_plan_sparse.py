@@ -194,3 +194,25 @@ def test_embedding_json_round_trip_and_unknown_rows(tmp_path):
         planner.make_plan(dlrm, Cluster(4), 64, pins={"table": "ps+int8"})
     assert str(planner.make_plan(dlrm, Cluster(4), 64, pins={"table": "sum+int8"})
                .choice("table")) == "sum+int8"
+
+
+def test_the_profiled_step_takes_any_keras_inputs_and_moves_no_statistics():
+    """measure.model_rate on a DLRM-like model: a float input and integer ids, two
+    inputs; the profile runs forward and backward on made-up inputs in inference mode,
+    so a BatchNormalization's moving statistics stay as they were."""
+    pytest.importorskip("tensorflow")
+    keras = pytest.importorskip("keras")
+    from tf_ps_ops.plan import measure
+
+    keras.utils.set_random_seed(0)
+    dense_in, ids = keras.Input((13,)), keras.Input((4,), dtype="int32")
+    bottom = keras.layers.BatchNormalization(name="norm")(
+        keras.layers.Dense(32, name="bottom")(dense_in))
+    pooled = keras.layers.Flatten()(keras.layers.Embedding(100, 8, name="table")(ids))
+    out = keras.layers.Dense(1, name="top")(keras.layers.Concatenate()([bottom, pooled]))
+    model = keras.Model([dense_in, ids], out)
+    before = [np.array(v) for v in model.get_layer("norm").non_trainable_weights]
+    rate = measure.model_rate(model, 16, steps=2)
+    assert rate is not None and rate > 0
+    for was, now in zip(before, model.get_layer("norm").non_trainable_weights):
+        np.testing.assert_array_equal(was, np.array(now))
