@@ -211,8 +211,8 @@ def test_the_profiled_step_takes_any_keras_inputs_and_moves_no_statistics():
     pooled = keras.layers.Flatten()(keras.layers.Embedding(100, 8, name="table")(ids))
     out = keras.layers.Dense(1, name="top")(keras.layers.Concatenate()([bottom, pooled]))
     model = keras.Model([dense_in, ids], out)
-    before = [np.array(v) for v in model.get_layer("norm").non_trainable_weights]
+    before = [v.numpy() for v in model.get_layer("norm").non_trainable_weights]
     rate = measure.model_rate(model, 16, steps=2)
     assert rate is not None and rate > 0
     for was, now in zip(before, model.get_layer("norm").non_trainable_weights):
-        np.testing.assert_array_equal(was, np.array(now))
+        np.testing.assert_array_equal(was, now.numpy())
