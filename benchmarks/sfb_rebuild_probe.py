@@ -12,11 +12,9 @@ the table (results/sfb_rebuild_probe.md has a run).
 """
 
 import os
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import tf_ps_ops as hvd  # noqa: E402
@@ -28,15 +26,7 @@ KS = (4, 16, 32, 64, 128, 256)
 
 
 def cpu_per_element(kernel, k):
-    u, v = tf.random.normal([k, M]), tf.random.normal([k, N])
-    once = tf.function(lambda: sfb_ops.factor_gradient(u, v, kernel.handle, f"probe.k{k}")[:1])
-    once().numpy()
-    cpu = []
-    for _ in range(5):
-        start = time.process_time()
-        once().numpy()
-        cpu.append(time.process_time() - start)
-    return float(np.median(cpu)) / (N * M * hvd.size())
+    return measure.rebuild_cpu(tf, sfb_ops, kernel, k, f"probe.k{k}") / (N * M * hvd.size())
 
 
 def main():

@@ -155,20 +155,24 @@ def sfb_rebuild_costs(tf, name, ks=(16, 128), n=1024, m=1024):
     from tf_ps_ops.common import basics
 
     kernel = tf.Variable(tf.zeros([n, m]), trainable=False)
+    return rebuild_line(ks, [rebuild_cpu(tf, sfb_ops, kernel, k, f"{name}.k{k}")
+                             / (n * m * basics.size()) for k in ks])
 
-    def cpu_per_element(k):  # CPU-seconds per element of the result and worker
-        u, v = tf.random.normal([k, m]), tf.random.normal([k, n])
-        once = tf.function(
-            lambda: sfb_ops.factor_gradient(u, v, kernel.handle, f"{name}.k{k}")[:1])
+
+def rebuild_cpu(tf, sfb_ops, kernel, k, name, repeats=5):
+    """CPU-seconds of one exchange of K factor rows for `kernel` and its rebuild (a
+    tf.function of sfb.ops.factor_gradient; the median of `repeats` after a first call).
+    Collective."""
+    n, m = (int(d) for d in kernel.shape)
+    u, v = tf.random.normal([k, m]), tf.random.normal([k, n])
+    once = tf.function(lambda: sfb_ops.factor_gradient(u, v, kernel.handle, name)[:1])
+    once().numpy()
+    cpu = []
+    for _ in range(repeats):
+        start = time.process_time()
         once().numpy()
-        cpu = []
-        for _ in range(5):
-            start = time.process_time()
-            once().numpy()
-            cpu.append(time.process_time() - start)
-        return max(float(np.median(cpu)), 1e-6) / (n * m * basics.size())
-
-    return rebuild_line(ks, [cpu_per_element(k) for k in ks])
+        cpu.append(time.process_time() - start)
+    return max(float(np.median(cpu)), 1e-6)
 
 
 def rebuild_line(ks, seconds):
