@@ -66,6 +66,9 @@ NOTES["train_zoo_2h_10gbit_tie"] = NOTES["train_zoo_3h_1gbit_tie"] = (
     "near-ties to the default; the modes in one shuffled order, rotated per repeat")
 NOTES["train_zoo_2h_10gbit_settle"] = NOTES["train_zoo_3h_1gbit_settle"] = (
     "the cells in doubt, 6 repeats of 20-24 steps, to settle the plan ÷ best")
+NOTES["train_zoo_3h_1gbit_profiled"] = NOTES["train_zoo_2h_1gbit_profiled"] = (
+    "SFB's rebuild priced by two probes, sfb.convert planning with a profiled local step; "
+    "a slower machine (BERT alone 0.76 s)")
 PILOT_MODES = ";".join(["%s=single+sum+mwms" % m for m in zoo_models.ZOO if m != "dlrm"]
                        + ["dlrm=single+sum+ps+mwms+pss"])
 
