@@ -37,7 +37,7 @@ def worker(args):
     import keras
 
     import tf_ps_ops as hvd
-    from tf_ps_ops.plan import cost, layers, measure, steptime
+    from tf_ps_ops.plan import cost, layers, measure, profile, steptime
 
     hvd.init()
     keras.utils.set_random_seed(0)
@@ -45,7 +45,7 @@ def worker(args):
         keras.layers.Dense(args.units, activation="relu", name=f"fc{i}")
         for i in range(args.layers)])
     measured = measure.measure_cluster()
-    rate = measure.model_rate(model, args.batch)
+    rate = profile.model_rate(model, args.batch)
     machine = dataclasses.replace(measured.machine, macs_per_s=rate,
                                   apply_per_byte=measure.apply_cost(model))
     lay = layers.from_keras(model)

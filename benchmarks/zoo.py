@@ -154,12 +154,16 @@ HAND_PICKED = {"auto": ("sum", "ps", "sfb", "hybrid"),
                "tuned": ("sum",)}
 
 
+def _repeat_ratios(row, other):
+    """row's step ÷ other's, repeat by repeat, where both ran (repeat k of the two ran
+    minutes apart, so a slow drift of the machine cancels)."""
+    return [a / b for a, b in zip(row.get("repeat_step_s") or [],
+                                  other.get("repeat_step_s") or []) if a and b]
+
+
 def paired(row, other):
-    """row's step ÷ other's, repeat by repeat (repeat k of the two ran minutes apart, so a
-    slow drift of the machine cancels): (median, lowest, highest), or None when no repeat
-    has both."""
-    ratios = sorted(a / b for a, b in zip(row.get("repeat_step_s") or [],
-                                          other.get("repeat_step_s") or []) if a and b)
+    """_repeat_ratios' (median, lowest, highest), or None when no repeat has both."""
+    ratios = sorted(_repeat_ratios(row, other))
     if not ratios:
         return None
     return statistics.median(ratios), ratios[0], ratios[-1]
@@ -177,8 +181,7 @@ def paired_bounds(row, other):
     None below 2 paired repeats. Repeat k of the two ran minutes apart, so the pair's
     ratio cancels the machine's slow drift and the bounds say how far noise could move
     the mean: an upper bound at most 1.05 shows the plan within 5%."""
-    logs = [math.log(a / b) for a, b in zip(row.get("repeat_step_s") or [],
-                                            other.get("repeat_step_s") or []) if a and b]
+    logs = [math.log(r) for r in _repeat_ratios(row, other)]
     if len(logs) < 2:
         return None
     mean = statistics.fmean(logs)

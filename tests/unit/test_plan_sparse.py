@@ -197,12 +197,12 @@ def test_embedding_json_round_trip_and_unknown_rows(tmp_path):
 
 
 def test_the_profiled_step_takes_any_keras_inputs_and_moves_no_statistics():
-    """measure.model_rate on a DLRM-like model: a float input and integer ids, two
+    """profile.model_rate on a DLRM-like model: a float input and integer ids, two
     inputs; the profile runs forward and backward on made-up inputs in inference mode,
     so a BatchNormalization's moving statistics stay as they were."""
     pytest.importorskip("tensorflow")
     keras = pytest.importorskip("keras")
-    from tf_ps_ops.plan import measure
+    from tf_ps_ops.plan import profile
 
     keras.utils.set_random_seed(0)
     dense_in, ids = keras.Input((13,)), keras.Input((4,), dtype="int32")
@@ -212,7 +212,7 @@ def test_the_profiled_step_takes_any_keras_inputs_and_moves_no_statistics():
     out = keras.layers.Dense(1, name="top")(keras.layers.Concatenate()([bottom, pooled]))
     model = keras.Model([dense_in, ids], out)
     before = [v.numpy() for v in model.get_layer("norm").non_trainable_weights]
-    rate = measure.model_rate(model, 16, steps=2)
+    rate = profile.model_rate(model, 16, steps=2)
     assert rate is not None and rate > 0
     for was, now in zip(before, model.get_layer("norm").non_trainable_weights):
         np.testing.assert_array_equal(was, now.numpy())

@@ -13,7 +13,7 @@ import dataclasses
 import logging
 import sys
 
-from tf_ps_ops.plan import cost, layers as layer_lists, measure, planner
+from tf_ps_ops.plan import cost, layers as layer_lists, measure, planner, profile
 
 _logger = logging.getLogger("tf_ps_ops.plan")
 ENGINE_VARIABLES = ("TFPS_PARTITION_BYTES", "TFPS_FUSION_BYTES", "TFPS_SCHEDULING_CREDIT")
@@ -117,7 +117,7 @@ def plan_model(model, batch_size, pins=None, measurements=None, codecs=None):
     a 2 M-row table) still profiles at about 9 ms, as at the matmul's rate."""
     if measurements is None:
         measurements = measure.measure_cluster()
-        rate = measure.shared_model_rate(model, batch_size)
+        rate = profile.shared_model_rate(model, batch_size)
         if rate:
             measurements = dataclasses.replace(measurements, machine=dataclasses.replace(
                 measurements.machine, macs_per_s=rate))

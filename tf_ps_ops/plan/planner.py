@@ -12,9 +12,10 @@ default knobs): if it would be, the default is the plan.
 Near-ties go to the default. Every mechanism a plan mixes in (a layer's factors
 broadcast, its update on the servers) has fixed costs the model does not count, and
 a mixed plan of the DLRM-like model that the model put within 1% of summing everything
-ran 4-19% slower than summation in each of 3 repeats (docs/plan.md). So a departure from a layer's default is kept only while the plan
-without it stays more than KEEP_GAIN slower, and a plan other than the default must be
-predicted at least MIN_GAIN faster than it.
+ran 4-19% slower than summation in each of 3 repeats (docs/plan.md). So a departure from
+a layer's default is kept only while the plan without it stays more than KEEP_GAIN
+slower, and a plan other than the default must be predicted at least MIN_GAIN faster
+than it.
 """
 
 import dataclasses
