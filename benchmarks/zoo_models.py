@@ -11,6 +11,10 @@ CPU thread, and synthetic data of their real input shapes.
 
 `smoke_<name>`: the same code at toy sizes (the smoke test: build + 2 steps in seconds).
 
+The DLRM looks its rows up with tf_ps_ops.keras.Embedding: Keras 3's Embedding reads the
+whole table each step, and once the table has had a row update TensorFlow copies all of it
+for that read (0.43–0.51 s of a 0.43–0.51 s local step on this machine, against 6 ms with
+the rows read alone; benchmarks/RESULTS.md). Every mode and peer runs the same model.
 The DLRM trains with plain SGD (momentum 0), as DLRM does: Keras 3's momentum would
 decay the momentum of every one of the table's rows each step (a dense 512 MB update),
 and tf_ps_ops' PS mode sends only the touched rows for plain SGD (docs/ps_mode.md). The
@@ -102,12 +106,16 @@ def _dlrm(name, rows, hot, dim, dense, sparse):
     import keras
     from keras import layers as L
 
+    from tf_ps_ops.training.embedding import Embedding
+
     dense_in = keras.Input((dense,), name="dense_features")
     ids = keras.Input((sparse,), dtype="int32", name="sparse_ids")
     bottom = dense_in
     for i, width in enumerate((512, 256, dim)):
         bottom = L.Dense(width, activation="relu", name="bottom_%d" % i)(bottom)
-    embedded = L.Embedding(rows, dim, name="table")(ids)  # (batch, sparse, dim)
+    # tf_ps_ops.keras.Embedding: Keras's own reads the whole table each step, which TF
+    # copies (512 MB, ~0.5 s) once the table has had a row update.
+    embedded = Embedding(rows, dim, name="table")(ids)  # (batch, sparse, dim)
     vectors = keras.ops.concatenate([bottom[:, None, :], embedded], axis=1)
     dots = keras.ops.matmul(vectors, keras.ops.transpose(vectors, (0, 2, 1)))
     n = sparse + 1

@@ -3,7 +3,8 @@
     import tf_ps_ops.keras as hvd       # for `import horovod.tensorflow.keras as hvd`
 
 DistributedOptimizer averages gradients over workers before each update; `load_model`
-loads a model saved with one; `hvd.callbacks` are the Keras callbacks. Horovod names we
+loads a model saved with one; `hvd.callbacks` are the Keras callbacks; `Embedding` is
+keras.layers.Embedding without its per-step copy of a sparsely updated table. Horovod names we
 do not serve raise NotImplementedError with the reason when called.
 """
 
@@ -29,6 +30,7 @@ from tf_ps_ops.common.basics import (  # noqa: F401
 from tf_ps_ops.common.init import init  # noqa: F401
 from tf_ps_ops.common.timeline import start_timeline, stop_timeline  # noqa: F401
 from tf_ps_ops.training.aggregation import LocalAggregation
+from tf_ps_ops.training.embedding import Embedding  # noqa: F401
 from tf_ps_ops.training.keras_flavor import is_tf_keras, tf_dot_keras_is_tf_keras
 from tf_ps_ops.training.keras_optimizer import ReducingMixin, TfKerasMixin, distributed_class
 from tf_ps_ops.training.local_vars import LocalVariables

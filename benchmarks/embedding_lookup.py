@@ -1,0 +1,97 @@
+"""One process, one core: a training step of a large embedding table alone (forward,
+gradient, optimizer update in one tf.function), with Keras 3's Embedding and with
+tf_ps_ops.keras.Embedding, for the optimizers a team would use. Keras's layer reads the
+whole table each step; TensorFlow copies a table whose buffer a row update must not
+change under that read. Ours reads the rows (ResourceGather), which in turn makes the
+table copy on a dense read: faster where the optimizer updates rows, slower where it
+updates the whole table anyway.
+
+    .venv/bin/python benchmarks/embedding_lookup.py [--rows 2000000] [--dim 64]
+        [--batch 64] [--lookups 8] [--steps 5] [--out results/embedding_lookup.md]
+
+Writes a Markdown table (median step seconds, ratio ours ÷ Keras's) measured in one run.
+"""
+
+import argparse
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+OPTIMIZERS = (("SGD", {}), ("SGD", {"momentum": 0.9}), ("Adagrad", {}), ("Adam", {}))
+
+
+def step_seconds(layer_class, optimizer, ids, rows, dim, steps):
+    import numpy as np
+    import tensorflow as tf
+
+    layer = layer_class(rows, dim)
+    layer.build((None, ids.shape[1]))
+    optimizer.build(layer.trainable_variables)
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(layer(ids) ** 2)
+        optimizer.apply(tape.gradient(loss, layer.trainable_variables),
+                        layer.trainable_variables)
+        return loss
+
+    step()
+    step()  # the first row update switches the table's read mode
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step().numpy()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=2_000_000)
+    parser.add_argument("--dim", type=int, default=64)
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--lookups", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--out", default=str(HERE / "results" / "embedding_lookup.md"))
+    args = parser.parse_args()
+
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from tf_ps_ops.training.embedding import Embedding
+
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    ids = tf.constant(np.random.default_rng(0).integers(0, args.rows // 20,
+                                                        (args.batch, args.lookups)), tf.int32)
+    lines = [f"# A {args.rows:,} × {args.dim} embedding table's training step: Keras 3's "
+             f"Embedding vs tf_ps_ops.keras.Embedding", "",
+             f"`{' '.join(['.venv/bin/python', 'benchmarks/embedding_lookup.py'] + sys.argv[1:])}`"
+             f" on {platform.node() or 'this machine'} ({os.cpu_count()} cores, one TF "
+             f"thread), TF {tf.__version__}, Keras {keras.__version__}; {args.batch}×"
+             f"{args.lookups} lookups per step, median of {args.steps} steps.", "",
+             "| optimizer | Keras's Embedding s/step | tf_ps_ops.keras.Embedding s/step | "
+             "ours ÷ Keras's |", "|---|---|---|---|"]
+    for name, kwargs in OPTIMIZERS:
+        seconds = []
+        for layer_class in (keras.layers.Embedding, Embedding):
+            optimizer = getattr(keras.optimizers, name)(**kwargs)
+            seconds.append(step_seconds(layer_class, optimizer, ids, args.rows, args.dim,
+                                        args.steps))
+        label = name + "".join(f" ({k} {v})" for k, v in kwargs.items())
+        lines.append(f"| {label} | {seconds[0]:.4f} | {seconds[1]:.4f} | "
+                     f"{seconds[1] / seconds[0]:.3g} |")
+        print(lines[-1], flush=True)
+    Path(args.out).write_text("\n".join(lines) + "\n")
+    print("wrote", args.out)
+
+
+if __name__ == "__main__":
+    main()
