@@ -4,8 +4,8 @@
 
 DistributedOptimizer averages gradients over workers before each update; `load_model`
 loads a model saved with one; `hvd.callbacks` are the Keras callbacks; `Embedding` is
-keras.layers.Embedding without its per-step copy of a sparsely updated table. Horovod names we
-do not serve raise NotImplementedError with the reason when called.
+keras.layers.Embedding without its per-step copy of a sparsely updated table. Horovod
+names we do not serve raise NotImplementedError with the reason when called.
 """
 
 import dataclasses

@@ -113,8 +113,8 @@ def plan_model(model, batch_size, pins=None, measurements=None, codecs=None):
     """The Plan of a built Keras model on the running cluster (measured once), with the
     model's compute at the rate of a profiled local step of it (collective). Given
     `measurements`, those as they are. The profile covers forward and backward, not the
-    optimizer: the DLRM-like model's local step (0.6 s, mostly its optimizer's update of
-    a 2 M-row table) still profiles at about 9 ms, as at the matmul's rate."""
+    optimizer's update (docs/plan.md: a step that is mostly an update is planned as if
+    it were short)."""
     if measurements is None:
         measurements = measure.measure_cluster()
         rate = profile.shared_model_rate(model, batch_size)
