@@ -148,11 +148,18 @@ void StoreDense(Var* var, const Tensor& fresh) {
 void StoreRows(Var* var, const SparseRows& rows) {
   tensorflow::mutex_lock lock(*var->mu());
   Tensor* t = var->tensor();
-  if (var->copy_on_read_mode.load() || !t->RefCountIsOne()) {
-    Tensor copy(t->dtype(), t->shape());
-    std::memcpy(const_cast<char*>(copy.tensor_data().data()), t->tensor_data().data(),
-                t->tensor_data().size());
-    *t = copy;
+  // TF's sparse updates (EnsureSparseVariableAccess): the first one copies a buffer that
+  // readers still hold and puts the variable in copy-on-read mode, where every dense read
+  // gets its own copy; from then on rows are written in place. (Copying in copy-on-read
+  // mode instead cost a 2 M x 64 table 512 MB per step, which row lookups put there.)
+  if (!var->copy_on_read_mode.load()) {
+    if (!t->RefCountIsOne()) {
+      Tensor copy(t->dtype(), t->shape());
+      std::memcpy(const_cast<char*>(copy.tensor_data().data()), t->tensor_data().data(),
+                  t->tensor_data().size());
+      *t = copy;
+    }
+    var->copy_on_read_mode.store(true);
   }
   WriteRows(rows, const_cast<char*>(t->tensor_data().data()));
 }

@@ -72,8 +72,9 @@ class PsMarshal {
 // the variable's lock (no copy; readers holding the old buffer keep it).
 void StoreDense(tensorflow::Var* var, const tensorflow::Tensor& fresh);
 
-// Writes answered rows into the variable in place, under its lock; a buffer that readers
-// still hold (or any, in copy-on-read mode) is copied first, as TF's own update ops do.
+// Writes answered rows into the variable in place, under its lock, as TF's own sparse
+// updates do: a buffer that readers still hold is copied first, and the variable goes
+// into copy-on-read mode (dense reads copy, rows are written in place from then on).
 void StoreRows(tensorflow::Var* var, const SparseRows& rows);
 
 // Checks a sparse gradient against its variable and merges its duplicate rows.

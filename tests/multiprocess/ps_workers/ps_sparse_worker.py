@@ -193,6 +193,46 @@ def check_keras_sgd_and_adagrad_send_rows(hvd):
         assert_replicas_identical(hvd, [emb.embeddings.numpy()], "keras_sparse_" + name)
 
 
+def check_row_lookups_and_readers_around_in_place_rows(hvd):
+    """tf_ps_ops.keras.Embedding reads rows (ResourceGather: the table goes into
+    copy-on-read mode) and PS mode writes the answered rows in place. Against Keras's own
+    layer and SGD on the mean gradient; a dense read taken before a step, with the table in
+    either mode (shared buffer; copy), keeps its values after the step."""
+    import keras
+    import tensorflow as tf
+    from tf_ps_ops import optimizers as ps_optimizers
+    from tf_ps_ops.keras import Embedding
+    emb, oracle = Embedding(ROWS, DIM), keras.layers.Embedding(ROWS, DIM)
+    for layer, start in ((emb, table(hvd.rank())), (oracle, table(0))):
+        layer.build((None,))
+        layer.embeddings.assign(start)
+    ps_opt = ps_optimizers.SGD(learning_rate=0.1)
+    ps_opt.build(emb.trainable_variables)
+    stock = keras.optimizers.SGD(learning_rate=0.1)
+
+    @tf.function
+    def step(ids, up):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(emb(ids) * up)
+        ps_opt.apply(tape.gradient(loss, emb.trainable_variables), emb.trainable_variables)
+
+    for s in range(STEPS):
+        every = batches(hvd.size(), ROWS, s)
+        held = emb.embeddings.value.read_value()
+        snapshot = held.numpy().copy()
+        step(tf.constant(every[hvd.rank()][0]), tf.constant(every[hvd.rank()][1]))
+        assert np.array_equal(held.numpy(), snapshot), f"step {s}: a held read changed"
+        ids = np.concatenate([i for i, _ in every])
+        up = np.concatenate([v for _, v in every]) / np.float32(hvd.size())
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(oracle(ids) * up)
+        stock.apply(tape.gradient(loss, oracle.trainable_variables), oracle.trainable_variables)
+        assert not np.array_equal(emb.embeddings.numpy(), snapshot), f"step {s}: no update"
+    assert_close(emb.embeddings.numpy(), oracle.embeddings.numpy(), hvd, "row lookups",
+                 keras3=True)
+    assert_replicas_identical(hvd, [emb.embeddings.numpy()], "row_lookups")
+
+
 def _bytes_sent():
     from tf_ps_ops.common import library as _library
     function = _library.c_api().tfps_bytes_sent
@@ -221,6 +261,7 @@ def check_bytes_scale_with_touched_rows(hvd):
 
 CHECKS = [check_sparse_ops_match_stock_sparse_ops, check_sparse_adagrad_matches_dense_ps_adagrad,
           check_v1_adagrad_rewrite_uses_the_sparse_op, check_keras_sgd_and_adagrad_send_rows,
+          check_row_lookups_and_readers_around_in_place_rows,
           check_bytes_scale_with_touched_rows]
 
 if __name__ == "__main__":
