@@ -21,7 +21,6 @@ import argparse
 import os
 import platform
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -32,8 +31,9 @@ PS_OPTIMIZERS = (("SGD", {}), ("Adagrad", {}))  # the ones that send rows in PS 
 
 
 def step_seconds(layer_class, optimizer, ids, rows, dim, steps):
-    import numpy as np
     import tensorflow as tf
+
+    from tf_ps_ops.plan import measure
 
     layer = layer_class(rows, dim)
     layer.build((None, ids.shape[1]))
@@ -47,14 +47,8 @@ def step_seconds(layer_class, optimizer, ids, rows, dim, steps):
                         layer.trainable_variables)
         return loss
 
-    step()
     step()  # the first row update switches the table's read mode
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        step().numpy()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
+    return measure._median_seconds(step, steps)  # after one more untimed step
 
 
 def main():

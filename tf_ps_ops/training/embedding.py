@@ -24,8 +24,7 @@ class Embedding(keras.layers.Embedding):
             return super().call(inputs)
         if inputs.dtype not in ("int32", "int64"):
             inputs = tf.cast(inputs, "int32")
-        table = getattr(self._embeddings, "value", self._embeddings)
-        if isinstance(self._embeddings, keras.Variable):  # skip autocast: a dense read
-            table = getattr(self._embeddings, "_value", table)
+        # The backend's tf.Variable: keras.Variable.value may autocast, a dense read.
+        table = getattr(self._embeddings, "_value", self._embeddings)
         outputs = tf.nn.embedding_lookup(table, inputs)
         return tf.cast(outputs, self.compute_dtype)
