@@ -27,8 +27,10 @@ ZOO = ("resnet50", "mobilenetv2", "bert", "dlrm")
 MODELS = ZOO + tuple("smoke_" + name for name in ZOO)
 
 # Per-worker batch, timed steps, parameter count (for the driver's timeouts) and momentum.
+# The DLRM's local step is a few ms since its rows are looked up by row: 200 timed steps
+# (a few seconds) so that one run's median is not a handful of noisy ms-scale steps.
 BATCH = {"resnet50": 4, "mobilenetv2": 8, "bert": 4, "dlrm": 64}
-STEPS = {"resnet50": 6, "mobilenetv2": 8, "bert": 6, "dlrm": 20}
+STEPS = {"resnet50": 6, "mobilenetv2": 8, "bert": 6, "dlrm": 200}
 PARAMS = {"resnet50": 25.6e6, "mobilenetv2": 3.5e6, "bert": 38.1e6, "dlrm": 128.5e6}
 MOMENTUM = {"dlrm": 0.0}
 # Seconds to allow, on top of train_bench's --startup-timeout, for building and tracing the
