@@ -9,7 +9,8 @@ K = 16 rate alone each predict.
 Each K: a real factor exchange among the workers and the rebuild of an N×M kernel's
 gradient (--shape; default the planner's probe's 1024×1024; sfb.ops.factor_gradient),
 the process's CPU time, the median of 5 after one warm-up call; one intra-op and one
-inter-op TensorFlow thread per worker. Rank 0 prints the table (results/sfb_rebuild_probe.md has a run).
+inter-op TensorFlow thread per worker. Rank 0 prints the table
+(results/sfb_rebuild_probe.md has runs).
 """
 
 import argparse
