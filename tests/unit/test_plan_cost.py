@@ -129,6 +129,26 @@ def test_cli_takes_the_rebuilds_fixed_part(capsys):
     assert sfb_layers("--rebuild-fixed-ns", "1000") == 0  # a rebuild dearer than the bytes
 
 
+def test_sfb_layers_skip_their_weights_gradient_in_backward():
+    # sfb_matmul computes only dx locally; the weights' gradient comes from the rebuild
+    # (every worker's factors, its own included), which LayerCost prices. The skipped
+    # multiply-adds are priced at the rebuild's rate, at most one forward's time.
+    a = layers.dense("a", 64, 32, bias=False)  # the first layer: no dx
+    b = layers.dense("b", 32, 16, bias=False)
+    machine = cost.Machine(macs_per_s=1e9, rebuild_rate=2e9)
+    fwd, bwd = steptime.compute_times([a, b], machine, 8)
+    fwd_sfb, bwd_sfb = steptime.compute_times([a, b], machine, 8, [Choice("sfb")] * 2)
+    assert fwd_sfb == fwd == [64 * 32 * 8 / 1e9, 32 * 16 * 8 / 1e9]
+    assert bwd == [fwd[0], 2 * fwd[1]]
+    assert bwd_sfb == pytest.approx([fwd[0] / 2, 2 * fwd[1] - 32 * 16 * 8 / 2e9])
+    # A rebuild rate below the step's fitted one saves no more than the forward's time.
+    slow_rebuild = cost.Machine(macs_per_s=1e9, rebuild_rate=1e8)
+    assert steptime.compute_times([a, b], slow_rebuild, 8, [Choice("sfb")] * 2)[1] == \
+        pytest.approx([0.0, fwd[1]])
+    # Summed layers keep it; so does every layer when no choices are given.
+    assert steptime.compute_times([a, b], machine, 8, [Choice()] * 2)[1] == bwd
+
+
 def test_step_time_hand_computed_two_layers():
     # Two layers, 2 workers, FIFO, no CPU costs: compute 1 ms forward each, backward 2 ms
     # for b and 1 ms for a (the first layer: no gradient for the input). Link 1e9 B/s;

@@ -18,7 +18,7 @@ those cores.
 import dataclasses
 import heapq
 
-from tf_ps_ops.plan.cost import GATHER, PS_DENSE, layer_cost
+from tf_ps_ops.plan.cost import GATHER, PS_DENSE, SFB, layer_cost
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,13 +29,22 @@ class Settings:
     credit: int = 0
 
 
-def compute_times(layers, machine, batch_size):
+def compute_times(layers, machine, batch_size, choices=None):
     """(forward, backward) seconds per layer. The first layer's backward computes the
-    gradient of its weights only: nothing asks for the gradient of the model's input."""
+    gradient of its weights only: nothing asks for the gradient of the model's input.
+    A layer synchronised by SFB (choices) skips its weights' gradient, one forward's
+    worth of multiply-adds: the rebuild from every worker's factors, its own included,
+    computes it (LayerCost's rebuild). What that saves is priced at the rebuild's
+    measured rate (at most the forward's time): macs_per_s, fitted to a whole step, also
+    carries work that is not multiply-adds (lookups, copies), which SFB does not skip."""
     forward = [layer.macs * batch_size / machine.macs_per_s for layer in layers]
     backward = [f * machine.backward_ratio for f in forward]
     if backward:
         backward[0] = forward[0] * max(0.0, machine.backward_ratio - 1)
+    for index, choice in enumerate(choices or ()):
+        if choice.mode == SFB:
+            skipped = layers[index].macs * batch_size / machine.rebuild_rate
+            backward[index] = max(0.0, backward[index] - min(forward[index], skipped))
     return forward, backward
 
 
@@ -90,7 +99,7 @@ def step_time(layers, choices, cluster, machine, batch_size, settings=Settings()
     few rounds: longer backward, more of the link's time inside it)."""
     costs = [layer_cost(layer, choice, cluster, machine, batch_size, settings.partition_bytes)
              for layer, choice in zip(layers, choices)]
-    forward, backward = compute_times(layers, machine, batch_size)
+    forward, backward = compute_times(layers, machine, batch_size, choices)
     apply = [apply_bytes(layer, choice) * machine.apply_per_byte
              for layer, choice in zip(layers, choices)]
     base = sum(backward)
