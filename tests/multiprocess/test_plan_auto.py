@@ -23,8 +23,11 @@ pytestmark = pytest.mark.timeout(400)
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     # Generous timeouts: importing TensorFlow alone can take a minute on a loaded machine.
+    # Without hierarchical aggregation: with it, on one machine, the plan keeps the
+    # default configuration (measure.one_machine_hierarchical), and these checks are of
+    # a plan that chooses.
     return train_on_cluster(tmp_path_factory, WORKER, 2, 1, timeout=320,
-                            env={"TFPS_TIMEOUT": "150"})
+                            env={"TFPS_TIMEOUT": "150", "TFPS_HIERARCHICAL": "0"})
 
 
 def test_auto_plan_trains_like_the_hand_picked_configuration(trained):
@@ -50,6 +53,7 @@ def test_auto_plan_trains_like_the_hand_picked_configuration(trained):
     # (6: the embedding checks' two trainings and the PS checks' two log theirs too.)
     assert [log.count("plan: 2 workers") for log in logs] == [6, 0], logs[0][-3000:]
     assert logs[0].count("measured: link ") == 6
+    assert "hierarchical aggregation sums them here first" not in logs[0]
     # The CPU floor's inputs: both workers on this one machine are each a host of the
     # cost model (one host: every worker counts as its own), so they share its cores.
     cores = len(os.sched_getaffinity(0))

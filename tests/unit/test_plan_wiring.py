@@ -121,6 +121,38 @@ def test_plan_gives_the_servers_the_update_where_it_costs_the_workers_more(monke
         auto.allowed_modes()
 
 
+def test_one_machine_under_hierarchical_aggregation_keeps_the_default(monkeypatch):
+    """Every worker on one machine, hierarchical aggregation on: the cost model counts each
+    worker as a host of its own and cannot see the local sum, so the plan keeps the
+    default configuration (no PS mode, SFB or codec unless pinned); off, it plans."""
+    import dataclasses
+
+    from tf_ps_ops.plan import cost, layers, measure
+
+    assert measure.one_machine_hierarchical(3, 3, True)
+    assert not measure.one_machine_hierarchical(3, 3, False)  # TFPS_HIERARCHICAL=0
+    assert not measure.one_machine_hierarchical(3, 1, True)  # one worker per host
+    assert not measure.one_machine_hierarchical(4, 2, True)  # two hosts
+    assert not measure.one_machine_hierarchical(1, 1, True)
+    monkeypatch.setenv("TFPS_PLAN_CODECS", "none,int8")
+    keys, sizes = ["D.fc/kernel", "D.fc/bias"], [1 << 22, 64]
+    cluster = cost.Cluster(4, 1, 1, bandwidth=1.25e8, latency=50e-6)
+    free = measure.Measurements(cluster, cost.Machine(apply_per_byte=5e-9), False)
+    one = dataclasses.replace(free, one_machine_hierarchical=True)
+    _, plan = auto.compressions(keys, sizes, free, ps=None)
+    assert plan.choices != (cost.Choice(),) * 2, plan.choices  # PS mode or int8
+    _, plan = auto.compressions(keys, sizes, one, ps=None)
+    assert plan.choices == (cost.Choice(),) * 2, plan.choices
+    _, plan = auto.compressions(keys, sizes, one, ps=None, pins={"fc/kernel": "ps"})
+    assert auto.served(plan) == frozenset({"D.fc/kernel"}), plan.choices
+    # SFB (sfb.convert's plan): a Dense layer that a fast rebuild would give to SFB.
+    fc = [layers.dense("fc", 4096, 4096, bias=False)]
+    fast = dataclasses.replace(free, machine=cost.Machine(rebuild_rate=1e13))
+    assert auto._plans(fc, fast, 32, ("none",), {})[0].choices == (cost.Choice("sfb"),)
+    fast_one = dataclasses.replace(fast, one_machine_hierarchical=True)
+    assert auto._plans(fc, fast_one, 32, ("none",), {})[0].choices == (cost.Choice(),)
+
+
 def test_why_the_servers_cannot_run_an_optimizer(monkeypatch):
     from tf_ps_ops import keras as tfps_keras
 

@@ -99,8 +99,19 @@ def describe(plan, measurements, better=None):
 
 def _plans(layers, measurements, batch_size, codecs, pins, modes=planner.MODES_AUTO):
     """(the plan under the running engine settings, the plan free to choose them). PS
-    mode's pushes go uncompressed (the PS update ops take no codec)."""
+    mode's pushes go uncompressed (the PS update ops take no codec). On one machine under
+    hierarchical aggregation the cost model cannot see the local sum
+    (measure.one_machine_hierarchical): both keep the default configuration there, but
+    for the pins."""
     pins = dict(pins or {})
+    if measurements.one_machine_hierarchical:
+        modes, codecs = (), ("none",)
+        if not _last.get("one machine logged"):
+            _last["one machine logged"] = True
+            log_once("plan: every worker runs on this machine and hierarchical aggregation "
+                     "sums them here first, which the cost model does not price: the plan "
+                     "keeps the default configuration but for the pins "
+                     "(TFPS_HIERARCHICAL=0 plans every layer)")
     free = planner.make_plan(layers, measurements.cluster, batch_size, measurements.machine,
                              codecs, modes=modes, pins=pins, ps_codecs=("none",))
     running = planner.make_plan(layers, measurements.cluster, batch_size,
