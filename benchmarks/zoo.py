@@ -68,8 +68,11 @@ NOTES["train_zoo_2h_10gbit_settle"] = NOTES["train_zoo_3h_1gbit_settle"] = (
     "the cells in doubt, 6 repeats of 20-24 steps, to settle the plan ÷ best")
 NOTES["train_zoo_2h_rowlookup"] = NOTES["train_zoo_3h_1gbit_rowlookup"] = (
     "the DLRM's rows looked up with tf_ps_ops.keras.Embedding (no table copy per step)")
-NOTES["train_zoo_2h_dlrm200"] = NOTES["train_zoo_3h_dlrm200"] = (
+NOTES["train_zoo_3h_dlrm200"] = (
     "rows looked up by row, 200 timed steps per run (a few ms each) instead of 20")
+NOTES["train_zoo_2h_dlrm200"] = NOTES["train_zoo_3h_dlrm200"] + (
+    "; predicted again (train_bench.py --report --repredict) once SFB layers' backward "
+    "skipped their weights' gradient")
 NOTES["train_zoo_3h_1gbit_profiled"] = NOTES["train_zoo_2h_1gbit_profiled"] = (
     "SFB's rebuild priced by two probes, sfb.convert planning with a profiled local step; "
     "a slower machine (BERT alone 0.76 s)")
