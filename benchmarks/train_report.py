@@ -94,6 +94,17 @@ def predict_step(inputs, single_step_s, batch, single_cpu_s=None):
     single-process step (and the cores that step kept busy: its CPU-seconds over its
     seconds, for the host's CPU floor). The same code as plan="auto" and tfps-plan
     (tf_ps_ops.plan.cost and steptime)."""
+    from tf_ps_ops.plan import steptime
+
+    lay, choices, cluster, machine, settings = prediction_inputs(inputs, single_step_s, batch,
+                                                                 single_cpu_s)
+    return steptime.step_time(lay, choices, cluster, machine, batch, settings)[0]
+
+
+def prediction_inputs(inputs, single_step_s, batch, single_cpu_s=None):
+    """(layers, choices, Cluster, Machine, Settings) that predict_step gives the cost
+    model for a row: its saved plan_inputs, with the compute rate (and cores busy) of the
+    same sweep's single-process step."""
     import dataclasses
 
     from tf_ps_ops.plan import cost, layers, steptime
@@ -110,10 +121,8 @@ def predict_step(inputs, single_step_s, batch, single_cpu_s=None):
     rate = (sum(forward) + sum(backward)) / max(single_step_s - apply_s, 1e-3 * single_step_s)
     if single_cpu_s:
         machine = dataclasses.replace(machine, compute_cpu=single_cpu_s / single_step_s)
-    settings = steptime.Settings(**inputs["settings"])
-    return steptime.step_time(lay, choices, cost.Cluster(**inputs["cluster"]),
-                              dataclasses.replace(machine, macs_per_s=rate), batch,
-                              settings)[0]
+    return (lay, choices, cost.Cluster(**inputs["cluster"]),
+            dataclasses.replace(machine, macs_per_s=rate), steptime.Settings(**inputs["settings"]))
 
 
 def _fmt(value, spec):

@@ -1,0 +1,91 @@
+"""The cost model's CPU floor beside the CPU a run measured, per host and step: for each
+tf_ps_ops row of saved train_bench runs, what the busiest host's processes spent
+(workers' and servers' CPU-seconds per step over the hosts) and the model's parts of it
+(steptime.host_cpu: compute, optimizer update, codecs/sums/rebuilds, transport per byte
+and per message), from the inputs the row measured before training and the compute rate
+of the same sweep's single-process row, as train_bench's --predict does.
+
+    python3 benchmarks/plan_cpu_floor.py benchmarks/results/train_zoo_3h_1gbit_tie.json ...
+
+Columns, ms per step: the measured step; the measured CPU per host (its worker's and
+server's); the model's floor parts and their sum; measured ÷ modelled CPU; the cores per
+host the row measured; and the step over the floor the measured CPU makes (step ÷
+(CPU per host / cores per host): above 1, time when the host's cores were not all busy).
+No TensorFlow is imported.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+from tf_ps_ops.plan import cost, steptime  # noqa: E402
+from train_report import prediction_inputs  # noqa: E402
+
+
+def floor_parts(row, single):
+    """{part: CPU-seconds per step on the busiest host} of the cost model for `row`."""
+    lay, choices, cluster, machine, settings = prediction_inputs(
+        row["plan_inputs"], single["step_s"], row["batch"], single.get("cpu_per_step"))
+    costs = [cost.layer_cost(layer, choice, cluster, machine, row["batch"],
+                             settings.partition_bytes) for layer, choice in zip(lay, choices)]
+    forward, backward = steptime.compute_times(lay, machine, row["batch"], choices)
+    workers = min(cluster.workers_per_host, cluster.workers)
+    parts = {
+        "compute": workers * machine.compute_cpu * (sum(forward) + sum(backward)),
+        "update": workers * sum(steptime.apply_bytes(layer, choice) * machine.apply_per_byte
+                                for layer, choice in zip(lay, choices)),
+        "sync": sum(c.host_cpu for c in costs),
+        "bytes": sum(c.host_bytes for c in costs) * machine.transport_per_byte,
+        "messages": sum(c.host_messages for c in costs) * machine.transport_per_message}
+    assert abs(sum(parts.values()) - steptime.host_cpu(
+        costs, forward, backward, [steptime.apply_bytes(layer, choice) * machine.apply_per_byte
+                                   for layer, choice in zip(lay, choices)],
+        cluster, machine)) < 1e-9
+    return parts, machine.cores_per_host
+
+
+def rows_of(path):
+    saved = json.load(open(path))
+    rows = saved["rows"]
+    singles = {(r["rate"], r["model"]): r for r in rows
+               if r["mode"] == "single" and r["status"] != "failed"}
+    for row in rows:
+        single = singles.get((row["rate"], row["model"]))
+        if single is None or not (row.get("plan_inputs") or {}).get("choices") or \
+                row["status"] in ("failed", "unavailable"):
+            continue
+        yield saved["meta"]["tag"], row, single
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="+", help="train_<tag>.json files")
+    args = parser.parse_args()
+    print("| run | model | link | mode | step | CPU per host (worker, server) | model: compute, "
+          "update, sync, bytes, messages = floor | measured ÷ model CPU | cores per host | "
+          "step ÷ measured CPU floor |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for path in args.runs:
+        for tag, row, single in rows_of(path):
+            parts, cores = floor_parts(row, single)
+            hosts = row["workers"]  # one worker per emulated host in train_bench
+            measured = row["cpu_per_step"] / hosts
+            modelled = sum(parts.values())
+            floor = measured / cores if cores else float("nan")
+            print(f"| {tag} | {row['model']} | {row['rate']} | {row['mode']} | "
+                  f"{row['step_s'] * 1e3:.1f} | {measured * 1e3:.1f} "
+                  f"({row['worker_cpu_per_step'] * 1e3:.1f}, "
+                  f"{row['server_cpu_per_step'] * 1e3:.1f}) | "
+                  + ", ".join(f"{v * 1e3:.1f}" for v in parts.values())
+                  + f" = {modelled * 1e3:.1f} | {measured / modelled:.2f} | {cores:.2f} | "
+                  f"{row['step_s'] / floor:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
