@@ -70,7 +70,8 @@ NOTES["train_zoo_2h_rowlookup"] = NOTES["train_zoo_3h_1gbit_rowlookup"] = (
     "the DLRM's rows looked up with tf_ps_ops.keras.Embedding (no table copy per step)")
 NOTES["train_zoo_3h_dlrm200"] = (
     "rows looked up by row, 200 timed steps per run (a few ms each) instead of 20")
-NOTES["train_zoo_3h_10gbit_now"] = NOTES["train_zoo_3h_10gbit_now_resnet50"] = (
+NOTES["train_zoo_3h_10gbit_now"] = NOTES["train_zoo_3h_10gbit_now_resnet50"] = \
+    NOTES["train_zoo_3h_1gbit_now"] = (
     "the planner of 2026-12-04 (gradients' measured order, SFB's skipped weight gradient)")
 NOTES["train_zoo_3h_10gbit_aa"] = (
     "the plan against summation alone, 4 repeats: their 9% gap in the run before")
