@@ -3,6 +3,7 @@ NumPy count of the slices a real Keras step produces, the zoo's layer lists agai
 Keras models, and the choice between gathering rows, summing dense and PS rows flipping
 where the formulas cross."""
 
+import dataclasses
 import math
 import os
 import sys
@@ -84,6 +85,26 @@ def test_ps_rows_are_the_distinct_rows_pushed_and_their_union_pulled(keras_step)
     # With momentum the optimizer moves every row: PS sends the table dense.
     dense = layers.Layer("t", "embedding", 16000, table=(1000, 16), rows=6, row_update=False)
     assert link(dense, Choice("ps"), Cluster(2), 5) == 16000 * 4
+
+
+def test_ps_rows_pay_every_partition_of_the_table_in_cpu_not_on_the_link():
+    # The same rows (a reach of 4096) in a table of one 1 MiB partition and of 512: only
+    # the CPU of the 511 more partitions' pushes and replies differs.
+    machine = dataclasses.replace(FREE, partition_cpu=2e-6, server_partition_cpu=3e-6)
+    small = layers.embedding("t", 4096, 64, lookups=8)
+    big = layers.embedding("t", 4096 * 512, 64, lookups=8, reach=4096)
+    cluster = Cluster(3)
+    a, b = (cost.layer_cost(t, Choice("ps"), cluster, machine, 16, MB) for t in (small, big))
+    assert (a.link_bytes, a.messages, a.host_bytes) == (b.link_bytes, 1, b.host_bytes)
+    assert b.messages == 1
+    assert b.cpu_before - a.cpu_before == pytest.approx(511 * 2e-6)
+    # Each of the 3 servers takes a third of the partitions from each of the 3 workers.
+    assert b.cpu_after - a.cpu_after == pytest.approx(511 * 3e-6)
+    assert b.host_cpu - a.host_cpu == pytest.approx(511 * (2e-6 + 3e-6))
+    # Two workers on each of the 2 hosts: both workers' pushes, and the host's server's.
+    shared = Cluster(4, workers_per_host=2)
+    a, b = (cost.layer_cost(t, Choice("ps"), shared, machine, 16, MB) for t in (small, big))
+    assert b.host_cpu - a.host_cpu == pytest.approx(511 * (2 * 2e-6 + 2 * 3e-6))
 
 
 def test_zoo_layer_lists_match_the_keras_models():

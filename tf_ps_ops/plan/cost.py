@@ -19,7 +19,9 @@ An embedding's gradient (a tf.IndexedSlices of R rows per worker, width C) trave
   sum: reduced dense (sparse_as_dense), the table's bytes as above: flat in the workers
   PS, optimizer that updates rows only (plain SGD, Adagrad): each worker pushes its
       distinct rows u and pulls the union U of every worker's (int64 ids), split over the
-      servers: U grows with the workers until it covers the rows looked up (the reach)
+      servers: U grows with the workers until it covers the rows looked up (the reach);
+      every partition of the table is a push and a reply, rows or none, whose CPU
+      (Machine.partition_cpu, server_partition_cpu) grows with the table
   PS, optimizer with slots every row's update moves (momentum, Adam): dense
   SFB: not applicable (no Dense kernel).
 
@@ -92,6 +94,11 @@ class Cluster:
         return self.dedicated_servers or self.hosts * self.servers_per_host
 
 
+# benchmarks/results/ps_sparse_partitions.md: an untouched partition of a table in PS mode.
+PARTITION_CPU = 4.9e-6
+SERVER_PARTITION_CPU = 5.3e-6
+
+
 @dataclasses.dataclass(frozen=True)
 class Machine:
     """CPU and compute rates. Codec costs are seconds per float32 byte of the tensor:
@@ -128,6 +135,12 @@ class Machine:
     transport_per_byte: float = 0.0
     transport_per_message: float = 0.0
     compute_cpu: float = 1.0
+    # PS mode's sparse updates: every partition of an embedding table gets a push per
+    # worker and step, rows or none, and a reply. CPU-seconds per partition beyond its
+    # rows, a worker's (its push and the reply) and a server's (per worker's push and its
+    # reply); benchmarks/ps_sparse_partitions.py measured these defaults.
+    partition_cpu: float = PARTITION_CPU
+    server_partition_cpu: float = SERVER_PARTITION_CPU
 
     def codec(self, name):
         table = dict(self.codec_per_byte)
@@ -142,7 +155,7 @@ _DEFAULT_CODEC_COST = {"fp16": (0.15e-9, 0.1e-9, 0.15e-9), "bf16": (0.1e-9, 0.1e
                        "int8": (0.4e-9, 0.2e-9, 0.3e-9), "onebit": (0.4e-9, 0.2e-9, 0.3e-9)}
 FREE = Machine(macs_per_s=math.inf, codec_per_byte=tuple(
     (c, (0.0, 0.0, 0.0)) for c in CODECS), sum_per_byte=0.0, rebuild_rate=math.inf,
-    message_overhead=0.0, local_per_byte=0.0)
+    message_overhead=0.0, local_per_byte=0.0, partition_cpu=0.0, server_partition_cpu=0.0)
 
 
 def wire_bytes(codec, elements, partition_elements):
@@ -274,14 +287,18 @@ def _sparse_cost(layer, choice, cluster, machine, batch_size, partition_bytes):
     row = 4 * width + PS_INDEX_BYTES
     pushed = layer.distinct_rows(rows) * row
     pulled = layer.distinct_rows(p1 * rows) * row
-    # Every partition of the table gets a push per worker and step, empty if untouched.
+    # Every partition of the table gets a push per worker and step, empty if untouched,
+    # and a reply: CPU on the worker's engine thread and on the servers' I/O threads, not
+    # bytes on the link (the rows travel as one piece).
     partitions = max(1, math.ceil(layer.bytes / partition_bytes))
+    worker_partitions = partitions * machine.partition_cpu
+    server_partitions = p1 * partitions / cluster.servers * machine.server_partition_cpu
     server = p1 * pushed / cluster.servers * machine.sum_per_byte / machine.server_threads
     L, s = _per_host(cluster)
-    return LayerCost(_rows_link(pushed, pulled, cluster), partitions,
-                     min(pulled, pulled / partitions), 0.0,
-                     server + pulled / row * add,
-                     host_cpu=L * pulled / row * add + s * server * machine.server_threads,
+    return LayerCost(_rows_link(pushed, pulled, cluster), 1, pulled, worker_partitions,
+                     server + server_partitions + pulled / row * add,
+                     host_cpu=L * (pulled / row * add + worker_partitions)
+                     + s * (server * machine.server_threads + server_partitions),
                      host_bytes=(L + s * p1 / cluster.servers) * (pushed + pulled),
                      host_messages=(L + s * p1 / cluster.servers) * 2)
 
