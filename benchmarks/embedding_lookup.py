@@ -30,12 +30,11 @@ OPTIMIZERS = (("SGD", {}), ("SGD", {"momentum": 0.9}), ("Adagrad", {}), ("Adam",
 PS_OPTIMIZERS = (("SGD", {}), ("Adagrad", {}))  # the ones that send rows in PS mode
 
 
-def step_seconds(layer_class, optimizer, ids, rows, dim, steps):
+def table_step(layer, optimizer, ids):
+    """A tf.function training step of the embedding `layer` alone on `ids` (a batch of
+    lookups): forward, gradient and the optimizer's update."""
     import tensorflow as tf
 
-    from tf_ps_ops.plan import measure
-
-    layer = layer_class(rows, dim)
     layer.build((None, ids.shape[1]))
     optimizer.build(layer.trainable_variables)
 
@@ -47,6 +46,13 @@ def step_seconds(layer_class, optimizer, ids, rows, dim, steps):
                         layer.trainable_variables)
         return loss
 
+    return step
+
+
+def step_seconds(layer_class, optimizer, ids, rows, dim, steps):
+    from tf_ps_ops.plan import measure
+
+    step = table_step(layer_class(rows, dim), optimizer, ids)
     step()  # the first row update switches the table's read mode
     return measure._median_seconds(step, steps)  # after one more untimed step
 

@@ -24,6 +24,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+from embedding_lookup import table_step  # noqa: E402
 from train_measure import _pid_cpu  # noqa: E402
 
 
@@ -55,20 +56,9 @@ def build(partitions, args):
     from tf_ps_ops.training.embedding import Embedding
 
     rows = partitions * (args.partition_bytes // (4 * args.dim))
-    layer = Embedding(rows, args.dim, name=f"probe_table_{partitions}")
-    layer.build((None, args.rows_touched))
-    optimizer = optimizers.SGD(0.01)
-    optimizer.build(layer.trainable_variables)
     ids = tf.constant(np.arange(args.rows_touched, dtype=np.int32)[None, :])
-
-    @tf.function
-    def step():
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_sum(layer(ids) ** 2)
-        optimizer.apply(tape.gradient(loss, layer.trainable_variables),
-                        layer.trainable_variables)
-        return loss
-
+    step = table_step(Embedding(rows, args.dim, name=f"probe_table_{partitions}"),
+                      optimizers.SGD(0.01), ids)
     for _ in range(5):
         step().numpy()
     return step
