@@ -73,11 +73,17 @@ NOTES["train_zoo_3h_dlrm200"] = (
 NOTES["train_zoo_3h_10gbit_now"] = NOTES["train_zoo_3h_10gbit_now_resnet50"] = \
     NOTES["train_zoo_3h_1gbit_now"] = (
     "the planner of 2026-12-04 (gradients' measured order, SFB's skipped weight gradient)")
+NOTES["train_zoo_2h_1gbit_now"] = NOTES["train_zoo_2h_10gbit_now"] = (
+    "the planner of 2026-12-04 afternoon (also PS mode's table partitions priced as CPU)")
 NOTES["train_zoo_3h_10gbit_aa"] = (
     "the plan against summation alone, 4 repeats: their 9% gap in the run before")
 NOTES["train_zoo_2h_dlrm200"] = NOTES["train_zoo_3h_dlrm200"] + (
     "; predicted again (train_bench.py --report --repredict) once SFB layers' backward "
-    "skipped their weights' gradient")
+    "skipped their weights' gradient, and once PS mode's table partitions were priced as "
+    "CPU")
+NOTES["train_zoo_3h_dlrm200"] += (
+    "; predicted again (train_bench.py --report --repredict) once PS mode's table "
+    "partitions were priced as CPU")
 NOTES["train_zoo_3h_1gbit_profiled"] = NOTES["train_zoo_2h_1gbit_profiled"] = (
     "SFB's rebuild priced by two probes, sfb.convert planning with a profiled local step; "
     "a slower machine (BERT alone 0.76 s)")
