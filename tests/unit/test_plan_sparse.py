@@ -107,6 +107,32 @@ def test_ps_rows_pay_every_partition_of_the_table_in_cpu_not_on_the_link():
     assert b.host_cpu - a.host_cpu == pytest.approx(511 * (2 * 2e-6 + 2 * 3e-6))
 
 
+def test_ps_mode_says_once_what_a_table_of_many_partitions_costs(caplog, monkeypatch):
+    tf = pytest.importorskip("tensorflow")
+    from tf_ps_ops.ps import ps_mode
+
+    class Table:  # shape and dtype are all note_sparse_table reads: no 512 MB allocated
+        def __init__(self, rows, width):
+            self.shape, self.dtype = tf.TensorShape([rows, width]), tf.float32
+
+    monkeypatch.delenv("TFPS_PARTITION_BYTES", raising=False)
+    monkeypatch.setattr(ps_mode, "_noted_tables", set())
+    with caplog.at_level("INFO", logger="tf_ps_ops"):
+        ps_mode.note_sparse_table(Table(2_000_000, 64), "dlrm/table")
+        ps_mode.note_sparse_table(Table(2_000_000, 64), "dlrm/table")
+        ps_mode.note_sparse_table(Table(1000, 64), "small")
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1, said
+    assert "'dlrm/table' (488 MiB) is 489 partitions of TFPS_PARTITION_BYTES=1048576" in said[0]
+    assert f"about {489 * cost.PARTITION_CPU * 1e3:.1f} ms" in said[0]
+    # Fewer, larger partitions: below the threshold, nothing to say.
+    caplog.clear()
+    monkeypatch.setenv("TFPS_PARTITION_BYTES", str(16 << 20))
+    with caplog.at_level("INFO", logger="tf_ps_ops"):
+        ps_mode.note_sparse_table(Table(2_000_000, 64), "other/table")
+    assert not caplog.records
+
+
 def test_zoo_layer_lists_match_the_keras_models():
     pytest.importorskip("keras")
     import zoo_models

@@ -23,7 +23,8 @@ import keras
 import tensorflow as tf
 
 from tf_ps_ops.common.library import ops as _ops
-from tf_ps_ops.ps.ps_mode import _deferred_to_elastic_run, _remember, ps_key
+from tf_ps_ops.ps.ps_mode import (_deferred_to_elastic_run, _remember, note_sparse_table,
+                                  ps_key)
 
 
 def _key(optimizer, variable):
@@ -77,6 +78,7 @@ def sgd_step(opt, gradient, variable, learning_rate, key):
     """keras.optimizers.SGD's update of `variable`, run by the servers under `key`."""
     lr = _cast(learning_rate, variable)
     if _sparse(gradient) and opt.momentum == 0:
+        note_sparse_table(variable, key)
         _ops().ps_sparse_apply_gradient_descent(
             var=variable.handle, alpha=lr, grad=_cast(gradient.values, variable),
             indices=gradient.indices, tensor_name=key)
@@ -116,6 +118,7 @@ def adagrad_step(opt, gradient, variable, learning_rate, key):
                   lr=_cast(learning_rate, variable), epsilon=_cast(opt.epsilon, variable),
                   tensor_name=key)
     if _sparse(gradient):
+        note_sparse_table(variable, common["tensor_name"])
         _ops().ps_sparse_apply_keras_adagrad(grad=_cast(gradient.values, variable),
                                              indices=gradient.indices, **common)
     else:

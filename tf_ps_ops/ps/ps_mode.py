@@ -182,6 +182,36 @@ def _remember(variable, key):
             _served.append((ref, key))
 
 
+MANY_PARTITIONS = 256
+_noted_tables = set()
+
+
+def note_sparse_table(variable, key):
+    """Logs once per table, on rank 0, when a table whose gradients go to the servers as
+    rows has so many partitions that their messages cost more than a few ms per step:
+    every step each worker pushes every partition, rows or none, and gets a reply
+    (docs/ps_mode.md). Called where the sparse update op is made."""
+    from tf_ps_ops.common import basics, config
+    from tf_ps_ops.plan import cost
+
+    partition = config.engine_int("TFPS_PARTITION_BYTES")
+    elements = variable.shape.num_elements() or 0
+    table_bytes = elements * tf.as_dtype(variable.dtype).size
+    partitions = -(-table_bytes // max(1, partition))
+    with _lock:
+        if partitions < MANY_PARTITIONS or key in _noted_tables:
+            return
+        _noted_tables.add(key)
+    if basics.is_initialized() and basics.rank() != 0:
+        return
+    _log.info("PS mode: table %r (%.0f MiB) is %d partitions of TFPS_PARTITION_BYTES=%d; "
+              "every step each worker pushes every partition, rows or none, about %.1f ms "
+              "of CPU per step on each worker and as much per worker on the servers, "
+              "whatever rows it touches. A larger TFPS_PARTITION_BYTES makes fewer "
+              "partitions (of every tensor).", key, table_bytes / 2 ** 20, partitions,
+              partition, partitions * cost.PARTITION_CPU * 1e3)
+
+
 def push_served_variables():
     """Pushes every variable the servers were given so far (by initialize_variables,
     push_variables or a `tf_ps_ops.optimizers` build), in the order first given, with

@@ -20,7 +20,7 @@ import tf_keras
 
 from tf_ps_ops.common.library import ops as _ops
 from tf_ps_ops.ps.ps_mode import (_deferred_to_elastic_run, _name_variable, _remember,
-                                  key_for)
+                                  key_for, note_sparse_table)
 
 
 class _PsMixin:
@@ -75,6 +75,7 @@ class SGD(_PsMixin, tf_keras.optimizers.SGD):
         lr = self._cast(self.learning_rate, variable)
         key = self._key(variable)
         if isinstance(gradient, tf.IndexedSlices) and self.momentum == 0:
+            note_sparse_table(variable, key)
             _ops().ps_sparse_apply_gradient_descent(
                 var=variable.handle, alpha=lr, grad=self._cast(gradient.values, variable),
                 indices=gradient.indices, tensor_name=key)
@@ -115,6 +116,7 @@ class Adagrad(_PsMixin, tf_keras.optimizers.Adagrad):
         lr = self._cast(self.learning_rate, variable)
         epsilon = self._cast(self.epsilon, variable)
         if isinstance(gradient, tf.IndexedSlices):
+            note_sparse_table(variable, self._key(variable))
             _ops().ps_sparse_apply_keras_adagrad(
                 var=variable.handle, accum=accumulator.handle, lr=lr, epsilon=epsilon,
                 grad=self._cast(gradient.values, variable), indices=gradient.indices,
