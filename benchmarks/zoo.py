@@ -73,7 +73,8 @@ NOTES["train_zoo_3h_dlrm200"] = (
 NOTES["train_zoo_3h_10gbit_now"] = NOTES["train_zoo_3h_10gbit_now_resnet50"] = \
     NOTES["train_zoo_3h_1gbit_now"] = (
     "the planner of 2026-12-04 (gradients' measured order, SFB's skipped weight gradient)")
-NOTES["train_zoo_2h_1gbit_now"] = NOTES["train_zoo_2h_10gbit_now"] = (
+NOTES["train_zoo_2h_1gbit_now"] = NOTES["train_zoo_2h_10gbit_now"] = \
+    NOTES["train_zoo_2h_10gbit_now_resnet50"] = (
     "the planner of 2026-12-04 afternoon (also PS mode's table partitions priced as CPU)")
 NOTES["train_zoo_2h_1gbit_aa"] = (
     "MobileNetV2's plan (the default configuration) against summation alone, 4 repeats: "
