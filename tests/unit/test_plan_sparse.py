@@ -121,9 +121,13 @@ def test_ps_mode_says_once_what_a_table_of_many_partitions_costs(caplog, monkeyp
         ps_mode.note_sparse_table(Table(2_000_000, 64), "dlrm/table")
         ps_mode.note_sparse_table(Table(2_000_000, 64), "dlrm/table")
         ps_mode.note_sparse_table(Table(1000, 64), "small")
+        keras_variable = Table(2_000_000, 64)  # a keras.Variable: a tuple and a dtype name
+        keras_variable.shape, keras_variable.dtype = (2_000_000, 64), "float32"
+        ps_mode.note_sparse_table(keras_variable, "keras/table")
     said = [r.getMessage() for r in caplog.records]
-    assert len(said) == 1, said
+    assert len(said) == 2, said
     assert "'dlrm/table' (488 MiB) is 489 partitions of TFPS_PARTITION_BYTES=1048576" in said[0]
+    assert "'keras/table' (488 MiB) is 489 partitions" in said[1]
     assert f"about {489 * cost.PARTITION_CPU * 1e3:.1f} ms" in said[0]
     # Fewer, larger partitions: below the threshold, nothing to say.
     caplog.clear()

@@ -195,7 +195,8 @@ def note_sparse_table(variable, key):
     from tf_ps_ops.plan import auto, cost
 
     partition = config.engine_int("TFPS_PARTITION_BYTES")
-    elements = variable.shape.num_elements() or 0
+    # A keras.Variable's shape is a tuple, a tf.Variable's a TensorShape.
+    elements = int(np.prod([int(d or 0) for d in tuple(variable.shape)]))
     table_bytes = elements * tf.as_dtype(variable.dtype).size
     partitions = -(-table_bytes // max(1, partition))
     with _lock:
