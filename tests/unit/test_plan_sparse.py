@@ -137,6 +137,22 @@ def test_ps_mode_says_once_what_a_table_of_many_partitions_costs(caplog, monkeyp
     assert not caplog.records
 
 
+def test_cli_weighs_the_tables_partitions_when_it_picks_the_partition_size(capsys):
+    # The DLRM at 1024 workers puts its 512 MB table in PS mode; priced per partition, the
+    # plan takes 16 MiB partitions (32 of them); free, the default 1 MiB stays.
+    def plan_line(*extra):
+        assert cli.main(["--zoo", "dlrm", "--modes", "sum,ps", "--workers", "1024",
+                         *extra]) == 0
+        out = capsys.readouterr().out
+        return next(line for line in out.splitlines() if "predicted step" in line)
+
+    assert plan_line().startswith("partition 16777216 B")
+    assert plan_line("--partition-us", "0,0").startswith("partition 1048576 B")
+    for bad in ("5", "a,b", "-1,2"):
+        with pytest.raises(SystemExit, match="--partition-us"):
+            cli.main(["--zoo", "dlrm", f"--partition-us={bad}"])
+
+
 def test_zoo_layer_lists_match_the_keras_models():
     pytest.importorskip("keras")
     import zoo_models

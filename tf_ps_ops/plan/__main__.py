@@ -70,6 +70,11 @@ def parse_args(argv):
     p.add_argument("--local-gbytes", type=float, default=5.0,
                    help="hierarchical local sum, GB/s per local peer (5: shared memory and "
                         "a CPU add; NVLink GPUs: ~150)")
+    p.add_argument("--partition-us", default=None, metavar="WORKER,SERVER",
+                   help="PS mode's sparse tables: CPU per partition of a table and worker "
+                        "each step, on the worker and on its server, microseconds (default "
+                        f"{cost.PARTITION_CPU * 1e6:g},{cost.SERVER_PARTITION_CPU * 1e6:g}: "
+                        "benchmarks/ps_sparse_partitions.py here)")
     p.add_argument("--codecs", default="none",
                    help="codecs the plan may pick, comma-separated (none,fp16,bf16,int8,onebit)")
     p.add_argument("--pin", action="append", default=[], metavar="LAYER=CHOICE",
@@ -146,6 +151,20 @@ def scaling_table(layers, batch_size, machine, cluster_args, codecs, pins,
     return rows
 
 
+def _partition_cpu(text):
+    """--partition-us WORKER,SERVER -> the Machine fields, seconds."""
+    if text is None:
+        return {}
+    try:
+        worker, server = (float(v) for v in text.split(","))
+    except ValueError:
+        raise SystemExit(f"tfps-plan: --partition-us {text!r}: give two numbers, "
+                         f"WORKER,SERVER, e.g. 4.9,5.3")
+    if worker < 0 or server < 0:
+        raise SystemExit(f"tfps-plan: --partition-us {text!r}: microseconds must be >= 0")
+    return dict(partition_cpu=worker * 1e-6, server_partition_cpu=server * 1e-6)
+
+
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     layers = sparse_settings(load_layers(args.model), args.momentum, args.step_rows)
@@ -155,7 +174,8 @@ def main(argv=None):
             raise SystemExit(f"tfps-plan: --modes {mode!r}: use some of sum, sfb, ps")
     machine = cost.Machine(macs_per_s=args.tmacs * 1e12, rebuild_rate=args.rebuild_gmacs * 1e9,
                            rebuild_per_element=args.rebuild_fixed_ns * 1e-9,
-                           local_per_byte=1 / (args.local_gbytes * 1e9))
+                           local_per_byte=1 / (args.local_gbytes * 1e9),
+                           **_partition_cpu(args.partition_us))
     cluster_args = dict(workers_per_host=args.workers_per_host,
                         servers_per_host=args.servers_per_host,
                         dedicated_servers=args.dedicated_servers,
