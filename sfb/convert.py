@@ -1,7 +1,6 @@
 """sfb.convert: a copy of a Keras model whose Dense layers use SFB where chosen."""
 
 import logging
-import sys
 
 import keras
 
@@ -38,14 +37,9 @@ def _cluster(num_workers, num_servers):
 
 
 def _log_once(text):
-    import tf_ps_ops
+    from tf_ps_ops.common import basics
 
-    if tf_ps_ops.is_initialized() and tf_ps_ops.rank() != 0:
-        return
-    if _logger.handlers or logging.getLogger().handlers:
-        _logger.info("%s", text)
-    else:  # logging is not configured: the table must still be seen, as TF's own logs are
-        print(text, file=sys.stderr, flush=True)
+    basics.log_on_rank0(_logger, text)
 
 
 def _choices(model, mode, batch_size, num_workers, num_servers, colocated, overrides):

@@ -3,6 +3,9 @@ shutdown. Joining is init() in common/init.py, which sits above this module: it 
 registers process sets and turns on PS mode, which themselves ask this module for ranks.
 """
 
+import logging
+import sys
+
 import tensorflow as tf
 
 from tf_ps_ops.common import library as _library
@@ -92,3 +95,15 @@ def local_size_op(name=None):
     if _cluster is not None and _cluster.local_size is not None:
         return tf.constant(_cluster.local_size, tf.int32, name=name)
     return _library.ops().ps_local_size(name=name)
+
+
+def log_on_rank0(logger, text):
+    """`text` on rank 0 only (on every process before init()): to `logger` at INFO when
+    logging is configured, else to stderr, so that it is seen as TensorFlow's own logs
+    are (the plan's table, a layer decision, a cost worth knowing)."""
+    if is_initialized() and rank() != 0:
+        return
+    if logger.handlers or logging.getLogger().handlers:
+        logger.info("%s", text)
+    else:
+        print(text, file=sys.stderr, flush=True)

@@ -11,7 +11,6 @@ those variables.
 
 import dataclasses
 import logging
-import sys
 
 from tf_ps_ops.plan import cost, layers as layer_lists, measure, planner, profile
 
@@ -62,15 +61,10 @@ def plan_mode_from_environment():
 
 
 def log_once(text):
-    """On rank 0 only: to the logger when logging is configured, else stderr."""
+    """On rank 0 only: to the plan's logger when logging is configured, else stderr."""
     from tf_ps_ops.common import basics
 
-    if basics.is_initialized() and basics.rank() != 0:
-        return
-    if _logger.handlers or logging.getLogger().handlers:
-        _logger.info("%s", text)
-    else:
-        print(text, file=sys.stderr, flush=True)
+    basics.log_on_rank0(_logger, text)
 
 
 ENGINE_PINS = {"partition_bytes": "TFPS_PARTITION_BYTES", "fusion_bytes": "TFPS_FUSION_BYTES",

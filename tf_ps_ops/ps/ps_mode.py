@@ -191,8 +191,8 @@ def note_sparse_table(variable, key):
     rows has so many partitions that their messages cost more than a few ms per step:
     every step each worker pushes every partition, rows or none, and gets a reply
     (docs/ps_mode.md). Called where the sparse update op is made."""
-    from tf_ps_ops.common import config
-    from tf_ps_ops.plan import auto, cost
+    from tf_ps_ops.common import basics, config
+    from tf_ps_ops.plan import cost
 
     partition = config.engine_int("TFPS_PARTITION_BYTES")
     # A keras.Variable's shape is a tuple, a tf.Variable's a TensorShape.
@@ -203,13 +203,13 @@ def note_sparse_table(variable, key):
         if partitions < MANY_PARTITIONS or key in _noted_tables:
             return
         _noted_tables.add(key)
-    # Rank 0 only; to the log when logging is configured, else stderr (as the plan's).
-    auto.log_once(f"PS mode: table {key!r} ({table_bytes / 2 ** 20:.0f} MiB) is {partitions} "
-                  f"partitions of TFPS_PARTITION_BYTES={partition}; every step each worker "
-                  f"pushes every partition, rows or none, about "
-                  f"{partitions * cost.PARTITION_CPU * 1e3:.1f} ms of CPU per step on each "
-                  f"worker and as much per worker on the servers, whatever rows it touches. "
-                  f"A larger TFPS_PARTITION_BYTES makes fewer partitions (of every tensor).")
+    basics.log_on_rank0(
+        _log, f"PS mode: table {key!r} ({table_bytes / 2 ** 20:.0f} MiB) is {partitions} "
+        f"partitions of TFPS_PARTITION_BYTES={partition}; every step each worker pushes "
+        f"every partition, rows or none, about {partitions * cost.PARTITION_CPU * 1e3:.1f} "
+        f"ms of CPU per step on each worker and as much per worker on the servers, whatever "
+        f"rows it touches. A larger TFPS_PARTITION_BYTES makes fewer partitions (of every "
+        f"tensor).")
 
 
 def push_served_variables():
