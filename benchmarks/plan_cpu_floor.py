@@ -34,18 +34,17 @@ def floor_parts(row, single):
     costs = [cost.layer_cost(layer, choice, cluster, machine, row["batch"],
                              settings.partition_bytes) for layer, choice in zip(lay, choices)]
     forward, backward = steptime.compute_times(lay, machine, row["batch"], choices)
+    apply = [steptime.apply_bytes(layer, choice) * machine.apply_per_byte
+             for layer, choice in zip(lay, choices)]
     workers = min(cluster.workers_per_host, cluster.workers)
     parts = {
         "compute": workers * machine.compute_cpu * (sum(forward) + sum(backward)),
-        "update": workers * sum(steptime.apply_bytes(layer, choice) * machine.apply_per_byte
-                                for layer, choice in zip(lay, choices)),
+        "update": workers * sum(apply),
         "sync": sum(c.host_cpu for c in costs),
         "bytes": sum(c.host_bytes for c in costs) * machine.transport_per_byte,
         "messages": sum(c.host_messages for c in costs) * machine.transport_per_message}
-    assert abs(sum(parts.values()) - steptime.host_cpu(
-        costs, forward, backward, [steptime.apply_bytes(layer, choice) * machine.apply_per_byte
-                                   for layer, choice in zip(lay, choices)],
-        cluster, machine)) < 1e-9
+    assert abs(sum(parts.values()) - steptime.host_cpu(costs, forward, backward, apply,
+                                                       cluster, machine)) < 1e-9
     return parts, machine.cores_per_host
 
 

@@ -10,8 +10,8 @@ the servers' CPU (every ps_server the job started on this machine) and the step.
         [--out benchmarks/results/ps_sparse_partitions.md]
 
 Rank 0 writes a Markdown table (per table size: median step, worker CPU and the
-servers' CPU per step) and the least-squares slope per untouched partition, which the
-cost model's Machine.empty_partition_cpu default comes from.
+servers' CPU per step) and the least-squares slopes per untouched partition, which the
+cost model's Machine.partition_cpu and server_partition_cpu defaults come from.
 """
 
 import argparse
@@ -25,6 +25,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from embedding_lookup import table_step  # noqa: E402
+from tf_ps_ops.common import config  # noqa: E402
 from train_measure import _pid_cpu  # noqa: E402
 
 
@@ -98,7 +99,7 @@ def main():
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default=str(HERE / "results" / "ps_sparse_partitions.md"))
     args = parser.parse_args()
-    args.partition_bytes = int(os.environ.get("TFPS_PARTITION_BYTES", 1 << 20))
+    args.partition_bytes = config.engine_int("TFPS_PARTITION_BYTES")  # as the engine reads it
     sizes = [int(p) for p in args.partitions.split(",")]
     if not sizes or min(sizes) < 1:
         parser.error("--partitions: positive partition counts, comma-separated")
