@@ -109,21 +109,21 @@ def test_ps_rows_pay_every_partition_of_the_table_in_cpu_not_on_the_link():
 
 def test_ps_mode_says_once_what_a_table_of_many_partitions_costs(caplog, monkeypatch):
     tf = pytest.importorskip("tensorflow")
-    from tf_ps_ops.ps import ps_mode
+    from tf_ps_ops.ps import sparse_tables
 
     class Table:  # shape and dtype are all note_sparse_table reads: no 512 MB allocated
         def __init__(self, rows, width):
             self.shape, self.dtype = tf.TensorShape([rows, width]), tf.float32
 
     monkeypatch.delenv("TFPS_PARTITION_BYTES", raising=False)
-    monkeypatch.setattr(ps_mode, "_noted_tables", set())
+    monkeypatch.setattr(sparse_tables, "_noted_tables", set())
     with caplog.at_level("INFO", logger="tf_ps_ops"):
-        ps_mode.note_sparse_table(Table(2_000_000, 64), "dlrm/table")
-        ps_mode.note_sparse_table(Table(2_000_000, 64), "dlrm/table")
-        ps_mode.note_sparse_table(Table(1000, 64), "small")
+        sparse_tables.note_sparse_table(Table(2_000_000, 64), "dlrm/table")
+        sparse_tables.note_sparse_table(Table(2_000_000, 64), "dlrm/table")
+        sparse_tables.note_sparse_table(Table(1000, 64), "small")
         keras_variable = Table(2_000_000, 64)  # a keras.Variable: a tuple and a dtype name
         keras_variable.shape, keras_variable.dtype = (2_000_000, 64), "float32"
-        ps_mode.note_sparse_table(keras_variable, "keras/table")
+        sparse_tables.note_sparse_table(keras_variable, "keras/table")
     said = [r.getMessage() for r in caplog.records]
     assert len(said) == 2, said
     assert "'dlrm/table' (488 MiB) is 489 partitions of TFPS_PARTITION_BYTES=1048576" in said[0]
@@ -133,7 +133,7 @@ def test_ps_mode_says_once_what_a_table_of_many_partitions_costs(caplog, monkeyp
     caplog.clear()
     monkeypatch.setenv("TFPS_PARTITION_BYTES", str(16 << 20))
     with caplog.at_level("INFO", logger="tf_ps_ops"):
-        ps_mode.note_sparse_table(Table(2_000_000, 64), "other/table")
+        sparse_tables.note_sparse_table(Table(2_000_000, 64), "other/table")
     assert not caplog.records
 
 

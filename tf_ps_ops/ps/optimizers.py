@@ -23,8 +23,8 @@ import keras
 import tensorflow as tf
 
 from tf_ps_ops.common.library import ops as _ops
-from tf_ps_ops.ps.ps_mode import (_deferred_to_elastic_run, _remember, note_sparse_table,
-                                  ps_key)
+from tf_ps_ops.ps.ps_mode import _deferred_to_elastic_run, _remember, ps_key
+from tf_ps_ops.ps.sparse_tables import note_sparse_table
 
 
 def _key(optimizer, variable):

@@ -20,7 +20,8 @@ import tf_keras
 
 from tf_ps_ops.common.library import ops as _ops
 from tf_ps_ops.ps.ps_mode import (_deferred_to_elastic_run, _name_variable, _remember,
-                                  key_for, note_sparse_table)
+                                  key_for)
+from tf_ps_ops.ps.sparse_tables import note_sparse_table
 
 
 class _PsMixin:
