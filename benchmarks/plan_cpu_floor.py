@@ -1,9 +1,10 @@
 """The cost model's CPU floor beside the CPU a run measured, per host and step: for each
 tf_ps_ops row of saved train_bench runs, what the busiest host's processes spent
 (workers' and servers' CPU-seconds per step over the hosts) and the model's parts of it
-(steptime.host_cpu: compute, optimizer update, codecs/sums/rebuilds, transport per byte
-and per message), from the inputs the row measured before training and the compute rate
-of the same sweep's single-process row, as train_bench's --predict does.
+(steptime.host_cpu: compute, the compute's extra CPU beside the busy link, optimizer
+update, codecs/sums/rebuilds, transport per byte and per message), from the inputs the
+row measured before training and the compute rate of the same sweep's single-process
+row, as train_bench's --predict does.
 
     python3 benchmarks/plan_cpu_floor.py benchmarks/results/train_zoo_3h_1gbit_tie.json ...
 
@@ -23,7 +24,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-from tf_ps_ops.plan import cost, steptime  # noqa: E402
+from tf_ps_ops.plan import steptime  # noqa: E402
 from train_report import prediction_inputs  # noqa: E402
 
 
@@ -31,20 +32,19 @@ def floor_parts(row, single):
     """{part: CPU-seconds per step on the busiest host} of the cost model for `row`."""
     lay, choices, cluster, machine, settings = prediction_inputs(
         row["plan_inputs"], single["step_s"], row["batch"], single.get("cpu_per_step"))
-    costs = [cost.layer_cost(layer, choice, cluster, machine, row["batch"],
-                             settings.partition_bytes) for layer, choice in zip(lay, choices)]
-    forward, backward = steptime.compute_times(lay, machine, row["batch"], choices)
-    apply = [steptime.apply_bytes(layer, choice) * machine.apply_per_byte
-             for layer, choice in zip(lay, choices)]
+    costs, forward, backward, apply, busy = steptime.cpu_inputs(lay, choices, cluster,
+                                                                machine, row["batch"], settings)
     workers = min(cluster.workers_per_host, cluster.workers)
     parts = {
         "compute": workers * machine.compute_cpu * (sum(forward) + sum(backward)),
+        "beside the link": workers * machine.compute_cpu * sum(backward)
+        * machine.compute_cpu_loss * busy,
         "update": workers * sum(apply),
         "sync": sum(c.host_cpu for c in costs),
         "bytes": sum(c.host_bytes for c in costs) * machine.transport_per_byte,
         "messages": sum(c.host_messages for c in costs) * machine.transport_per_message}
     assert abs(sum(parts.values()) - steptime.host_cpu(costs, forward, backward, apply,
-                                                       cluster, machine)) < 1e-9
+                                                       cluster, machine, busy)) < 1e-9
     return parts, machine.cores_per_host
 
 
@@ -66,8 +66,8 @@ def main():
     parser.add_argument("runs", nargs="+", help="train_<tag>.json files")
     args = parser.parse_args()
     print("| run | model | link | mode | step | CPU per host (worker, server) | model: compute, "
-          "update, sync, bytes, messages = floor | measured ÷ model CPU | cores per host | "
-          "step ÷ measured CPU floor |")
+          "beside the link, update, sync, bytes, messages = floor | measured ÷ model CPU | "
+          "cores per host | step ÷ measured CPU floor |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for path in args.runs:
         for tag, row, single in rows_of(path):

@@ -15,21 +15,28 @@ def plan_inputs(model, args):
     cost model (tf_ps_ops.plan.cost): the cluster as plan="auto" measures it (a push_pull
     probe through the servers, the codecs' CPU cost, the compute lost to communication),
     the worker's optimizer update per byte, and the model's layers: (the layers, those
-    inputs as JSON). The compute rate comes from the same sweep's single-process step
+    inputs as JSON). The compute lost to communication is the model's own
+    (profile.model_compute_loss; the matmul probe's is kept beside it as
+    matmul_compute_loss). The compute rate comes from the same sweep's single-process step
     (train_report.predict_step). Collective: every rank calls it, before the model is
     converted or its weights adopted."""
     import dataclasses
 
-    from tf_ps_ops.plan import auto, layers, measure
+    from tf_ps_ops.plan import auto, layers, measure, profile
 
     measured = measure.measure_cluster()
     machine = dataclasses.replace(measured.machine, apply_per_byte=measure.apply_cost(model))
+    losses = profile.model_compute_loss(model, args.batch, measured.cluster)
+    if losses is not None:
+        machine = dataclasses.replace(machine, compute_loss=losses[0],
+                                      compute_cpu_loss=losses[1])
     row_update = momentum(args.model) == 0  # Keras' momentum updates every row of a table
     lay = [dataclasses.replace(layer, row_update=row_update) if layer.sparse else layer
            for layer in layers.from_keras(model)]
     return lay, dict(layers=json.loads(layers.to_json(lay))["layers"],
                      cluster=dataclasses.asdict(measured.cluster),
-                     machine=dataclasses.asdict(machine), settings=auto.engine_settings())
+                     machine=dataclasses.asdict(machine), settings=auto.engine_settings(),
+                     matmul_compute_loss=measured.machine.compute_loss)
 
 
 READY_STEPS = 4  # steps recorded for the gradients' ready times (the first is dropped)

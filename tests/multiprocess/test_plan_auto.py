@@ -65,6 +65,12 @@ def test_auto_plan_trains_like_the_hand_picked_configuration(trained):
         assert float(per_host) == pytest.approx(cores / 2, rel=1e-3)
         assert float(per_byte) > 0 and float(per_message) > 0 and float(rebuild) > 0, found
         assert float(rebuild_fixed) >= 0, found
+    # The model's step beside the link (profile.model_compute_loss): rank 0's on both.
+    losses = [saved[rank]["model_losses"] for rank in (0, 1)]
+    np.testing.assert_array_equal(losses[0], losses[1])
+    assert 0 <= losses[0][0] <= 1 and losses[0][1] >= 0, losses[0]
+    assert len(re.findall(r"lost while communicating, its kernels' CPU \+[0-9]+% then",
+                          logs[0])) == 6, logs[0][-3000:]
     assert logs[0].count("engine settings") == 6  # the running ones, or better ones
     assert logs[0].count("plan monitor: step ") == 4 and "plan monitor" not in logs[1]
     # Each plan is made under the running engine's settings (the defaults here).

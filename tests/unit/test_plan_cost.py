@@ -362,6 +362,35 @@ def test_the_hosts_cores_bound_the_step_from_below():
     assert two_cores == pytest.approx(max(unbounded, cpu / 2), rel=1e-9)
 
 
+def test_the_compute_beside_the_busy_link_takes_more_cpu_in_the_floor():
+    # The transport's copies pass through the caches backward's kernels work in: while
+    # the link is busy they take compute_cpu_loss more CPU. Forward 2 ms (a, b 1 ms
+    # each), backward 2..5 ms (b 2 ms, then a 1 ms: the first layer computes no input
+    # gradient); b's 4 MB go on the link at 4 ms and take longer than a's backward, so the
+    # link is busy for 1 of backward's 3 ms: the floor gains 0.5 · 3 ms · 1/3.
+    a = layers.Layer("a", "other", MB, None, 1, 1e6)
+    b = layers.Layer("b", "other", MB, None, 1, 1e6)
+    machine = cost.Machine(macs_per_s=1e9, sum_per_byte=0.0, message_overhead=0.0,
+                           codec_per_byte=(("none", (0, 0, 0)),), cores_per_host=1.0)
+    lossy = dataclasses.replace(machine, compute_cpu_loss=0.5)
+    cluster = Cluster(2, bandwidth=1e9, latency=0.0)
+    settings = steptime.Settings(MB)
+    *parts, busy = steptime.cpu_inputs([a, b], [Choice()] * 2, cluster, lossy, 1, settings)
+    assert busy == pytest.approx(1 / 3)
+    extra = steptime.host_cpu(*parts, cluster, lossy, busy) \
+        - steptime.host_cpu(*parts, cluster, machine, busy)
+    assert extra == pytest.approx(0.5 * 0.003 / 3)
+    # A step bound by its CPU grows by that much; with no loss the busy link adds none.
+    slow = dataclasses.replace(lossy, transport_per_byte=1e-8)
+    fast = dataclasses.replace(slow, compute_cpu_loss=0.0)
+    t_slow, _ = steptime.step_time([a, b], [Choice()] * 2, cluster, slow, 1, settings)
+    t_fast, _ = steptime.step_time([a, b], [Choice()] * 2, cluster, fast, 1, settings)
+    assert t_slow - t_fast == pytest.approx(extra)
+    # A link idle during backward (a single worker: nothing to send) costs no extra CPU.
+    alone = Cluster(1, bandwidth=1e9, latency=0.0)
+    assert steptime.cpu_inputs([a, b], [Choice()] * 2, alone, lossy, 1, settings)[-1] == 0
+
+
 def test_the_cpu_floor_counts_codecs_rebuilds_and_every_tensor():
     # int8 halves nothing on the CPU: encode and decode on the worker, decode-add and
     # re-encode on the server cost CPU the floor counts, while fewer bytes cost less

@@ -116,16 +116,21 @@ def _plans(layers, measurements, batch_size, codecs, pins, modes=planner.MODES_A
 
 def plan_model(model, batch_size, pins=None, measurements=None, codecs=None):
     """The Plan of a built Keras model on the running cluster (measured once), with the
-    model's compute at the rate of a profiled local step of it (collective). Given
+    model's compute at the rate of a profiled local step of it, and the compute it loses
+    to communication measured with that step beside push_pulls (collective). Given
     `measurements`, those as they are. The profile covers forward and backward, not the
     optimizer's update (docs/plan.md: a step that is mostly an update is planned as if
     it were short)."""
     if measurements is None:
         measurements = measure.measure_cluster()
         rate = profile.shared_model_rate(model, batch_size)
-        if rate:
-            measurements = dataclasses.replace(measurements, machine=dataclasses.replace(
-                measurements.machine, macs_per_s=rate))
+        losses = profile.model_compute_loss(model, batch_size, measurements.cluster)
+        machine = dataclasses.replace(measurements.machine,
+                                      macs_per_s=rate or measurements.machine.macs_per_s)
+        if losses is not None:
+            machine = dataclasses.replace(machine, compute_loss=losses[0],
+                                          compute_cpu_loss=losses[1])
+        measurements = dataclasses.replace(measurements, machine=machine)
     layers = layer_lists.from_keras(model)
     plan, better = _plans(layers, measurements, batch_size, codecs or allowed_codecs(), pins)
     log_once(describe(plan, measurements, better))

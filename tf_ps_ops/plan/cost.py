@@ -113,7 +113,10 @@ class Machine:
     backward_ratio times the forward; the first layer's, which computes no gradient for
     the model's input, one forward less). compute_loss: the fraction of its speed
     compute loses while communication runs beside it (0: the link and the servers use no
-    core the model needs; measure.measure_cluster measures it).
+    core the model needs; measure.measure_cluster measures it); compute_cpu_loss: the
+    fraction of CPU the compute's kernels take in addition while the link is busy (the
+    transport's copies pass through the caches they work in: profile.model_compute_loss
+    measures both with the model's own step).
     apply_per_byte: the worker's optimizer update of a layer once its gradient is back,
     per parameter byte, one layer after another (none in PS mode, where the servers
     update; measure.apply_cost measures a plain SGD update)."""
@@ -127,6 +130,7 @@ class Machine:
     server_threads: int = 2
     local_per_byte: float = 0.2e-9  # hierarchical: add one local peer's byte and copy back
     compute_loss: float = 0.0  # fraction of compute speed lost while the link is busy
+    compute_cpu_loss: float = 0.0  # extra CPU of the compute's kernels while it is busy
     apply_per_byte: float = 0.0  # the worker's optimizer update, per parameter byte
     # The host's CPU budget (0: unknown, no CPU floor under the step); the transport's CPU
     # per byte sent or received and per message, by a worker or a server; the cores the

@@ -55,7 +55,8 @@ class Measurements:
         c, m = self.cluster, self.machine
         return (f"measured: link {c.bandwidth * 8 / 1e9:.3g} Gbit/s per direction, latency "
                 f"{c.latency * 1e6:.0f} us, compute {m.macs_per_s / 1e9:.3g} "
-                f"GMAC/s ({m.compute_loss:.0%} of it lost while communicating), "
+                f"GMAC/s ({m.compute_loss:.0%} of it lost while communicating, its "
+                f"kernels' CPU +{m.compute_cpu_loss:.0%} then), "
                 f"{m.cores_per_host:.3g} cores per host, transport CPU "
                 f"{m.transport_per_byte * 1e9:.3g} ns/byte and "
                 f"{m.transport_per_message * 1e6:.3g} us/message, SFB rebuild "

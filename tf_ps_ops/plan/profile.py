@@ -1,38 +1,27 @@
 """A local step of the model, profiled: the compute rate sfb.convert(mode="auto") plans
-with (plan_model), and benchmarks/plan_predict.py's.
+with (model_rate, shared_model_rate), and how much slower that step runs while the link
+is busy (model_compute_loss); benchmarks/plan_predict.py's and train_bench's too.
 """
 
 import logging
+import math
+import threading
 import time
 
 import numpy as np
 
-from tf_ps_ops.plan import measure
+from tf_ps_ops.plan import cost, measure
 
 _logger = logging.getLogger("tf_ps_ops.plan")
 
 
-def model_rate(model, batch_size, steps=5, backward_ratio=2.0):
-    """Forward multiply-adds per second of `model` on this worker: a profiled local step
-    (forward and backward, no communication) on made-up inputs of the model's shapes
-    (floats drawn at random, integer ids 0), the median of `steps` (as the step it
-    predicts is a median: on a shared host the best of 3 was up to a third faster than
-    `fit`'s median local step); the planner's per-layer compute times are the layers'
-    multiply-adds at this rate, so everything else the step computes (lookups, norms,
-    TensorFlow's own work) is spread over them. Inference-mode layers (training=False):
-    the profile must not move a BatchNormalization's statistics. None without
-    multiply-adds."""
+def local_step(model, batch_size):
+    """A function that runs one local step of `model` (forward and backward, no
+    communication) on made-up inputs of its shapes (floats drawn at random, integer ids 0)
+    and waits for its gradients. Inference-mode layers (training=False): the profile must
+    not move a BatchNormalization's statistics."""
     import tensorflow as tf
 
-    from tf_ps_ops.plan import layers as layer_lists
-
-    lay = layer_lists.from_keras(model)
-    macs = sum(layer.macs for layer in lay) * batch_size
-    if not macs:
-        return None
-    # As steptime.compute_times counts: backward_ratio forwards per layer, one less for the
-    # first (no gradient for the model's input).
-    work = macs * (1 + backward_ratio) - lay[0].macs * batch_size
     inputs = [_made_up_input(tf, tensor, batch_size) for tensor in model.inputs]
     x = inputs[0] if len(inputs) == 1 else inputs
 
@@ -43,14 +32,40 @@ def model_rate(model, batch_size, steps=5, backward_ratio=2.0):
             loss = tf.add_n([tf.reduce_sum(tf.cast(o, tf.float32)) for o in outputs])
         return tape.gradient(loss, model.trainable_variables)
 
-    step()  # traces
+    def run():
+        [(g.values if isinstance(g, tf.IndexedSlices) else g).numpy()
+         for g in step() if g is not None]
+
+    run()  # traces
+    return run
+
+
+def _median_step(run, steps):
     times = []
     for _ in range(steps):
         start = time.perf_counter()
-        [(g.values if isinstance(g, tf.IndexedSlices) else g).numpy()
-         for g in step() if g is not None]
+        run()
         times.append(time.perf_counter() - start)
-    return work / float(np.median(times))
+    return float(np.median(times))
+
+
+def model_rate(model, batch_size, steps=5, backward_ratio=2.0):
+    """Forward multiply-adds per second of `model` on this worker: a profiled local step
+    (local_step), the median of `steps` (as the step it predicts is a median: on a shared
+    host the best of 3 was up to a third faster than `fit`'s median local step); the
+    planner's per-layer compute times are the layers' multiply-adds at this rate, so
+    everything else the step computes (lookups, norms, TensorFlow's own work) is spread
+    over them. None without multiply-adds."""
+    from tf_ps_ops.plan import layers as layer_lists
+
+    lay = layer_lists.from_keras(model)
+    macs = sum(layer.macs for layer in lay) * batch_size
+    if not macs:
+        return None
+    # As steptime.compute_times counts: backward_ratio forwards per layer, one less for the
+    # first (no gradient for the model's input).
+    work = macs * (1 + backward_ratio) - lay[0].macs * batch_size
+    return work / _median_step(local_step(model, batch_size), steps)
 
 
 def _made_up_input(tf, tensor, batch_size):
@@ -72,3 +87,92 @@ def shared_model_rate(model, batch_size, name="tfps.plan.model_rate"):
         _logger.warning("could not profile a local step of %s (%s): the plan takes its "
                         "compute at the matrix-multiply probe's rate", model.name, error)
     return measure.rank0_value(rate, name) or None
+
+
+# The link is kept busy for this many of the model's local steps, at least.
+LOSS_STEPS = 4
+LOSS_MAX_PUSH_PULLS = 64
+
+
+def _step_times(run, steps):
+    """(median seconds, mean CPU-seconds of this process) per local step."""
+    cpu = time.process_time()
+    median = _median_step(run, steps)
+    return median, (time.process_time() - cpu) / steps
+
+
+def model_compute_loss(model, batch_size, cluster, name="tfps.plan.model_loss", steps=3):
+    """(compute_loss, compute_cpu_loss) of the cost model's Machine, rank 0's for every
+    worker (collective), or None where rank 0 could not run the model (logged; the plan
+    keeps the matmul probe's loss and no CPU loss): how much slower this model's local
+    step runs, and how much more CPU its kernels take, while push_pulls of
+    measure.PROBE_BYTES run beside it in a thread. The number of push_pulls, rank 0's,
+    keeps the link busy for about LOSS_STEPS local steps (`cluster`: the measured
+    bandwidth and latency give one's time).
+
+    compute_loss: 1 - the step's time alone over its time beside the link. The matmul
+    probe (measure.compute_loss) runs one large kernel at a time; a model's step is many
+    small ones handed between TensorFlow's threads.
+    compute_cpu_loss: the step's CPU beside the link, less what the same push_pulls take
+    alone, over its CPU alone, less 1: the transport's copies pass the gradients' bytes
+    through the caches the kernels work in. Two hosts emulated on this 2-core machine at
+    1 Gbit/s: MobileNetV2's kernels took 1.4 times their CPU beside the link (perf, per
+    step against a single process), where two single processes side by side lost
+    nothing."""
+    import tensorflow as tf
+
+    from tf_ps_ops.collectives import ops
+
+    run, alone, alone_cpu = None, 0.0, 0.0
+    try:
+        run = local_step(model, batch_size)
+        alone, alone_cpu = _step_times(run, steps)
+    except Exception as error:  # noqa: BLE001 - a model we cannot run on made-up inputs
+        _logger.warning("could not profile a local step of %s (%s): the plan takes the "
+                        "compute lost to communication from the matrix-multiply probe",
+                        model.name, error)
+    one = cost._server_link(measure.PROBE_BYTES, cluster, False) / cluster.bandwidth \
+        + cluster.latency
+    wanted = 0 if run is None else math.ceil(LOSS_STEPS * alone / max(one, 1e-6))
+    count = int(measure.rank0_value(float(min(LOSS_MAX_PUSH_PULLS, max(2, wanted))),
+                                    f"{name}.count"))
+    tensor = tf.constant(np.zeros(measure.PROBE_BYTES // 4, np.float32))
+    once = tf.function(lambda: ops.allreduce(tensor, name=name)[:1])
+    once().numpy()  # traces; the first call registers the key
+    comm_cpu = time.process_time()
+    for _ in range(count):
+        once().numpy()
+    comm_cpu = time.process_time() - comm_cpu
+    failure, ended = [], []
+
+    def communicate():
+        try:
+            for _ in range(count):
+                once().numpy()
+        except Exception as error:  # raised again on the calling thread
+            failure.append(error)
+        finally:
+            ended.append(time.perf_counter())
+
+    # The steps that ended while the link was busy, and when the last of them ended.
+    thread = threading.Thread(target=communicate, name="tfps-plan-model-probe")
+    finished, start, both_cpu = [], time.perf_counter(), time.process_time()
+    thread.start()
+    while thread.is_alive() and run is not None:
+        run()
+        finished.append(time.perf_counter())
+    thread.join()
+    both_cpu = time.process_time() - both_cpu
+    if failure:
+        raise failure[0]
+    inside = [t for t in finished if t <= ended[0]] or finished[:1]
+    loss, cpu_loss = -1.0, 0.0
+    if run is not None and inside:
+        busy = (inside[-1] - start) / len(inside)
+        again, again_cpu = _step_times(run, steps)  # the better of before and after
+        loss = min(1.0, max(0.0, 1.0 - min(alone, again) / busy))
+        cpu_loss = max(0.0, (both_cpu - comm_cpu) / len(finished)
+                       / max(min(alone_cpu, again_cpu), 1e-6) - 1.0)
+    loss = measure.rank0_value(loss, name)
+    cpu_loss = measure.rank0_value(cpu_loss, f"{name}.cpu")
+    return None if loss < 0 else (loss, cpu_loss)

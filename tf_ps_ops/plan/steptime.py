@@ -96,7 +96,29 @@ def step_time(layers, choices, cluster, machine, batch_size, settings=Settings()
     workers' transport, copies and servers share the cores with backward, as on one host
     over loopback), backward runs slower while the link is busy: the link's busy time
     inside backward, times compute_loss, is added to backward (a fixed point, found in a
-    few rounds: longer backward, more of the link's time inside it)."""
+    few rounds: longer backward, more of the link's time inside it). Where its kernels
+    also take more CPU then (machine.compute_cpu_loss), the host's CPU floor counts that
+    for the part of backward the link is busy in."""
+    costs, forward, backward, apply, done, ready, t_bwd_end, busy = _step(
+        layers, choices, cluster, machine, batch_size, settings)
+    # The worker updates each layer once its gradient is back, one after another.
+    clock = 0.0
+    for index in sorted(range(len(layers)), key=lambda i: done[i]):
+        clock = max(clock, done[index]) + apply[index]
+        done[index] = clock
+    # The next step starts once every parameter is back and updated: a training step is
+    # one tf.function call, which returns when all of its ops have run (no layer's
+    # forward runs ahead into the next step while another layer's transfer finishes).
+    step = max([t_bwd_end] + done)
+    if machine.cores_per_host > 0:
+        step = max(step, host_cpu(costs, forward, backward, apply, cluster, machine, busy)
+                   / machine.cores_per_host)
+    return step, [(c, d - r) for c, d, r in zip(costs, done, ready)]
+
+
+def _step(layers, choices, cluster, machine, batch_size, settings):
+    """(costs, forward, backward, apply, done, ready, end of backward, the fraction of
+    backward the link is busy in) of step_time, before the workers' updates."""
     costs = [layer_cost(layer, choice, cluster, machine, batch_size, settings.partition_bytes)
              for layer, choice in zip(layers, choices)]
     forward, backward = compute_times(layers, machine, batch_size, choices)
@@ -109,29 +131,28 @@ def step_time(layers, choices, cluster, machine, batch_size, settings=Settings()
                                                    machine, settings)
         scale = 1 + machine.compute_loss * inside / base if base else 1
         stretched = [b * scale for b in backward]
-    # The worker updates each layer once its gradient is back, one after another.
-    clock = 0.0
-    for index in sorted(range(len(layers)), key=lambda i: done[i]):
-        clock = max(clock, done[index]) + apply[index]
-        done[index] = clock
-    # The next step starts once every parameter is back and updated: a training step is
-    # one tf.function call, which returns when all of its ops have run (no layer's
-    # forward runs ahead into the next step while another layer's transfer finishes).
-    step = max([t_bwd_end] + done)
-    if machine.cores_per_host > 0:
-        step = max(step, host_cpu(costs, forward, backward, apply, cluster, machine)
-                   / machine.cores_per_host)
-    return step, [(c, d - r) for c, d, r in zip(costs, done, ready)]
+    span = t_bwd_end - sum(forward)
+    busy = min(1.0, inside / span) if span > 0 else 0.0
+    return costs, forward, backward, apply, done, ready, t_bwd_end, busy
 
 
-def host_cpu(costs, forward, backward, apply, cluster, machine):
+def cpu_inputs(layers, choices, cluster, machine, batch_size, settings=Settings()):
+    """(costs, forward, backward, apply, busy) that step_time gives host_cpu."""
+    costs, forward, backward, apply, _, _, _, busy = _step(
+        layers, choices, cluster, machine, batch_size, settings)
+    return costs, forward, backward, apply, busy
+
+
+def host_cpu(costs, forward, backward, apply, cluster, machine, busy=0.0):
     """CPU-seconds per step on the busiest host: its workers' compute and optimizer
     updates, and every layer's codecs, sums, rebuilds and transport (LayerCost.host_*).
     transport_per_message counts per layer, fused or not: what a tensor costs is mostly
     the engine's and TensorFlow's work for it, which fusion keeps (measure.message_cpu
-    times tiny tensors, which the engine fuses too)."""
+    times tiny tensors, which the engine fuses too). busy: the fraction of backward the
+    link is busy in, where the compute's kernels take machine.compute_cpu_loss more."""
     L = min(cluster.workers_per_host, cluster.workers)
-    compute = machine.compute_cpu * (sum(forward) + sum(backward))
+    compute = machine.compute_cpu * (sum(forward) + sum(backward)
+                                     * (1 + machine.compute_cpu_loss * busy))
     sync = sum(c.host_cpu + c.host_bytes * machine.transport_per_byte
                + c.host_messages * machine.transport_per_message for c in costs)
     return L * (compute + sum(apply)) + sync

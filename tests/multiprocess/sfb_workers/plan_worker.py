@@ -22,7 +22,7 @@ from plan_sparse_worker import (check_embedding_gathered_as_predicted,  # noqa: 
                                 check_embedding_summed_dense_when_pinned)
 from sfb_train_worker import conv_model, images, save, sgd_momentum  # noqa: E402
 from tf_ps_ops.plan import auto  # noqa: E402
-from tf_ps_ops.plan import autotune  # noqa: E402
+from tf_ps_ops.plan import autotune, measure, profile  # noqa: E402
 from tf_ps_ops.plan.monitor import PlanMonitor  # noqa: E402
 
 NUM_WORKERS = 2
@@ -76,7 +76,10 @@ def check_auto_plan_matches_hand_picked(hvd):
                              overrides={name: "sfb" for name, on in by_sfb.items() if on})
     hand_opt = hvd.DistributedOptimizer(sgd_momentum(), compression=hvd.Compression.none)
     _fit(hvd, hand_model, hand_opt, xs, ys)
+    # The model's own step beside the link: rank 0's numbers, on every worker.
+    losses = profile.model_compute_loss(base, BATCH, measure.measure_cluster().cluster)
     save(**{f"auto.{i}": w for i, w in enumerate(auto_model.get_weights())},
+         model_losses=np.array(losses),
          **{f"hand.{i}": w for i, w in enumerate(hand_model.get_weights())},
          initial=np.concatenate([w.ravel() for w in base.get_weights()]),
          sfb_layers=np.array(sorted(name for name, on in by_sfb.items() if on)))
