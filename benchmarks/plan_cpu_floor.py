@@ -25,13 +25,14 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 from tf_ps_ops.plan import steptime  # noqa: E402
-from train_report import prediction_inputs  # noqa: E402
+from train_report import pooled, pooled_probes, prediction_inputs  # noqa: E402
 
 
-def floor_parts(row, single):
-    """{part: CPU-seconds per step on the busiest host} of the cost model for `row`."""
+def floor_parts(row, single, probes):
+    """{part: CPU-seconds per step on the busiest host} of the cost model for `row`, with
+    the sweep's pooled probes (train_report.pooled_probes), as its prediction."""
     lay, choices, cluster, machine, settings = prediction_inputs(
-        row["plan_inputs"], single["step_s"], row["batch"], single.get("cpu_per_step"))
+        pooled(row, probes), single["step_s"], row["batch"], single.get("cpu_per_step"))
     costs, forward, backward, apply, busy = steptime.cpu_inputs(lay, choices, cluster,
                                                                 machine, row["batch"], settings)
     workers = min(cluster.workers_per_host, cluster.workers)
@@ -51,6 +52,7 @@ def floor_parts(row, single):
 def rows_of(path):
     saved = json.load(open(path))
     rows = saved["rows"]
+    probes = pooled_probes(rows)
     singles = {(r["rate"], r["model"]): r for r in rows
                if r["mode"] == "single" and r["status"] != "failed"}
     for row in rows:
@@ -58,7 +60,7 @@ def rows_of(path):
         if single is None or not (row.get("plan_inputs") or {}).get("choices") or \
                 row["status"] in ("failed", "unavailable"):
             continue
-        yield saved["meta"]["tag"], row, single
+        yield saved["meta"]["tag"], row, single, probes
 
 
 def main():
@@ -70,8 +72,8 @@ def main():
           "cores per host | step ÷ measured CPU floor |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for path in args.runs:
-        for tag, row, single in rows_of(path):
-            parts, cores = floor_parts(row, single)
+        for tag, row, single, probes in rows_of(path):
+            parts, cores = floor_parts(row, single, probes)
             hosts = row["workers"]  # one worker per emulated host in train_bench
             measured = row["cpu_per_step"] / hosts
             modelled = sum(parts.values())

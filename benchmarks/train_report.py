@@ -68,6 +68,7 @@ def derive(rows, workers):
     """Scaling efficiency and the t_opt columns, against the same sweep's single run."""
     single = {(r["rate"], r["model"]): r for r in rows
               if r["mode"] == "single" and r["status"] != "failed"}
+    probes = pooled_probes(rows)
     for r in rows:
         if r["status"] in ("failed", "unavailable") or r["mode"] == "single":
             continue
@@ -75,9 +76,11 @@ def derive(rows, workers):
         r["t_opt_s"] = t_opt(r["params"], workers, r["rate"])
         r["link_util"] = r["tx_mb_per_step"] * 8e6 / (rate_bits(r["rate"]) * r["step_s"])
         if base and r.get("plan_inputs") and r["plan_inputs"].get("choices"):
-            r["predicted_s"] = predict_step(r["plan_inputs"], base["step_s"], r["batch"],
+            r["predicted_s"] = predict_step(pooled(r, probes), base["step_s"], r["batch"],
                                             base.get("cpu_per_step"))
             r["predicted_error"] = r["predicted_s"] / r["step_s"] - 1
+            r["predicted_own_probes_s"] = predict_step(r["plan_inputs"], base["step_s"],
+                                                       r["batch"], base.get("cpu_per_step"))
         if base:
             r["scaling"] = r["samples_s"] / (workers * base["samples_s"])
             r["speedup"] = r["samples_s"] / base["samples_s"]
@@ -85,6 +88,48 @@ def derive(rows, workers):
             if r["mode"] in DENSE_MODES and r["comm_s"] > 0:
                 r["t_opt_over_comm"] = r["t_opt_s"] / r["comm_s"]
     return rows
+
+
+# What every row of a sweep measures of the same emulated link before it trains, and of
+# the same model's step beside it: the rows' probes are samples of one thing, and one
+# row's alone varied a lot (at 10 Gbit/s on 2 shared cores, 437 to 704 MB/s within one
+# run, which moved a prediction by 25%). The link's per rate, the model's per rate and
+# model; the median of the rows'.
+LINK_PROBES = (("cluster", "bandwidth"), ("cluster", "latency"),
+               ("machine", "transport_per_byte"), ("machine", "transport_per_message"))
+MODEL_PROBES = (("machine", "compute_loss"), ("machine", "compute_cpu_loss"))
+
+
+def pooled_probes(rows):
+    """{(rate, model): {(part, field): the median of the rows' values}} of LINK_PROBES
+    (over every model's rows at that rate) and MODEL_PROBES (that model's rows)."""
+    import statistics
+
+    found = [r for r in rows if r["status"] not in ("failed", "unavailable")
+             and (r.get("plan_inputs") or {}).get("machine")]
+    out = {}
+    for r in found:
+        key = (r["rate"], r["model"])
+        if key in out:
+            continue
+        pools = {probe: [o for o in found if o["rate"] == r["rate"]] for probe in LINK_PROBES}
+        pools.update({probe: [o for o in found if (o["rate"], o["model"]) == key]
+                      for probe in MODEL_PROBES})
+        out[key] = {(part, field): statistics.median(values)
+                    for (part, field), pool in pools.items()
+                    if (values := [o["plan_inputs"][part][field] for o in pool
+                                   if field in o["plan_inputs"][part]])}
+    return out
+
+
+def pooled(row, probes):
+    """The row's plan_inputs with the sweep's pooled probes (pooled_probes) in place of
+    its own."""
+    inputs = {part: dict(value) if isinstance(value, dict) else value
+              for part, value in row["plan_inputs"].items()}
+    for (part, field), value in probes.get((row["rate"], row["model"]), {}).items():
+        inputs[part][field] = value
+    return inputs
 
 
 def predict_step(inputs, single_step_s, batch, single_cpu_s=None):
