@@ -1,5 +1,5 @@
 """SFB's rebuild CPU against its number of factor rows K, beside the planner's two-point
-probe (tf_ps_ops.plan.measure.sfb_rebuild_costs): what it costs per element of the N×M
+probe (tf_ps_ops.plan.sfb_probe.sfb_rebuild_costs): what it costs per element of the N×M
 result and worker, for K from 4 to 256, and what the line through K = 16 and 128 and the
 K = 16 rate alone each predict.
 
@@ -22,12 +22,12 @@ import tensorflow as tf  # noqa: E402
 
 import tf_ps_ops as hvd  # noqa: E402
 from sfb import ops as sfb_ops  # noqa: E402
-from tf_ps_ops.plan import measure  # noqa: E402
+from tf_ps_ops.plan import sfb_probe  # noqa: E402
 
 
 def cpu_per_element(kernel, k):
     n, m = kernel.shape
-    return measure.rebuild_cpu(tf, sfb_ops, kernel, k, f"probe.k{k}") / (n * m * hvd.size())
+    return sfb_probe.rebuild_cpu(tf, sfb_ops, kernel, k, f"probe.k{k}") / (n * m * hvd.size())
 
 
 def main():
@@ -45,7 +45,7 @@ def main():
     hvd.init()
     kernel = tf.Variable(tf.zeros([n, m]), trainable=False)
     measured = {k: cpu_per_element(kernel, k) for k in ks}
-    rate, fixed = measure.sfb_rebuild_costs(tf, "probe.fit")
+    rate, fixed = sfb_probe.sfb_rebuild_costs(tf, "probe.fit")
     if hvd.rank() == 0:
         print(f"{hvd.size()} workers, a {n}×{m} kernel; the planner's probe (1024×1024): "
               f"{rate / 1e9:.3g} GMAC/s + {fixed * 1e9:.3g} ns per element and worker\n")

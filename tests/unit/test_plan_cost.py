@@ -107,14 +107,14 @@ def test_sfb_rebuild_costs_its_multiply_adds_and_a_fixed_part_per_element():
 
 
 def test_the_rebuild_probes_line_and_its_noisy_cases():
-    from tf_ps_ops.plan import measure
+    from tf_ps_ops.plan import sfb_probe
 
-    rate, fixed = measure.rebuild_line((16, 128), [16 / 2e10 + 2e-9, 128 / 2e10 + 2e-9])
+    rate, fixed = sfb_probe.rebuild_line((16, 128), [16 / 2e10 + 2e-9, 128 / 2e10 + 2e-9])
     assert rate == pytest.approx(2e10) and fixed == pytest.approx(2e-9)
     # No rise from K = 16 to 128 (noise): the larger K's rate, no fixed part.
-    assert measure.rebuild_line((16, 128), [3e-9, 2.9e-9]) == (128 / 2.9e-9, 0.0)
+    assert sfb_probe.rebuild_line((16, 128), [3e-9, 2.9e-9]) == (128 / 2.9e-9, 0.0)
     # A line that would cross below zero: through the origin and the larger K's point.
-    assert measure.rebuild_line((16, 128), [1e-10, 128e-9]) == (128 / 128e-9, 0.0)
+    assert sfb_probe.rebuild_line((16, 128), [1e-10, 128e-9]) == (128 / 128e-9, 0.0)
 
 
 def test_cli_takes_the_rebuilds_fixed_part(capsys):

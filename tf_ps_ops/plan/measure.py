@@ -13,7 +13,7 @@
 - the host's CPU budget, for the step's CPU floor (steptime.host_cpu): the transport's
   CPU per byte (this worker's process CPU during the same probes) and per message (32
   tiny push_pulls in one tf.function against one: message_cpu), SFB's rebuild rate (a
-  real factor exchange, its CPU per multiply-add), and the cores per host (this
+  real factor exchange, its CPU per multiply-add: sfb_probe.py), and the cores per host (this
   machine's cores over the job's hosts on it: hosts emulated on one machine, told apart
   by the kernel's boot id, share its cores).
 
@@ -30,7 +30,7 @@ import zlib
 
 import numpy as np
 
-from tf_ps_ops.plan import cost
+from tf_ps_ops.plan import cost, sfb_probe
 
 _logger = logging.getLogger("tf_ps_ops.plan")
 # Large enough that the copies of a push_pull (the worker's buffers, the servers' sums) do
@@ -154,56 +154,6 @@ def host_sharing(ops, tf, name):
     return cores, len({int(h) for m, h in every if int(m) == machine})
 
 
-def sfb_rebuild_costs(tf, name, ks=(16, 128), n=1024, m=1024):
-    """(multiply-adds per CPU-second, CPU-seconds per element of the N×M result and
-    worker) of SFB's gradient from factors, or None where the SFB ops are not built: a
-    real exchange of K×(N+M) factors among the workers and the rebuild of the N×M sum
-    (sfb.ops), its exchange's CPU included, at two K, and the line through both
-    (rebuild_line): a rebuild also costs something per element of the result whatever
-    K (its loads and stores, the exchange), so the rate of a small-K probe alone
-    overcounts a large K. Here, 2 workers: 2.4-2.7 ns per element and worker at
-    K = 16, 6.5-8.7 at K = 128 (a BERT-shaped layer's: 4 sequences of 32 tokens), where
-    K = 16's rate alone predicted 19-22 (benchmarks/sfb_rebuild_probe.py). Collective."""
-    try:
-        from sfb import ops as sfb_ops
-    except Exception:  # noqa: BLE001 - the planner keeps its default
-        return None
-    from tf_ps_ops.common import basics
-
-    kernel = tf.Variable(tf.zeros([n, m]), trainable=False)
-    return rebuild_line(ks, [rebuild_cpu(tf, sfb_ops, kernel, k, f"{name}.k{k}")
-                             / (n * m * basics.size()) for k in ks])
-
-
-def rebuild_cpu(tf, sfb_ops, kernel, k, name, repeats=5):
-    """CPU-seconds of one exchange of K factor rows for `kernel` and its rebuild (a
-    tf.function of sfb.ops.factor_gradient; the median of `repeats` after a first call).
-    Collective."""
-    n, m = (int(d) for d in kernel.shape)
-    u, v = tf.random.normal([k, m]), tf.random.normal([k, n])
-    once = tf.function(lambda: sfb_ops.factor_gradient(u, v, kernel.handle, name)[:1])
-    once().numpy()
-    cpu = []
-    for _ in range(repeats):
-        start = time.process_time()
-        once().numpy()
-        cpu.append(time.process_time() - start)
-    return max(float(np.median(cpu)), 1e-6)
-
-
-def rebuild_line(ks, seconds):
-    """(multiply-adds per second, seconds per element whatever K) of the line through
-    two probes' seconds per element of the result at K = ks[0] and ks[1] (K
-    multiply-adds each). Noise that hides the multiply-adds (no rise from the smaller K)
-    gives the larger K's rate and no fixed part; a line that would cross below zero, the
-    line through the origin and the larger K's point."""
-    (k1, k2), (c1, c2) = ks, seconds
-    slope = (c2 - c1) / (k2 - k1)
-    if slope <= 0 or c1 - k1 * slope < 0:
-        return k2 / c2, 0.0
-    return 1 / slope, c1 - k1 * slope
-
-
 def codec_costs(elements=1 << 20, repeat=3):
     """((codec, (encode, decode, decode_add) seconds per float32 byte), ...), or None
     without the _core binding."""
@@ -314,7 +264,8 @@ def measure_cluster(refresh=False, repeats=5):
     per_message = message_cpu(ops, tf, f"tfps.plan.messages{round_}", repeats)
     per_byte = max(0.0, big_cpu - small_cpu) / (2 * PROBE_BYTES)
     cores, sharing = host_sharing(ops, tf, f"tfps.plan.hosts{round_}")
-    rebuild, rebuild_fixed = sfb_rebuild_costs(tf, f"tfps.plan.sfb{round_}") or (0.0, 0.0)
+    rebuild, rebuild_fixed = sfb_probe.sfb_rebuild_costs(tf, f"tfps.plan.sfb{round_}") \
+        or (0.0, 0.0)
     codecs = codec_costs()
     rate = compute_rate(tf)
     loss = compute_loss(ops, tf, np.zeros(PROBE_BYTES // 4, np.float32),
