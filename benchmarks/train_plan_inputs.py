@@ -7,25 +7,27 @@ cluster (plan_inputs), when the gradients are ready in the real training step
 import json
 import os
 
-from train_models import momentum
+from train_models import momentum, sgd
 
 
 def plan_inputs(model, args):
     """What train_bench needs to predict this configuration's step with the planner's
     cost model (tf_ps_ops.plan.cost): the cluster as plan="auto" measures it (a push_pull
     probe through the servers, the codecs' CPU cost, the compute lost to communication),
-    the worker's optimizer update per byte, and the model's layers: (the layers, those
-    inputs as JSON). The compute lost to communication is the model's own
-    (profile.model_compute_loss; the matmul probe's is kept beside it as
-    matmul_compute_loss). The compute rate comes from the same sweep's single-process step
-    (train_report.predict_step). Collective: every rank calls it, before the model is
-    converted or its weights adopted."""
+    the worker's optimizer update per byte (the run's SGD, on the model's shapes), and
+    the model's layers: (the layers, those inputs as JSON). The compute lost to
+    communication is the model's own (profile.model_compute_loss; the matmul probe's is
+    kept beside it as matmul_compute_loss). The compute rate comes from the same sweep's
+    single-process step (train_report.predict_step). Collective: every rank calls it,
+    before the model is converted or its weights adopted."""
     import dataclasses
 
     from tf_ps_ops.plan import auto, layers, measure, profile
 
     measured = measure.measure_cluster()
-    machine = dataclasses.replace(measured.machine, apply_per_byte=measure.apply_cost(model))
+    # The run's own optimizer (momentum's slot included) on the model's variables' shapes.
+    machine = dataclasses.replace(measured.machine, apply_per_byte=measure.optimizer_cost(
+        sgd(args.model), shapes=[v.shape for v in model.trainable_variables]))
     losses = profile.model_compute_loss(model, args.batch, measured.cluster)
     if losses is not None:
         machine = dataclasses.replace(machine, compute_loss=losses[0],

@@ -91,6 +91,9 @@ NOTES["train_zoo_3h_dlrm200"] += (
 NOTES["train_zoo_3h_1gbit_profiled"] = NOTES["train_zoo_2h_1gbit_profiled"] = (
     "SFB's rebuild priced by two probes, sfb.convert planning with a profiled local step; "
     "a slower machine (BERT alone 0.76 s)")
+NOTES["train_zoo_2h_1gbit_cpu"] = NOTES["train_zoo_3h_1gbit_cpu"] = (
+    "the model's own step timed beside the link (its compute lost and its kernels' extra "
+    "CPU), predicted with the sweep's pooled probes")
 PILOT_MODES = ";".join(["%s=single+sum+mwms" % m for m in zoo_models.ZOO if m != "dlrm"]
                        + ["dlrm=single+sum+ps+mwms+pss"])
 

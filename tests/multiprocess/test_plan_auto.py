@@ -69,6 +69,8 @@ def test_auto_plan_trains_like_the_hand_picked_configuration(trained):
     losses = [saved[rank]["model_losses"] for rank in (0, 1)]
     np.testing.assert_array_equal(losses[0], losses[1])
     assert 0 <= losses[0][0] <= 1 and losses[0][1] >= 0, losses[0]
+    updates = [float(saved[rank]["update_per_byte"]) for rank in (0, 1)]
+    assert updates[0] == updates[1] and 0 < updates[0] < 1e-6, updates
     assert len(re.findall(r"lost while communicating, its kernels' CPU \+[0-9]+% then",
                           logs[0])) == 6, logs[0][-3000:]
     assert logs[0].count("engine settings") == 6  # the running ones, or better ones

@@ -119,7 +119,8 @@ class Machine:
     measures both with the model's own step).
     apply_per_byte: the worker's optimizer update of a layer once its gradient is back,
     per parameter byte, one layer after another (none in PS mode, where the servers
-    update; measure.apply_cost measures a plain SGD update)."""
+    update; measure.apply_cost measures a plain SGD update, measure.optimizer_cost the
+    job's optimizer)."""
     macs_per_s: float = 5e12
     backward_ratio: float = 2.0
     codec_per_byte: tuple = ()          # ((codec, (encode, decode, decode_add)), ...)

@@ -332,29 +332,35 @@ def _median_seconds(function, steps):
 OPTIMIZER_PROBE_BYTES = 4 << 20
 
 
-def optimizer_cost(optimizer, name="tfps.plan.apply", steps=5):
+def optimizer_cost(optimizer, name="tfps.plan.apply", steps=5, shapes=None):
     """Seconds per parameter byte of `optimizer`'s own update on this worker: a fresh
-    optimizer of its class and config updating a 4 MiB variable, the median of `steps`.
-    It is the worker's part of a summed gradient's step, and the part PS mode moves to the
-    servers. Rank 0's number for every worker (collective): the plan must agree."""
+    optimizer of its class and config updating float32 variables of `shapes` (default
+    one of 4 MiB), the median of `steps`. It is the worker's part of a summed gradient's
+    step, and the part PS mode moves to the servers. Given a model's shapes, their
+    count's overhead is in it too (MobileNetV2's 158 variables). Rank 0's number for
+    every worker (collective): the plan must agree."""
     import keras
     import tensorflow as tf
 
     seconds = 0.0
+    shapes = [(OPTIMIZER_PROBE_BYTES // 4,)] if shapes is None else \
+        [tuple(int(d) for d in shape) for shape in shapes]
+    nbytes = sum(4 * int(np.prod(shape)) for shape in shapes)
     try:
         with tf.init_scope():
             probe = type(optimizer).from_config(optimizer.get_config())
-            variable = keras.Variable(np.zeros(OPTIMIZER_PROBE_BYTES // 4, np.float32),
-                                      name="tfps_plan_apply_probe")
-            probe.build([variable])
-            grad = tf.fill(variable.shape, 1e-6)
+            variables = [keras.Variable(np.zeros(shape, np.float32),
+                                        name=f"tfps_plan_apply_probe_{i}")
+                         for i, shape in enumerate(shapes)]
+            probe.build(variables)
+            grads = [tf.fill(v.shape, 1e-6) for v in variables]
 
             @tf.function(autograph=False)
             def update():
-                probe.apply([grad], [variable])
+                probe.apply(grads, variables)
                 return tf.constant(0)
 
-            seconds = _median_seconds(update, steps) / OPTIMIZER_PROBE_BYTES
+            seconds = _median_seconds(update, steps) / max(nbytes, 1)
     except Exception as error:  # an optimizer we cannot copy: no worker update is counted
         _logger.warning("could not time %s's update (%s): the plan counts none",
                         type(optimizer).__name__, error)

@@ -80,6 +80,10 @@ def check_auto_plan_matches_hand_picked(hvd):
     losses = profile.model_compute_loss(base, BATCH, measure.measure_cluster().cluster)
     save(**{f"auto.{i}": w for i, w in enumerate(auto_model.get_weights())},
          model_losses=np.array(losses),
+         # The optimizer's own update on the model's variables' shapes, rank 0's too.
+         update_per_byte=np.array(measure.optimizer_cost(
+             sgd_momentum(), "tfps.test.update", shapes=[v.shape for v in
+                                                         base.trainable_variables])),
          **{f"hand.{i}": w for i, w in enumerate(hand_model.get_weights())},
          initial=np.concatenate([w.ravel() for w in base.get_weights()]),
          sfb_layers=np.array(sorted(name for name, on in by_sfb.items() if on)))
