@@ -281,12 +281,15 @@ def write_report(folder, tag, meta, rows):
         "counts in the total) and one server (ps_server or ps task); "
         "others: cores used by processes not ours during the timed window "
         "(limit %.2f); predicted s (--predict): the planner's cost model, from the "
-        "cluster each tf_ps_ops row measured before training and the compute rate of the "
+        "cluster each tf_ps_ops row measured before training%s and the compute rate of the "
         "single-process row, and its error against the measured step." % (
             meta["workers"], meta["batch"], meta["warmup"], meta["steps"], meta["repeats"],
             "modes in one shuffled order (seed %s), rotated by a place per repeat" % meta["seed"]
             if meta.get("order") == "shuffled" else "modes in a fixed order",
-            meta["other_limit"]), "",
+            meta["other_limit"],
+            " (the link's probes the median over the sweep's rows at that rate, the model's "
+            "step beside the link over that model's rows)"
+            if any("predicted_own_probes_s" in r for r in rows) else ""), "",
         table(rows), ""]
     tuned = [r for r in rows if r.get("autotune")]
     if tuned:

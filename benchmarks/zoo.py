@@ -93,7 +93,11 @@ NOTES["train_zoo_3h_1gbit_profiled"] = NOTES["train_zoo_2h_1gbit_profiled"] = (
     "a slower machine (BERT alone 0.76 s)")
 NOTES["train_zoo_2h_1gbit_cpu"] = NOTES["train_zoo_3h_1gbit_cpu"] = (
     "the model's own step timed beside the link (its compute lost and its kernels' extra "
-    "CPU), predicted with the sweep's pooled probes")
+    "CPU), predicted with the sweep's pooled probes; predicted again (train_bench.py "
+    "--report --repredict) with the layers' variable counts filled in and PS mode's "
+    "per-variable server CPU")
+NOTES["train_zoo_2h_10gbit_cpu"] = NOTES["train_zoo_2h_1gbit_cpu"].replace(
+    "pooled probes;", "pooled probes and the run's own optimizer's update cost;")
 PILOT_MODES = ";".join(["%s=single+sum+mwms" % m for m in zoo_models.ZOO if m != "dlrm"]
                        + ["dlrm=single+sum+ps+mwms+pss"])
 

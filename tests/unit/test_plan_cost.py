@@ -391,6 +391,33 @@ def test_the_compute_beside_the_busy_link_takes_more_cpu_in_the_floor():
     assert steptime.cpu_inputs([a, b], [Choice()] * 2, alone, lossy, 1, settings)[-1] == 0
 
 
+def test_ps_mode_pays_each_variable_of_a_layer_on_the_servers():
+    # PS mode pushes each variable on its own and the servers update each: per variable,
+    # server_ps_variable_cpu per worker's push on its server. Summation does not pay it.
+    machine = dataclasses.replace(cost.FREE, server_ps_variable_cpu=3e-6)
+    one = layers.Layer("a", "conv", MB, None, 1, 0.0)
+    two = dataclasses.replace(one, variables=2)  # a kernel and a bias
+    cluster = Cluster(3)  # a worker and a server on each of 3 hosts
+    summed = [cost.layer_cost(t, Choice(), cluster, machine, 1, MB) for t in (one, two)]
+    assert summed[0] == summed[1]
+    a, b = (cost.layer_cost(t, Choice("ps"), cluster, machine, 1, MB) for t in (one, two))
+    assert b.cpu_before == a.cpu_before
+    # Each server takes a third of the variables' pushes from each of the 3 workers.
+    assert b.cpu_after - a.cpu_after == pytest.approx(3e-6)
+    assert b.host_cpu - a.host_cpu == pytest.approx(3e-6)
+    assert (a.link_bytes, a.messages) == (b.link_bytes, b.messages)  # no more bytes
+    # Two workers and a server on each of 2 hosts: the host's server takes half of the
+    # 4 workers' pushes of each variable.
+    shared = Cluster(4, workers_per_host=2)
+    a, b = (cost.layer_cost(t, Choice("ps"), shared, machine, 1, MB) for t in (one, two))
+    assert b.host_cpu - a.host_cpu == pytest.approx(2 * 3e-6)
+    # The variables of a Keras layer, and a layer list's "variables", become Layer.variables.
+    assert layers.from_json([{"name": "d", "kernel": [4, 4], "variables": 2}])[0].variables == 2
+    assert layers.from_json([{"name": "d", "kernel": [4, 4]}])[0].variables == 1
+    with pytest.raises(ValueError, match="variables 0"):
+        layers.Layer("x", "other", 4, variables=0)
+
+
 def test_the_cpu_floor_counts_codecs_rebuilds_and_every_tensor():
     # int8 halves nothing on the CPU: encode and decode on the worker, decode-add and
     # re-encode on the server cost CPU the floor counts, while fewer bytes cost less

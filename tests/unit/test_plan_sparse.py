@@ -171,6 +171,15 @@ def test_zoo_layer_lists_match_the_keras_models():
     assert sum(x.params for x in layers.zoo_bert()) == 38_210_306
 
 
+def test_a_keras_layers_variables_are_counted():
+    keras = pytest.importorskip("keras")
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4, name="d"),
+                              keras.layers.BatchNormalization(name="bn"),
+                              keras.layers.Dense(2, use_bias=False, name="nobias")])
+    assert [(x.name, x.variables) for x in layers.from_keras(model)] == [
+        ("d", 2), ("bn", 2), ("nobias", 1)]
+
+
 def test_gather_flips_to_dense_sum_where_the_formulas_cross():
     # gather: (N−1)·R·(4C+4); dense: 2·T·(N−1)/N. They cross at N = 2T / (R·(4C+4)).
     table = layers.embedding("t", 10_000, 64, lookups=10)

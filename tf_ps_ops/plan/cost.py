@@ -97,6 +97,9 @@ class Cluster:
 # benchmarks/results/ps_sparse_partitions.md: an untouched partition of a table in PS mode.
 PARTITION_CPU = 4.9e-6
 SERVER_PARTITION_CPU = 5.3e-6
+# benchmarks/results/ps_dense_variables.md: a dense variable in PS mode beyond summation,
+# on the servers, per worker's push.
+SERVER_PS_VARIABLE_CPU = 43.5e-6
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,6 +149,13 @@ class Machine:
     # reply); benchmarks/ps_sparse_partitions.py measured these defaults.
     partition_cpu: float = PARTITION_CPU
     server_partition_cpu: float = SERVER_PARTITION_CPU
+    # PS mode's dense variables: each is pushed and pulled on its own (summation fuses
+    # small ones) and updated on its own by the servers. A server's CPU-seconds per
+    # variable and worker's push beyond what summation spends on it and beyond the
+    # update's bytes (apply_per_byte); benchmarks/ps_dense_variables.py measured the
+    # default. (The worker spends less per variable than in summation, by the update it
+    # no longer runs, which apply_per_byte counts.)
+    server_ps_variable_cpu: float = SERVER_PS_VARIABLE_CPU
 
     def codec(self, name):
         table = dict(self.codec_per_byte)
@@ -160,7 +170,8 @@ _DEFAULT_CODEC_COST = {"fp16": (0.15e-9, 0.1e-9, 0.15e-9), "bf16": (0.1e-9, 0.1e
                        "int8": (0.4e-9, 0.2e-9, 0.3e-9), "onebit": (0.4e-9, 0.2e-9, 0.3e-9)}
 FREE = Machine(macs_per_s=math.inf, codec_per_byte=tuple(
     (c, (0.0, 0.0, 0.0)) for c in CODECS), sum_per_byte=0.0, rebuild_rate=math.inf,
-    message_overhead=0.0, local_per_byte=0.0, partition_cpu=0.0, server_partition_cpu=0.0)
+    message_overhead=0.0, local_per_byte=0.0, partition_cpu=0.0, server_partition_cpu=0.0,
+    server_ps_variable_cpu=0.0)
 
 
 def wire_bytes(codec, elements, partition_elements):
@@ -264,6 +275,11 @@ def layer_cost(layer, choice, cluster, machine, batch_size, partition_bytes):
                          host_bytes=L * p1 * factors + bias.host_bytes,
                          host_messages=L * p1 + bias.host_messages)
     summed = _summed(layer.bytes, choice, cluster, machine, partition_bytes)
+    if choice.mode == PS_DENSE:  # each variable's push and update on its own
+        server = p1 * layer.variables / cluster.servers * machine.server_ps_variable_cpu
+        _, s = _per_host(cluster)
+        summed = dataclasses.replace(summed, cpu_after=summed.cpu_after + server,
+                                     host_cpu=summed.host_cpu + s * server)
     if layer.sparse:  # the IndexedSlices made dense first
         summed = dataclasses.replace(
             summed, cpu_before=summed.cpu_before + layer.bytes * machine.sum_per_byte)

@@ -42,6 +42,8 @@ class Layer:
       (ready.from_timeline); None: at its position in backward. TensorFlow does not
       always hand gradients over in layer order: with one inter-op thread it computes
       most convolutions' filter gradients after the input-gradient chain, at the end.
+    variables: its trainable variables (a kernel and a bias: 2); PS mode's optimizer
+      pushes and pulls each on its own.
     """
     name: str
     kind: str
@@ -54,12 +56,15 @@ class Layer:
     reach: object = None
     row_update: bool = True
     ready: object = None
+    variables: int = 1
 
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"layer {self.name!r}: kind {self.kind!r}; use one of {KINDS}")
         if self.params < 0:
             raise ValueError(f"layer {self.name!r}: params {self.params} < 0")
+        if self.variables < 1:
+            raise ValueError(f"layer {self.name!r}: variables {self.variables} < 1")
         if self.table is not None and (len(self.table) != 2 or min(self.table) < 1
                                        or self.table[0] * self.table[1] > self.params):
             raise ValueError(f"layer {self.name!r}: table {self.table} must be (rows, "
@@ -245,7 +250,8 @@ def from_json(source):
     "rows"?: 1 | null, "macs"?: per example}; a Dense layer's params default to its
     kernel plus bias. An embedding with a sparse gradient: {"table": [ROWS, WIDTH],
     "rows": lookups per example, "step_rows"?, "reach"?, "row_update"?: true}. Any layer:
-    "ready"?: when its gradient is ready, a fraction of backward (Layer.ready)."""
+    "ready"?: when its gradient is ready, a fraction of backward (Layer.ready);
+    "variables"?: its trainable variables (default 1)."""
     data = json.loads(source) if isinstance(source, str) else source
     items = data["layers"] if isinstance(data, dict) else data
     layers = []
@@ -276,7 +282,8 @@ def from_json(source):
                                 _optional_int(item.get("step_rows")),
                                 _optional_int(item.get("reach")),
                                 bool(item.get("row_update", True)),
-                                _optional_float(item.get("ready"))))
+                                _optional_float(item.get("ready")),
+                                int(item.get("variables", 1))))
         except (KeyError, TypeError, ValueError) as error:
             raise ValueError(f"layer list, {where}: {error}") from None
     return layers
@@ -342,6 +349,11 @@ def keras_layer(layer, keras_module):
     weights = list(layer.trainable_weights)
     if not weights:
         return None
+    return dataclasses.replace(_keras_layer(layer, keras_module, weights),
+                               variables=len(weights))
+
+
+def _keras_layer(layer, keras_module, weights):
     params = sum(math.prod(int(d) for d in w.shape) for w in weights)
     if isinstance(layer, keras_module.layers.Dense) and len(layer.kernel.shape) == 2:
         n, m = (int(d) for d in layer.kernel.shape)
