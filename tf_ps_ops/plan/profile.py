@@ -137,7 +137,7 @@ def model_compute_loss(model, batch_size, cluster, name="tfps.plan.model_loss", 
     count = int(measure.rank0_value(float(min(LOSS_MAX_PUSH_PULLS, max(2, wanted))),
                                     f"{name}.count"))
     tensor = tf.constant(np.zeros(measure.PROBE_BYTES // 4, np.float32))
-    once = tf.function(lambda: ops.allreduce(tensor, name=name)[:1])
+    once = tf.function(lambda: ops.allreduce(tensor, name=f"{name}.link")[:1])
     once().numpy()  # traces; the first call registers the key
     comm_cpu = time.process_time()
     for _ in range(count):
