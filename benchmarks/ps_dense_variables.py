@@ -25,7 +25,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from ps_sparse_partitions import measure, server_pids, slope  # noqa: E402
+from ps_sparse_partitions import measure, slope, start_worker  # noqa: E402
 
 MODES = ("sum", "ps")
 
@@ -77,13 +77,7 @@ def main():
     import numpy as np
     import tensorflow as tf
 
-    import tf_ps_ops
-
-    tf.config.threading.set_intra_op_parallelism_threads(1)
-    tf.config.threading.set_inter_op_parallelism_threads(1)
-    tf_ps_ops.init()
-    rank, size = tf_ps_ops.rank(), tf_ps_ops.size()
-    servers = server_pids() if rank == 0 else []
+    rank, size, servers = start_worker()
     steps = {(mode, count): build(mode, count, args) for mode in MODES for count in counts}
     runs = {key: [] for key in steps}
     for repeat in range(args.repeats):  # interleaved, so slow drift cancels

@@ -47,6 +47,20 @@ def server_pids():
     return found
 
 
+def start_worker():
+    """One TensorFlow thread each way, tf_ps_ops started: (rank, size, the ps_server
+    processes whose CPU rank 0 reads)."""
+    import tensorflow as tf
+
+    import tf_ps_ops
+
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    tf_ps_ops.init()
+    rank = tf_ps_ops.rank()
+    return rank, tf_ps_ops.size(), server_pids() if rank == 0 else []
+
+
 def build(partitions, args):
     """A training step (a tf.function, warmed up) of a table of `partitions` partitions
     that updates the same args.rows_touched rows every step."""
@@ -107,13 +121,7 @@ def main():
     import numpy as np
     import tensorflow as tf
 
-    import tf_ps_ops
-
-    tf.config.threading.set_intra_op_parallelism_threads(1)
-    tf.config.threading.set_inter_op_parallelism_threads(1)
-    tf_ps_ops.init()
-    rank, size = tf_ps_ops.rank(), tf_ps_ops.size()
-    servers = server_pids() if rank == 0 else []
+    rank, size, servers = start_worker()
     steps = {partitions: build(partitions, args) for partitions in sizes}
     runs = {partitions: [] for partitions in sizes}
     for repeat in range(args.repeats):  # the sizes interleaved, so slow drift cancels

@@ -199,8 +199,6 @@ def compute_loss(ops, tf, array, name, repeats=8, n=256):
     servers' sums take the cores the model computes on (on separate hosts, less).
     The rate alone is the better of before and after. Collective: every worker calls it
     at the same point."""
-    import threading
-
     tensor = tf.constant(array)
     a = tf.random.normal([n, n])
     tf.linalg.matmul(a, a).numpy()
@@ -211,29 +209,42 @@ def compute_loss(ops, tf, array, name, repeats=8, n=256):
             tf.linalg.matmul(a, a).numpy()
         return count / (time.perf_counter() - start)
 
-    failure = []
-
     once = tf.function(lambda: ops.allreduce(tensor, name=name)[:1])  # as _time_push_pull
+    before = alone()
+    start = time.perf_counter()
+    finished, _ = beside_push_pulls(once, repeats, lambda: tf.linalg.matmul(a, a).numpy(),
+                                    "tfps-plan-probe")
+    busy = len(finished) / ((finished[-1] if finished else time.perf_counter()) - start)
+    return min(1.0, max(0.0, 1.0 - busy / max(before, alone())))
+
+
+def beside_push_pulls(once, count, work, thread_name):
+    """Calls `work` again and again while `count` calls of `once` (a tf.function of a
+    push_pull) run in a thread: ([when each call of `work` ended], when the push_pulls
+    ended), perf_counter seconds. A push_pull's error is raised here."""
+    import threading
+
+    failure, ended = [], []
 
     def communicate():
         try:
-            for _ in range(repeats):
+            for _ in range(count):
                 once().numpy()
         except Exception as error:  # raised again on the calling thread
             failure.append(error)
+        finally:
+            ended.append(time.perf_counter())
 
-    before = alone()
-    thread = threading.Thread(target=communicate, name="tfps-plan-probe")
-    count, start = 0, time.perf_counter()
+    thread = threading.Thread(target=communicate, name=thread_name)
+    finished = []
     thread.start()
     while thread.is_alive():
-        tf.linalg.matmul(a, a).numpy()
-        count += 1
-    busy = count / (time.perf_counter() - start)
+        work()
+        finished.append(time.perf_counter())
     thread.join()
     if failure:
         raise failure[0]
-    return min(1.0, max(0.0, 1.0 - busy / max(before, alone())))
+    return finished, ended[0]
 
 
 def measure_cluster(refresh=False, repeats=5):

@@ -5,7 +5,6 @@ is busy (model_compute_loss); benchmarks/plan_predict.py's and train_bench's too
 
 import logging
 import math
-import threading
 import time
 
 import numpy as np
@@ -143,29 +142,17 @@ def model_compute_loss(model, batch_size, cluster, name="tfps.plan.model_loss", 
     for _ in range(count):
         once().numpy()
     comm_cpu = time.process_time() - comm_cpu
-    failure, ended = [], []
-
-    def communicate():
-        try:
-            for _ in range(count):
-                once().numpy()
-        except Exception as error:  # raised again on the calling thread
-            failure.append(error)
-        finally:
-            ended.append(time.perf_counter())
-
     # The steps that ended while the link was busy, and when the last of them ended.
-    thread = threading.Thread(target=communicate, name="tfps-plan-model-probe")
-    finished, start, both_cpu = [], time.perf_counter(), time.process_time()
-    thread.start()
-    while thread.is_alive() and run is not None:
-        run()
-        finished.append(time.perf_counter())
-    thread.join()
+    start, both_cpu = time.perf_counter(), time.process_time()
+    finished, ended = [], start
+    if run is not None:
+        finished, ended = measure.beside_push_pulls(once, count, run,
+                                                    "tfps-plan-model-probe")
+    else:  # this worker cannot run the model: its part of the collective only
+        for _ in range(count):
+            once().numpy()
     both_cpu = time.process_time() - both_cpu
-    if failure:
-        raise failure[0]
-    inside = [t for t in finished if t <= ended[0]] or finished[:1]
+    inside = [t for t in finished if t <= ended] or finished[:1]
     loss, cpu_loss = -1.0, 0.0
     if run is not None and inside:
         busy = (inside[-1] - start) / len(inside)
