@@ -76,23 +76,7 @@ def run_plain(args, window):
         wrap_tape = hvd.DistributedGradientTape
     model = build_model(args.model)
     plan = plan_inputs(model, args) if args.predict and args.mode in TFPS else None
-    if args.mode in CONVERTED:
-        import sfb
-        model = sfb.convert(model, mode=args.mode, batch_size=args.batch)
-    if args.mode == "ps":
-        import tf_ps_ops.optimizers
-        optimizer = tf_ps_ops.optimizers.SGD(LR, momentum=momentum(args.model))
-    elif args.mode in SUMMED:
-        import tf_ps_ops as hvd
-        optimizer = hvd.DistributedOptimizer(
-            sgd(args.model), **({"plan": "auto"} if args.mode == "auto" else {}))
-    else:
-        optimizer = sgd(args.model)
-    optimizer.build(model.trainable_variables)  # ps: every worker adopts rank 0's weights
-    if args.mode in SUMMED:
-        hvd.broadcast_variables(model.variables, root_rank=0)
-    elif args.mode == "horovod":  # Horovod's needs the backing tf.Variables of Keras 3's
-        hvd.broadcast_variables([v.value for v in model.variables], root_rank=0)
+    model, optimizer = distribute(model, args.mode, args.model, args.batch)
     x, y = constants(make_batch(args.model, args.batch, seed=rank))
     step = tf.function(make_step(model, optimizer, loss_fn(), wrap_tape=wrap_tape),
                        jit_compile=False)
@@ -123,6 +107,32 @@ def run_plain(args, window):
         if plan is not None:  # predicted under the settings the timed steps ran with
             result["plan_inputs"]["settings"].update(fusion_bytes=kept[0], credit=kept[1])
     return result, (hvd.shutdown if args.mode != "single" else None)
+
+
+def distribute(model, mode, model_name, batch):
+    """(model, optimizer) for `mode`: the model converted first for SFB's modes
+    (sfb.convert), the optimizer built, and every worker on rank 0's weights. Variables
+    are keyed by their paths, so models built under different keras.name_scope()s can
+    train side by side in one job (benchmarks/interleaved_worker.py)."""
+    if mode in CONVERTED:
+        import sfb
+        model = sfb.convert(model, mode=mode, batch_size=batch)
+    if mode == "ps":
+        import tf_ps_ops.optimizers
+        optimizer = tf_ps_ops.optimizers.SGD(LR, momentum=momentum(model_name))
+    elif mode in SUMMED:
+        import tf_ps_ops as hvd
+        optimizer = hvd.DistributedOptimizer(
+            sgd(model_name), **({"plan": "auto"} if mode == "auto" else {}))
+    else:
+        optimizer = sgd(model_name)
+    optimizer.build(model.trainable_variables)  # ps: every worker adopts rank 0's weights
+    if mode in SUMMED:
+        hvd.broadcast_variables(model.variables, root_rank=0)
+    elif mode == "horovod":  # Horovod's needs the backing tf.Variables of Keras 3's
+        import horovod.tensorflow as hvd
+        hvd.broadcast_variables([v.value for v in model.variables], root_rank=0)
+    return model, optimizer
 
 
 def _tuned(run_one, tuner):

@@ -1,0 +1,158 @@
+"""One worker of benchmarks/interleaved.py: several tf_ps_ops modes ("arms") of one model
+trained side by side in one job, in short alternating blocks of steps, and one line
+`INTERLEAVED_RESULT {json}` with every block's time and CPU.
+
+    python3 benchmarks/interleaved_worker.py --model mobilenetv2 --arms sum,ps,auto \\
+        --rounds 12 --block 10
+
+Each arm is its own copy of the model, built under its own keras.name_scope (so its
+variables, and the keys they are pushed and served under, are its own), from the same
+seed, with its own optimizer set up exactly as train_worker.py sets up that mode
+(train_worker.distribute). After --warmup steps of every arm, each round runs every arm
+once, in an order rotated by a place per round: one step that is not timed (the switch),
+then --block timed steps. Blocks of two arms in one round run seconds apart, where
+separate runs of the two (train_bench.py) run minutes apart: the machine's drift, which
+moves a separate run's step by 10-25% on these shared machines, mostly cancels in the
+ratio of two blocks of one round.
+
+Every step of every arm is collective, so the workers stay in step. Per block the worker
+records its wall time, its own CPU and its host's ps_server's CPU (NETNS_SERVER_PID, set
+by benchmarks/ps_cluster.py), and the loss of the block's last step.
+
+Threads: intra_op 1 and inter_op 1, as train_worker.py.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from train_measure import _pid_cpu  # noqa: E402
+from train_models import MODELS, build_model, constants, loss_fn, make_batch  # noqa: E402
+from train_worker import TFPS, distribute  # noqa: E402
+import zoo_models  # noqa: E402
+
+ARMS = TFPS  # sum, ps, sfb, hybrid, auto
+
+
+def rotated(arms, round_index):
+    """The arms' order in round `round_index`: rotated by a place per round, so that
+    no arm always runs first or right after the same one."""
+    shift = round_index % len(arms)
+    return list(arms[shift:]) + list(arms[:shift])
+
+
+def build_arm(arm, model_name, batch):
+    """(model, optimizer, step) of one arm, its variables under the name scope `arm`."""
+    import keras
+    import tensorflow as tf
+    from train_models import make_step
+
+    with keras.name_scope(arm):
+        model, optimizer = distribute(build_model(model_name), arm, model_name, batch)
+    step = tf.function(make_step(model, optimizer, loss_fn()), jit_compile=False)
+    return model, optimizer, step
+
+
+def arm_layout(arm, model, optimizer):
+    """What an arm's plan did (after its first step): how many variables it has, how many
+    SFB exchanges (sfb.convert) and how many the servers update (PS mode, whole or by
+    plan="auto")."""
+    import sfb
+    from train_plan_inputs import served_paths
+
+    variables = model.trainable_variables
+    served = len(variables) if arm == "ps" else len(served_paths(optimizer))
+    return dict(variables=len(variables),
+                sfb=sum(1 for v in variables if sfb.is_sfb_variable(v)), ps=served)
+
+
+class ServerCpu:
+    """CPU seconds of this host's ps_server (0.0 outside an emulated host's cluster)."""
+
+    def __init__(self):
+        pid = os.environ.get("NETNS_SERVER_PID")
+        self.pid = int(pid) if pid else None
+
+    def __call__(self):
+        return (_pid_cpu(self.pid) or 0.0) if self.pid else 0.0
+
+
+def run(args):
+    import tensorflow as tf
+    import tf_ps_ops as hvd
+
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    hvd.init()
+    rank = hvd.rank()
+    x, y = constants(make_batch(args.model, args.batch, seed=rank))
+    steps, weights, layout, started = {}, {}, {}, time.monotonic()
+    for arm in args.arms:
+        model, optimizer, step = build_arm(arm, args.model, args.batch)
+        steps[arm], weights[arm] = step, model.trainable_variables
+        for _ in range(args.warmup):
+            float(step(x, y))
+        layout[arm] = arm_layout(arm, model, optimizer)
+        if rank == 0:
+            print("[interleaved] %s: built and warmed up (%.0f s since start)"
+                  % (arm, time.monotonic() - started), file=sys.stderr, flush=True)
+    server_cpu = ServerCpu()
+    blocks = {arm: [] for arm in args.arms}
+    for r in range(args.rounds):
+        for arm in rotated(args.arms, r):
+            step = steps[arm]
+            float(step(x, y))  # the switch: caches and threads back on this arm
+            t0, cpu0, server0 = time.perf_counter(), time.process_time(), server_cpu()
+            for _ in range(args.block):
+                loss = float(step(x, y))
+            wall = time.perf_counter() - t0
+            blocks[arm].append(dict(
+                round=r, step_s=round(wall / args.block, 5),
+                cpu_s=round((time.process_time() - cpu0) / args.block, 5),
+                server_cpu_s=round((server_cpu() - server0) / args.block, 5),
+                loss=loss))
+        if rank == 0:
+            print("[interleaved] round %d of %d: %s" % (r + 1, args.rounds, ", ".join(
+                "%s %.3f s" % (arm, blocks[arm][-1]["step_s"]) for arm in args.arms)),
+                file=sys.stderr, flush=True)
+    # Every arm started from the same weights and saw the same data: a checksum of each
+    # arm's weights lets the driver see that they trained alike (an exact arm agrees with
+    # summation to float rounding).
+    checksums = {arm: float(sum(tf.reduce_sum(tf.abs(v)).numpy() for v in weights[arm]))
+                 for arm in args.arms}
+    return dict(rank=rank, workers=hvd.size(), model=args.model, batch=args.batch,
+                arms=list(args.arms), block=args.block, rounds=args.rounds,
+                warmup=args.warmup, blocks=blocks, weight_abs_sum=checksums, layout=layout,
+                pid=os.getpid()), hvd.shutdown
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=MODELS, required=True)
+    parser.add_argument("--arms", default="sum,ps,auto",
+                        help="tf_ps_ops modes, comma-separated (of %s)" % ", ".join(ARMS))
+    parser.add_argument("--batch", type=int, default=None,
+                        help="per worker; default the zoo's (zoo_models.py), else 32")
+    parser.add_argument("--warmup", type=int, default=3, help="steps of each arm first")
+    parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument("--block", type=int, default=10, help="timed steps per block")
+    args = parser.parse_args()
+    args.arms = args.arms.split(",")
+    bad = [a for a in args.arms if a not in ARMS]
+    if bad or len(set(args.arms)) != len(args.arms):
+        parser.error("--arms takes distinct modes of %s; got %s"
+                     % (", ".join(ARMS), ",".join(args.arms)))
+    if args.rounds < 1 or args.block < 1 or args.warmup < 0:
+        parser.error("--rounds and --block must be at least 1, --warmup at least 0")
+    args.batch = args.batch or zoo_models.BATCH.get(args.model, 32)
+    result, shutdown = run(args)
+    print("INTERLEAVED_RESULT " + json.dumps(result), flush=True)
+    shutdown()
+
+
+if __name__ == "__main__":
+    main()
