@@ -16,9 +16,16 @@ rounds. A block's step is the slowest worker's mean step over the block. Per arm
 median block step, its CPU per host (worker and its ps_server), and against the plan
 (`auto`): the geometric mean of plan ÷ arm over the rounds with one-sided 95% bounds from
 a t-interval on the log ratios (zoo.paired_bounds), and the verdict (zoo.verdict: "yes"
-when every upper bound is at most 1.05). Each arm's weights after the run are checked
-against summation's: all arms start from one seed and see the same data, so an exact arm
-ends where summation does.
+when every upper bound is at most 1.05). Each arm's weights after the run are set beside
+summation's (Σ|w| on rank 0): all arms start from one seed and see the same data, so an
+exact arm ends where summation does, up to rounding, which a deep model trained on one
+fixed batch can amplify over hundreds of steps (the table says how far apart they are).
+
+--predict: the workers measure the cost model's inputs once, as plan="auto" does, and
+each arm's choice per layer; every round gets one more block, rank 0's lone local step
+(the others wait), and each arm's step is predicted from its median
+(train_report.predict_step, the code train_bench.py --predict uses) beside the measured
+median: the model checked against steps measured seconds apart, not minutes.
 
 Writes results/interleaved_<tag>.json and .md.
 """
@@ -42,6 +49,7 @@ from netns import Hosts, available  # noqa: E402
 from ps_cluster import ClusterError, NetnsCluster  # noqa: E402
 from train_config import CHILD_ENV  # noqa: E402
 from train_modes import PARAMS_GUESS, t_opt  # noqa: E402
+from train_report import predict_step  # noqa: E402
 from zoo import paired_bounds, verdict  # noqa: E402
 import zoo_models  # noqa: E402
 
@@ -50,6 +58,7 @@ WORKER = HERE / "interleaved_worker.py"
 PLAN = "auto"
 # Timed steps per block: a few seconds of steps, short against the machine's drift.
 BLOCK = {"resnet50": 6, "mobilenetv2": 12, "bert": 8, "dlrm": 40}
+SINGLE = "single"  # --predict: the lone local step's blocks (rank 0's)
 SAME_WEIGHTS = 1e-4  # relative difference of |weights| sums an exact arm stays within
 
 
@@ -88,8 +97,24 @@ def summarize(results, rate, model):
             cpu_host_s=cpu[0], cpu_worker_s=cpu[1], cpu_server_s=cpu[2],
             layout=results[0].get("layout", {}).get(arm, {}),
             loss_last=results[0]["blocks"][arm][-1]["loss"],
-            same_weights_as_sum=None if base is None else
-            abs(weights - base) <= SAME_WEIGHTS * max(abs(base), 1e-12))
+            weights_vs_sum=None if base is None else
+            abs(weights - base) / max(abs(base), 1e-12))
+        cell["arms"][arm]["same_weights_as_sum"] = None if base is None else \
+            cell["arms"][arm]["weights_vs_sum"] <= SAME_WEIGHTS
+    single = results[0]["blocks"].get(SINGLE)  # --predict: rank 0's lone local step
+    if single:
+        lone = [b["step_s"] for b in single]
+        cell["single"] = dict(round_step_s=lone, step_s=statistics.median(lone),
+                              min_s=min(lone), max_s=max(lone),
+                              cpu_s=statistics.median(b["cpu_s"] for b in single))
+        for arm in arms:
+            inputs = (results[0].get("plan_inputs") or {}).get(arm)
+            if inputs and inputs.get("choices"):
+                a = cell["arms"][arm]
+                a["predicted_s"] = predict_step(inputs, cell["single"]["step_s"],
+                                                cell["batch"], cell["single"]["cpu_s"])
+                a["predicted_error"] = a["predicted_s"] / a["step_s"] - 1
+    cell["workers_results"] = results  # every block of every worker, to read again
     if PLAN in arms:
         bounds = {arm: paired_bounds({"repeat_step_s": steps[PLAN]},
                                      {"repeat_step_s": steps[arm]})
@@ -110,19 +135,37 @@ def _layout(layout):
     return ", ".join(parts)
 
 
+def _weights(arm):
+    """The arm's Σ|w| against summation's: the same to SAME_WEIGHTS, or how far apart."""
+    if arm["same_weights_as_sum"] is None:
+        return "—"
+    if arm["same_weights_as_sum"]:
+        return "same"
+    return "**%.1e apart**" % arm["weights_vs_sum"]
+
+
 def table(cells):
     lines = ["| link | model | arm | step s (median of rounds) | min–max | CPU s/step per host "
-             "(worker, server) | layout | plan ÷ arm [95% bounds] | weights as sum's |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "(worker, server) | layout | plan ÷ arm [95% bounds] | predicted s (error) | "
+             "last loss (rank 0) | weights' Σ|w| vs sum's |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for cell in cells:
+        lone = cell.get("single")
+        if lone:
+            lines.append("| %s | %s | single process (rank 0 alone) | %.3f | %.3f–%.3f | "
+                         "%.3f (%.3f, 0) | — | — | — | — | — |" % (
+                             cell["rate"], cell["model"], lone["step_s"], lone["min_s"],
+                             lone["max_s"], lone["cpu_s"], lone["cpu_s"]))
         for arm, a in cell["arms"].items():
             b = cell.get("plan_vs", {}).get(arm)
-            row = "| %s | %s | %s | %.3f | %.3f–%.3f | %.3f (%.3f, %.3f) | %s | %s | %s |"
+            row = "| %s | %s | %s | %.3f | %.3f–%.3f | %.3f (%.3f, %.3f) | %s | %s | %s | " \
+                "%.4g | %s |"
             lines.append(row % (
                 cell["rate"], cell["model"], arm, a["step_s"], a["min_s"], a["max_s"],
                 a["cpu_host_s"], a["cpu_worker_s"], a["cpu_server_s"], _layout(a["layout"]),
                 "%.3f [%.3f, %.3f] n=%d" % tuple(b) if b else "—",
-                {True: "yes", False: "**no**", None: "—"}[a["same_weights_as_sum"]]))
+                "%.3f (%+.0f%%)" % (a["predicted_s"], 100 * a["predicted_error"])
+                if "predicted_s" in a else "—", a["loss_last"], _weights(a)))
     lines += ["", "| link | model | within 5% of every arm? |", "|---|---|---|"]
     lines += ["| %s | %s | %s |" % (c["rate"], c["model"], c.get("verdict", "—"))
               for c in cells]
@@ -152,12 +195,14 @@ def run_cell(args, hosts, rate, model, workdir):
     block = args.block or BLOCK.get(model, 10)
     steps = args.warmup + args.rounds * (block + 1)
     est = max(0.3, 3 * t_opt(PARAMS_GUESS.get(model, 1e6), hosts.n, rate))
-    timeout = (args.startup_timeout + len(args.arms) * zoo_models.BUILD_S.get(model, 60)
-               + len(args.arms) * steps * est * 4)
+    arms = len(args.arms) + (1 if args.predict else 0)  # --predict: the lone step's too
+    timeout = (args.startup_timeout + arms * zoo_models.BUILD_S.get(model, 60)
+               + arms * steps * est * 4 + (300 if args.predict else 0))  # the probes
     env = dict(CHILD_ENV)
     env.update(args.tfps_env)
     argv = [sys.executable, WORKER, "--model", model, "--arms", ",".join(args.arms),
-            "--rounds", args.rounds, "--block", block, "--warmup", args.warmup]
+            "--rounds", args.rounds, "--block", block, "--warmup", args.warmup] \
+        + (["--predict"] if args.predict else [])
     cluster = NetnsCluster(hosts, workdir, timeout=timeout, env=env)
     try:
         cluster.start(lambda rank: argv)
@@ -187,6 +232,10 @@ def main():
     parser.add_argument("--block", type=int, default=None,
                         help="timed steps per block (default per model: %s)" % BLOCK)
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--predict", action="store_true",
+                        help="the workers measure the cost model's inputs, and rank 0 times "
+                             "its lone local step in every round: each arm's step predicted "
+                             "by the cost model, and its error")
     parser.add_argument("--startup-timeout", type=float, default=180)
     parser.add_argument("--idle-patience", type=float, default=30,
                         help="seconds to wait for an idle machine before each cell")

@@ -19,6 +19,14 @@ Every step of every arm is collective, so the workers stay in step. Per block th
 records its wall time, its own CPU and its host's ps_server's CPU (NETNS_SERVER_PID, set
 by benchmarks/ps_cluster.py), and the loss of the block's last step.
 
+--predict: before the arms, the cost model's inputs as plan="auto" measures them
+(train_plan_inputs.plan_inputs: the link's probes, the codecs', the model's step beside
+the link), once for every arm; after each arm's warm-up, when its gradients are ready (an
+engine timeline) and the choice it made per layer (plan_choices). Each round then has
+one more block, "single": rank 0 alone runs the model's local step with Keras' SGD while
+the others wait at a barrier, as train_bench's single-process row does. The driver
+predicts each arm's step from these (train_report.predict_step).
+
 Threads: intra_op 1 and inter_op 1, as train_worker.py.
 """
 
@@ -32,10 +40,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from train_measure import _pid_cpu  # noqa: E402
 from train_models import MODELS, build_model, constants, loss_fn, make_batch  # noqa: E402
+from train_plan_inputs import plan_choices, plan_inputs, served_paths  # noqa: E402
+from train_plan_inputs import timeline_ready  # noqa: E402
 from train_worker import TFPS, distribute  # noqa: E402
 import zoo_models  # noqa: E402
 
 ARMS = TFPS  # sum, ps, sfb, hybrid, auto
+SINGLE = "single"  # --predict: rank 0's lone local step, a block per round
 
 
 def rotated(arms, round_index):
@@ -81,7 +92,22 @@ class ServerCpu:
         return (_pid_cpu(self.pid) or 0.0) if self.pid else 0.0
 
 
+def build_single(model_name, batch):
+    """(model, step) of the lone local step: the model under the name scope "single",
+    Keras' own SGD, no communication (train_bench's single process)."""
+    import keras
+    import tensorflow as tf
+    from train_models import make_step, sgd
+
+    with keras.name_scope(SINGLE):
+        model = build_model(model_name)
+    optimizer = sgd(model_name)
+    optimizer.build(model.trainable_variables)
+    return model, tf.function(make_step(model, optimizer, loss_fn()), jit_compile=False)
+
+
 def run(args):
+    import sfb
     import tensorflow as tf
     import tf_ps_ops as hvd
 
@@ -90,20 +116,40 @@ def run(args):
     hvd.init()
     rank = hvd.rank()
     x, y = constants(make_batch(args.model, args.batch, seed=rank))
-    steps, weights, layout, started = {}, {}, {}, time.monotonic()
+    steps, weights, layout, inputs, started = {}, {}, {}, {}, time.monotonic()
+    if args.predict:
+        # The cost model's inputs, measured once for every arm as plan="auto" measures
+        # them (collective), on the lone step's model; rank 0 alone then times that step
+        # in every round while the others wait at a barrier: train_bench's single process.
+        single, steps[SINGLE] = build_single(args.model, args.batch)
+        measured = plan_inputs(single, args)
     for arm in args.arms:
         model, optimizer, step = build_arm(arm, args.model, args.batch)
         steps[arm], weights[arm] = step, model.trainable_variables
         for _ in range(args.warmup):
             float(step(x, y))
         layout[arm] = arm_layout(arm, model, optimizer)
+        if args.predict:  # when its gradients are ready, and what it chose per layer
+            ready = timeline_ready(measured, lambda: float(step(x, y)), args, rank)
+            sfb_kernels = [v.path for v in model.trainable_variables
+                           if sfb.is_sfb_variable(v)]
+            inputs[arm] = plan_choices(measured[0], ready, arm, sfb_kernels,
+                                       served_paths(optimizer))
         if rank == 0:
             print("[interleaved] %s: built and warmed up (%.0f s since start)"
                   % (arm, time.monotonic() - started), file=sys.stderr, flush=True)
+    arms = list(args.arms) + ([SINGLE] if args.predict else [])
+    if args.predict:
+        lone_block(steps[SINGLE], x, y, args.warmup, rank, hvd)
     server_cpu = ServerCpu()
-    blocks = {arm: [] for arm in args.arms}
+    blocks = {arm: [] for arm in arms}
     for r in range(args.rounds):
-        for arm in rotated(args.arms, r):
+        for arm in rotated(arms, r):
+            if arm == SINGLE:
+                timed = lone_block(steps[SINGLE], x, y, args.block, rank, hvd)
+                if timed is not None:
+                    blocks[arm].append(dict(round=r, **timed))
+                continue
             step = steps[arm]
             float(step(x, y))  # the switch: caches and threads back on this arm
             t0, cpu0, server0 = time.perf_counter(), time.process_time(), server_cpu()
@@ -117,7 +163,7 @@ def run(args):
                 loss=loss))
         if rank == 0:
             print("[interleaved] round %d of %d: %s" % (r + 1, args.rounds, ", ".join(
-                "%s %.3f s" % (arm, blocks[arm][-1]["step_s"]) for arm in args.arms)),
+                "%s %.3f s" % (arm, blocks[arm][-1]["step_s"]) for arm in arms)),
                 file=sys.stderr, flush=True)
     # Every arm started from the same weights and saw the same data: a checksum of each
     # arm's weights lets the driver see that they trained alike (an exact arm agrees with
@@ -127,7 +173,23 @@ def run(args):
     return dict(rank=rank, workers=hvd.size(), model=args.model, batch=args.batch,
                 arms=list(args.arms), block=args.block, rounds=args.rounds,
                 warmup=args.warmup, blocks=blocks, weight_abs_sum=checksums, layout=layout,
-                pid=os.getpid()), hvd.shutdown
+                plan_inputs=inputs, pid=os.getpid()), hvd.shutdown
+
+
+def lone_block(step, x, y, count, rank, hvd):
+    """Rank 0 runs `count` local steps (after an untimed one) while the others wait at a
+    barrier; rank 0's {step_s, cpu_s, server_cpu_s, loss}, None elsewhere."""
+    timed = None
+    if rank == 0 and count:
+        float(step(x, y))
+        t0, cpu0 = time.perf_counter(), time.process_time()
+        for _ in range(count):
+            loss = float(step(x, y))
+        timed = dict(step_s=round((time.perf_counter() - t0) / count, 5),
+                     cpu_s=round((time.process_time() - cpu0) / count, 5),
+                     server_cpu_s=0.0, loss=loss)
+    hvd.barrier()
+    return timed
 
 
 def main():
@@ -140,6 +202,13 @@ def main():
     parser.add_argument("--warmup", type=int, default=3, help="steps of each arm first")
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--block", type=int, default=10, help="timed steps per block")
+    parser.add_argument("--predict", action="store_true",
+                        help="measure the cost model's inputs (as plan=\"auto\" does) and "
+                             "each arm's choices, and time rank 0's lone local step in "
+                             "every round, for the driver's predicted steps")
+    parser.add_argument("--ready-order", choices=("timeline", "layers"), default="timeline",
+                        help="--predict: when the gradients are ready, from an engine "
+                             "timeline of a few extra steps per arm, or in layer order")
     args = parser.parse_args()
     args.arms = args.arms.split(",")
     bad = [a for a in args.arms if a not in ARMS]
