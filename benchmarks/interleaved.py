@@ -57,7 +57,7 @@ RESULTS = HERE / "results"
 WORKER = HERE / "interleaved_worker.py"
 PLAN = "auto"
 # Timed steps per block: a few seconds of steps, short against the machine's drift.
-BLOCK = {"resnet50": 6, "mobilenetv2": 12, "bert": 8, "dlrm": 40}
+BLOCK = {"resnet50": 6, "mobilenetv2": 12, "bert": 8, "dlrm": 150}
 SINGLE = "single"  # --predict: the lone local step's blocks (rank 0's)
 SAME_WEIGHTS = 1e-4  # relative difference of |weights| sums an exact arm stays within
 
@@ -172,6 +172,27 @@ def table(cells):
     return "\n".join(lines)
 
 
+def summary(paths):
+    """One line per cell of saved runs: the plan's layout, plan ÷ each arm with its
+    bounds, the verdict, and the cost model's error per arm where the run predicted."""
+    lines = ["| run | link | hosts | model | the plan | plan ÷ arm, mean [95% bounds] | "
+             "within 5% of every arm? | predicted error per arm |",
+             "|---|---|---|---|---|---|---|---|"]
+    for path in paths:
+        saved = json.loads(Path(path).read_text())
+        for cell in saved["cells"]:
+            plan = cell["arms"].get(PLAN)
+            errors = ", ".join("%s %+.0f%%" % (arm, 100 * a["predicted_error"])
+                               for arm, a in cell["arms"].items() if "predicted_error" in a)
+            lines.append("| %s | %s | %d | %s | %s | %s | %s | %s |" % (
+                saved["meta"]["tag"], cell["rate"], cell["workers"], cell["model"],
+                _layout(plan["layout"]) if plan else "—",
+                "; ".join("%s %.2f [%.2f, %.2f]" % (arm, *b[:3])
+                          for arm, b in cell.get("plan_vs", {}).items() if b) or "—",
+                cell.get("verdict", "—"), errors or "—"))
+    return "\n".join(lines)
+
+
 def write_report(folder, tag, meta, cells):
     folder.mkdir(parents=True, exist_ok=True)
     stem = folder / ("interleaved_%s" % tag)
@@ -244,7 +265,12 @@ def main():
     parser.add_argument("--tag", default=None)
     parser.add_argument("--results-dir", default=str(RESULTS))
     parser.add_argument("--keep-logs", action="store_true")
+    parser.add_argument("--summary", nargs="+", metavar="JSON", default=None,
+                        help="only print one line per cell of saved interleaved_<tag>.json")
     args = parser.parse_args()
+    if args.summary:
+        print(summary(args.summary))
+        return 0
     if args.smoke:
         args.rates, args.models, args.rounds = "1gbit", "smoke_bert", 2
         args.block, args.warmup = args.block or 2, 1

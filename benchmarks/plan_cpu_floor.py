@@ -7,6 +7,10 @@ row measured before training and the compute rate of the same sweep's single-pro
 row, as train_bench's --predict does.
 
     python3 benchmarks/plan_cpu_floor.py benchmarks/results/train_zoo_3h_1gbit_tie.json ...
+    python3 benchmarks/plan_cpu_floor.py benchmarks/results/interleaved_3h_10gbit.json
+
+(interleaved.py --predict runs too: each arm's median block, rank 0's lone step as the
+single-process row.)
 
 Columns, ms per step: the measured step; the measured CPU per host (its worker's and
 server's); the model's floor parts and their sum; measured ÷ modelled CPU; the cores per
@@ -49,8 +53,30 @@ def floor_parts(row, single, probes):
     return parts, machine.cores_per_host
 
 
+def interleaved_rows(saved):
+    """An interleaved.py --predict run's cells as (tag, row, single, probes): each arm a
+    row with its median step and CPU per host, rank 0's lone step the single row. Its
+    arms share one measurement of the cluster: nothing to pool."""
+    for cell in saved["cells"]:
+        lone, inputs = cell.get("single"), cell["workers_results"][0].get("plan_inputs") or {}
+        if not lone:
+            continue
+        single = dict(step_s=lone["step_s"], cpu_per_step=lone["cpu_s"])
+        for arm, a in cell["arms"].items():
+            if (inputs.get(arm) or {}).get("choices"):
+                yield saved["meta"]["tag"], dict(
+                    rate=cell["rate"], model=cell["model"], mode=arm, batch=cell["batch"],
+                    workers=cell["workers"], step_s=a["step_s"], plan_inputs=inputs[arm],
+                    cpu_per_step=a["cpu_host_s"] * cell["workers"],
+                    worker_cpu_per_step=a["cpu_worker_s"],
+                    server_cpu_per_step=a["cpu_server_s"]), single, {}
+
+
 def rows_of(path):
     saved = json.load(open(path))
+    if "cells" in saved:  # benchmarks/interleaved.py --predict
+        yield from interleaved_rows(saved)
+        return
     rows = saved["rows"]
     probes = pooled_probes(rows)
     singles = {(r["rate"], r["model"]): r for r in rows
@@ -65,7 +91,8 @@ def rows_of(path):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("runs", nargs="+", help="train_<tag>.json files")
+    parser.add_argument("runs", nargs="+",
+                        help="train_<tag>.json or interleaved_<tag>.json files")
     args = parser.parse_args()
     print("| run | model | link | mode | step | CPU per host (worker, server) | model: compute, "
           "beside the link, update, sync, bytes, messages = floor | measured ÷ model CPU | "

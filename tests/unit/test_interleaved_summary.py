@@ -3,6 +3,7 @@ slowest worker's, the CPU per host is the worker's plus its ps_server's, the pla
 with each other arm round by round (the same t-interval as the zoo's), and an arm whose
 weights drift from summation's is flagged. Checked against NumPy on hand-made results."""
 
+import json
 import math
 import os
 import sys
@@ -72,3 +73,17 @@ def test_the_arms_order_rotates_a_place_per_round():
     assert orders == [["sum", "ps", "auto"], ["ps", "auto", "sum"], ["auto", "sum", "ps"],
                       ["sum", "ps", "auto"]]
     assert {tuple(o)[0] for o in orders[:3]} == set(arms)  # each arm leads once
+
+
+def test_the_summary_gives_a_line_per_saved_cell(tmp_path):
+    steps = {"sum": [0.20, 0.22, 0.21], "auto": [0.19, 0.21, 0.20]}
+    cpu = {arm: [0.1] * 3 for arm in steps}
+    cell = interleaved.summarize([result(0, steps, cpu, cpu, {"sum": 1.0, "auto": 1.0})],
+                                 "10gbit", "m")
+    cell["arms"]["auto"]["predicted_error"] = -0.12
+    path = tmp_path / "interleaved_x.json"
+    path.write_text(json.dumps(dict(meta=dict(tag="x"), cells=[cell])))
+    lines = interleaved.summary([path]).splitlines()
+    assert len(lines) == 3 and lines[2].startswith("| x | 10gbit | 1 | m | 3 variables |")
+    mean = math.exp(np.mean(np.log(np.array(steps["auto"]) / np.array(steps["sum"]))))
+    assert "sum %.2f [" % mean in lines[2] and "auto -12%" in lines[2]
