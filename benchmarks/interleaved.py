@@ -114,6 +114,8 @@ def summarize(results, rate, model):
                 a["predicted_s"] = predict_step(inputs, cell["single"]["step_s"],
                                                 cell["batch"], cell["single"]["cpu_s"])
                 a["predicted_error"] = a["predicted_s"] / a["step_s"] - 1
+    for other in results[1:]:  # the plan's inputs are rank 0's on every worker
+        other.pop("plan_inputs", None)
     cell["workers_results"] = results  # every block of every worker, to read again
     if PLAN in arms:
         bounds = {arm: paired_bounds({"repeat_step_s": steps[PLAN]},
