@@ -173,3 +173,26 @@ def test_why_the_servers_cannot_run_an_optimizer(monkeypatch):
     assert "op=Average" in why(keras.optimizers.SGD(0.1), op=hvd.Sum)
     monkeypatch.setenv("TFPS_PLAN_MODES", "sum")
     assert why(keras.optimizers.SGD(0.1)) == "TFPS_PLAN_MODES leaves ps out"
+
+
+def test_the_update_probes_time_cpu_not_the_wall_clock():
+    """Every worker probes its update at once; where workers share cores, the wall time
+    of one counts the others' turns. A step that waits without computing costs no CPU."""
+    import time
+
+    import tensorflow as tf
+
+    from tf_ps_ops.plan import measure
+
+    def wait():
+        time.sleep(0.05)
+        return 0
+
+    @tf.function
+    def waits():
+        return tf.py_function(wait, [], tf.int32)
+
+    start = time.perf_counter()
+    cpu = measure._median_cpu_seconds(waits, 3)
+    assert time.perf_counter() - start >= 4 * 0.05  # the traced call and three timed
+    assert 0.0 <= cpu < 0.02
