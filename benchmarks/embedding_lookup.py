@@ -50,20 +50,11 @@ def table_step(layer, optimizer, ids):
 
 
 def step_seconds(layer_class, optimizer, ids, rows, dim, steps):
-    """The median wall seconds of `steps` steps, after two untimed ones (the first row
-    update switches the table's read mode)."""
-    import statistics
-    import time
+    from tf_ps_ops.plan import measure
 
     step = table_step(layer_class(rows, dim), optimizer, ids)
-    step()
-    step().numpy()
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        step().numpy()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    step()  # the first row update switches the table's read mode
+    return measure._median_seconds(step, steps)  # after one more untimed step
 
 
 def main():

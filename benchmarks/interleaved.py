@@ -47,7 +47,7 @@ sys.path.insert(0, str(HERE))
 from machine_load import wait_for_idle  # noqa: E402
 from netns import Hosts, available  # noqa: E402
 from ps_cluster import ClusterError, NetnsCluster  # noqa: E402
-from train_config import CHILD_ENV  # noqa: E402
+from train_config import CHILD_ENV, parse_results  # noqa: E402
 from train_modes import PARAMS_GUESS, t_opt  # noqa: E402
 from train_report import predict_step  # noqa: E402
 from zoo import paired_bounds, verdict  # noqa: E402
@@ -90,17 +90,16 @@ def summarize(results, rate, model):
                 block=results[0]["block"], rounds=results[0]["rounds"], arms={})
     for arm in arms:
         cpu = host_cpu(blocks, arm)
-        weights = results[0]["weight_abs_sum"][arm]
+        apart = None if base is None else \
+            abs(results[0]["weight_abs_sum"][arm] - base) / max(abs(base), 1e-12)
         cell["arms"][arm] = dict(
             round_step_s=steps[arm], step_s=statistics.median(steps[arm]),
             min_s=min(steps[arm]), max_s=max(steps[arm]),
             cpu_host_s=cpu[0], cpu_worker_s=cpu[1], cpu_server_s=cpu[2],
             layout=results[0].get("layout", {}).get(arm, {}),
             loss_last=results[0]["blocks"][arm][-1]["loss"],
-            weights_vs_sum=None if base is None else
-            abs(weights - base) / max(abs(base), 1e-12))
-        cell["arms"][arm]["same_weights_as_sum"] = None if base is None else \
-            cell["arms"][arm]["weights_vs_sum"] <= SAME_WEIGHTS
+            weights_vs_sum=apart,
+            same_weights_as_sum=None if apart is None else apart <= SAME_WEIGHTS)
     single = results[0]["blocks"].get(SINGLE)  # --predict: rank 0's lone local step
     if single:
         lone = [b["step_s"] for b in single]
@@ -231,10 +230,8 @@ def run_cell(args, hosts, rate, model, workdir):
         cluster.start(lambda rank: argv)
         cluster.wait()
         cluster.check()
-        results = [json.loads(line[len("INTERLEAVED_RESULT "):])
-                   for rank in range(hosts.n)
-                   for line in cluster.result("worker", rank).stdout.splitlines()
-                   if line.startswith("INTERLEAVED_RESULT ")]
+        results = [r for rank in range(hosts.n) for r in parse_results(
+            cluster.result("worker", rank).stdout, "INTERLEAVED_RESULT ")]
         if len(results) != hosts.n:
             raise ClusterError("a worker printed no INTERLEAVED_RESULT line (logs in %s)"
                                % workdir)
@@ -243,7 +240,7 @@ def run_cell(args, hosts, rate, model, workdir):
         cluster.close()
 
 
-def main():
+def make_parser():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true",
                         help="toy sizes: the smoke_ BERT, 1gbit, 2 rounds of 2 steps")
@@ -269,6 +266,11 @@ def main():
     parser.add_argument("--keep-logs", action="store_true")
     parser.add_argument("--summary", nargs="+", metavar="JSON", default=None,
                         help="only print one line per cell of saved interleaved_<tag>.json")
+    return parser
+
+
+def main():
+    parser = make_parser()
     args = parser.parse_args()
     if args.summary:
         print(summary(args.summary))
@@ -287,6 +289,12 @@ def main():
     ok, why = available()
     if not ok:
         sys.exit("interleaved.py needs network namespaces: " + why)
+    return sweep(args)
+
+
+def sweep(args):
+    """Every (link, model) cell of args, one job each; writes the report. 1 if a cell
+    failed."""
     started, t_start = datetime.datetime.now().astimezone(), time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="interleaved-"))
     cells, failed = [], []

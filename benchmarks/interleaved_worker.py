@@ -57,7 +57,8 @@ def rotated(arms, round_index):
 
 
 def build_arm(arm, model_name, batch):
-    """(model, optimizer, step) of one arm, its variables under the name scope `arm`."""
+    """(model, optimizer, step) of one arm (or SINGLE: Keras' own SGD, no communication),
+    its variables under the name scope `arm`."""
     import keras
     import tensorflow as tf
     from train_models import make_step
@@ -92,20 +93,6 @@ class ServerCpu:
         return (_pid_cpu(self.pid) or 0.0) if self.pid else 0.0
 
 
-def build_single(model_name, batch):
-    """(model, step) of the lone local step: the model under the name scope "single",
-    Keras' own SGD, no communication (train_bench's single process)."""
-    import keras
-    import tensorflow as tf
-    from train_models import make_step, sgd
-
-    with keras.name_scope(SINGLE):
-        model = build_model(model_name)
-    optimizer = sgd(model_name)
-    optimizer.build(model.trainable_variables)
-    return model, tf.function(make_step(model, optimizer, loss_fn()), jit_compile=False)
-
-
 def run(args):
     import sfb
     import tensorflow as tf
@@ -121,7 +108,7 @@ def run(args):
         # The cost model's inputs, measured once for every arm as plan="auto" measures
         # them (collective), on the lone step's model; rank 0 alone then times that step
         # in every round while the others wait at a barrier: train_bench's single process.
-        single, steps[SINGLE] = build_single(args.model, args.batch)
+        single, _, steps[SINGLE] = build_arm(SINGLE, args.model, args.batch)
         measured = plan_inputs(single, args)
     for arm in args.arms:
         model, optimizer, step = build_arm(arm, args.model, args.batch)
@@ -150,17 +137,8 @@ def run(args):
                 if timed is not None:
                     blocks[arm].append(dict(round=r, **timed))
                 continue
-            step = steps[arm]
-            float(step(x, y))  # the switch: caches and threads back on this arm
-            t0, cpu0, server0 = time.perf_counter(), time.process_time(), server_cpu()
-            for _ in range(args.block):
-                loss = float(step(x, y))
-            wall = time.perf_counter() - t0
-            blocks[arm].append(dict(
-                round=r, step_s=round(wall / args.block, 5),
-                cpu_s=round((time.process_time() - cpu0) / args.block, 5),
-                server_cpu_s=round((server_cpu() - server0) / args.block, 5),
-                loss=loss))
+            blocks[arm].append(dict(round=r, **timed_block(steps[arm], x, y, args.block,
+                                                           server_cpu)))
         if rank == 0:
             print("[interleaved] round %d of %d: %s" % (r + 1, args.rounds, ", ".join(
                 "%s %.3f s" % (arm, blocks[arm][-1]["step_s"]) for arm in arms)),
@@ -176,18 +154,23 @@ def run(args):
                 plan_inputs=inputs, pid=os.getpid()), hvd.shutdown
 
 
+def timed_block(step, x, y, count, server_cpu):
+    """One untimed step (the switch: caches and threads back on this step), then `count`
+    timed ones: per step, {step_s, cpu_s (this process), server_cpu_s (`server_cpu()`'s
+    growth), loss (the last)}."""
+    float(step(x, y))
+    t0, cpu0, server0 = time.perf_counter(), time.process_time(), server_cpu()
+    for _ in range(count):
+        loss = float(step(x, y))
+    return dict(step_s=round((time.perf_counter() - t0) / count, 5),
+                cpu_s=round((time.process_time() - cpu0) / count, 5),
+                server_cpu_s=round((server_cpu() - server0) / count, 5), loss=loss)
+
+
 def lone_block(step, x, y, count, rank, hvd):
-    """Rank 0 runs `count` local steps (after an untimed one) while the others wait at a
-    barrier; rank 0's {step_s, cpu_s, server_cpu_s, loss}, None elsewhere."""
-    timed = None
-    if rank == 0 and count:
-        float(step(x, y))
-        t0, cpu0 = time.perf_counter(), time.process_time()
-        for _ in range(count):
-            loss = float(step(x, y))
-        timed = dict(step_s=round((time.perf_counter() - t0) / count, 5),
-                     cpu_s=round((time.process_time() - cpu0) / count, 5),
-                     server_cpu_s=0.0, loss=loss)
+    """Rank 0 runs a timed_block of `count` local steps while the others wait at a
+    barrier; rank 0's block (no server works for it), None elsewhere."""
+    timed = timed_block(step, x, y, count, lambda: 0.0) if rank == 0 and count else None
     hvd.barrier()
     return timed
 

@@ -45,9 +45,10 @@ def horovod_env(**more):
     return env
 
 
-def parse_results(text):
-    return [json.loads(line[len("TRAIN_RESULT "):]) for line in text.splitlines()
-            if line.startswith("TRAIN_RESULT ")]
+def parse_results(text, prefix="TRAIN_RESULT "):
+    """The JSON of every line of `text` that starts with `prefix`."""
+    return [json.loads(line[len(prefix):]) for line in text.splitlines()
+            if line.startswith(prefix)]
 
 
 def write_pids(path, labelled):

@@ -310,8 +310,9 @@ def measure_cluster(refresh=False, repeats=5):
 
 def apply_cost(model, steps=5):
     """CPU seconds per parameter byte of a plain SGD update of `model`'s trainable
-    variables on this worker (variable -= rate · gradient), the median of `steps`: the worker's part
-    of a step after its gradients are back (more for optimizers with slots)."""
+    variables on this worker (variable -= rate · gradient), the median of `steps`: the
+    worker's part of a step after its gradients are back (more for optimizers with
+    slots)."""
     import tensorflow as tf
 
     variables = model.trainable_variables
@@ -329,20 +330,26 @@ def apply_cost(model, steps=5):
     return _median_cpu_seconds(update, steps) / nbytes
 
 
-def _median_cpu_seconds(function, steps):
-    """The median CPU seconds of this process over `steps` calls of a tf.function (after
-    one that traces it). CPU, not wall time: every worker probes at once, and where
-    workers share cores (several on one machine, or emulated hosts) the wall time of one
-    also counts the others' turns. The cost model divides the host's CPU by its cores
-    itself; on an idle core the two agree (the update runs on one thread). Three BERT-
-    shaped workers on 2 cores timed their SGD-with-momentum update at 2.4 times its CPU."""
+def _median_seconds(function, steps, clock=time.perf_counter):
+    """The median seconds by `clock` of `steps` calls of a tf.function (after one that
+    traces it)."""
     function()
     times = []
     for _ in range(steps):
-        start = time.process_time()
+        start = clock()
         function().numpy()
-        times.append(time.process_time() - start)
+        times.append(clock() - start)
     return float(np.median(times))
+
+
+def _median_cpu_seconds(function, steps):
+    """_median_seconds in this process's CPU seconds. CPU, not wall time: every worker
+    probes at once, and where workers share cores (several on one machine, or emulated
+    hosts) the wall time of one also counts the others' turns. The cost model divides the
+    host's CPU by its cores itself; on an idle core the two agree (the update runs on one
+    thread). Three BERT-shaped workers on 2 cores timed their SGD-with-momentum update at
+    2.4 times its CPU."""
+    return _median_seconds(function, steps, clock=time.process_time)
 
 
 OPTIMIZER_PROBE_BYTES = 4 << 20
