@@ -7,6 +7,8 @@ trains the single-process oracle with the same code (test_training.py, test_sfb.
 """
 
 import importlib
+import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -43,15 +45,29 @@ def train_on_cluster(tmp_path_factory, script, num_workers, num_servers, timeout
 
 
 def worker_module(script):
-    """The worker `script` imported into this process, to train the oracle."""
+    """The worker `script` imported into this process, to train the oracle: loaded from
+    its own path, under a name of its own, so that a module of the same name imported
+    earlier in this process (benchmarks/train_worker.py, for one) cannot stand in for it.
+    Its folder goes on sys.path for the modules it imports beside it."""
     try:
         harness.pin_threads()
     except RuntimeError:
         pass  # TF already runs in this process (an earlier test): keep its thread pools
-    folder = str(Path(script).resolve().parent)
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
-    return importlib.import_module(Path(script).stem)
+    path = Path(script).resolve()
+    if str(path.parent) not in sys.path:
+        sys.path.insert(0, str(path.parent))
+    name = "tfps_test_worker" + re.sub(r"\W", "_", str(path.with_suffix("")))
+    module = sys.modules.get(name)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[name]
+            raise
+    return module
 
 
 def saved_weights(saved, prefix):
