@@ -76,8 +76,11 @@ def cpu_seconds(pid):
 def test_half_open_connections_are_capped_logged_and_registration_goes_on(tmp_path):
     require_build()
     soft, hard, attackers = 256, 4096, 2000  # the cap is then 4096 / 4 = 1024
-    job = Job(tmp_path, preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE,
-                                                              (soft, hard)))
+    # The server registers before the flood and waits for the cluster through all of it
+    # (up to 30 s to start, 40 s of flood, 30 s to register): its rendezvous must outlast
+    # that, or it gives up, leaves, and the worker below waits for a server that is gone.
+    job = Job(tmp_path, env={"TFPS_TIMEOUT": "110"},
+              preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard)))
     log_path = tmp_path / "scheduler.log"
     held, reopened, most = [], 0, 0
 
@@ -117,6 +120,7 @@ def test_half_open_connections_are_capped_logged_and_registration_goes_on(tmp_pa
         text = log()
         assert re.search(r"the scheduler closed \d+ connection\(s\) to tcp://127\.0\.0\.1:\d+ "
                          r"that sent nothing for 2 s while at least 1024 were open", text), text
+        assert job.server.poll() is None, job.server_log_text()
         # A real member registers while the flood goes on.
         assert job.register_workers(1).startswith("127.0.0.1:")
         assert job.scheduler.poll() is None
