@@ -26,7 +26,11 @@ def two_layers():
             layers.Layer("b", "other", MB, None, 1, 1e6)]
 
 
-def step(model, machine=MACHINE, cluster=Cluster(2, bandwidth=1e9, latency=0.0)):
+# Servers on machines of their own: a partition's pull comes back on the workers' other
+# direction right after its push (beside the workers, replies queue behind the pushes:
+# test_plan_cost.test_replies_of_servers_beside_the_workers_queue_on_the_link).
+def step(model, machine=MACHINE, cluster=Cluster(2, dedicated_servers=2, bandwidth=1e9,
+                                                 latency=0.0)):
     return steptime.step_time(model, [Choice()] * len(model), cluster, machine, 1,
                               steptime.Settings(MB, 0, 0))
 

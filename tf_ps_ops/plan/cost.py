@@ -227,7 +227,12 @@ class LayerCost:
     workers' and servers' codecs, sums, updates and rebuilds; host_bytes, the bytes its
     processes send plus receive (loopback included); host_messages, the collectives its
     processes take part in (each costs Machine.transport_per_message, as the tiny probe
-    push_pull does; a tensor's partitions are bytes, fused tensors one collective)."""
+    push_pull does; a tensor's partitions are bytes, fused tensors one collective).
+    reply_bytes: of link_bytes, the servers' replies. With servers beside the workers, a
+    host's link carries its workers' pushes to other hosts' servers and its servers'
+    replies to other hosts' workers: a partition's reply leaves once its pushes are in,
+    on a link as busy as this one (the hosts are alike), so it queues behind the pushes
+    there instead of following its own push as tail_bytes."""
     link_bytes: float
     messages: int
     tail_bytes: float
@@ -236,6 +241,7 @@ class LayerCost:
     host_cpu: float = 0.0
     host_bytes: float = 0.0
     host_messages: float = 0.0
+    reply_bytes: float = 0.0
 
 
 def _server_link(w, cluster, hierarchical):
@@ -245,6 +251,17 @@ def _server_link(w, cluster, hierarchical):
         return max(per_host * w, workers * w / cluster.dedicated_servers)
     s, p2 = cluster.servers_per_host, cluster.servers
     return w * (per_host * (p2 - s) + s * (workers - per_host)) / p2
+
+
+def _server_reply(w, cluster, hierarchical):
+    """Of _server_link's bytes, the replies of this host's servers to other hosts'
+    workers (none from dedicated server machines: they reach the workers' other
+    direction)."""
+    if cluster.dedicated_servers:
+        return 0.0
+    per_host = 1 if hierarchical else cluster.workers_per_host
+    workers = cluster.hosts * per_host if hierarchical else cluster.workers
+    return w * cluster.servers_per_host * (workers - per_host) / cluster.servers
 
 
 def layer_cost(layer, choice, cluster, machine, batch_size, partition_bytes):
@@ -268,12 +285,14 @@ def layer_cost(layer, choice, cluster, machine, batch_size, partition_bytes):
             bias = _summed(4 * (layer.params - n * m), Choice(), cluster, machine,
                            partition_bytes)
         rebuild = n * m * p1 * (k / machine.rebuild_rate + machine.rebuild_per_element)
-        # Each worker sends its factors once and receives every peer's.
+        # Each worker sends its factors once and receives every peer's, which arrive
+        # while it sends (the peers send theirs at the same time): no tail.
         return LayerCost(L * (p1 - L) * factors + bias.link_bytes, (p1 - 1) + bias.messages,
-                         factors, bias.cpu_before, max(rebuild, bias.cpu_after),
+                         bias.tail_bytes, bias.cpu_before, max(rebuild, bias.cpu_after),
                          host_cpu=L * rebuild + bias.host_cpu,
                          host_bytes=L * p1 * factors + bias.host_bytes,
-                         host_messages=L * p1 + bias.host_messages)
+                         host_messages=L * p1 + bias.host_messages,
+                         reply_bytes=bias.reply_bytes)
     summed = _summed(layer.bytes, choice, cluster, machine, partition_bytes)
     if choice.mode == PS_DENSE:  # each variable's push and update on its own
         server = p1 * layer.variables / cluster.servers * machine.server_ps_variable_cpu
@@ -302,7 +321,7 @@ def _sparse_cost(layer, choice, cluster, machine, batch_size, partition_bytes):
     if choice.mode == GATHER:
         sent = rows * (4 * width + GATHER_INDEX_BYTES)
         L = min(cluster.workers_per_host, p1)
-        return LayerCost(L * (p1 - L) * sent, p1 - 1, sent, 0.0, p1 * rows * add,
+        return LayerCost(L * (p1 - L) * sent, p1 - 1, 0.0, 0.0, p1 * rows * add,  # as SFB
                          host_cpu=L * p1 * rows * add, host_bytes=L * p1 * sent,
                          host_messages=L * p1)
     row = 4 * width + PS_INDEX_BYTES
@@ -316,12 +335,15 @@ def _sparse_cost(layer, choice, cluster, machine, batch_size, partition_bytes):
     server_partitions = p1 * partitions / cluster.servers * machine.server_partition_cpu
     server = p1 * pushed / cluster.servers * machine.sum_per_byte / machine.server_threads
     L, s = _per_host(cluster)
-    return LayerCost(_rows_link(pushed, pulled, cluster), 1, pulled, worker_partitions,
+    link = _rows_link(pushed, pulled, cluster)
+    reply = 0.0 if cluster.dedicated_servers else \
+        min(link, s * (p1 - L) * pulled / cluster.servers)
+    return LayerCost(link, 1, pulled if cluster.dedicated_servers else 0.0, worker_partitions,
                      server + server_partitions + pulled / row * add,
                      host_cpu=L * (pulled / row * add + worker_partitions)
                      + s * (server * machine.server_threads + server_partitions),
                      host_bytes=(L + s * p1 / cluster.servers) * (pushed + pulled),
-                     host_messages=(L + s * p1 / cluster.servers) * 2)
+                     host_messages=(L + s * p1 / cluster.servers) * 2, reply_bytes=reply)
 
 
 def _rows_link(pushed, pulled, cluster):
@@ -360,11 +382,12 @@ def _summed(raw, choice, cluster, machine, partition_bytes):
     if choice.mode == PS_DENSE:  # the servers update the parameters
         server_cpu += s * raw / cluster.servers * machine.apply_per_byte
     return LayerCost(_server_link(wire, cluster, hierarchical), partitions,
-                     min(wire, wire / partitions), raw * encode,
-                     server + raw * decode + local,
+                     min(wire, wire / partitions) if cluster.dedicated_servers else 0.0,
+                     raw * encode, server + raw * decode + local,
                      host_cpu=senders * raw * (encode + decode) + local + server_cpu,
                      host_bytes=(senders + share) * 2 * wire,
-                     host_messages=(senders + share) * 2)
+                     host_messages=(senders + share) * 2,
+                     reply_bytes=_server_reply(wire, cluster, hierarchical))
 
 
 def _per_host(cluster):

@@ -31,6 +31,7 @@ KEEP_GAIN = 0.005  # reverting the plan's small departures may cost this much in
 PARTITIONS = (1 << 18, 1 << 20, 4 << 20, 16 << 20)
 FUSIONS = (0, 1 << 16, 1 << 18, 1 << 20)
 CREDITS = (0, 1 << 20, 4 << 20, 16 << 20)
+PAIR_LAYERS = 4  # the largest layers whose choices _refine also changes two at a time
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,24 +160,32 @@ def _refine(layers, cluster, machine, batch_size, best, fixed, allowed_codecs, m
             ps_codecs=None, passes=2):
     """Coordinate descent on the timeline: the per-layer choice above adds link and CPU
     time, but on the timeline they overlap; try each layer's other candidates under the
-    best settings and keep what shortens the predicted step."""
+    best settings and keep what shortens the predicted step. Then the PAIR_LAYERS largest
+    layers two at a time, where one change alone does not pay but two do (two layers'
+    SFB rebuilds queue on the CPU one after another: trading one for a codec frees it)."""
     time, choices, settings, per_layer = best
     choices = list(choices)
-    for _ in range(passes):
-        improved = False
-        for index, layer in enumerate(layers):
-            if layer.name in fixed:
-                continue
-            for candidate in _candidates(layer, allowed_codecs, modes, ps_codecs):
-                if candidate == choices[index]:
+    free = [i for i, layer in enumerate(layers) if layer.name not in fixed]
+    options = {i: _candidates(layers[i], allowed_codecs, modes, ps_codecs) for i in free}
+    largest = sorted(free, key=lambda i: -layers[i].bytes)[:PAIR_LAYERS]
+    moves = [[(i, c)] for i in free for c in options[i]]
+    pairs = [[(i, a), (j, b)] for i, j in itertools.combinations(largest, 2)
+             for a in options[i] for b in options[j]]
+    for group in (moves, pairs):
+        for _ in range(passes):
+            improved = False
+            for move in group:
+                if all(choices[i] == c for i, c in move):
                     continue
-                trial = choices[:index] + [candidate] + choices[index + 1:]
+                trial = list(choices)
+                for i, c in move:
+                    trial[i] = c
                 t, trial_layers = steptime.step_time(layers, trial, cluster, machine, batch_size,
                                                      settings)
                 if t < time * (1 - 1e-9):
                     time, choices, per_layer, improved = t, trial, trial_layers, True
-        if not improved:
-            break
+            if not improved:
+                break
     return time, tuple(choices), settings, per_layer
 
 

@@ -69,6 +69,7 @@ def _messages(layers, costs, ready, settings):
             cost.messages == 1
         if small and group and group["raw"] + layers[index].bytes <= settings.fusion_bytes:
             group["bytes"] += cost.link_bytes
+            group["reply"] += cost.reply_bytes
             group["raw"] += layers[index].bytes
             group["ready"] = max(group["ready"], ready[index])
             group["priority"] = min(group["priority"], index)
@@ -78,7 +79,8 @@ def _messages(layers, costs, ready, settings):
             out.append(group)
             group = None
         entry = dict(ready=ready[index], priority=index, bytes=cost.link_bytes,
-                     messages=cost.messages, raw=layers[index].bytes, layers=[index])
+                     reply=cost.reply_bytes, messages=cost.messages, raw=layers[index].bytes,
+                     layers=[index])
         if small:
             group = entry
         else:
@@ -182,14 +184,18 @@ def _timeline(layers, costs, forward, backward, cluster, machine, settings):
     bandwidth = cluster.bandwidth
     if settings.credit:  # a window of `credit` bytes in flight: one round trip per window
         bandwidth *= settings.credit / (settings.credit + cluster.bandwidth * cluster.latency)
-    # Each message is cut into partitions, served one at a time.
+    # Each message is cut into partitions, served one at a time: a partition's pushes,
+    # then (servers beside the workers: LayerCost.reply_bytes) its replies, queued on the
+    # link once the pushes are in. The last partition's completes its layers.
     pieces = []
     for order, msg in enumerate(_messages(layers, costs, ready, settings)):
         count = msg["messages"]
         for piece in range(count):
             pieces.append((msg["ready"], msg["priority"], order, piece,
-                           msg["bytes"] / count / bandwidth + machine.message_overhead,
-                           msg["layers"] if piece == count - 1 else []))
+                           (msg["bytes"] - msg["reply"]) / count / bandwidth
+                           + machine.message_overhead,
+                           msg["layers"] if piece == count - 1 else [],
+                           msg["reply"] / count / bandwidth))
     pieces.sort(key=lambda p: (p[0], p[2], p[3]))
     done = [t_bwd_end if costs[i].messages == 0 else 0.0 for i in range(len(layers))]
     # The CPU work after a layer's bytes arrive (server sums, decoding, local sums,
@@ -201,11 +207,16 @@ def _timeline(layers, costs, forward, backward, cluster, machine, settings):
         while next_piece < len(pieces) and pieces[next_piece][0] <= clock:
             p = pieces[next_piece]
             # FIFO by readiness, or by priority (the layer nearest the input) under credit
-            heapq.heappush(waiting, ((p[1] if settings.credit else p[0]), p[2], p[3], p))
+            heapq.heappush(waiting, ((p[1] if settings.credit else p[0]), p[2], p[3], 0, p))
             next_piece += 1
         piece = heapq.heappop(waiting)[-1]
         inside += max(0.0, min(clock + piece[4], t_bwd_end) - clock)
         clock += piece[4]
+        if piece[6] > 0:  # its replies, ready now
+            reply = (clock, piece[1], piece[2], piece[3], piece[6], piece[5], 0.0)
+            heapq.heappush(waiting, ((reply[1] if settings.credit else clock), reply[2],
+                                     reply[3], 1, reply))
+            continue
         for index in piece[5]:
             c = costs[index]
             cpu_clock = max(cpu_clock, clock) + c.cpu_after
