@@ -231,8 +231,8 @@ class LayerCost:
     reply_bytes: of link_bytes, the servers' replies. With servers beside the workers, a
     host's link carries its workers' pushes to other hosts' servers and its servers'
     replies to other hosts' workers: a partition's reply leaves once its pushes are in,
-    on a link as busy as this one (the hosts are alike), so it queues behind the pushes
-    there instead of following its own push as tail_bytes."""
+    on a link as busy as this one (the hosts are alike), so it shares that link with the
+    pushes (steptime's timeline) instead of following its own push as tail_bytes."""
     link_bytes: float
     messages: int
     tail_bytes: float

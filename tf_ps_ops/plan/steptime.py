@@ -3,7 +3,8 @@
 `step_time` places a step's work on one timeline: backward produces gradients from the
 last layer to the first (or when the real step had each ready: Layer.ready), the link
 serves partitions (in ready order, or by priority — layers nearest the input first —
-under a scheduling credit), the worker updates each layer once its parameters are back,
+under a scheduling credit; with servers beside the workers, the servers' replies share
+the link with the pushes), the worker updates each layer once its parameters are back,
 and the next step starts once every layer's are.
 
 A host's cores bound the step from below as its link does (`host_cpu`): per step, the
@@ -185,8 +186,12 @@ def _timeline(layers, costs, forward, backward, cluster, machine, settings):
     if settings.credit:  # a window of `credit` bytes in flight: one round trip per window
         bandwidth *= settings.credit / (settings.credit + cluster.bandwidth * cluster.latency)
     # Each message is cut into partitions, served one at a time: a partition's pushes,
-    # then (servers beside the workers: LayerCost.reply_bytes) its replies, queued on the
-    # link once the pushes are in. The last partition's completes its layers.
+    # then (servers beside the workers: LayerCost.reply_bytes) its replies, on the link
+    # once the pushes are in. A reply goes before the pushes still waiting: it travels
+    # on a connection of its own (server to worker), which TCP serves beside the pushes'
+    # instead of behind them, so the layers come back one by one as on the real link;
+    # the bytes through the link are the same in any order. The last partition's reply
+    # completes its layers.
     pieces = []
     for order, msg in enumerate(_messages(layers, costs, ready, settings)):
         count = msg["messages"]
@@ -206,16 +211,17 @@ def _timeline(layers, costs, forward, backward, cluster, machine, settings):
             clock = pieces[next_piece][0]
         while next_piece < len(pieces) and pieces[next_piece][0] <= clock:
             p = pieces[next_piece]
-            # FIFO by readiness, or by priority (the layer nearest the input) under credit
-            heapq.heappush(waiting, ((p[1] if settings.credit else p[0]), p[2], p[3], 0, p))
+            # FIFO by readiness, or by priority (the layer nearest the input) under
+            # credit; replies (0) before pushes (1)
+            heapq.heappush(waiting, (1, (p[1] if settings.credit else p[0]), p[2], p[3], p))
             next_piece += 1
         piece = heapq.heappop(waiting)[-1]
         inside += max(0.0, min(clock + piece[4], t_bwd_end) - clock)
         clock += piece[4]
         if piece[6] > 0:  # its replies, ready now
             reply = (clock, piece[1], piece[2], piece[3], piece[6], piece[5], 0.0)
-            heapq.heappush(waiting, ((reply[1] if settings.credit else clock), reply[2],
-                                     reply[3], 1, reply))
+            heapq.heappush(waiting, (0, (reply[1] if settings.credit else clock), reply[2],
+                                     reply[3], reply))
             continue
         for index in piece[5]:
             c = costs[index]
