@@ -106,13 +106,7 @@ def summarize(results, rate, model):
         cell["single"] = dict(round_step_s=lone, step_s=statistics.median(lone),
                               min_s=min(lone), max_s=max(lone),
                               cpu_s=statistics.median(b["cpu_s"] for b in single))
-        for arm in arms:
-            inputs = (results[0].get("plan_inputs") or {}).get(arm)
-            if inputs and inputs.get("choices"):
-                a = cell["arms"][arm]
-                a["predicted_s"] = predict_step(inputs, cell["single"]["step_s"],
-                                                cell["batch"], cell["single"]["cpu_s"])
-                a["predicted_error"] = a["predicted_s"] / a["step_s"] - 1
+        predict(cell, results[0].get("plan_inputs") or {})
     for other in results[1:]:  # the plan's inputs are rank 0's on every worker
         other.pop("plan_inputs", None)
     cell["workers_results"] = results  # every block of every worker, to read again
@@ -123,6 +117,30 @@ def summarize(results, rate, model):
         cell["plan_vs"] = {arm: b and list(b) for arm, b in bounds.items()}
         cell["verdict"] = verdict(bounds)
     return cell
+
+
+def predict(cell, plan_inputs):
+    """Each arm's predicted step (train_report.predict_step) and its error, from the
+    cost model's inputs rank 0 measured (plan_inputs: {arm: inputs}) and the cell's lone
+    step."""
+    for arm, a in cell["arms"].items():
+        inputs = plan_inputs.get(arm)
+        if inputs and inputs.get("choices"):
+            a["predicted_s"] = predict_step(inputs, cell["single"]["step_s"], cell["batch"],
+                                            cell["single"]["cpu_s"])
+            a["predicted_error"] = a["predicted_s"] / a["step_s"] - 1
+
+
+def repredict(path):
+    """Predicts every arm of a saved --predict run again with the current cost model, from
+    the inputs the run measured, and rewrites its JSON and table."""
+    saved = json.loads(Path(path).read_text())
+    for cell in saved["cells"]:
+        if cell.get("single"):
+            predict(cell, cell["workers_results"][0].get("plan_inputs") or {})
+    meta = saved["meta"]
+    meta["repredicted"] = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+    return write_report(Path(path).parent, meta["tag"], meta, saved["cells"])
 
 
 def _layout(layout):
@@ -207,7 +225,9 @@ def write_report(folder, tag, meta, cells):
             "over the rounds of the plan's block ÷ the arm's block of the same round, "
             "one-sided 95%% bounds from a t-interval on the log ratios. Started %s, took %.0f "
             "s." % (meta["workers"], meta["batch"], meta["warmup"], meta["rounds"],
-                    meta["block"], meta["started"], meta["duration_s"]), "",
+                    meta["block"], meta["started"], meta["duration_s"])
+            + (" Predicted again with the cost model of %s (`interleaved.py --repredict`)."
+               % meta["repredicted"] if meta.get("repredicted") else ""), "",
             table(cells), ""]
     Path(str(stem) + ".md").write_text("\n".join(text))
     return [Path(str(stem) + ".json"), Path(str(stem) + ".md")]
@@ -266,14 +286,27 @@ def make_parser():
     parser.add_argument("--keep-logs", action="store_true")
     parser.add_argument("--summary", nargs="+", metavar="JSON", default=None,
                         help="only print one line per cell of saved interleaved_<tag>.json")
+    parser.add_argument("--repredict", nargs="+", metavar="JSON", default=None,
+                        help="only predict the arms of saved --predict runs again with the "
+                             "current cost model, from the inputs they measured (rewrites "
+                             "their JSON and .md)")
     return parser
 
 
 def main():
+    return main_args(sys.argv[1:])
+
+
+def main_args(argv):
     parser = make_parser()
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    args.argv = list(argv)
     if args.summary:
         print(summary(args.summary))
+        return 0
+    if args.repredict:
+        for path in args.repredict:
+            print("rewrote", ", ".join(str(p) for p in repredict(path)))
         return 0
     if args.smoke:
         args.rates, args.models, args.rounds = "1gbit", "smoke_bert", 2
@@ -325,7 +358,7 @@ def sweep(args):
             shutil.rmtree(workdir, ignore_errors=True)
     models = args.models.split(",")
     meta = dict(tag=args.tag, command="python3 benchmarks/interleaved.py " + " ".join(
-        sys.argv[1:]), started=started.isoformat(timespec="seconds"),
+        args.argv), started=started.isoformat(timespec="seconds"),
         duration_s=round(time.monotonic() - t_start, 1), workers=args.hosts,
         batch={m: zoo_models.BATCH.get(m, 32) for m in models}, warmup=args.warmup,
         rounds=args.rounds, block={m: args.block or BLOCK.get(m, 10) for m in models},

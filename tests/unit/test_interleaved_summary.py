@@ -87,3 +87,31 @@ def test_the_summary_gives_a_line_per_saved_cell(tmp_path):
     assert len(lines) == 3 and lines[2].startswith("| x | 10gbit | 1 | m | 3 variables |")
     mean = math.exp(np.mean(np.log(np.array(steps["auto"]) / np.array(steps["sum"]))))
     assert "sum %.2f [" % mean in lines[2] and "auto -12%" in lines[2]
+
+
+def test_repredict_predicts_a_saved_run_again_from_its_measured_inputs(tmp_path):
+    # A real --predict run's JSON (the DLRM at 2 hosts, 1 Gbit/s), with its predictions
+    # spoiled: --repredict puts back what the cost model gives its saved inputs and the
+    # lone step, and says so in the table.
+    from train_report import predict_step
+
+    saved = json.loads(open(os.path.join(ROOT, "benchmarks", "results",
+                                         "interleaved_2h_1gbit_dlrm.json")).read())
+    saved["meta"]["tag"] = "spoiled"
+    for a in saved["cells"][0]["arms"].values():
+        a["predicted_s"], a["predicted_error"] = 1.0, 99.0
+    path = tmp_path / "interleaved_spoiled.json"
+    path.write_text(json.dumps(saved))
+    assert interleaved.main_args(["--repredict", str(path)]) == 0
+    again = json.loads(path.read_text())
+    cell = again["cells"][0]
+    inputs = cell["workers_results"][0]["plan_inputs"]
+    assert set(inputs) == set(cell["arms"]) and len(inputs) == 5
+    for arm, a in cell["arms"].items():
+        expected = predict_step(inputs[arm], cell["single"]["step_s"], cell["batch"],
+                                cell["single"]["cpu_s"])
+        assert a["predicted_s"] == pytest.approx(expected, rel=1e-12)
+        assert a["predicted_error"] == pytest.approx(expected / a["step_s"] - 1, rel=1e-12)
+        assert 0.5 < a["predicted_s"] / a["step_s"] < 2
+    assert "Predicted again with the cost model of" in (tmp_path / "interleaved_spoiled.md") \
+        .read_text()
