@@ -98,6 +98,9 @@ NOTES["train_zoo_2h_1gbit_cpu"] = NOTES["train_zoo_3h_1gbit_cpu"] = (
     "per-variable server CPU")
 NOTES["train_zoo_2h_10gbit_cpu"] = NOTES["train_zoo_2h_1gbit_cpu"].replace(
     "pooled probes;", "pooled probes and the run's own optimizer's update cost;")
+for _tag in ("train_zoo_2h_1gbit_cpu", "train_zoo_3h_1gbit_cpu", "train_zoo_2h_10gbit_cpu",
+             "train_zoo_2h_dlrm200", "train_zoo_3h_dlrm200"):
+    NOTES[_tag] += ", and once the servers' replies shared the link with the pushes"
 PILOT_MODES = ";".join(["%s=single+sum+mwms" % m for m in zoo_models.ZOO if m != "dlrm"]
                        + ["dlrm=single+sum+ps+mwms+pss"])
 
@@ -141,7 +144,10 @@ def render(results_dir):
              "average around it and the per-model batch. The DLRM looks its rows up with "
              "tf_ps_ops.keras.Embedding since the runs marked so; before, with Keras's "
              "Embedding, TensorFlow copied its 512 MB table every step (0.45-0.6 s of its "
-             "local step), which every mode paid alike.", ""]
+             "local step), which every mode paid alike. A row's predicted step is the "
+             "cost model's of the day the run was made, from the inputs it measured; runs "
+             "marked \"predicted again\" were predicted from those inputs with a later "
+             "model (`train_bench.py --report JSON --repredict`).", ""]
     if not found:
         parts += ["Not measured yet.", ""]
     for path in found:
