@@ -245,23 +245,21 @@ class LayerCost:
 
 
 def _server_link(w, cluster, hierarchical):
-    per_host = 1 if hierarchical else cluster.workers_per_host
-    workers = cluster.hosts * per_host if hierarchical else cluster.workers
-    if cluster.dedicated_servers:
-        return max(per_host * w, workers * w / cluster.dedicated_servers)
-    s, p2 = cluster.servers_per_host, cluster.servers
-    return w * (per_host * (p2 - s) + s * (workers - per_host)) / p2
+    return _server_shares(w, cluster, hierarchical)[0]
 
 
-def _server_reply(w, cluster, hierarchical):
-    """Of _server_link's bytes, the replies of this host's servers to other hosts'
-    workers (none from dedicated server machines: they reach the workers' other
+def _server_shares(w, cluster, hierarchical):
+    """(bytes per direction through the busiest host when each worker (or host leader)
+    pushes and pulls `w`, of them the replies of this host's servers to other hosts'
+    workers: none from dedicated server machines, which reach the workers' other
     direction)."""
-    if cluster.dedicated_servers:
-        return 0.0
     per_host = 1 if hierarchical else cluster.workers_per_host
     workers = cluster.hosts * per_host if hierarchical else cluster.workers
-    return w * cluster.servers_per_host * (workers - per_host) / cluster.servers
+    if cluster.dedicated_servers:
+        return max(per_host * w, workers * w / cluster.dedicated_servers), 0.0
+    s, p2 = cluster.servers_per_host, cluster.servers
+    return (w * (per_host * (p2 - s) + s * (workers - per_host)) / p2,
+            w * s * (workers - per_host) / p2)
 
 
 def layer_cost(layer, choice, cluster, machine, batch_size, partition_bytes):
@@ -335,9 +333,7 @@ def _sparse_cost(layer, choice, cluster, machine, batch_size, partition_bytes):
     server_partitions = p1 * partitions / cluster.servers * machine.server_partition_cpu
     server = p1 * pushed / cluster.servers * machine.sum_per_byte / machine.server_threads
     L, s = _per_host(cluster)
-    link = _rows_link(pushed, pulled, cluster)
-    reply = 0.0 if cluster.dedicated_servers else \
-        min(link, s * (p1 - L) * pulled / cluster.servers)
+    link, reply = _rows_link(pushed, pulled, cluster)
     return LayerCost(link, 1, pulled if cluster.dedicated_servers else 0.0, worker_partitions,
                      server + server_partitions + pulled / row * add,
                      host_cpu=L * (pulled / row * add + worker_partitions)
@@ -347,17 +343,20 @@ def _sparse_cost(layer, choice, cluster, machine, batch_size, partition_bytes):
 
 
 def _rows_link(pushed, pulled, cluster):
-    """Bytes per direction through the busiest host when each worker pushes `pushed`
-    and pulls `pulled`, both spread over the servers (PS mode's flat path)."""
+    """(bytes per direction through the busiest host when each worker pushes `pushed`
+    and pulls `pulled`, both spread over the servers (PS mode's flat path); of them the
+    replies of this host's servers to other hosts' workers, as _server_shares)."""
     L = min(cluster.workers_per_host, cluster.workers)
     p1 = cluster.workers
     if cluster.dedicated_servers:
         d = cluster.dedicated_servers
-        return max(L * max(pushed, pulled), p1 * max(pushed, pulled) / d)
+        return max(L * max(pushed, pulled), p1 * max(pushed, pulled) / d), 0.0
     s, p2 = cluster.servers_per_host, cluster.servers
-    out = (L * pushed * (p2 - s) + s * (p1 - L) * pulled) / p2
+    replies = s * (p1 - L) * pulled
+    out = (L * pushed * (p2 - s) + replies) / p2
     into = (s * (p1 - L) * pushed + L * pulled * (p2 - s)) / p2
-    return max(out, into)
+    link = max(out, into)
+    return link, min(link, replies / p2)
 
 
 def _summed(raw, choice, cluster, machine, partition_bytes):
@@ -381,13 +380,13 @@ def _summed(raw, choice, cluster, machine, partition_bytes):
     server_cpu = s * raw / cluster.servers * (pushes * decode_add + encode)
     if choice.mode == PS_DENSE:  # the servers update the parameters
         server_cpu += s * raw / cluster.servers * machine.apply_per_byte
-    return LayerCost(_server_link(wire, cluster, hierarchical), partitions,
+    link, reply = _server_shares(wire, cluster, hierarchical)
+    return LayerCost(link, partitions,
                      min(wire, wire / partitions) if cluster.dedicated_servers else 0.0,
                      raw * encode, server + raw * decode + local,
                      host_cpu=senders * raw * (encode + decode) + local + server_cpu,
                      host_bytes=(senders + share) * 2 * wire,
-                     host_messages=(senders + share) * 2,
-                     reply_bytes=_server_reply(wire, cluster, hierarchical))
+                     host_messages=(senders + share) * 2, reply_bytes=reply)
 
 
 def _per_host(cluster):
