@@ -50,11 +50,11 @@ def table_step(layer, optimizer, ids):
 
 
 def step_seconds(layer_class, optimizer, ids, rows, dim, steps):
-    from tf_ps_ops.plan import measure
+    from tf_ps_ops.plan import tensor_probe
 
     step = table_step(layer_class(rows, dim), optimizer, ids)
     step()  # the first row update switches the table's read mode
-    return measure._median_seconds(step, steps)  # after one more untimed step
+    return tensor_probe.median_seconds(step, steps)  # after one more untimed step
 
 
 def main():

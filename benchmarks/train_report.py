@@ -152,11 +152,18 @@ def prediction_inputs(inputs, single_step_s, batch, single_cpu_s=None):
     same sweep's single-process step."""
     import dataclasses
 
-    from tf_ps_ops.plan import cost, layers, steptime
+    from tf_ps_ops.plan import cost, layers, measure, steptime
 
     lay = layers.from_json(inputs["layers"])
     choices = [cost.parse_choice(c) for c in inputs["choices"]]
     machine = dict(inputs["machine"])
+    if "transport_per_partition" not in machine:
+        # Measured before the partition probe: the price per byte carried the big probe's
+        # cut; the default per partition takes it out (measure.measure_cluster does).
+        cut = cost.partition_count(measure.PROBE_BYTES, inputs["settings"]["partition_bytes"],
+                                   cost.Cluster(**inputs["cluster"]).servers) - 1
+        taken = cut * cost.TRANSPORT_PER_PARTITION / (2 * measure.PROBE_BYTES)
+        machine["transport_per_byte"] = max(0.0, machine["transport_per_byte"] - taken)
     machine["codec_per_byte"] = tuple((name, tuple(v)) for name, v in machine["codec_per_byte"])
     machine = cost.Machine(**machine)
     forward, backward = steptime.compute_times(

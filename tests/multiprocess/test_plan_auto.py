@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from oracles import saved_weights, train_on_cluster, worker_module
+from tf_ps_ops.plan import cost
 
 WORKER = Path(__file__).resolve().parent / "sfb_workers" / "plan_worker.py"
 SPARSE_WORKER = WORKER.parent / "plan_sparse_worker.py"
@@ -57,13 +58,15 @@ def test_auto_plan_trains_like_the_hand_picked_configuration(trained):
     # The CPU floor's inputs: both workers on this one machine are each a host of the
     # cost model (one host: every worker counts as its own), so they share its cores.
     cores = len(os.sched_getaffinity(0))
-    found = re.findall(r"([0-9.e+]+) cores per host, transport CPU ([0-9.e+]+) ns/byte and "
-                       r"([0-9.e+]+) us/message, SFB rebuild ([0-9.e+]+) GMAC/s \+ "
-                       r"([0-9.e+]+) ns per element and worker", logs[0])
+    found = re.findall(r"([0-9.e+]+) cores per host, transport CPU ([0-9.e+]+) ns/byte, "
+                       r"([0-9.e+]+) us/message and ([0-9.e+]+) us/partition, SFB rebuild "
+                       r"([0-9.e+]+) GMAC/s \+ ([0-9.e+]+) ns per element and worker", logs[0])
     assert len(found) == 6, logs[0][-3000:]
-    for per_host, per_byte, per_message, rebuild, rebuild_fixed in found:
+    for per_host, per_byte, per_message, per_partition, rebuild, rebuild_fixed in found:
         assert float(per_host) == pytest.approx(cores / 2, rel=1e-3)
         assert float(per_byte) > 0 and float(per_message) > 0 and float(rebuild) > 0, found
+        # one server: nothing of 128 KiB is cut, and the default price stays
+        assert float(per_partition) == pytest.approx(cost.TRANSPORT_PER_PARTITION * 1e6), found
         assert float(rebuild_fixed) >= 0, found
     # The model's step beside the link (profile.model_compute_loss): rank 0's on both.
     losses = [saved[rank]["model_losses"] for rank in (0, 1)]

@@ -371,19 +371,21 @@ def test_the_hosts_cores_bound_the_step_from_below():
     # layer's backward computes no input gradient), times 1.5 busy cores; the worker
     # pushes and pulls 4 MB (W), its server receives both workers' halves and sends the
     # sums back: 2·(1 + 1)·W bytes at 1 ns each; worker and server take part in a push
-    # and a pull each, 4 collectives at 50 us; the server adds the 2 pushes of its half
-    # (0.5 ns per byte).
+    # and a pull each, 4 collectives at 50 us; the engine cuts W in 4 partitions of 1 MB,
+    # 3 beyond the first for the worker and 3 for its server, at 30 us each; the server
+    # adds the 2 pushes of its half (0.5 ns per byte).
     a = layers.Layer("a", "other", MB, None, 1, 1e6)
     machine = cost.Machine(macs_per_s=1e9, sum_per_byte=0.5e-9, message_overhead=0.0,
                            codec_per_byte=(("none", (0, 0, 0.5e-9)),), compute_cpu=1.5,
-                           transport_per_byte=1e-9, transport_per_message=50e-6)
+                           transport_per_byte=1e-9, transport_per_message=50e-6,
+                           transport_per_partition=30e-6)
     cluster = Cluster(2, bandwidth=1e12, latency=0.0)
     unbounded, _ = steptime.step_time([a], [Choice()], cluster, machine, 1, steptime.Settings(MB))
     bounded, _ = steptime.step_time([a], [Choice()], cluster,
                                     dataclasses.replace(machine, cores_per_host=1.0), 1,
                                     steptime.Settings(MB))
     w = 4 * MB
-    cpu = 1.5 * 0.002 + 2 * 2 * w * 1e-9 + 2 * 2 * 50e-6 + w / 2 * 2 * 0.5e-9
+    cpu = 1.5 * 0.002 + 2 * 2 * w * 1e-9 + 2 * 2 * 50e-6 + 2 * 3 * 30e-6 + w / 2 * 2 * 0.5e-9
     assert unbounded < cpu  # a fast link: without the floor the step is compute and sums
     assert bounded == pytest.approx(cpu, rel=1e-9)
     two_cores, _ = steptime.step_time([a], [Choice()], cluster,

@@ -97,6 +97,12 @@ class Cluster:
 # benchmarks/results/ps_sparse_partitions.md: an untouched partition of a table in PS mode.
 PARTITION_CPU = 4.9e-6
 SERVER_PARTITION_CPU = 5.3e-6
+# benchmarks/results/tensor_cpu_2h_10gbit.md: a worker's CPU per partition the engine cuts
+# a tensor into beyond its first (measure.measure_cluster measures it on the job).
+TRANSPORT_PER_PARTITION = 55e-6
+# The engine's kMinSplitBytes (cc/engine/partition.cc): a larger tensor is cut into at
+# most one server's share, so that every server's link carries part of it.
+MIN_SPLIT_BYTES = 64 * 1024
 # benchmarks/results/ps_dense_variables.md: a dense variable in PS mode beyond summation,
 # on the servers, per worker's push.
 SERVER_PS_VARIABLE_CPU = 43.5e-6
@@ -143,6 +149,10 @@ class Machine:
     transport_per_byte: float = 0.0
     transport_per_message: float = 0.0
     compute_cpu: float = 1.0
+    # per partition the engine cuts a tensor into beyond its first (partition_count),
+    # by a worker or a server: a tensor of one partition costs transport_per_message
+    # and its bytes, one cut in two this more (most of it ZeroMQ's I/O thread)
+    transport_per_partition: float = TRANSPORT_PER_PARTITION
     # PS mode's sparse updates: every partition of an embedding table gets a push per
     # worker and step, rows or none, and a reply. CPU-seconds per partition beyond its
     # rows, a worker's (its push and the reply) and a server's (per worker's push and its
@@ -171,7 +181,18 @@ _DEFAULT_CODEC_COST = {"fp16": (0.15e-9, 0.1e-9, 0.15e-9), "bf16": (0.1e-9, 0.1e
 FREE = Machine(macs_per_s=math.inf, codec_per_byte=tuple(
     (c, (0.0, 0.0, 0.0)) for c in CODECS), sum_per_byte=0.0, rebuild_rate=math.inf,
     message_overhead=0.0, local_per_byte=0.0, partition_cpu=0.0, server_partition_cpu=0.0,
-    server_ps_variable_cpu=0.0)
+    server_ps_variable_cpu=0.0, transport_per_partition=0.0)
+
+
+def partition_count(raw, partition_bytes, servers):
+    """How many partitions the engine cuts a float32 tensor of `raw` bytes into
+    (PartitionTensor): of at most partition_bytes, and a tensor over MIN_SPLIT_BYTES of at
+    most one server's share."""
+    elements = max(1, raw // 4)
+    per_part = max(1, partition_bytes // 4)
+    if servers > 1 and raw > MIN_SPLIT_BYTES:
+        per_part = min(per_part, max(MIN_SPLIT_BYTES // 4, -(-elements // servers)))
+    return -(-elements // per_part)
 
 
 def wire_bytes(codec, elements, partition_elements):
@@ -378,13 +399,17 @@ def _summed(raw, choice, cluster, machine, partition_bytes):
     senders = 1 if hierarchical else L  # workers on the host that push and pull
     share = s * pushes / cluster.servers  # of every partition's pushes, this host's servers'
     server_cpu = s * raw / cluster.servers * (pushes * decode_add + encode)
+    # The engine's cut, beyond a tensor's first partition, on both ends (the timeline's
+    # pieces stay partition_bytes: how the link is shared, not what each costs the CPU).
+    cut = (senders + share) * (partition_count(raw, partition_bytes, cluster.servers) - 1) \
+        * machine.transport_per_partition
     if choice.mode == PS_DENSE:  # the servers update the parameters
         server_cpu += s * raw / cluster.servers * machine.apply_per_byte
     link, reply = _server_shares(wire, cluster, hierarchical)
     return LayerCost(link, partitions,
                      min(wire, wire / partitions) if cluster.dedicated_servers else 0.0,
                      raw * encode, server + raw * decode + local,
-                     host_cpu=senders * raw * (encode + decode) + local + server_cpu,
+                     host_cpu=senders * raw * (encode + decode) + local + server_cpu + cut,
                      host_bytes=(senders + share) * 2 * wire,
                      host_messages=(senders + share) * 2, reply_bytes=reply)
 

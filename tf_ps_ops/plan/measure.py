@@ -11,11 +11,12 @@
   while push_pulls run beside it (the fraction lost: the cores that communication takes
   from compute, large on one host over loopback);
 - the host's CPU budget, for the step's CPU floor (steptime.host_cpu): the transport's
-  CPU per byte (this worker's process CPU during the same probes) and per message (32
-  tiny push_pulls in one tf.function against one: message_cpu), SFB's rebuild rate (a
-  real factor exchange, its CPU per multiply-add: sfb_probe.py), and the cores per host (this
-  machine's cores over the job's hosts on it: hosts emulated on one machine, told apart
-  by the kernel's boot id, share its cores).
+  CPU per byte (this worker's process CPU during the same probes), per message (32
+  tiny push_pulls in one tf.function against one) and per partition the engine cuts a
+  tensor into (32 tensors of 128 KiB against 32 tiny ones: tensor_probe), SFB's rebuild
+  rate (a real factor exchange, its CPU per multiply-add: sfb_probe.py), and the cores
+  per host (this machine's cores over the job's hosts on it: hosts emulated on one
+  machine, told apart by the kernel's boot id, share its cores).
 
 Every worker must call `measure_cluster` at the same point (it runs collectives); rank 0's
 numbers are broadcast, so every worker makes the same plan.
@@ -30,7 +31,7 @@ import zlib
 
 import numpy as np
 
-from tf_ps_ops.plan import cost, sfb_probe
+from tf_ps_ops.plan import cost, sfb_probe, tensor_probe
 
 _logger = logging.getLogger("tf_ps_ops.plan")
 # Large enough that the copies of a push_pull (the worker's buffers, the servers' sums) do
@@ -58,8 +59,9 @@ class Measurements:
                 f"GMAC/s ({m.compute_loss:.0%} of it lost while communicating, its "
                 f"kernels' CPU +{m.compute_cpu_loss:.0%} then), "
                 f"{m.cores_per_host:.3g} cores per host, transport CPU "
-                f"{m.transport_per_byte * 1e9:.3g} ns/byte and "
-                f"{m.transport_per_message * 1e6:.3g} us/message, SFB rebuild "
+                f"{m.transport_per_byte * 1e9:.3g} ns/byte, "
+                f"{m.transport_per_message * 1e6:.3g} us/message and "
+                f"{m.transport_per_partition * 1e6:.3g} us/partition, SFB rebuild "
                 f"{m.rebuild_rate / 1e9:.3g} GMAC/s + {m.rebuild_per_element * 1e9:.3g} "
                 f"ns per element and worker, codec costs "
                 f"{'measured' if self.codecs_measured else 'assumed (no _core binding)'}")
@@ -103,31 +105,6 @@ def _time_push_pull(ops, tf, array, name, repeats):
         times.append(time.perf_counter() - start)
         cpu.append(time.process_time() - start_cpu)
     return float(np.median(times)), float(np.median(cpu))
-
-
-MESSAGE_PROBES = 32
-
-
-def message_cpu(ops, tf, name, repeats):
-    """CPU-seconds of this process per push or pull of a tensor inside a training step:
-    one tf.function with MESSAGE_PROBES tiny push_pulls (which the engine fuses, as it
-    fuses a model's small gradients) against one with a single one. A lone push_pull's
-    CPU is mostly the eager call around it, which a step pays once: counted per message
-    it put ResNet-50's predicted step 16% over the measured one at 10 Gbit/s."""
-    many = [tf.constant(np.zeros(1, np.float32)) for _ in range(MESSAGE_PROBES)]
-    chain = tf.function(lambda: tf.add_n([ops.allreduce(t, name=f"{name}.{i}")[:1]
-                                          for i, t in enumerate(many)]))
-    one = tf.function(lambda: ops.allreduce(many[0], name=f"{name}.one")[:1])
-    chain().numpy()  # trace; the first calls register the keys
-    one().numpy()
-    cpu_chain, cpu_one = [], []
-    for _ in range(repeats):
-        for function, out in ((chain, cpu_chain), (one, cpu_one)):
-            start = time.process_time()
-            function().numpy()
-            out.append(time.process_time() - start)
-    extra = float(np.median(cpu_chain)) - float(np.median(cpu_one))
-    return max(0.0, extra / (MESSAGE_PROBES - 1) / 2)
 
 
 def host_sharing(ops, tf, name):
@@ -270,10 +247,13 @@ def measure_cluster(refresh=False, repeats=5):
                                    f"tfps.plan.probe{round_}.big", repeats)
     per_direction = cost._server_link(PROBE_BYTES, shape, False)
     bandwidth = per_direction / max(big - small, 1e-6)
-    # A push_pull is a push and a pull (cost.LayerCost.host_messages: a tensor's partitions
-    # count as its bytes); this worker sends and receives the probe's bytes once each.
-    per_message = message_cpu(ops, tf, f"tfps.plan.messages{round_}", repeats)
-    per_byte = max(0.0, big_cpu - small_cpu) / (2 * PROBE_BYTES)
+    # A push_pull is a push and a pull (cost.LayerCost.host_messages); this worker sends
+    # and receives the probe's bytes once each, in the partitions the engine cuts them.
+    per_message = tensor_probe.message_cpu(ops, tf, f"tfps.plan.messages{round_}", repeats)
+    per_byte, per_partition = tensor_probe.transport_costs(
+        ops, tf, f"tfps.plan.cut{round_}", repeats, (big_cpu, PROBE_BYTES), (small_cpu, 4),
+        shape.servers, int(os.environ.get("TFPS_PARTITION_BYTES", 1 << 20)),
+        cost.Machine().transport_per_partition)
     cores, sharing = host_sharing(ops, tf, f"tfps.plan.hosts{round_}")
     rebuild, rebuild_fixed = sfb_probe.sfb_rebuild_costs(tf, f"tfps.plan.sfb{round_}") \
         or (0.0, 0.0)
@@ -282,15 +262,15 @@ def measure_cluster(refresh=False, repeats=5):
     loss = compute_loss(ops, tf, np.zeros(PROBE_BYTES // 4, np.float32),
                         f"tfps.plan.probe{round_}.big")
     flat = [bandwidth, small, rate, loss, per_byte, per_message, cores / sharing, rebuild,
-            rebuild_fixed] + [v for _, costs in (codecs or ()) for v in costs]
+            rebuild_fixed, per_partition] + [v for _, costs in (codecs or ()) for v in costs]
     # Rank 0's numbers for everyone: the plan must be the same on every worker.
     flat = ops.broadcast(tf.constant(flat, tf.float64), 0,
                          name=f"tfps.plan.measured{round_}.{len(flat)}").numpy().tolist()
     bandwidth, latency, rate, loss, per_byte, per_message, cores_per_host, rebuild, \
-        rebuild_fixed = flat[:9]
+        rebuild_fixed, per_partition = flat[:10]
     table = ()
     if codecs:
-        values = iter(flat[9:])
+        values = iter(flat[10:])
         table = tuple((name, (next(values), next(values), next(values)))
                       for name, _ in codecs)
     cluster = dataclasses.replace(shape, bandwidth=bandwidth, latency=latency)
@@ -298,6 +278,7 @@ def measure_cluster(refresh=False, repeats=5):
                            sum_per_byte=dict(table).get("none", (0, 0, 0.1e-9))[2],
                            compute_loss=loss, cores_per_host=cores_per_host,
                            transport_per_byte=per_byte, transport_per_message=per_message,
+                           transport_per_partition=per_partition,
                            rebuild_rate=rebuild or cost.Machine().rebuild_rate,
                            rebuild_per_element=rebuild_fixed)
     result = Measurements(cluster, machine, bool(codecs), one_machine_hierarchical(
@@ -327,29 +308,7 @@ def apply_cost(model, steps=5):
             v.assign_sub(0.0 * g)  # the same memory traffic; the weights stay as they are
         return tf.constant(0)
 
-    return _median_cpu_seconds(update, steps) / nbytes
-
-
-def _median_seconds(function, steps, clock=time.perf_counter):
-    """The median seconds by `clock` of `steps` calls of a tf.function (after one that
-    traces it)."""
-    function()
-    times = []
-    for _ in range(steps):
-        start = clock()
-        function().numpy()
-        times.append(clock() - start)
-    return float(np.median(times))
-
-
-def _median_cpu_seconds(function, steps):
-    """_median_seconds in this process's CPU seconds. CPU, not wall time: every worker
-    probes at once, and where workers share cores (several on one machine, or emulated
-    hosts) the wall time of one also counts the others' turns. The cost model divides the
-    host's CPU by its cores itself; on an idle core the two agree (the update runs on one
-    thread). Three BERT-shaped workers on 2 cores timed their SGD-with-momentum update at
-    2.4 times its CPU."""
-    return _median_seconds(function, steps, clock=time.process_time)
+    return tensor_probe.median_cpu_seconds(update, steps) / nbytes
 
 
 OPTIMIZER_PROBE_BYTES = 4 << 20
@@ -383,7 +342,7 @@ def optimizer_cost(optimizer, name="tfps.plan.apply", steps=5, shapes=None):
                 probe.apply(grads, variables)
                 return tf.constant(0)
 
-            seconds = _median_cpu_seconds(update, steps) / max(nbytes, 1)
+            seconds = tensor_probe.median_cpu_seconds(update, steps) / max(nbytes, 1)
     except Exception as error:  # an optimizer we cannot copy: no worker update is counted
         _logger.warning("could not time %s's update (%s): the plan counts none",
                         type(optimizer).__name__, error)

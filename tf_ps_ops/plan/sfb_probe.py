@@ -3,9 +3,7 @@ factors among the workers and the rebuild of the N×M gradient from them, timed 
 two K, and the line through both (Machine.rebuild_rate, Machine.rebuild_per_element).
 """
 
-import time
-
-import numpy as np
+from tf_ps_ops.plan import tensor_probe
 
 
 def sfb_rebuild_costs(tf, name, ks=(16, 128), n=1024, m=1024):
@@ -36,13 +34,7 @@ def rebuild_cpu(tf, sfb_ops, kernel, k, name, repeats=5):
     n, m = (int(d) for d in kernel.shape)
     u, v = tf.random.normal([k, m]), tf.random.normal([k, n])
     once = tf.function(lambda: sfb_ops.factor_gradient(u, v, kernel.handle, name)[:1])
-    once().numpy()
-    cpu = []
-    for _ in range(repeats):
-        start = time.process_time()
-        once().numpy()
-        cpu.append(time.process_time() - start)
-    return max(float(np.median(cpu)), 1e-6)
+    return max(tensor_probe.median_cpu_seconds(once, repeats), 1e-6)
 
 
 def rebuild_line(ks, seconds):
