@@ -100,7 +100,8 @@ NOTES["train_zoo_2h_10gbit_cpu"] = NOTES["train_zoo_2h_1gbit_cpu"].replace(
     "pooled probes;", "pooled probes and the run's own optimizer's update cost;")
 for _tag in ("train_zoo_2h_1gbit_cpu", "train_zoo_3h_1gbit_cpu", "train_zoo_2h_10gbit_cpu",
              "train_zoo_2h_dlrm200", "train_zoo_3h_dlrm200"):
-    NOTES[_tag] += ", and once the servers' replies shared the link with the pushes"
+    NOTES[_tag] += (", once the servers' replies shared the link with the pushes, and once "
+                    "the engine's cut was priced per partition")
 PILOT_MODES = ";".join(["%s=single+sum+mwms" % m for m in zoo_models.ZOO if m != "dlrm"]
                        + ["dlrm=single+sum+ps+mwms+pss"])
 

@@ -388,6 +388,12 @@ def test_the_hosts_cores_bound_the_step_from_below():
     cpu = 1.5 * 0.002 + 2 * 2 * w * 1e-9 + 2 * 2 * 50e-6 + 2 * 3 * 30e-6 + w / 2 * 2 * 0.5e-9
     assert unbounded < cpu  # a fast link: without the floor the step is compute and sums
     assert bounded == pytest.approx(cpu, rel=1e-9)
+    # and then the last reply's round trip, which nothing overlaps
+    far = dataclasses.replace(cluster, latency=1e-3)
+    bounded_far, _ = steptime.step_time([a], [Choice()], far,
+                                        dataclasses.replace(machine, cores_per_host=1.0), 1,
+                                        steptime.Settings(MB))
+    assert bounded_far == pytest.approx(cpu + 1e-3, rel=1e-9)
     two_cores, _ = steptime.step_time([a], [Choice()], cluster,
                                       dataclasses.replace(machine, cores_per_host=2.0), 1,
                                       steptime.Settings(MB))

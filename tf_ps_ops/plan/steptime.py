@@ -13,7 +13,8 @@ optimizer update for each of its L workers, every codec pass, the servers' sums 
 updates, and the transport's CPU for each byte and message its workers and servers send
 and receive. Where the machine knows its cores per host (Machine.cores_per_host, measured:
 hosts emulated on one machine share its cores), the step is at least that CPU time over
-those cores.
+those cores and one round trip (the link's latency), which ends the step after the host's
+last work as it ends each layer on the timeline.
 """
 
 import dataclasses
@@ -114,8 +115,11 @@ def step_time(layers, choices, cluster, machine, batch_size, settings=Settings()
     # forward runs ahead into the next step while another layer's transfer finishes).
     step = max([t_bwd_end] + done)
     if machine.cores_per_host > 0:
+        # The host's CPU over its cores, and then the last reply's round trip: as on the
+        # timeline (a layer is back one latency after its bytes and their CPU), nothing is
+        # left to overlap it with once the host's work is done.
         step = max(step, host_cpu(costs, forward, backward, apply, cluster, machine, busy)
-                   / machine.cores_per_host)
+                   / machine.cores_per_host + cluster.latency)
     return step, [(c, d - r) for c, d, r in zip(costs, done, ready)]
 
 
