@@ -95,3 +95,19 @@ def test_the_plans_probe_solves_per_byte_and_per_partition():
     per_byte, per_partition = tensor_probe.solve_transport(
         (2 * big_bytes * b + on_one * c, big_bytes, on_one), (0.0, cut_bytes, 0), c)
     assert per_partition == c and per_byte == pytest.approx(b, rel=1e-9)
+
+
+def test_table_partitions_are_priced_by_the_jobs_transport(monkeypatch):
+    # An untouched partition of a PS table costs 2-3 times as much under CURVE
+    # (benchmarks/results/ps_sparse_partitions*.md, measured the same day).
+    from tf_ps_ops.plan import cost, measure
+
+    monkeypatch.setenv("TFPS_AUTH_KEY_FILE", "/some/job.key")
+    assert measure._table_partition_costs() == dict(
+        partition_cpu=cost.PARTITION_CPU, server_partition_cpu=cost.SERVER_PARTITION_CPU)
+    monkeypatch.delenv("TFPS_AUTH_KEY_FILE")
+    plain = measure._table_partition_costs()
+    assert plain == dict(partition_cpu=cost.PLAIN_PARTITION_CPU,
+                         server_partition_cpu=cost.PLAIN_SERVER_PARTITION_CPU)
+    assert plain["partition_cpu"] < cost.PARTITION_CPU
+    assert plain["server_partition_cpu"] < cost.SERVER_PARTITION_CPU

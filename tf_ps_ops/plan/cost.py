@@ -94,9 +94,13 @@ class Cluster:
         return self.dedicated_servers or self.hosts * self.servers_per_host
 
 
-# benchmarks/results/ps_sparse_partitions.md: an untouched partition of a table in PS mode.
-PARTITION_CPU = 4.9e-6
-SERVER_PARTITION_CPU = 5.3e-6
+# benchmarks/results/ps_sparse_partitions.md: an untouched partition of a table in PS mode,
+# under ZeroMQ CURVE (every message encrypted, as in tfps-run's jobs); over plain TCP
+# (ps_sparse_partitions_plain.md, the same day) a third to a half of it.
+PARTITION_CPU = 3.2e-6
+SERVER_PARTITION_CPU = 3.5e-6
+PLAIN_PARTITION_CPU = 1.1e-6
+PLAIN_SERVER_PARTITION_CPU = 1.7e-6
 # benchmarks/results/tensor_cpu_2h_10gbit.md: a worker's CPU per partition the engine cuts
 # a tensor into beyond its first (measure.measure_cluster measures it on the job).
 TRANSPORT_PER_PARTITION = 55e-6

@@ -279,6 +279,7 @@ def measure_cluster(refresh=False, repeats=5):
                            compute_loss=loss, cores_per_host=cores_per_host,
                            transport_per_byte=per_byte, transport_per_message=per_message,
                            transport_per_partition=per_partition,
+                           **_table_partition_costs(),
                            rebuild_rate=rebuild or cost.Machine().rebuild_rate,
                            rebuild_per_element=rebuild_fixed)
     result = Measurements(cluster, machine, bool(codecs), one_machine_hierarchical(
@@ -287,6 +288,17 @@ def measure_cluster(refresh=False, repeats=5):
     if basics.rank() == 0:
         _logger.info("%s", result.describe())
     return result
+
+
+def _table_partition_costs():
+    """PS mode's CPU per untouched partition of a table, a worker's and a server's: the
+    defaults measured under ZeroMQ CURVE where the job has a key (TFPS_AUTH_KEY_FILE),
+    else those over plain TCP."""
+    if os.environ.get("TFPS_AUTH_KEY_FILE"):
+        return dict(partition_cpu=cost.PARTITION_CPU,
+                    server_partition_cpu=cost.SERVER_PARTITION_CPU)
+    return dict(partition_cpu=cost.PLAIN_PARTITION_CPU,
+                server_partition_cpu=cost.PLAIN_SERVER_PARTITION_CPU)
 
 
 def apply_cost(model, steps=5):
