@@ -249,10 +249,11 @@ class LayerCost:
     cpu_before: worker time before the first byte leaves. cpu_after: time after the
     last byte arrives (servers' and workers' decoding, local sums, SFB's rebuild).
     The busiest host's totals per step, for its CPU floor: host_cpu, CPU-seconds of its
-    workers' and servers' codecs, sums, updates and rebuilds; host_bytes, the bytes its
-    processes send plus receive (loopback included); host_messages, the collectives its
-    processes take part in (each costs Machine.transport_per_message, as the tiny probe
-    push_pull does; a tensor's partitions are bytes, fused tensors one collective).
+    workers' and servers' codecs, sums, updates and rebuilds, and of the partitions the
+    engine cuts a tensor into beyond its first (Machine.transport_per_partition); host_bytes,
+    the bytes its processes send plus receive (loopback included); host_messages, the
+    collectives its processes take part in (each costs Machine.transport_per_message, as
+    the tiny probe push_pull does; fused tensors one collective each).
     reply_bytes: of link_bytes, the servers' replies. With servers beside the workers, a
     host's link carries its workers' pushes to other hosts' servers and its servers'
     replies to other hosts' workers: a partition's reply leaves once its pushes are in,
