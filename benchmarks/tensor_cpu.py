@@ -10,10 +10,10 @@ one float), `tiny` (--tensors of one float, which the engine fuses), `many` (--t
 in total and per thread, over the calls (`derive`):
 
 - per tensor: (tiny − lone) / (tensors − 1), what the cost model's transport_per_message
-  prices per push and pull (tf_ps_ops.plan.tensor_probe.message_cpu: half of this);
+  prices per push and pull (tf_ps_ops.plan.tensor_probe.transport_costs: half of this);
 - per byte sent or received: (one − lone) / (2 × bytes);
 - per partition beyond a tensor's first: (many − tiny − one + lone) / (how many more
-  such partitions `many` has than `one`), by the engine's cut (`partitions`, as
+  such partitions `many` has than `one`), by the engine's cut (`cost.partition_count`, as
   cc/engine/partition.cc cuts; with --kb 64 or less, or one server, `many` has none).
 
 Why: where the emulated hosts' cores bound the step (the DLRM-like model at 10 Gbit/s),
@@ -46,12 +46,6 @@ WORKER = HERE / "tensor_cpu_worker.py"
 PARTITION_BYTES = 1 << 20  # TFPS_PARTITION_BYTES's default
 
 
-def partitions(nbytes, servers, partition_bytes=PARTITION_BYTES):
-    """How many partitions the engine cuts a float32 tensor of `nbytes` into (the cost
-    model's mirror of cc/engine/partition.cc)."""
-    return cost.partition_count(nbytes, partition_bytes, servers)
-
-
 def derive(result, partition_bytes=PARTITION_BYTES):
     """{"tensor", "byte", "partition": {"cpu": seconds, "threads": {name: seconds}}, and
     "extra_partitions"} of a worker's TENSOR_CPU_RESULT (see the module's docstring);
@@ -59,8 +53,9 @@ def derive(result, partition_bytes=PARTITION_BYTES):
     shapes, n = result["shapes"], result["tensors"]
     nbytes = n * result["kb"] * 1024
     # partitions beyond each tensor's first (`tiny` and `lone` price a tensor with its one)
-    extra = (n * (partitions(result["kb"] * 1024, result["servers"], partition_bytes) - 1)
-             - (partitions(nbytes, result["servers"], partition_bytes) - 1))
+    cut = [cost.partition_count(b, partition_bytes, result["servers"]) - 1
+           for b in (result["kb"] * 1024, nbytes)]
+    extra = n * cut[0] - cut[1]
 
     def split(combine):
         names = sorted({name for s in shapes.values() for name in s["threads"]})

@@ -20,24 +20,20 @@ import time
 
 import numpy as np
 
+from io_threads import stat_cpu_s  # this file's folder is on sys.path
+
 SHAPES = ("lone", "tiny", "many", "one")
 
 
 def thread_cpu():
     """{thread name: CPU seconds} of this process, from /proc/self/task."""
-    ticks = os.sysconf("SC_CLK_TCK")
     out = collections.Counter()
     for tid in os.listdir("/proc/self/task"):
         try:
-            with open(f"/proc/self/task/{tid}/stat") as f:
-                stat = f.read()
+            name, cpu = stat_cpu_s(f"/proc/self/task/{tid}/stat")
         except OSError:  # the thread ended
             continue
-        name = stat[stat.index("(") + 1:stat.rindex(")")]
-        fields = stat[stat.rindex(")") + 2:].split()
-        if int(tid) == os.getpid():
-            name = "main"
-        out[name] += (int(fields[11]) + int(fields[12])) / ticks
+        out["main" if int(tid) == os.getpid() else name] += cpu
     return out
 
 

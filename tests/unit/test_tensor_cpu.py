@@ -1,6 +1,6 @@
-"""benchmarks/tensor_cpu.py's arithmetic: its partition count is the engine's cut, and its
-split of a worker's CPU into per tensor, per byte and per partition recovers the costs
-that made a hand-built result."""
+"""benchmarks/tensor_cpu.py's arithmetic: the cost model's partition count is the engine's
+cut, and its split of a worker's CPU into per tensor, per byte and per partition recovers
+the costs that made a hand-built result."""
 
 import os
 import sys
@@ -13,6 +13,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 import tensor_cpu  # noqa: E402
+from tf_ps_ops.plan import cost  # noqa: E402
 
 core = load_core()
 
@@ -24,7 +25,7 @@ def test_partitions_are_the_engines(servers, partition_bytes):
                    (1 << 20) + 4, 4 << 20, 16 << 20, 37 << 20):
         engine = core.partition_tensor(core.key_of_name("w"), nbytes // 4, 4,
                                        partition_bytes, servers)
-        assert tensor_cpu.partitions(nbytes, servers, partition_bytes) == len(engine), \
+        assert cost.partition_count(nbytes, partition_bytes, servers) == len(engine), \
             (nbytes, servers, partition_bytes)
 
 
@@ -37,7 +38,9 @@ def shapes(call, tensor, byte, partition, tensors, kb, servers, threads=("engine
     def cpu(count, each, parts):
         return call + count * tensor + 2 * count * each * byte + parts * partition
 
-    parts = tensor_cpu.partitions
+    def parts(nbytes, servers):
+        return cost.partition_count(nbytes, tensor_cpu.PARTITION_BYTES, servers)
+
     values = {"lone": cpu(1, 4, 0), "tiny": cpu(tensors, 4, 0),
               "many": cpu(tensors, nbytes, tensors * (parts(nbytes, servers) - 1)),
               "one": cpu(1, tensors * nbytes, parts(tensors * nbytes, servers) - 1)}
@@ -77,7 +80,7 @@ def test_nothing_cut_prices_no_partition(kb, servers):
 
 
 def test_the_plans_probe_solves_per_byte_and_per_partition():
-    from tf_ps_ops.plan import cost, tensor_probe
+    from tf_ps_ops.plan import tensor_probe
 
     b, c = 0.3e-9, 55e-6
     big_bytes, cut_bytes = 16 << 20, 32 * (128 << 10)
@@ -100,7 +103,7 @@ def test_the_plans_probe_solves_per_byte_and_per_partition():
 def test_table_partitions_are_priced_by_the_jobs_transport(monkeypatch):
     # An untouched partition of a PS table costs 2-3 times as much under CURVE
     # (benchmarks/results/ps_sparse_partitions*.md, measured the same day).
-    from tf_ps_ops.plan import cost, measure
+    from tf_ps_ops.plan import measure
 
     monkeypatch.setenv("TFPS_AUTH_KEY_FILE", "/some/job.key")
     assert measure._table_partition_costs() == dict(

@@ -249,11 +249,9 @@ def measure_cluster(refresh=False, repeats=5):
     bandwidth = per_direction / max(big - small, 1e-6)
     # A push_pull is a push and a pull (cost.LayerCost.host_messages); this worker sends
     # and receives the probe's bytes once each, in the partitions the engine cuts them.
-    per_message = tensor_probe.message_cpu(ops, tf, f"tfps.plan.messages{round_}", repeats)
-    per_byte, per_partition = tensor_probe.transport_costs(
-        ops, tf, f"tfps.plan.cut{round_}", repeats, (big_cpu, PROBE_BYTES), (small_cpu, 4),
-        shape.servers, int(os.environ.get("TFPS_PARTITION_BYTES", 1 << 20)),
-        cost.Machine().transport_per_partition)
+    per_byte, per_message, per_partition = tensor_probe.transport_costs(
+        ops, tf, f"tfps.plan.transport{round_}", repeats, (big_cpu, PROBE_BYTES),
+        (small_cpu, 4), shape.servers, int(os.environ.get("TFPS_PARTITION_BYTES", 1 << 20)))
     cores, sharing = host_sharing(ops, tf, f"tfps.plan.hosts{round_}")
     rebuild, rebuild_fixed = sfb_probe.sfb_rebuild_costs(tf, f"tfps.plan.sfb{round_}") \
         or (0.0, 0.0)

@@ -1,6 +1,6 @@
 """What a tensor costs this worker's CPU, probed for the cost model (measure.measure_cluster):
-per push and pull of a tensor (message_cpu), and per partition the engine cuts a tensor
-into beyond its first (transport_costs, with the CPU per byte). Timed in this process's
+per byte, per push and pull of a tensor, and per partition the engine cuts a tensor into
+beyond its first (transport_costs). Timed in this process's
 CPU seconds, medians of a few calls of one tf.function each, after one that traces it.
 benchmarks/tensor_cpu.py splits the same costs by thread.
 """
@@ -60,42 +60,41 @@ def _alternating_cpu(functions, repeats):
     return [float(np.median(c)) for c in cpu]
 
 
-def message_cpu(ops, tf, name, repeats):
-    """CPU-seconds of this process per push or pull of a tensor inside a training step:
-    one tf.function with MESSAGE_PROBES tiny push_pulls (which the engine fuses, as it
-    fuses a model's small gradients) against one with a single one. A lone push_pull's
-    CPU is mostly the eager call around it, which a step pays once: counted per message
-    it put ResNet-50's predicted step 16% over the measured one at 10 Gbit/s."""
-    many = [tf.constant(np.zeros(1, np.float32)) for _ in range(MESSAGE_PROBES)]
-    chain, one = _alternating_cpu([_chain(ops, tf, many, name),
-                                   _chain(ops, tf, many[:1], f"{name}.one")], repeats)
-    return max(0.0, (chain - one) / (MESSAGE_PROBES - 1) / 2)
+def transport_costs(ops, tf, name, repeats, big, small, servers, partition_bytes):
+    """(CPU-seconds per byte sent or received, per push or pull of a tensor, per partition
+    beyond a tensor's first) of this process. Collective.
 
+    Per message: one tf.function with MESSAGE_PROBES tiny push_pulls (which the engine
+    fuses, as it fuses a model's small gradients) against one with a single one. A lone
+    push_pull's CPU is mostly the eager call around it, which a step pays once: counted
+    per message it put ResNet-50's predicted step 16% over the measured one at 10 Gbit/s.
 
-def transport_costs(ops, tf, name, repeats, big, small, servers, partition_bytes,
-                    default_per_partition):
-    """(CPU-seconds per byte sent or received, per partition beyond a tensor's first) of
-    this process. big, small: the CPU of one push_pull of cost.PROBE-sized bytes and of a
-    float ((CPU-seconds, bytes) each). A tensor the engine cuts in P partitions costs
-    P - 1 of them more than its bytes (benchmarks/tensor_cpu.py: 64 KiB tensors cost a
-    float's tensor and their bytes, 128 KiB ones cut in two 55 µs more, most of it
-    ZeroMQ's I/O thread); the big probe's own cut is taken out of its bytes' price.
-    MESSAGE_PROBES tensors of CUT_PROBE_BYTES against as many of a float give the second
-    equation; on one server nothing that size is cut, and `default_per_partition` stays.
-    Collective."""
+    Per byte and partition: big, small are the CPU of one push_pull of
+    measure.PROBE_BYTES and of a float ((CPU-seconds, bytes) each). A tensor the engine
+    cuts in P partitions costs P - 1 of them more than its bytes (benchmarks/tensor_cpu.py:
+    64 KiB tensors cost a float's tensor and their bytes, 128 KiB ones cut in two 55 µs
+    more, most of it ZeroMQ's I/O thread); the big probe's own cut is taken out of its
+    bytes' price. MESSAGE_PROBES tensors of CUT_PROBE_BYTES against the tiny ones above
+    give the second equation (solve_transport); on one server nothing that size is cut,
+    and cost.TRANSPORT_PER_PARTITION stays."""
     (big_cpu, big_bytes), (small_cpu, _) = big, small
     big_cut = cost.partition_count(big_bytes, partition_bytes, servers) - 1
     probe_cut = cost.partition_count(CUT_PROBE_BYTES, partition_bytes, servers) - 1
-    cut_cpu = tiny_cpu = 0.0
+    tiny = [tf.constant(np.zeros(1, np.float32)) for _ in range(MESSAGE_PROBES)]
+    functions = [_chain(ops, tf, tiny, f"{name}.tiny"), _chain(ops, tf, tiny[:1], f"{name}.one")]
     if probe_cut > 0:
         cut = [tf.constant(np.zeros(CUT_PROBE_BYTES // 4, np.float32))
                for _ in range(MESSAGE_PROBES)]
-        tiny = [tf.constant(np.zeros(1, np.float32)) for _ in range(MESSAGE_PROBES)]
-        cut_cpu, tiny_cpu = _alternating_cpu([_chain(ops, tf, cut, f"{name}.cut"),
-                                              _chain(ops, tf, tiny, f"{name}.tiny")], repeats)
-    return solve_transport((big_cpu - small_cpu, big_bytes, big_cut),
-                           (cut_cpu - tiny_cpu, MESSAGE_PROBES * CUT_PROBE_BYTES,
-                            MESSAGE_PROBES * probe_cut), default_per_partition)
+        functions.append(_chain(ops, tf, cut, f"{name}.cut"))
+    timed = _alternating_cpu(functions, repeats)
+    tiny_cpu, one_cpu = timed[:2]
+    per_message = max(0.0, (tiny_cpu - one_cpu) / (MESSAGE_PROBES - 1) / 2)
+    cut_cpu = timed[2] if probe_cut > 0 else tiny_cpu
+    per_byte, per_partition = solve_transport(
+        (big_cpu - small_cpu, big_bytes, big_cut),
+        (cut_cpu - tiny_cpu, MESSAGE_PROBES * CUT_PROBE_BYTES, MESSAGE_PROBES * probe_cut),
+        cost.TRANSPORT_PER_PARTITION)
+    return per_byte, per_message, per_partition
 
 
 def solve_transport(big, cut, default_per_partition):
