@@ -267,7 +267,9 @@ def make_parser():
     parser.add_argument("--hosts", type=int, default=2)
     parser.add_argument("--rates", default="10gbit")
     parser.add_argument("--models", default="resnet50,mobilenetv2,bert")
-    parser.add_argument("--arms", default="sum,ps,auto", help="tf_ps_ops modes")
+    parser.add_argument("--arms", default="sum,ps,auto",
+                        help="tf_ps_ops modes, each with an optional cycle time of its "
+                             "own (TFPS_CYCLE_US, set before each of its blocks): sum:c300")
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--block", type=int, default=None,
                         help="timed steps per block (default per model: %s)" % BLOCK)

@@ -38,6 +38,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+from tensor_cpu_worker import thread_cpu  # noqa: E402
 from train_measure import _pid_cpu  # noqa: E402
 from train_models import MODELS, build_model, constants, loss_fn, make_batch  # noqa: E402
 from train_plan_inputs import plan_choices, plan_inputs, served_paths  # noqa: E402
@@ -47,6 +48,24 @@ import zoo_models  # noqa: E402
 
 ARMS = TFPS  # sum, ps, sfb, hybrid, auto
 SINGLE = "single"  # --predict: rank 0's lone local step, a block per round
+
+
+def arm_mode(arm):
+    """The tf_ps_ops mode of an arm: "sum", or "sum:c250" (summation whose fusion
+    batches wait up to 250 µs for more partitions, TFPS_CYCLE_US, set before each of
+    its blocks)."""
+    return arm.split(":", 1)[0]
+
+
+def arm_cycle(arm, default):
+    """The cycle time (µs) an arm's blocks run with: its ":c<µs>", else `default`."""
+    _, _, tail = arm.partition(":")
+    return int(tail[1:]) if tail else default
+
+
+def valid_arm(arm):
+    _, _, tail = arm.partition(":")
+    return arm_mode(arm) in ARMS and (not tail or (tail[0] == "c" and tail[1:].isdigit()))
 
 
 def rotated(arms, round_index):
@@ -63,8 +82,9 @@ def build_arm(arm, model_name, batch):
     import tensorflow as tf
     from train_models import make_step
 
-    with keras.name_scope(arm):
-        model, optimizer = distribute(build_model(model_name), arm, model_name, batch)
+    with keras.name_scope(arm.replace(":", "_")):
+        model, optimizer = distribute(build_model(model_name), arm_mode(arm), model_name,
+                                      batch)
     step = tf.function(make_step(model, optimizer, loss_fn()), jit_compile=False)
     return model, optimizer, step
 
@@ -77,7 +97,7 @@ def arm_layout(arm, model, optimizer):
     from train_plan_inputs import served_paths
 
     variables = model.trainable_variables
-    served = len(variables) if arm == "ps" else len(served_paths(optimizer))
+    served = len(variables) if arm_mode(arm) == "ps" else len(served_paths(optimizer))
     return dict(variables=len(variables),
                 sfb=sum(1 for v in variables if sfb.is_sfb_variable(v)), ps=served)
 
@@ -97,6 +117,7 @@ def run(args):
     import sfb
     import tensorflow as tf
     import tf_ps_ops as hvd
+    from tf_ps_ops.plan import autotune
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
@@ -120,7 +141,7 @@ def run(args):
             ready = timeline_ready(measured, lambda: float(step(x, y)), args, rank)
             sfb_kernels = [v.path for v in model.trainable_variables
                            if sfb.is_sfb_variable(v)]
-            inputs[arm] = plan_choices(measured[0], ready, arm, sfb_kernels,
+            inputs[arm] = plan_choices(measured[0], ready, arm_mode(arm), sfb_kernels,
                                        served_paths(optimizer))
         if rank == 0:
             print("[interleaved] %s: built and warmed up (%.0f s since start)"
@@ -130,6 +151,7 @@ def run(args):
         lone_block(steps[SINGLE], x, y, args.warmup, rank, hvd)
     server_cpu = ServerCpu()
     blocks = {arm: [] for arm in arms}
+    job_cycle = autotune.cycle()  # TFPS_CYCLE_US: the arms without a ":c<µs>" of their own
     for r in range(args.rounds):
         for arm in rotated(arms, r):
             if arm == SINGLE:
@@ -137,6 +159,7 @@ def run(args):
                 if timed is not None:
                     blocks[arm].append(dict(round=r, **timed))
                 continue
+            autotune.set_cycle(arm_cycle(arm, job_cycle))
             blocks[arm].append(dict(round=r, **timed_block(steps[arm], x, y, args.block,
                                                            server_cpu)))
         if rank == 0:
@@ -157,14 +180,19 @@ def run(args):
 def timed_block(step, x, y, count, server_cpu):
     """One untimed step (the switch: caches and threads back on this step), then `count`
     timed ones: per step, {step_s, cpu_s (this process), server_cpu_s (`server_cpu()`'s
-    growth), loss (the last)}."""
+    growth), threads ({thread name: CPU s}: "main", TensorFlow's "tf_Compute", ZeroMQ's
+    "ZMQbg/IO/0", the engine's "python"; /proc counts 10 ms ticks), loss (the last)}."""
     float(step(x, y))
+    threads0 = thread_cpu()
     t0, cpu0, server0 = time.perf_counter(), time.process_time(), server_cpu()
     for _ in range(count):
         loss = float(step(x, y))
-    return dict(step_s=round((time.perf_counter() - t0) / count, 5),
-                cpu_s=round((time.process_time() - cpu0) / count, 5),
-                server_cpu_s=round((server_cpu() - server0) / count, 5), loss=loss)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    server, threads = server_cpu() - server0, thread_cpu()
+    return dict(step_s=round(wall / count, 5), cpu_s=round(cpu / count, 5),
+                server_cpu_s=round(server / count, 5), loss=loss,
+                threads={name: round((cpu_s - threads0.get(name, 0.0)) / count, 6)
+                         for name, cpu_s in threads.items()})
 
 
 def lone_block(step, x, y, count, rank, hvd):
@@ -179,7 +207,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=MODELS, required=True)
     parser.add_argument("--arms", default="sum,ps,auto",
-                        help="tf_ps_ops modes, comma-separated (of %s)" % ", ".join(ARMS))
+                        help="tf_ps_ops modes, comma-separated (of %s), each with an "
+                             "optional cycle time: sum:c250" % ", ".join(ARMS))
     parser.add_argument("--batch", type=int, default=None,
                         help="per worker; default the zoo's (zoo_models.py), else 32")
     parser.add_argument("--warmup", type=int, default=3, help="steps of each arm first")
@@ -194,7 +223,7 @@ def main():
                              "timeline of a few extra steps per arm, or in layer order")
     args = parser.parse_args()
     args.arms = args.arms.split(",")
-    bad = [a for a in args.arms if a not in ARMS]
+    bad = [a for a in args.arms if not valid_arm(a)]
     if bad or len(set(args.arms)) != len(args.arms):
         parser.error("--arms takes distinct modes of %s; got %s"
                      % (", ".join(ARMS), ",".join(args.arms)))

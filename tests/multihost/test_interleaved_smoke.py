@@ -26,7 +26,8 @@ pytestmark = [pytest.mark.skipif(not AVAILABLE, reason=WHY_NOT), pytest.mark.tim
 def test_three_arms_train_side_by_side_and_end_with_the_same_weights(tmp_path):
     require_build("_tf_ps_ops*.so")
     command = [sys.executable, str(REPO / "benchmarks" / "interleaved.py"), "--smoke",
-               "--predict", "--results-dir", str(tmp_path), "--idle-patience", "0"]
+               "--predict", "--results-dir", str(tmp_path), "--idle-patience", "0",
+               "--arms", "sum,ps,auto,sum:c300"]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=540,
                               cwd=tmp_path)
@@ -39,7 +40,7 @@ def test_three_arms_train_side_by_side_and_end_with_the_same_weights(tmp_path):
     assert report["meta"]["failed"] == []
     (cell,) = report["cells"]
     assert cell["model"] == "smoke_bert" and cell["workers"] == 2
-    assert list(cell["arms"]) == ["sum", "ps", "auto"]
+    assert list(cell["arms"]) == ["sum", "ps", "auto", "sum:c300"]
     for arm, a in cell["arms"].items():
         assert len(a["round_step_s"]) == 2 and all(s > 0 for s in a["round_step_s"]), arm
         assert a["same_weights_as_sum"] is True, (arm, a)
@@ -47,7 +48,12 @@ def test_three_arms_train_side_by_side_and_end_with_the_same_weights(tmp_path):
     layout = {arm: a["layout"] for arm, a in cell["arms"].items()}
     assert layout["ps"]["ps"] == layout["ps"]["variables"] > 0, layout
     assert layout["sum"]["ps"] == layout["sum"]["sfb"] == 0, layout
-    assert set(cell["plan_vs"]) == {"sum", "ps"} and cell["verdict"]
+    assert layout["sum:c300"] == layout["sum"], layout  # summation, with a cycle time
+    assert set(cell["plan_vs"]) == {"sum", "ps", "sum:c300"} and cell["verdict"]
+    # Each block's CPU per thread of the worker, the main thread's among them.
+    for blocks in cell["workers_results"][0]["blocks"].values():
+        for block in blocks:
+            assert "main" in block["threads"] and sum(block["threads"].values()) > 0, block
     # --predict: rank 0's lone step timed every round, and every arm predicted from it.
     assert len(cell["single"]["round_step_s"]) == 2 and cell["single"]["step_s"] > 0
     for arm, a in cell["arms"].items():

@@ -112,3 +112,12 @@ def test_a_message_size_above_the_automatic_budget_names_itself(tmp_path):
                            TFPS_SERVER_PUSH_BYTES="8192")
     assert "TFPS_SERVER_PUSH_BYTES=8192 is below TFPS_MAX_MESSAGE_BYTES=65536" in proc.stderr
     assert f"set it to 65536..{2**50}" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("cycle", ["-1", "100001", "1.5ms"])
+def test_a_bad_cycle_time_names_itself_and_its_range(tmp_path, cycle):
+    require_build()
+    proc = start_scheduler(tmp_path, TFPS_BIND="127.0.0.1", TFPS_CYCLE_US=cycle)
+    assert proc.returncode != 0, proc.stderr
+    assert f"TFPS_CYCLE_US='{cycle}' is not an integer in [0, 100000]" in proc.stderr, \
+        proc.stderr

@@ -115,3 +115,12 @@ def test_repredict_predicts_a_saved_run_again_from_its_measured_inputs(tmp_path)
         assert 0.5 < a["predicted_s"] / a["step_s"] < 2
     assert "Predicted again with the cost model of" in (tmp_path / "interleaved_spoiled.md") \
         .read_text()
+
+
+def test_an_arm_is_a_mode_with_an_optional_cycle_time():
+    assert interleaved_worker.valid_arm("sum") and interleaved_worker.valid_arm("sum:c300")
+    assert interleaved_worker.arm_mode("hybrid:c0") == "hybrid"
+    assert interleaved_worker.arm_cycle("sum:c300", 0) == 300
+    assert interleaved_worker.arm_cycle("sum", 250) == 250  # the job's TFPS_CYCLE_US
+    for bad in ("bogus", "sum:300", "sum:c", "sum:c-1", "sum:cx", "bogus:c300"):
+        assert not interleaved_worker.valid_arm(bad), bad

@@ -46,6 +46,27 @@ def set_tuning(fusion_bytes, credit):
         raise ValueError(err.value.decode(errors="replace"))
 
 
+def set_cycle(cycle_us):
+    """Changes how long this worker's fusion batches may wait for more small partitions
+    (TFPS_CYCLE_US, microseconds) now."""
+    from tf_ps_ops.common import library
+
+    err = ctypes.create_string_buffer(512)
+    code = library.c_api().tfps_set_cycle_us(int(cycle_us), err, len(err))
+    if code != 0:
+        raise ValueError(err.value.decode(errors="replace"))
+
+
+def cycle():
+    """The cycle time (microseconds) this worker sends by now."""
+    from tf_ps_ops.common import library
+
+    value = library.c_api().tfps_cycle_us()
+    if value < 0:
+        raise RuntimeError("tf_ps_ops is not initialised: call tf_ps_ops.init() first")
+    return int(value)
+
+
 def tuning():
     """(fusion threshold, scheduling credit) in bytes that this worker sends by now."""
     from tf_ps_ops.common import library

@@ -26,19 +26,12 @@ def _log_level(text):
             f"{text!r} is not one of {', '.join(name.upper() for name in _LOG_LEVELS)}") from None
 
 
-
-
-
-
 # Flags accepted without effect: (flags, dest, kind, why). kind: "flag" (store_true),
 # "off" (store_false into dest, the --no- spelling), or a type for a value.
 _IGNORED = [
     (["--timeline-mark-cycles"], "timeline_mark_cycles", "flag",
      "the engine has no cycles to mark"),
     (["--no-timeline-mark-cycles"], "timeline_mark_cycles", "off", None),
-    (["--cycle-time-ms"], "cycle_time_ms", float,
-     "partitions leave as soon as they are ready, with no cycle; fusion batches what is "
-     "queued at once"),
     (["--cache-capacity"], "cache_capacity", int,
      "there is no response cache: servers need no negotiation round"),
     (["--hierarchical-allgather"], "hierarchical_allgather", "flag",
@@ -112,6 +105,9 @@ def add_flags(parser):
     group.add_argument("--fusion-threshold-mb", type=non_negative_float, metavar="MB",
                        help="payload of one fused batch of small partitions "
                             "(TFPS_FUSION_BYTES; 0 turns fusion off)")
+    group.add_argument("--cycle-time-ms", type=non_negative_float, metavar="MS",
+                       help="how long a fusion batch may wait for more small partitions "
+                            "before it leaves (TFPS_CYCLE_US; 0: no wait)")
     group.add_argument("--autotune", dest="autotune", action="store_true", default=None,
                        help="tune each worker's fusion threshold and scheduling credit while "
                             "Keras trains (TFPS_AUTOTUNE=1; the run's "
@@ -282,6 +278,8 @@ def tuning_env(args):
         env["TFPS_TIMELINE"] = os.path.abspath(_timeline_path(args.timeline_filename))
     if args.fusion_threshold_mb is not None:
         env["TFPS_FUSION_BYTES"] = str(int(args.fusion_threshold_mb * (1 << 20)))
+    if args.cycle_time_ms is not None:
+        env["TFPS_CYCLE_US"] = str(int(round(args.cycle_time_ms * 1000)))
     if args.hierarchical_allreduce is not None:
         env["TFPS_HIERARCHICAL"] = "1" if args.hierarchical_allreduce else "0"
     if args.autotune:

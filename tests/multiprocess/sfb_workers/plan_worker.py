@@ -105,6 +105,16 @@ def check_autotune_changes_settings_not_training(hvd):
         with_error = str(error)
     assert with_error and "fusion threshold -1 B" in with_error, with_error
     assert autotune.tuning() == (262144, 0)  # the defaults the job started with
+    # The cycle time (TFPS_CYCLE_US) changes while the job runs, and refuses what it cannot
+    # be; this training's fusion batches wait up to 300 µs for more partitions.
+    assert autotune.cycle() == 0
+    with_error = None
+    try:
+        autotune.set_cycle(100001)
+    except ValueError as error:
+        with_error = str(error)
+    assert with_error and "cycle time 100001 us: must be between 0" in with_error, with_error
+    autotune.set_cycle(300)
     x, y = images(TUNE_STEPS * NUM_WORKERS * BATCH, seed=7)
     rows = x.reshape(TUNE_STEPS, NUM_WORKERS, BATCH, *x.shape[1:])[:, hvd.rank()]
     labels = y.reshape(TUNE_STEPS, NUM_WORKERS, BATCH)[:, hvd.rank()]
@@ -135,7 +145,9 @@ def check_autotune_changes_settings_not_training(hvd):
             lines = f.read().splitlines()
         assert lines[0] == "fusion_bytes,credit_bytes,median_step_s", lines
         assert [tuple(map(int, line.split(",")[:2])) for line in lines[1:]] == tried, lines
+    assert autotune.cycle() == 300
     autotune.set_tuning(1 << 18, 0)  # as the job started, for the checks after this one
+    autotune.set_cycle(0)
     save(**{f"tuned.{i}": w for i, w in enumerate(model.get_weights())})
 
 

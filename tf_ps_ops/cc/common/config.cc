@@ -149,6 +149,7 @@ Status LoadLimits(Config* config) {
   TFPS_RETURN_IF_ERROR(
       ParseInt("TFPS_SCHEDULING_CREDIT", 0, kMaxSchedulingCredit, &config->scheduling_credit));
   TFPS_RETURN_IF_ERROR(ParseInt("TFPS_FUSION_BYTES", 0, kMaxFusionBytes, &config->fusion_bytes));
+  TFPS_RETURN_IF_ERROR(ParseInt("TFPS_CYCLE_US", 0, kMaxCycleUs, &config->cycle_us));
   TFPS_RETURN_IF_ERROR(ParseInt("TFPS_MAX_MESSAGE_BYTES", 4096, int64_t{1} << 40,
                                 &config->max_message_bytes));
   TFPS_RETURN_IF_ERROR(

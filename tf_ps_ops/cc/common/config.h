@@ -32,6 +32,8 @@ constexpr int kMaxIoThreads = 64;
 // them (Engine::SetTuning).
 constexpr int64_t kMaxSchedulingCredit = int64_t{1} << 40;
 constexpr int64_t kMaxFusionBytes = int64_t{1} << 31;
+// TFPS_CYCLE_US: how long a fusion batch may wait for more partitions (100 ms at most).
+constexpr int64_t kMaxCycleUs = 100000;
 
 // Every TFPS_* variable the C++ core reads.
 const std::vector<ConfigEntry>& ConfigTable();
@@ -49,6 +51,7 @@ struct Config {
   int64_t checkpoint_every = 0;    // TFPS_CHECKPOINT_EVERY
   int64_t scheduling_credit = 0;   // TFPS_SCHEDULING_CREDIT (0: unlimited)
   int64_t fusion_bytes = 0;        // TFPS_FUSION_BYTES (0: no batches)
+  int64_t cycle_us = 0;            // TFPS_CYCLE_US (0: a batch leaves in the turn it began)
   int64_t max_message_bytes = 0;   // TFPS_MAX_MESSAGE_BYTES
   int64_t server_push_bytes = 0;   // TFPS_SERVER_PUSH_BYTES (ps_server)
   int64_t peer_queue_bytes = 0;    // TFPS_PEER_QUEUE_BYTES

@@ -68,6 +68,12 @@ const std::vector<ConfigEntry>& ConfigTable() {
        "Small partitions ready at the same time for the same server travel as one message "
        "(a batch) of up to this many payload bytes, and a server answers a worker's ready "
        "replies the same way; partitions larger than this travel alone. 0: no batches."},
+      {"TFPS_CYCLE_US", "int", "0",
+       "Microseconds a worker's fusion batch may wait for more small partitions for its "
+       "server before it leaves (Horovod's cycle time): tensors that a step starts one "
+       "after another then travel together, at a cost of at most this much latency each. "
+       "A full batch leaves at once. 0: a batch leaves in the engine's turn that began it "
+       "(only what was queued together travels together). At most 100000."},
       {"TFPS_MAX_MESSAGE_BYTES", "int", "268435456",
        "Largest message part (frame) any role accepts or announces, in bytes: a peer that "
        "sends a larger frame is disconnected before it is buffered, and a header whose "

@@ -71,6 +71,13 @@ int tfps_set_tuning(long long fusion_bytes, long long scheduling_credit, char* e
   CopyError(s.message(), err, err_len);
   return static_cast<int>(s.code());
 }
+int tfps_set_cycle_us(long long cycle_us, char* err, int err_len) {
+  tfps::Status s = tfps::Engine::Get().SetCycle(cycle_us);
+  if (s.ok()) return 0;
+  CopyError(s.message(), err, err_len);
+  return static_cast<int>(s.code());
+}
+long long tfps_cycle_us(void) { return tfps::Engine::Get().CycleUs(); }
 int tfps_tuning(long long* fusion_bytes, long long* scheduling_credit) {
   const auto [fusion, credit] = tfps::Engine::Get().Tuning();
   if (fusion_bytes != nullptr) *fusion_bytes = fusion;

@@ -33,6 +33,11 @@ int tfps_num_servers(void);
 int tfps_set_tuning(long long fusion_bytes, long long scheduling_credit, char* err,
                     int err_len);
 int tfps_tuning(long long* fusion_bytes, long long* scheduling_credit);
+/* The cycle time in microseconds (TFPS_CYCLE_US at start): how long a fusion batch may
+ * wait for more partitions. Set: 0, or an error code with the message in err. Get: the
+ * value, or -1 when not initialised. */
+int tfps_set_cycle_us(long long cycle_us, char* err, int err_len);
+long long tfps_cycle_us(void);
 /* Payload bytes since init, for tests and benchmarks. */
 unsigned long long tfps_bytes_sent(void);
 unsigned long long tfps_bytes_received(void);

@@ -200,6 +200,26 @@ Status Engine::SetTuning(int64_t fusion_bytes, int64_t scheduling_credit) {
   return Status::Ok();
 }
 
+Status Engine::SetCycle(int64_t cycle_us) {
+  std::lock_guard<std::mutex> lock(loop_mu_);
+  if (!loop_) {
+    return FailedPrecondition("tf_ps_ops is not initialised: call tf_ps_ops.init() before "
+                              "changing the cycle time");
+  }
+  if (cycle_us < 0 || cycle_us > kMaxCycleUs) {
+    return InvalidArgument("cycle time " + std::to_string(cycle_us) +
+                           " us: must be between 0 (no cycle) and " +
+                           std::to_string(kMaxCycleUs));
+  }
+  loop_->SetCycle(cycle_us);
+  return Status::Ok();
+}
+
+int64_t Engine::CycleUs() {
+  std::lock_guard<std::mutex> lock(loop_mu_);
+  return loop_ ? loop_->cycle_us() : -1;
+}
+
 std::pair<int64_t, int64_t> Engine::Tuning() {
   std::lock_guard<std::mutex> lock(loop_mu_);
   if (!loop_) return {-1, -1};

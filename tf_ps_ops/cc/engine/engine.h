@@ -130,6 +130,10 @@ class Engine {
   // (the autotuner: tf_ps_ops.plan.autotune). InvalidArgument for values the job could not
   // start with (config.cc's bounds), FailedPrecondition when the engine is not running.
   Status SetTuning(int64_t fusion_bytes, int64_t scheduling_credit);
+  // The cycle time (TFPS_CYCLE_US) while training runs: 0..kMaxCycleUs microseconds a
+  // fusion batch may wait for more partitions. CycleUs: -1 when not initialised.
+  Status SetCycle(int64_t cycle_us);
+  int64_t CycleUs();
   // The values in use: {fusion bytes, credit}; {-1, -1} when the engine is not running.
   std::pair<int64_t, int64_t> Tuning();
   // This worker's hierarchical aggregation, or null (join.cc).

@@ -4,6 +4,7 @@
 #include "tf_ps_ops/cc/engine/loop.h"
 
 #include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include "tf_ps_ops/cc/common/logging.h"
@@ -18,12 +19,17 @@ Engine::Loop::Loop(const Config& config, int rank, int size)
     : config_(config), rank_(rank), context_(config.io_threads),
       mesh_(context_, config, rank, size, loop_thread_) {
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  cycle_fd_ = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
   zap_ = ZapHandler::StartIfKeyed(context_, config_);  // before the peer port binds
   fusion_bytes_ = config_.fusion_bytes;
   scheduling_credit_ = config_.scheduling_credit;
+  cycle_us_ = config_.cycle_us;
 }
 
-Engine::Loop::~Loop() { close(wake_fd_); }
+Engine::Loop::~Loop() {
+  close(wake_fd_);
+  close(cycle_fd_);
+}
 
 void Engine::Loop::WatchStopSignal() { stop_fd_ = InstallStopSignal(); }
 
@@ -121,12 +127,17 @@ void Engine::Loop::PollOnLoop() {
     items.push_back({s.monitor->socket().handle(), 0, ZMQ_POLLIN, 0});
   }
   items.push_back({nullptr, wake_fd_, ZMQ_POLLIN, 0});
+  const size_t cycle_item = items.size();
+  items.push_back({nullptr, cycle_fd_, ZMQ_POLLIN, 0});
   items.push_back({scheduler_->handle(), 0, ZMQ_POLLIN, 0});
   if (stop_fd_ >= 0) items.push_back({nullptr, stop_fd_, ZMQ_POLLIN, 0});
   mesh_.AppendPollItems(&items);
   Poll(items.data(), items.size(), mesh_.PollTimeoutMs(100));
   uint64_t n;
   (void)!read(wake_fd_, &n, sizeof(n));
+  if (items[cycle_item].revents & ZMQ_POLLIN) {  // a batch is due: this turn's pumps send it
+    (void)!read(cycle_fd_, &n, sizeof(n));
+  }
 }
 
 bool Engine::Loop::TakeQueueOnLoop(std::deque<Request>* requests,
@@ -173,6 +184,10 @@ void Engine::Loop::EndOnLoop() {
   TFPS_CHECK_ON_LOOP(loop_thread_);
   const Status aborted = Aborted("tf_ps_ops was shut down while this request was in flight");
   while (!ops_.empty()) FinishOnLoop(ops_.begin()->first, aborted);
+  for (ServerBatch& b : batches_) {  // what waited for its cycle belongs to aborted calls
+    b.batch = Batch();
+    b.op_ids.clear();
+  }
   mesh_.FailAllOnLoop(aborted);
   SayGoodbyeOnLoop();
   Status written = timeline_.Write();

@@ -77,6 +77,13 @@ class Engine::Loop {
     Wake();
   }
   int64_t fusion_bytes() const { return fusion_bytes_.load(std::memory_order_relaxed); }
+  // How long a fusion batch may wait for more partitions (TFPS_CYCLE_US), changed while
+  // it runs (Engine::SetCycle checks it). Any thread.
+  void SetCycle(int64_t us) {
+    cycle_us_.store(us, std::memory_order_relaxed);
+    Wake();
+  }
+  int64_t cycle_us() const { return cycle_us_.load(std::memory_order_relaxed); }
   int64_t max_message_bytes() const { return config_.max_message_bytes; }
   int64_t scheduling_credit() const {
     return scheduling_credit_.load(std::memory_order_relaxed);
@@ -129,10 +136,11 @@ class Engine::Loop {
   struct ServerBatch {
     Batch batch;
     std::vector<uint64_t> op_ids;  // the ops its partitions belong to
+    Clock::time_point opened;      // when its first partition joined (TFPS_CYCLE_US)
   };
 
   // --- loop.cc: one turn of the loop.
-  void PollOnLoop();  // waits for a socket, the queue's eventfd or 100 ms
+  void PollOnLoop();  // waits for a socket, the queue's eventfd, a batch's cycle or 100 ms
   // Takes what other threads queued; returns whether the loop is asked to stop.
   bool TakeQueueOnLoop(std::deque<Request>* requests, std::vector<TimelineTask>* tasks);
   // Starts the requests taken, or fails them when the job has failed.
@@ -196,6 +204,9 @@ class Engine::Loop {
   Status PartPayloadOnLoop(Op& op, uint32_t index, ShmSegment* segment, uint64_t bytes,
                            Head* head, zmq::message_t* payload, uint64_t* wire_bytes);
   void FlushOnLoop(int server);  // sends the server's batch, failing its ops on error
+  // Sends the batches whose cycle (TFPS_CYCLE_US) is over, or every batch with no cycle;
+  // the rest wait, and the cycle timer wakes the loop when the first of them is due.
+  void FlushDueOnLoop();
   uint64_t PartBytes(const Op& op, uint32_t index) const;
   // What the partition weighs on the wire: its encoded size when compressed, so that the
   // scheduling credit and fusion count what is sent (docs/compression.md).
@@ -268,7 +279,10 @@ class Engine::Loop {
   std::set<ReadyPart> ready_;           // partitions waiting for credit
   uint64_t in_flight_bytes_ = 0;
   std::vector<ServerBatch> batches_;  // per server: partitions to send together
+  // A timerfd that wakes the loop when a waiting batch is due (TFPS_CYCLE_US).
+  int cycle_fd_ = -1;
   std::atomic<int64_t> fusion_bytes_{0}, scheduling_credit_{0};  // SetTuning; from config_
+  std::atomic<int64_t> cycle_us_{0};                             // SetCycle; from config_
 
   Timeline timeline_;
   PushCodec codec_;

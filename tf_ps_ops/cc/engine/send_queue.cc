@@ -2,6 +2,9 @@
 // (TFPS_SCHEDULING_CREDIT), small ones for one server leave together as a batch
 // (TFPS_FUSION_BYTES), and each partition is sent as a push (or a join) with its payload:
 // compressed, through a colocated server's shared memory, or the tensor's bytes in place.
+#include <sys/timerfd.h>
+
+#include <algorithm>
 #include <cstring>
 
 #include "tf_ps_ops/cc/common/metrics.h"
@@ -41,9 +44,33 @@ void Engine::Loop::PumpOnLoop() {
     Status s = SendPartOnLoop(id, it->second, index);
     if (!s.ok()) FinishOnLoop(id, s);
   }
+  FlushDueOnLoop();
+}
+
+void Engine::Loop::FlushDueOnLoop() {
+  TFPS_CHECK_ON_LOOP(loop_thread_);
+  const int64_t cycle_us = this->cycle_us();
+  const auto cycle = std::chrono::microseconds(cycle_us);
+  const Clock::time_point now = cycle_us > 0 ? Clock::now() : Clock::time_point();
+  Clock::time_point first_due = Clock::time_point::max();
   for (size_t server = 0; server < batches_.size(); ++server) {
-    FlushOnLoop(static_cast<int>(server));
+    ServerBatch& b = batches_[server];
+    if (b.batch.messages.empty()) continue;
+    if (cycle_us == 0 || now - b.opened >= cycle) {
+      FlushOnLoop(static_cast<int>(server));
+    } else {
+      first_due = std::min(first_due, b.opened + cycle);
+    }
   }
+  if (first_due == Clock::time_point::max()) return;
+  // Wake the loop when the first waiting batch is due (a timerfd: poll's timeout counts
+  // whole milliseconds, a cycle is often a fraction of one).
+  const int64_t ns = std::max<int64_t>(
+      1000, std::chrono::duration_cast<std::chrono::nanoseconds>(first_due - now).count());
+  itimerspec due{};
+  due.it_value.tv_sec = static_cast<time_t>(ns / 1000000000);
+  due.it_value.tv_nsec = static_cast<long>(ns % 1000000000);
+  (void)timerfd_settime(cycle_fd_, 0, &due, nullptr);
 }
 
 void Engine::Loop::FlushOnLoop(int server) {
@@ -88,6 +115,7 @@ Status Engine::Loop::SendPartOnLoop(uint64_t op_id, Op& o, uint32_t index) {
   uint64_t wire_bytes = bytes;
   TFPS_RETURN_IF_ERROR(PartPayloadOnLoop(o, index, segment, bytes, &head, &payload, &wire_bytes));
   if (batched) {
+    if (batches_[p.server].batch.messages.empty()) batches_[p.server].opened = Clock::now();
     batches_[p.server].batch.Add(Encoded{EncodeHead(head), std::move(payload)});
     batches_[p.server].op_ids.push_back(op_id);
   } else {
