@@ -7,6 +7,8 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "tf_ps_ops/cc/common/logging.h"
 #include "tf_ps_ops/cc/common/metrics.h"
 #include "tf_ps_ops/cc/engine/stop_signal.h"
@@ -105,7 +107,7 @@ void Engine::Loop::RunOnLoop() {
     for (TimelineTask& task : timeline_tasks) task(timeline_, rank_);
     if (!requests.empty()) timeline_.MarkCycle();
     if (stop_fd_ >= 0 && CaughtStopSignal() != 0) StoppedBySignalOnLoop();
-    StartQueuedOnLoop(requests, ReadNoticesOnLoop());
+    StartQueuedOnLoop(requests, polled_.scheduler ? ReadNoticesOnLoop() : job_failed_);
     PumpOnLoop();  // everything started together can leave together
     mesh_.PollOnLoop();
     ReadServersOnLoop();
@@ -129,14 +131,23 @@ void Engine::Loop::PollOnLoop() {
   items.push_back({nullptr, wake_fd_, ZMQ_POLLIN, 0});
   const size_t cycle_item = items.size();
   items.push_back({nullptr, cycle_fd_, ZMQ_POLLIN, 0});
+  const size_t scheduler_item = items.size();
   items.push_back({scheduler_->handle(), 0, ZMQ_POLLIN, 0});
   if (stop_fd_ >= 0) items.push_back({nullptr, stop_fd_, ZMQ_POLLIN, 0});
   mesh_.AppendPollItems(&items);
   Poll(items.data(), items.size(), mesh_.PollTimeoutMs(100));
+  polled_.server.assign(servers_.size(), 0);
+  polled_.monitor.assign(servers_.size(), 0);
+  for (size_t i = 0; i < servers_.size(); ++i) {
+    polled_.server[i] = (items[2 * i].revents & ZMQ_POLLIN) != 0;
+    polled_.monitor[i] = (items[2 * i + 1].revents & ZMQ_POLLIN) != 0;
+  }
+  polled_.scheduler = (items[scheduler_item].revents & ZMQ_POLLIN) != 0;
   uint64_t n;
   (void)!read(wake_fd_, &n, sizeof(n));
   if (items[cycle_item].revents & ZMQ_POLLIN) {  // a batch is due: this turn's pumps send it
     (void)!read(cycle_fd_, &n, sizeof(n));
+    cycle_armed_ = Clock::time_point::max();
   }
 }
 
@@ -168,8 +179,15 @@ void Engine::Loop::StartQueuedOnLoop(std::deque<Request>& requests, const Status
 void Engine::Loop::ReadServersOnLoop() {
   TFPS_CHECK_ON_LOOP(loop_thread_);
   std::vector<zmq::message_t> frames;
-  for (size_t i = 0; i < servers_.size(); ++i) {
-    while (RecvFrames(*servers_[i].socket, &frames)) OnMessageOnLoop(static_cast<int>(i), frames);
+  // (The list of servers is fixed once connected; the bound only guards the index.)
+  const size_t polled = std::min(servers_.size(), polled_.server.size());
+  for (size_t i = 0; i < polled; ++i) {
+    if (polled_.server[i]) {
+      while (RecvFrames(*servers_[i].socket, &frames)) {
+        OnMessageOnLoop(static_cast<int>(i), frames);
+      }
+    }
+    if (!polled_.monitor[i]) continue;
     int event = 0, value = 0;
     std::string address;
     while (servers_[i].monitor->Read(&event, &value, &address)) {

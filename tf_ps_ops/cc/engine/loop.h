@@ -140,7 +140,9 @@ class Engine::Loop {
   };
 
   // --- loop.cc: one turn of the loop.
-  void PollOnLoop();  // waits for a socket, the queue's eventfd, a batch's cycle or 100 ms
+  // Waits for a socket, the queue's eventfd, a batch's cycle or 100 ms; notes which of
+  // the servers' and the scheduler's sockets have something to read (polled_).
+  void PollOnLoop();
   // Takes what other threads queued; returns whether the loop is asked to stop.
   bool TakeQueueOnLoop(std::deque<Request>* requests, std::vector<TimelineTask>* tasks);
   // Starts the requests taken, or fails them when the job has failed.
@@ -279,8 +281,17 @@ class Engine::Loop {
   std::set<ReadyPart> ready_;           // partitions waiting for credit
   uint64_t in_flight_bytes_ = 0;
   std::vector<ServerBatch> batches_;  // per server: partitions to send together
-  // A timerfd that wakes the loop when a waiting batch is due (TFPS_CYCLE_US).
+  // A timerfd that wakes the loop when a waiting batch is due (TFPS_CYCLE_US), and when
+  // it is set to (max: not set, or it has fired).
   int cycle_fd_ = -1;
+  Clock::time_point cycle_armed_ = Clock::time_point::max();
+  // What the last poll found readable: the turn reads only those sockets (each read of an
+  // empty socket costs libzmq two system calls). A message that arrives later in the
+  // turn is found by the next poll.
+  struct Polled {
+    std::vector<char> server, monitor;  // per server
+    bool scheduler = false;
+  } polled_;
   std::atomic<int64_t> fusion_bytes_{0}, scheduling_credit_{0};  // SetTuning; from config_
   std::atomic<int64_t> cycle_us_{0};                             // SetCycle; from config_
 

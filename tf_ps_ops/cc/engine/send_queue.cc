@@ -62,9 +62,11 @@ void Engine::Loop::FlushDueOnLoop() {
       first_due = std::min(first_due, b.opened + cycle);
     }
   }
-  if (first_due == Clock::time_point::max()) return;
   // Wake the loop when the first waiting batch is due (a timerfd: poll's timeout counts
-  // whole milliseconds, a cycle is often a fraction of one).
+  // whole milliseconds, a cycle is often a fraction of one), unless it is set to wake it
+  // sooner already.
+  if (first_due >= cycle_armed_) return;
+  cycle_armed_ = first_due;
   const int64_t ns = std::max<int64_t>(
       1000, std::chrono::duration_cast<std::chrono::nanoseconds>(first_due - now).count());
   itimerspec due{};
