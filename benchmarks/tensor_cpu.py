@@ -5,8 +5,10 @@ on emulated hosts (benchmarks/tensor_cpu_worker.py), each host a ps_server and a
     python3 benchmarks/tensor_cpu.py --report benchmarks/results/tensor_cpu_2h_10gbit.json
 
 The shapes, each one tf.function whose answers stay in the graph: `lone` (one tensor of
-one float), `tiny` (--tensors of one float, which the engine fuses), `many` (--tensors of
---kb KiB) and `one` (one tensor of the same bytes as `many`). From rank 0's CPU per call,
+one float), `tiny` (--tensors of one float), `many` (--tensors of --kb KiB) and `one` (one
+tensor of the same bytes as `many`). Their push_pulls carry no variable's handle, so
+tf.function's automatic control dependencies run them one after another, each its own
+round trip (a model's gradients, which carry theirs, overlap). From rank 0's CPU per call,
 in total and per thread, over the calls (`derive`):
 
 - per tensor: (tiny − lone) / (tensors − 1), what the cost model's transport_per_message

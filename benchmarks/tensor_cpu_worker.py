@@ -3,7 +3,7 @@ thread, for push_pulls of four shapes, each one `tf.function` whose answers stay
 graph (as a training step's do):
 
 - lone: one tensor of one float;
-- tiny: --tensors tensors of one float (the engine fuses them);
+- tiny: --tensors tensors of one float;
 - many: --tensors tensors of --kb KiB each;
 - one: one tensor of --tensors × --kb KiB (the same bytes as `many`).
 

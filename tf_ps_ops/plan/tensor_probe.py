@@ -64,8 +64,13 @@ def transport_costs(ops, tf, name, repeats, big, small, servers, partition_bytes
     """(CPU-seconds per byte sent or received, per push or pull of a tensor, per partition
     beyond a tensor's first) of this process. Collective.
 
-    Per message: one tf.function with MESSAGE_PROBES tiny push_pulls (which the engine
-    fuses, as it fuses a model's small gradients) against one with a single one. A lone
+    Per message: one tf.function with MESSAGE_PROBES tiny push_pulls against one with a
+    single one. They carry no variable's handle, so tf.function's automatic control
+    dependencies run them one after another, each its own round trip that wakes every
+    thread on its way: a model's gradients, which carry theirs, overlap and leave several
+    to a turn of the engine (32 overlapped tiny push_pulls cost a worker about a fifth
+    of the CPU of 32 chained ones), so this prices a tensor above what an overlapped one
+    costs, and stands in for what the real step spends beside it. A lone
     push_pull's CPU is mostly the eager call around it, which a step pays once: counted
     per message it put ResNet-50's predicted step 16% over the measured one at 10 Gbit/s.
 
