@@ -21,6 +21,7 @@ from plan_ps_worker import (check_pinned_gradients_train_on_servers,  # noqa: E4
 from plan_sparse_worker import (check_embedding_gathered_as_predicted,  # noqa: E402
                                 check_embedding_summed_dense_when_pinned)
 from sfb_train_worker import conv_model, images, save, sgd_momentum  # noqa: E402
+from tf_ps_ops.common import library  # noqa: E402
 from tf_ps_ops.plan import auto  # noqa: E402
 from tf_ps_ops.plan import autotune, measure, profile  # noqa: E402
 from tf_ps_ops.plan.monitor import PlanMonitor  # noqa: E402
@@ -146,6 +147,10 @@ def check_autotune_changes_settings_not_training(hvd):
         assert lines[0] == "fusion_bytes,credit_bytes,median_step_s", lines
         assert [tuple(map(int, line.split(",")[:2])) for line in lines[1:]] == tried, lines
     assert autotune.cycle() == 300
+    # The engine's counters (benchmarks read them): a fusion batch is one message.
+    lib = library.c_api()
+    assert 0 < lib.tfps_messages_sent() <= lib.tfps_parts_sent(), (
+        lib.tfps_messages_sent(), lib.tfps_parts_sent())
     autotune.set_tuning(1 << 18, 0)  # as the job started, for the checks after this one
     autotune.set_cycle(0)
     save(**{f"tuned.{i}": w for i, w in enumerate(model.get_weights())})

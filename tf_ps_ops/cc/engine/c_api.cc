@@ -57,6 +57,8 @@ int tfps_num_servers(void) { return tfps::Engine::Get().num_servers(); }
 unsigned long long tfps_bytes_sent(void) { return tfps::Engine::Get().stats().bytes_sent; }
 unsigned long long tfps_bytes_received(void) { return tfps::Engine::Get().stats().bytes_received; }
 unsigned long long tfps_peer_bytes_sent(void) { return tfps::Engine::Get().stats().peer_bytes_sent; }
+unsigned long long tfps_messages_sent(void) { return tfps::Engine::Get().stats().messages_sent; }
+unsigned long long tfps_parts_sent(void) { return tfps::Engine::Get().stats().parts_sent; }
 unsigned long long tfps_peer_bytes_received(void) {
   return tfps::Engine::Get().stats().peer_bytes_received;
 }

@@ -43,6 +43,10 @@ unsigned long long tfps_bytes_sent(void);
 unsigned long long tfps_bytes_received(void);
 unsigned long long tfps_peer_bytes_sent(void);
 unsigned long long tfps_peer_bytes_received(void);
+/* Messages this worker sent to the servers since init (a fusion batch counts once), and
+ * the partitions in them. */
+unsigned long long tfps_messages_sent(void);
+unsigned long long tfps_parts_sent(void);
 /* Compression (docs/compression.md): float32 bytes the compressed pushes stood for, their
  * encoded bytes, and microseconds the engine thread spent encoding and decoding. */
 unsigned long long tfps_codec_raw_bytes(void);
