@@ -50,10 +50,13 @@ def test_three_arms_train_side_by_side_and_end_with_the_same_weights(tmp_path):
     assert layout["sum"]["ps"] == layout["sum"]["sfb"] == 0, layout
     assert layout["sum:c300"] == layout["sum"], layout  # summation, with a cycle time
     assert set(cell["plan_vs"]) == {"sum", "ps", "sum:c300"} and cell["verdict"]
-    # Each block's CPU per thread of the worker, the main thread's among them.
+    # Each block's CPU per thread of the worker, the main thread's and ZeroMQ's among them
+    # (a toy block may take less than /proc's 10 ms tick: no thread need show CPU).
     for blocks in cell["workers_results"][0]["blocks"].values():
         for block in blocks:
-            assert "main" in block["threads"] and sum(block["threads"].values()) > 0, block
+            threads = block["threads"]
+            assert {"main", "ZMQbg/IO/0"} <= set(threads), block
+            assert all(cpu >= 0 for cpu in threads.values()), block
     # --predict: rank 0's lone step timed every round, and every arm predicted from it.
     assert len(cell["single"]["round_step_s"]) == 2 and cell["single"]["step_s"] > 0
     for arm, a in cell["arms"].items():
