@@ -68,7 +68,7 @@ def transport_costs(ops, tf, name, repeats, big, small, servers, partition_bytes
     single one. They carry no variable's handle, so tf.function's automatic control
     dependencies run them one after another, each its own round trip that wakes every
     thread on its way: a model's gradients, which carry theirs, overlap and leave several
-    to a turn of the engine (32 overlapped tiny push_pulls cost a worker about a fifth
+    to a turn of the engine (32 overlapped tiny push_pulls cost a worker a fifth to a seventh
     of the CPU of 32 chained ones), so this prices a tensor above what an overlapped one
     costs, and stands in for what the real step spends beside it. A lone
     push_pull's CPU is mostly the eager call around it, which a step pays once: counted
