@@ -27,18 +27,18 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def shapes(tf, ops, tensors):
-    """{name: tf.function} of the two shapes."""
-    variables = [tf.Variable(np.ones(1, np.float32)) for _ in range(tensors)]
+    """{name: tf.function} of the two shapes; `chained` is the probe's own
+    (tensor_probe.chain)."""
+    from tf_ps_ops.plan import tensor_probe
 
-    def chained():
-        return tf.add_n([ops.allreduce(tf.identity(v), name=f"chained.{i}")[:1]
-                         for i, v in enumerate(variables)])
+    variables = [tf.Variable(np.ones(1, np.float32)) for _ in range(tensors)]
 
     def overlapped():
         return tf.add_n([ops.allreduce(tf.identity(v), name=f"overlapped.{i}",
                                        _variable=v)[:1] for i, v in enumerate(variables)])
 
-    return {"chained": tf.function(chained), "overlapped": tf.function(overlapped)}
+    return {"chained": tensor_probe.chain(ops, tf, variables, "chained"),
+            "overlapped": tf.function(overlapped)}
 
 
 def counters(lib):

@@ -38,19 +38,18 @@ def thread_cpu():
 
 
 def functions(tf, ops, tensors, kb):
-    """{shape: tf.function} of the four shapes."""
-    def chained(values, prefix):
-        return tf.function(lambda: tf.add_n(
-            [ops.allreduce(v, name=f"{prefix}.{i}")[:1] for i, v in enumerate(values)]))
+    """{shape: tf.function} of the four shapes, each the cost model's probe's
+    (tensor_probe.chain)."""
+    from tf_ps_ops.plan.tensor_probe import chain
 
     floats = kb * 256
     tiny = [tf.constant(np.ones(1, np.float32)) for _ in range(tensors)]
     many = [tf.constant(np.ones(floats, np.float32)) for _ in range(tensors)]
     one = tf.constant(np.ones(tensors * floats, np.float32))
-    return {"lone": chained(tiny[:1], "tensor_cpu.lone"),
-            "tiny": chained(tiny, "tensor_cpu.tiny"),
-            "many": chained(many, "tensor_cpu.many"),
-            "one": chained([one], "tensor_cpu.one")}
+    return {"lone": chain(ops, tf, tiny[:1], "tensor_cpu.lone"),
+            "tiny": chain(ops, tf, tiny, "tensor_cpu.tiny"),
+            "many": chain(ops, tf, many, "tensor_cpu.many"),
+            "one": chain(ops, tf, [one], "tensor_cpu.one")}
 
 
 def measure(function, repeats):

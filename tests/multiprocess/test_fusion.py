@@ -12,16 +12,21 @@ WORKER = Path(__file__).parent / "core_workers" / "group_worker.py"
 STEPS = 6
 
 
-def run(make_cluster, env):
-    cluster = make_cluster(3, 2, timeout=90, env=env)
-    cluster.start([sys.executable, WORKER, str(STEPS)])
+def worker_outputs(make_cluster, workers, servers, worker, env):
+    """([each worker's stdout], [each worker's engine counters: its "stats {...}" line])
+    of a job of `worker` for STEPS steps, which checked every sum against NumPy itself."""
+    cluster = make_cluster(workers, servers, timeout=90, env=env)
+    cluster.start([sys.executable, worker, str(STEPS)])
     cluster.wait()
     cluster.assert_ok()  # every sum was checked against NumPy by the workers
-    stats = []
-    for rank in range(3):
-        out = cluster.result("worker", rank).stdout
+    outs = [cluster.result("worker", rank).stdout for rank in range(workers)]
+    return outs, [json.loads(out.split("stats ", 1)[1].splitlines()[0]) for out in outs]
+
+
+def run(make_cluster, env):
+    outs, stats = worker_outputs(make_cluster, 3, 2, WORKER, env)
+    for out in outs:
         assert f"step {STEPS - 1} ok" in out
-        stats.append(json.loads(out.split("stats ", 1)[1].splitlines()[0]))
     return stats
 
 
@@ -46,12 +51,8 @@ CODEC_WORKER = Path(__file__).parent / "core_workers" / "codec_fusion_worker.py"
 
 def run_compressed(make_cluster, env):
     """2 workers, 1 server, 8 fp16-compressed partitions of 16 KiB (8 KiB encoded) per step."""
-    cluster = make_cluster(2, 1, timeout=90, env=dict(env, TFPS_COMPRESSION="fp16"))
-    cluster.start([sys.executable, CODEC_WORKER, str(STEPS)])
-    cluster.wait()
-    cluster.assert_ok()  # the sums were checked by the workers
-    return [json.loads(cluster.result("worker", rank).stdout.split("stats ", 1)[1]
-                       .splitlines()[0]) for rank in range(2)]
+    return worker_outputs(make_cluster, 2, 1, CODEC_WORKER,
+                          dict(env, TFPS_COMPRESSION="fp16"))[1]
 
 
 def test_compressed_partitions_fuse_as_their_encoded_size_allows(make_cluster):
@@ -76,13 +77,8 @@ CYCLE_WORKER = Path(__file__).parent / "core_workers" / "cycle_worker.py"
 
 def run_staggered(make_cluster, cycle_us):
     """2 workers, 2 servers; per step 8 small push_pulls started 5 ms apart."""
-    cluster = make_cluster(2, 2, timeout=90, env={"TFPS_CYCLE_US": cycle_us,
-                                                  "TFPS_FUSION_BYTES": "262144"})
-    cluster.start([sys.executable, CYCLE_WORKER, str(STEPS)])
-    cluster.wait()
-    cluster.assert_ok()  # the sums were checked by the workers
-    return [json.loads(cluster.result("worker", rank).stdout.split("stats ", 1)[1]
-                       .splitlines()[0]) for rank in range(2)]
+    return worker_outputs(make_cluster, 2, 2, CYCLE_WORKER,
+                          {"TFPS_CYCLE_US": cycle_us, "TFPS_FUSION_BYTES": "262144"})[1]
 
 
 def test_a_cycle_sends_partitions_started_apart_together(make_cluster):

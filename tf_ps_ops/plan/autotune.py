@@ -36,14 +36,19 @@ import numpy as np
 from tf_ps_ops.plan import auto, planner
 
 
+def _set(setter, *values):
+    """Calls a tfps_set_* function of the C API with `values` and an error buffer; its
+    message as a ValueError when it refuses them."""
+    err = ctypes.create_string_buffer(512)
+    if setter(*values, err, len(err)) != 0:
+        raise ValueError(err.value.decode(errors="replace"))
+
+
 def set_tuning(fusion_bytes, credit):
     """Changes this worker's fusion threshold and scheduling credit (bytes) now."""
     from tf_ps_ops.common import library
 
-    err = ctypes.create_string_buffer(512)
-    code = library.c_api().tfps_set_tuning(int(fusion_bytes), int(credit), err, len(err))
-    if code != 0:
-        raise ValueError(err.value.decode(errors="replace"))
+    _set(library.c_api().tfps_set_tuning, int(fusion_bytes), int(credit))
 
 
 def set_cycle(cycle_us):
@@ -51,10 +56,7 @@ def set_cycle(cycle_us):
     (TFPS_CYCLE_US, microseconds) now."""
     from tf_ps_ops.common import library
 
-    err = ctypes.create_string_buffer(512)
-    code = library.c_api().tfps_set_cycle_us(int(cycle_us), err, len(err))
-    if code != 0:
-        raise ValueError(err.value.decode(errors="replace"))
+    _set(library.c_api().tfps_set_cycle_us, int(cycle_us))
 
 
 def cycle():

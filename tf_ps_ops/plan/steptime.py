@@ -156,8 +156,8 @@ def host_cpu(costs, forward, backward, apply, cluster, machine, busy=0.0):
     transport_per_message counts per layer, fused or not: what a tensor costs is mostly
     the engine's and TensorFlow's work for it, which fusion keeps (tensor_probe.transport_costs
     times tiny tensors one after another, each its own round trip: see there). busy: the
-    fraction of backward the
-    link is busy in, where the compute's kernels take machine.compute_cpu_loss more."""
+    fraction of backward the link is busy in, where the compute's kernels take
+    machine.compute_cpu_loss more."""
     L = min(cluster.workers_per_host, cluster.workers)
     compute = machine.compute_cpu * (sum(forward) + sum(backward)
                                      * (1 + machine.compute_cpu_loss * busy))

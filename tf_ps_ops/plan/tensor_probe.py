@@ -39,9 +39,11 @@ def median_cpu_seconds(function, steps):
     return median_seconds(function, steps, clock=time.process_time)
 
 
-def _chain(ops, tf, tensors, name):
+def chain(ops, tf, tensors, name):
     """One tf.function of a push_pull of each of `tensors`, their answers left in the
-    graph (as a training step's are)."""
+    graph (as a training step's are). No push_pull carries a variable's handle, so
+    tf.function runs them one after another (see transport_costs); benchmarks/
+    tensor_cpu_worker.py and chained_tensors.py time the same shape."""
     return tf.function(lambda: tf.add_n([ops.allreduce(t, name=f"{name}.{i}")[:1]
                                          for i, t in enumerate(tensors)]))
 
@@ -86,11 +88,11 @@ def transport_costs(ops, tf, name, repeats, big, small, servers, partition_bytes
     big_cut = cost.partition_count(big_bytes, partition_bytes, servers) - 1
     probe_cut = cost.partition_count(CUT_PROBE_BYTES, partition_bytes, servers) - 1
     tiny = [tf.constant(np.zeros(1, np.float32)) for _ in range(MESSAGE_PROBES)]
-    functions = [_chain(ops, tf, tiny, f"{name}.tiny"), _chain(ops, tf, tiny[:1], f"{name}.one")]
+    functions = [chain(ops, tf, tiny, f"{name}.tiny"), chain(ops, tf, tiny[:1], f"{name}.one")]
     if probe_cut > 0:
         cut = [tf.constant(np.zeros(CUT_PROBE_BYTES // 4, np.float32))
                for _ in range(MESSAGE_PROBES)]
-        functions.append(_chain(ops, tf, cut, f"{name}.cut"))
+        functions.append(chain(ops, tf, cut, f"{name}.cut"))
     timed = _alternating_cpu(functions, repeats)
     tiny_cpu, one_cpu = timed[:2]
     per_message = max(0.0, (tiny_cpu - one_cpu) / (MESSAGE_PROBES - 1) / 2)

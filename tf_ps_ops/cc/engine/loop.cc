@@ -202,10 +202,7 @@ void Engine::Loop::EndOnLoop() {
   TFPS_CHECK_ON_LOOP(loop_thread_);
   const Status aborted = Aborted("tf_ps_ops was shut down while this request was in flight");
   while (!ops_.empty()) FinishOnLoop(ops_.begin()->first, aborted);
-  for (ServerBatch& b : batches_) {  // what waited for its cycle belongs to aborted calls
-    b.batch = Batch();
-    b.op_ids.clear();
-  }
+  for (ServerBatch& b : batches_) b.Clear();  // what waited for its cycle: aborted calls
   mesh_.FailAllOnLoop(aborted);
   SayGoodbyeOnLoop();
   Status written = timeline_.Write();

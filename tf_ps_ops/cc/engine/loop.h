@@ -137,6 +137,11 @@ class Engine::Loop {
     Batch batch;
     std::vector<uint64_t> op_ids;  // the ops its partitions belong to
     Clock::time_point opened;      // when its first partition joined (TFPS_CYCLE_US)
+    // Drops what waits unsent (its calls have failed: a dead server, the shutdown).
+    void Clear() {
+      batch = Batch();
+      op_ids.clear();
+    }
   };
 
   // --- loop.cc: one turn of the loop.

@@ -293,10 +293,7 @@ void Engine::Loop::ServerDiedOnLoop(int server, const std::string& why) {
     }
   }
   for (uint64_t id : victims) FinishOnLoop(id, Unavailable(Describe(server) + " " + why));
-  if (static_cast<size_t>(server) < batches_.size()) {  // a batch waiting for its cycle
-    batches_[server].batch = Batch();
-    batches_[server].op_ids.clear();
-  }
+  if (static_cast<size_t>(server) < batches_.size()) batches_[server].Clear();  // its cycle
 }
 
 void Engine::Loop::SayGoodbyeOnLoop() {
