@@ -39,15 +39,18 @@ def parse_args():
     parser.add_argument("--fusion-bytes", type=int, default=0,
                         help="decentralized algorithms: exchange the variables in flat "
                              "messages of up to this many bytes (0: one per variable)")
+    parser.add_argument("--sync-interval-ms", type=float, default=20.0,
+                        help="async: pause between averaging rounds")
     parser.add_argument("--target", type=float, default=0.0,
                         help="also print the seconds until the held-out accuracy, "
                              "measured after every epoch, first reached this")
     return parser.parse_args()
 
 
-def make_optimizer(name, size, fusion_bytes=0):
-    """The optimizer and algorithm of each run. Averaging algorithms step on local
-    gradients with the same learning rate as the summation path's averaged ones."""
+def make_optimizer(name, size, fusion_bytes=0, sync_interval_ms=20.0):
+    """The optimizer and its algorithm (None for plain summation). Averaging algorithms
+    step on local gradients with the same learning rate as the summation path's averaged
+    ones."""
     lr = 0.01 * size
     fusion = fusion_bytes or None
     sgd = keras.optimizers.SGD(lr, momentum=0.9)
@@ -57,14 +60,14 @@ def make_optimizer(name, size, fusion_bytes=0):
         "decentralized": lambda: algorithms.Decentralized("ring", fusion_bytes=fusion),
         "shift_one": lambda: algorithms.Decentralized("shift_one", fusion_bytes=fusion),
         "low_precision": lambda: algorithms.LowPrecisionDecentralized(fusion_bytes=fusion),
-        "async": lambda: algorithms.AsyncModelAverage(sync_interval_ms=20, warmup_steps=15),
+        "async": lambda: algorithms.AsyncModelAverage(sync_interval_ms, warmup_steps=15),
         "qadam": lambda: algorithms.QAdam(warmup_steps=30),
     }
     made = choices[name]()
     if isinstance(made, keras.optimizers.Optimizer):
-        return made
+        return made, None
     inner = keras.optimizers.Adam(0.001 * size) if name == "qadam" else sgd
-    return hvd.DistributedOptimizer(inner, name=name, algorithm=made)
+    return hvd.DistributedOptimizer(inner, name=name, algorithm=made), made
 
 
 def wide_model(width):
@@ -107,7 +110,7 @@ class _TimeToTarget(keras.callbacks.Callback):
 def train(name, args, rank, size, shard, test):
     keras.utils.set_random_seed(args.seed + rank)
     model = wide_model(args.width) if args.width else build_model()
-    opt = make_optimizer(name, size, args.fusion_bytes)
+    opt, algorithm = make_optimizer(name, size, args.fusion_bytes, args.sync_interval_ms)
     model.compile(optimizer=opt,
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   metrics=["accuracy"], jit_compile=False)
@@ -120,6 +123,8 @@ def train(name, args, rank, size, shard, test):
     _, accuracy = model.evaluate(*test, verbose=0)
     steps = int(opt.iterations.numpy())
     reached = f" to_target={timer.reached:.3f}" if timer.reached is not None else ""
+    if isinstance(algorithm, algorithms.AsyncModelAverage):
+        reached += f" averaged={algorithm.applied}"  # rounds written into these weights
     # The median step, the first epoch (tracing, warm-ups) left out.
     later = sorted(timer.step_times[len(timer.step_times) // args.epochs:]) or [0.0]
     print(f"result algorithm={name} rank={rank} accuracy={accuracy:.4f} seconds={seconds:.3f} "
