@@ -12,7 +12,7 @@ import zoo_models
 TFPS_MODES = ("sum", "ps", "sfb", "hybrid", "int8", "auto", "auto_int8", "tuned")
 TUNE_ENV = {"TFPS_AUTOTUNE": "1", "TFPS_AUTOTUNE_WARMUP_STEPS": "2",
             "TFPS_AUTOTUNE_STEPS_PER_SAMPLE": "4"}
-TUNE_WARMUP = 3 + 7 * 4 + 1  # its warm-up, its first untimed step, 7 samples of 3 + 1
+TUNE_WARMUP = 3 + 9 * 4 + 1  # its warm-up, its first untimed step, 9 samples of 3 + 1
 ALL_MODES = ("single",) + TFPS_MODES + ("mwms", "pss", "horovod")
 DENSE_MODES = ("sum", "ps", "mwms", "pss", "horovod")  # move the whole gradient: t_opt applies
 MODE_LABELS = {"single": "single process", "sum": "tf_ps_ops sum", "ps": "tf_ps_ops ps",

@@ -302,13 +302,17 @@ def write_report(folder, tag, meta, rows):
     if tuned:
         lines += ["Autotuned rows (`tuned`: sum with TFPS_AUTOTUNE=1, %s steps a sample, "
                   "during %d extra warm-up steps; the timed steps run under what rank 0 kept; "
-                  "fusion/credit in KiB: its median step in ms):" % (
+                  "fusion/credit in KiB (/cycle in µs, where the autotuner also tried "
+                  "cycle times): its median step in ms):" % (
                       TUNE_ENV["TFPS_AUTOTUNE_STEPS_PER_SAMPLE"], TUNE_WARMUP), ""]
         for r in tuned:
             t = r["autotune"]
-            lines.append("- %s %s: kept fusion %d KiB, credit %d KiB; samples %s" % (
-                r["model"], r["rate"], t["kept"][0] >> 10, t["kept"][1] >> 10, ", ".join(
-                    "%d/%d: %.0f" % (f >> 10, c >> 10, s * 1e3) for f, c, s in t["history"])))
+            kept_cycle = ", cycle %d µs" % t["kept"][2] if len(t["kept"]) > 2 else ""
+            lines.append("- %s %s: kept fusion %d KiB, credit %d KiB%s; samples %s" % (
+                r["model"], r["rate"], t["kept"][0] >> 10, t["kept"][1] >> 10, kept_cycle,
+                ", ".join("/".join(["%d" % (f >> 10), "%d" % (c >> 10)]
+                                   + ["%d" % y for y in cycle]) + ": %.0f" % (s * 1e3)
+                          for f, c, *cycle, s in t["history"])))
         lines.append("")
     errors = [r for r in rows if r.get("error")]
     if errors:

@@ -102,7 +102,7 @@ def run_plain(args, window):
         result["plan_inputs"] = plan_choices(*plan, args.mode, result.get("sfb_kernels", []),
                                              served_paths(optimizer))
     if tuner is not None:
-        kept = autotune.tuning()
+        kept = (*autotune.tuning(), autotune.cycle())
         result["autotune"] = dict(done=tuner.done, kept=list(kept), history=tuner.history)
         if plan is not None:  # predicted under the settings the timed steps ran with
             result["plan_inputs"]["settings"].update(fusion_bytes=kept[0], credit=kept[1])

@@ -82,9 +82,10 @@ VARIABLES = (
            "gradient, from TFPS_PLAN_CODECS, chosen from the cluster's measurements). "
            "Unset: no plan. See docs/plan.md."),
     EnvVar("TFPS_AUTOTUNE", "str", None,
-           "`1`: `BroadcastGlobalVariablesCallback` also tunes this worker's fusion threshold "
-           "and scheduling credit while Keras trains (tf_ps_ops.plan.autotune.AutoTune; "
-           "Horovod's HOROVOD_AUTOTUNE). See docs/plan.md.", ("HOROVOD_AUTOTUNE",)),
+           "`1`: `BroadcastGlobalVariablesCallback` also tunes this worker's fusion threshold, "
+           "scheduling credit and cycle time while Keras trains (those the job did not set "
+           "explicitly; tf_ps_ops.plan.autotune.AutoTune; Horovod's HOROVOD_AUTOTUNE). See "
+           "docs/plan.md.", ("HOROVOD_AUTOTUNE",)),
     EnvVar("TFPS_AUTOTUNE_WARMUP_STEPS", "int", 10,
            "Steps the autotuner leaves untimed before its first sample."),
     EnvVar("TFPS_AUTOTUNE_STEPS_PER_SAMPLE", "int", 10,
@@ -92,7 +93,7 @@ VARIABLES = (
            "not timed).", ("HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE",)),
     EnvVar("TFPS_AUTOTUNE_LOG", "str", None,
            "A file rank 0's autotuner writes each sample to, as CSV (fusion_bytes, "
-           "credit_bytes, median_step_s).", ("HOROVOD_AUTOTUNE_LOG",)),
+           "credit_bytes, cycle_us, median_step_s).", ("HOROVOD_AUTOTUNE_LOG",)),
     EnvVar("TFPS_PLAN_CODECS", "str", "none",
            "Comma-separated codecs the automatic plan may pick (none, fp16, bf16, int8, "
            "onebit). Default none only: a codec changes what training computes, so it is "
@@ -319,7 +320,7 @@ def read_cluster(environ=None):
 # C++ core reads them, with its defaults (tests/unit/test_plan_cost.py holds these to the
 # core's table).
 ENGINE_INTS = {"TFPS_PARTITION_BYTES": 1048576, "TFPS_FUSION_BYTES": 262144,
-               "TFPS_SCHEDULING_CREDIT": 0}
+               "TFPS_SCHEDULING_CREDIT": 0, "TFPS_CYCLE_US": 0}
 
 
 def engine_int(name, environ=None):

@@ -1,30 +1,34 @@
-"""AutoTune: while training, try the send queue's fusion threshold and scheduling credit
-within a bounded search and keep the fastest, as Horovod's autotune tunes its fusion
-threshold and cycle time.
+"""AutoTune: while training, try the send queue's fusion threshold, scheduling credit and
+cycle time within a bounded search and keep the fastest, as Horovod's autotune tunes its
+fusion threshold and cycle time.
 
     model.fit(..., callbacks=[tf_ps_ops.plan.autotune.AutoTune()])
 
 or, with no change to a Horovod script, `TFPS_AUTOTUNE=1` (`tfps-run --autotune`, as
 `horovodrun --autotune`): the script's `BroadcastGlobalVariablesCallback` then runs one
 (`from_environment`: TFPS_AUTOTUNE_WARMUP_STEPS, TFPS_AUTOTUNE_STEPS_PER_SAMPLE,
-TFPS_AUTOTUNE_LOG).
+TFPS_AUTOTUNE_LOG). There, as in Horovod, a setting the job was started with explicitly
+(TFPS_FUSION_BYTES, TFPS_SCHEDULING_CREDIT, TFPS_CYCLE_US, or the launcher's flags that set
+them) is fixed: the search leaves it as it is.
 
 After `warmup_steps` (tracing, the first steps' allocations) it times `steps_per_sample`
 steps under each candidate: first the running settings, then each other fusion
-threshold with the running credit, then each other credit with the best threshold found
-(so at most 1 + (F − 1) + (C − 1) samples: 7 with the planner's 4 thresholds and 4
-credits). A candidate replaces the best only when its median step is shorter by more
-than `min_gain` (single samples on a shared machine differ by several percent). Then it
-keeps the best and stops. Every change is logged on rank 0, and `history` holds each
-sample.
+threshold with the running credit and cycle, then each other credit with the best
+threshold found, then each other cycle time with the best of both (so at most
+1 + (F − 1) + (C − 1) + (Y − 1) samples: 9 with the planner's 4 thresholds and 4 credits
+and 3 cycle times). The cycle times are skipped when the best threshold is 0: with no
+fusion batches there is nothing for a cycle to hold back. A candidate replaces the best
+only when its median step is shorter by more than `min_gain` (single samples on a shared
+machine differ by several percent). Then it keeps the best and stops. Every change is
+logged on rank 0, and `history` holds each sample.
 
-Both settings decide only when this worker's partitions leave (fusion: small partitions
-for one server share a message; credit: the bytes in flight before the next partition
-waits), never what a server computes: training computes the same with any of them, and
-workers may differ. Each worker tunes its own, on its own step times (in synchronous
-training they are the same steps). The partition size is not tuned: the servers hold
-each tensor's partitions, so it is fixed when a job starts (TFPS_PARTITION_BYTES, or
-the plan's at the next start).
+All three settings decide only when this worker's partitions leave (fusion: small
+partitions for one server share a message; credit: the bytes in flight before the next
+partition waits; cycle: how long a batch waits for more partitions), never what a server
+computes: training computes the same with any of them, and workers may differ. Each
+worker tunes its own, on its own step times (in synchronous training they are the same
+steps). The partition size is not tuned: the servers hold each tensor's partitions, so it
+is fixed when a job starts (TFPS_PARTITION_BYTES, or the plan's at the next start).
 """
 
 import ctypes
@@ -34,6 +38,11 @@ import keras
 import numpy as np
 
 from tf_ps_ops.plan import auto, planner
+
+# The cycle times (µs) the search tries: none, and the two that shortened summation's step
+# on the DLRM-like model and MobileNetV2 (docs/plan.md).
+CYCLES = (0, 300, 1000)
+KNOBS = ("fusion", "credit", "cycle")
 
 
 def _set(setter, *values):
@@ -81,17 +90,26 @@ def tuning():
 
 class Search:
     """The bounded coordinate search, apart from any clock: `candidate` is what to time
-    next (None when done), `record(step_s)` its median step."""
+    next, a (fusion bytes, credit bytes, cycle µs) (None when done); `record(step_s)` its
+    median step."""
 
     def __init__(self, start, fusions=planner.FUSIONS, credits=planner.CREDITS,
-                 min_gain=0.03):
-        self.start, self.min_gain = tuple(start), min_gain
-        # The credits to try once the fusions are done (None: under way or done).
-        self._credits = [c for c in credits if c != start[1]]
-        self._queue = [self.start] + [(f, start[1]) for f in fusions if f != start[0]]
-        self.planned = len(self._queue) + len(self._credits)  # samples in all
+                 cycles=CYCLES, min_gain=0.03):
+        if len(start) != len(KNOBS):
+            raise ValueError(f"Search(start={start!r}): give (fusion bytes, credit bytes, "
+                             f"cycle us)")
+        self.start, self.min_gain = tuple(int(v) for v in start), min_gain
+        # Along each knob in turn, the values other than the running one.
+        self._others = [[v for v in grid if v != self.start[axis]]
+                        for axis, grid in enumerate((fusions, credits, cycles))]
+        self._axis = 0
+        self._queue = [self.start] + self._along(0, self.start)
+        self.planned = 1 + sum(len(o) for o in self._others)  # samples at most
         self.best, self.best_s = None, None
-        self.history = []  # (fusion, credit, median step s)
+        self.history = []  # (fusion, credit, cycle, median step s)
+
+    def _along(self, axis, base):
+        return [base[:axis] + (v,) + base[axis + 1:] for v in self._others[axis]]
 
     @property
     def candidate(self):
@@ -99,11 +117,26 @@ class Search:
 
     def record(self, step_s):
         tried = self._queue.pop(0)
-        self.history.append((tried[0], tried[1], float(step_s)))
+        self.history.append((*tried, float(step_s)))
         if self.best is None or step_s < self.best_s * (1 - self.min_gain):
             self.best, self.best_s = tried, float(step_s)
-        if not self._queue and self._credits is not None:
-            self._queue, self._credits = [(self.best[0], c) for c in self._credits], None
+        while not self._queue and self._axis + 1 < len(KNOBS):
+            self._axis += 1
+            if KNOBS[self._axis] == "cycle" and self.best[0] == 0:
+                continue  # no fusion batches: a cycle has nothing to hold back
+            self._queue = self._along(self._axis, self.best)
+
+
+def describe(settings):
+    """(fusion, credit, cycle) as the log says it."""
+    fusion, credit, cycle_us = settings[:3]
+    return f"fusion {fusion} B, credit {credit} B, cycle {cycle_us} us"
+
+
+def apply(settings):
+    """Makes this worker send by (fusion bytes, credit bytes, cycle µs) now."""
+    set_tuning(settings[0], settings[1])
+    set_cycle(settings[2])
 
 
 def from_environment(environ=None):
@@ -111,21 +144,33 @@ def from_environment(environ=None):
     or 0."""
     from tf_ps_ops.common import config
 
+    import os
+
+    environ = os.environ if environ is None else environ
     enabled, source = config.lookup("TFPS_AUTOTUNE", environ)
     if enabled is None or enabled.lower() in ("0", "false", "no", "off", ""):
         return None
     if enabled.lower() not in ("1", "true", "yes", "on"):
-        raise ValueError(f"{source}={enabled!r}: use 1 to tune the fusion threshold and the "
-                         f"scheduling credit while training, 0 not to")
+        raise ValueError(f"{source}={enabled!r}: use 1 to tune the fusion threshold, the "
+                         f"scheduling credit and the cycle time while training, 0 not to")
+
+    def grid(name, default):  # what the job was started with explicitly stays fixed
+        if environ.get(name, "").strip():
+            return (config.engine_int(name, environ),)
+        return default
+
     return AutoTune(warmup_steps=config.lookup("TFPS_AUTOTUNE_WARMUP_STEPS", environ)[0],
                     steps_per_sample=config.lookup("TFPS_AUTOTUNE_STEPS_PER_SAMPLE",
                                                    environ)[0],
+                    fusions=grid("TFPS_FUSION_BYTES", planner.FUSIONS),
+                    credits=grid("TFPS_SCHEDULING_CREDIT", planner.CREDITS),
+                    cycles=grid("TFPS_CYCLE_US", CYCLES),
                     log_file=config.lookup("TFPS_AUTOTUNE_LOG", environ)[0])
 
 
 class AutoTune(keras.callbacks.Callback):
     def __init__(self, warmup_steps=5, steps_per_sample=10, fusions=planner.FUSIONS,
-                 credits=planner.CREDITS, min_gain=0.03, log_file=None):
+                 credits=planner.CREDITS, cycles=CYCLES, min_gain=0.03, log_file=None):
         super().__init__()
         self.log_file = log_file
         if steps_per_sample < 2 or warmup_steps < 0:
@@ -133,7 +178,8 @@ class AutoTune(keras.callbacks.Callback):
                              f"{steps_per_sample}): needs warmup_steps >= 0 and at least 2 "
                              f"steps a sample (the first after a change is not timed)")
         self.warmup_steps, self.steps_per_sample = warmup_steps, steps_per_sample
-        self._grid, self.min_gain = (tuple(fusions), tuple(credits)), min_gain
+        self._grid = (tuple(fusions), tuple(credits), tuple(cycles))
+        self.min_gain = min_gain
         self.search, self.done = None, False
         self._seen, self._last, self._steps, self._skip = 0, None, [], False
 
@@ -150,10 +196,9 @@ class AutoTune(keras.callbacks.Callback):
         if self._seen <= self.warmup_steps:
             return
         if self.search is None:
-            self.search = Search(tuning(), *self._grid, min_gain=self.min_gain)
-            auto.log_once(f"autotune: timing fusion {self.search.start[0]} B and credit "
-                          f"{self.search.start[1]} B (the running settings), then at most "
-                          f"{self.search.planned - 1} others, "
+            self.search = Search((*tuning(), cycle()), *self._grid, min_gain=self.min_gain)
+            auto.log_once(f"autotune: timing {describe(self.search.start)} (the running "
+                          f"settings), then at most {self.search.planned - 1} others, "
                           f"{self.steps_per_sample} steps each")
             return
         if self._skip:  # the first step after a change may hold the previous settings'
@@ -166,21 +211,20 @@ class AutoTune(keras.callbacks.Callback):
         self._steps = []
         self.search.record(step)
         self._write_sample(tried, step)
-        auto.log_once(f"autotune: fusion {tried[0]} B, credit {tried[1]} B: median step "
-                      f"{step * 1e3:.2f} ms")
+        auto.log_once(f"autotune: {describe(tried)}: median step {step * 1e3:.2f} ms")
         nxt = self.search.candidate
         if nxt is None:
             self.done = True
             best = self.search.best
             if best != tried:
-                set_tuning(*best)
-            auto.log_once(f"autotune: keeping fusion {best[0]} B, credit {best[1]} B "
-                          f"(median step {self.search.best_s * 1e3:.2f} ms; the running "
-                          f"settings took {self.search.history[0][2] * 1e3:.2f} ms)")
+                apply(best)
+            auto.log_once(f"autotune: keeping {describe(best)} (median step "
+                          f"{self.search.best_s * 1e3:.2f} ms; the running settings took "
+                          f"{self.search.history[0][-1] * 1e3:.2f} ms)")
             return
-        set_tuning(*nxt)
+        apply(nxt)
         self._skip = True
-        auto.log_once(f"autotune: trying fusion {nxt[0]} B, credit {nxt[1]} B")
+        auto.log_once(f"autotune: trying {describe(nxt)}")
 
     def _write_sample(self, tried, step):
         from tf_ps_ops.common import basics
@@ -190,5 +234,5 @@ class AutoTune(keras.callbacks.Callback):
         fresh = len(self.search.history) == 1
         with open(self.log_file, "w" if fresh else "a") as f:
             if fresh:
-                f.write("fusion_bytes,credit_bytes,median_step_s\n")
-            f.write(f"{tried[0]},{tried[1]},{step:.6f}\n")
+                f.write("fusion_bytes,credit_bytes,cycle_us,median_step_s\n")
+            f.write(f"{tried[0]},{tried[1]},{tried[2]},{step:.6f}\n")

@@ -95,10 +95,11 @@ TUNE_STEPS = 24
 
 def check_autotune_changes_settings_not_training(hvd):
     """With TFPS_AUTOTUNE=1 (tfps-run --autotune) the script's
-    BroadcastGlobalVariablesCallback tunes while training: it tries the 7 settings of the
-    bounded grid (the running fusion and credit, the 3 other fusions, the 3 other credits
-    with the best fusion), keeps the best, and training computes what it computes untuned
-    (the test compares with single-process training)."""
+    BroadcastGlobalVariablesCallback tunes while training: it tries the up to 9 settings
+    of the bounded grid (the running fusion, credit and cycle, the 3 other fusions, the 3
+    other credits with the best fusion, the 2 other cycle times with the best of both),
+    keeps the best, and training computes what it computes untuned (the test compares
+    with single-process training)."""
     with_error = None
     try:
         autotune.set_tuning(-1, 0)
@@ -135,18 +136,26 @@ def check_autotune_changes_settings_not_training(hvd):
     model.fit(rows.reshape(-1, *x.shape[1:]), labels.reshape(-1), batch_size=BATCH,
               epochs=1, shuffle=False, verbose=0, callbacks=[broadcast])
     assert tuner is not None and tuner.done, tuner and tuner.history
-    tried = [(f, c) for f, c, _ in tuner.history]
-    assert tried[:4] == [(1 << 18, 0), (0, 0), (1 << 16, 0), (1 << 20, 0)], tried
-    best_fusion = tried.index(tuner.search.best) if tuner.search.best in tried[:4] else None
-    assert len(tried) == 7 and {c for _, c in tried[4:]} == {1 << 20, 4 << 20, 16 << 20}, tried
-    assert best_fusion is None or {f for f, _ in tried[4:]} == {tried[best_fusion][0]}, tried
-    assert autotune.tuning() == tuner.search.best, (autotune.tuning(), tuner.history)
+    tried = [h[:3] for h in tuner.history]
+    assert tried[:4] == [(1 << 18, 0, 300), (0, 0, 300), (1 << 16, 0, 300),
+                         (1 << 20, 0, 300)], tried
+    best_fusion = tuner.search.best[0] if tuner.search.best in tried[:4] else None
+    assert {c for _, c, _ in tried[4:7]} == {1 << 20, 4 << 20, 16 << 20}, tried
+    assert best_fusion is None or {f for f, _, _ in tried[4:7]} == {best_fusion}, tried
+    # Then the other cycle times with the best fusion and credit, unless the best sends
+    # no fusion batches (nothing for a cycle to hold back).
+    if tried[6][0] == 0:
+        assert len(tried) == 7, tried
+    else:
+        assert len(tried) == 9 and {y for *_, y in tried[7:]} == {0, 1000}, tried
+        assert len({t[:2] for t in tried[7:]}) == 1, tried
+    assert (*autotune.tuning(), autotune.cycle()) == tuner.search.best, (
+        autotune.tuning(), autotune.cycle(), tuner.history)
     if hvd.rank() == 0:  # its samples as CSV (horovodrun's --autotune-log-file)
         with open(tune_env["TFPS_AUTOTUNE_LOG"]) as f:
             lines = f.read().splitlines()
-        assert lines[0] == "fusion_bytes,credit_bytes,median_step_s", lines
-        assert [tuple(map(int, line.split(",")[:2])) for line in lines[1:]] == tried, lines
-    assert autotune.cycle() == 300
+        assert lines[0] == "fusion_bytes,credit_bytes,cycle_us,median_step_s", lines
+        assert [tuple(map(int, line.split(",")[:3])) for line in lines[1:]] == tried, lines
     # The engine's counters (benchmarks read them): a fusion batch is one message.
     lib = library.c_api()
     assert 0 < lib.tfps_messages_sent() <= lib.tfps_parts_sent(), (
