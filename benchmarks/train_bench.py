@@ -43,7 +43,7 @@ from machine_load import (MIN_WINDOW_S, clean, machine_busy_s, own_cpu_s,  # noq
                           wait_for_idle)
 from netns import Hosts, available  # noqa: E402
 from train_config import HOROVOD_PATH, Config, child_env, horovod_env  # noqa: E402
-from train_modes import ALL_MODES, STEPS, applies  # noqa: E402
+from train_modes import ALL_MODES, STEPS, applies, tune_env  # noqa: E402
 from train_report import (combine, derive, ordered, summarize, table,  # noqa: E402
                           write_report)
 import zoo_models  # noqa: E402
@@ -258,6 +258,7 @@ def sweep(args):
     rows = ordered([combine(key, found, args.workers) for key, found in runs.items()])
     derive(rows, args.workers)
     meta = dict(repeats=args.repeats, order=args.order, seed=args.seed, tag=args.tag,
+                tune_env=tune_env(args.tfps_env),
                 started=started.isoformat(timespec="seconds"),
                 duration_s=round(time.monotonic() - t_start, 1),
                 command="python3 benchmarks/train_bench.py " + " ".join(sys.argv[1:]),

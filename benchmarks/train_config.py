@@ -14,7 +14,7 @@ from pathlib import Path
 from ps_cluster import REPO, ClusterError, NetnsCluster, netns_host  # puts REPO on sys.path
 from tf_ps_ops.runner.job import Job
 from tf_ps_ops.runner.process import LogFiles
-from train_modes import PARAMS_GUESS, STEPS, TFPS_MODES, TUNE_ENV, TUNE_WARMUP, t_opt
+from train_modes import PARAMS_GUESS, STEPS, TFPS_MODES, t_opt, tune_env, tune_warmup
 import zoo_models
 
 HERE = Path(__file__).resolve().parent
@@ -69,7 +69,8 @@ class Config:
         self.steps = args.steps or STEPS[model]
         self.batch = args.batch or zoo_models.BATCH.get(model, 32)
         est = max(0.3, 3 * t_opt(PARAMS_GUESS[model], 2, rate))
-        self.warmup = args.warmup + (TUNE_WARMUP if mode == "tuned" else 0)
+        self.warmup = args.warmup + (tune_warmup(tune_env(getattr(args, "tfps_env", {})))
+                                     if mode == "tuned" else 0)
         self.timeout = (args.startup_timeout + zoo_models.BUILD_S.get(model, 0)
                         + (self.warmup + self.steps) * est * 4)
 
@@ -187,7 +188,7 @@ class Config:
         if self.mode == "auto_int8":
             env["TFPS_PLAN_CODECS"] = "none,int8"
         if self.mode == "tuned":
-            env.update(TUNE_ENV)
+            env.update(tune_env(self.args.tfps_env))
         if self.args.timeline:
             Path(self.args.timeline).mkdir(parents=True, exist_ok=True)
             env["TFPS_TIMELINE"] = str(Path(self.args.timeline).resolve() / (

@@ -7,12 +7,26 @@ import zoo_models
 
 # int8: sum with TFPS_COMPRESSION=int8; auto: the planner's choice per layer (plan="auto"),
 # uncompressed; auto_int8: the same, free to pick int8 too (TFPS_PLAN_CODECS=none,int8);
-# tuned: sum with the autotuner (TFPS_AUTOTUNE=1) searching during TUNE_WARMUP extra warm-up
+# tuned: sum with the autotuner (TFPS_AUTOTUNE=1) searching during tune_warmup()'s extra warm-up
 # steps, the timed steps under what it kept
 TFPS_MODES = ("sum", "ps", "sfb", "hybrid", "int8", "auto", "auto_int8", "tuned")
 TUNE_ENV = {"TFPS_AUTOTUNE": "1", "TFPS_AUTOTUNE_WARMUP_STEPS": "2",
             "TFPS_AUTOTUNE_STEPS_PER_SAMPLE": "4"}
-TUNE_WARMUP = 3 + 9 * 4 + 1  # its warm-up, its first untimed step, 9 samples of 3 + 1
+
+
+def tune_env(user_env):
+    """The tuned mode's autotuner settings: TUNE_ENV's, but those --env gives."""
+    return {**TUNE_ENV, **{k: v for k, v in user_env.items() if k in TUNE_ENV}}
+
+
+def tune_warmup(env):
+    """The extra warm-up steps the tuned mode's search needs under `env` (tune_env's): its
+    own warm-up, its first untimed step, 9 samples (each a step after the change, then
+    the timed ones), and a step to spare."""
+    return (int(env["TFPS_AUTOTUNE_WARMUP_STEPS"]) + 1
+            + 9 * int(env["TFPS_AUTOTUNE_STEPS_PER_SAMPLE"]) + 1)
+
+
 ALL_MODES = ("single",) + TFPS_MODES + ("mwms", "pss", "horovod")
 DENSE_MODES = ("sum", "ps", "mwms", "pss", "horovod")  # move the whole gradient: t_opt applies
 MODE_LABELS = {"single": "single process", "sum": "tf_ps_ops sum", "ps": "tf_ps_ops ps",

@@ -10,7 +10,7 @@ import statistics
 from pathlib import Path
 
 from train_modes import (ALL_MODES, DENSE_MODES, MODE_LABELS, PLOT_LABELS, TUNE_ENV,
-                         TUNE_WARMUP, rate_bits, t_opt)
+                         rate_bits, t_opt, tune_warmup)
 
 
 def _mean_cpu(by_process, prefixes):
@@ -299,12 +299,13 @@ def write_report(folder, tag, meta, rows):
             if any("predicted_own_probes_s" in r for r in rows) else ""), "",
         table(rows), ""]
     tuned = [r for r in rows if r.get("autotune")]
+    tuning = meta.get("tune_env", TUNE_ENV)
     if tuned:
         lines += ["Autotuned rows (`tuned`: sum with TFPS_AUTOTUNE=1, %s steps a sample, "
                   "during %d extra warm-up steps; the timed steps run under what rank 0 kept; "
                   "fusion/credit in KiB (/cycle in µs, where the autotuner also tried "
                   "cycle times): its median step in ms):" % (
-                      TUNE_ENV["TFPS_AUTOTUNE_STEPS_PER_SAMPLE"], TUNE_WARMUP), ""]
+                      tuning["TFPS_AUTOTUNE_STEPS_PER_SAMPLE"], tune_warmup(tuning)), ""]
         for r in tuned:
             t = r["autotune"]
             kept_cycle = ", cycle %d µs" % t["kept"][2] if len(t["kept"]) > 2 else ""
