@@ -21,10 +21,10 @@ def tune_env(user_env):
 
 def tune_warmup(env):
     """The extra warm-up steps the tuned mode's search needs under `env` (tune_env's): its
-    own warm-up, its first untimed step, 9 samples (each a step after the change, then
-    the timed ones), and a step to spare."""
+    own warm-up, its first untimed step, 11 samples at most (each a step after the change,
+    then the timed ones), and a step to spare."""
     return (int(env["TFPS_AUTOTUNE_WARMUP_STEPS"]) + 1
-            + 9 * int(env["TFPS_AUTOTUNE_STEPS_PER_SAMPLE"]) + 1)
+            + 11 * int(env["TFPS_AUTOTUNE_STEPS_PER_SAMPLE"]) + 1)
 
 
 ALL_MODES = ("single",) + TFPS_MODES + ("mwms", "pss", "horovod")

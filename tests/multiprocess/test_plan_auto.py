@@ -98,11 +98,13 @@ def test_autotune_changes_settings_not_training(trained):
     for i, (got, want) in enumerate(zip(tuned[0], model.get_weights())):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"weight {i}")
     log = results[0].stderr
-    # 9 samples, or 7 when it kept no fusion batches (no cycle times then; the worker
-    # checks which).
+    # 9 samples, or 7 when it kept no fusion batches (no cycle times then), and 2 more
+    # where the best was timed again beside the running settings (the worker checks which).
     samples = log.count("autotune: fusion ")
-    assert samples in (7, 9) and log.count("autotune: trying ") == samples - 1, log[-3000:]
+    assert samples in (7, 9, 11) and log.count("autotune: trying ") == samples - 1, \
+        log[-3000:]
     assert "autotune: keeping fusion " in log and "autotune" not in results[1].stderr
+    print("\n".join(line for line in log.splitlines() if "autotune: " in line))  # -s
 
 
 def test_auto_plan_gathers_embedding_rows_as_predicted(trained):

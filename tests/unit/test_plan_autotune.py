@@ -31,9 +31,13 @@ def test_fusion_first_then_credit_then_cycle_each_with_the_best_so_far():
     assert [h[:3] for h in search.history] == [
         (256 * KB, 0, 0), (0, 0, 0), (64 * KB, 0, 0), (1 * MB, 0, 0),
         (64 * KB, 1 * MB, 0), (64 * KB, 4 * MB, 0), (64 * KB, 16 * MB, 0),
-        (64 * KB, 1 * MB, 300), (64 * KB, 1 * MB, 1000)]
+        (64 * KB, 1 * MB, 300), (64 * KB, 1 * MB, 1000),
+        # the running settings and the best once more
+        (256 * KB, 0, 0), (64 * KB, 1 * MB, 300)]
     assert search.best == (64 * KB, 1 * MB, 300) and search.best_s == 0.70
+    assert search.final == [1.00, 0.70]
     assert [h[3] for h in search.history] == [times[h[:3]] for h in search.history]
+    assert len(search.history) == search.planned == 11
 
 
 def test_a_gain_within_the_noise_keeps_the_running_settings():
@@ -42,11 +46,25 @@ def test_a_gain_within_the_noise_keeps_the_running_settings():
         return 0.98 if (f, c) == (0, 0) else 1.0
 
     search = run(Search((256 * KB, 0, 0)), step)
-    assert search.best == (256 * KB, 0, 0)
-    # 1 + 3 fusions + 3 credits + 2 cycles: bounded.
-    assert len(search.history) == search.planned == 9
+    assert search.best == (256 * KB, 0, 0) and search.final is None
+    # 1 + 3 fusions + 3 credits + 2 cycles, none timed again: bounded.
+    assert len(search.history) == 9
     search = run(Search((256 * KB, 0, 0), min_gain=0.0), step)
-    assert search.best == (0, 0, 0)
+    assert search.best == (0, 0, 0) and search.final == [1.0, 0.98]
+
+
+def test_a_win_that_does_not_hold_when_timed_again_keeps_the_running_settings():
+    # The running settings' first sample is slow (right after the warm-up); every later
+    # sample of every setting takes the same. Fusion 0 wins the search, not the re-timing.
+    seen = []
+
+    def step(f, c, y):
+        seen.append((f, c, y))
+        return 1.2 if len(seen) == 1 else 1.0
+
+    search = run(Search((256 * KB, 0, 0)), step)
+    assert search.history[-2:] == [(256 * KB, 0, 0, 1.0), (0, 0, 0, 1.0)]
+    assert search.best == (256 * KB, 0, 0) and search.best_s == 1.0
 
 
 def test_no_cycle_is_tried_when_the_best_has_no_fusion_batches():
@@ -54,7 +72,7 @@ def test_no_cycle_is_tried_when_the_best_has_no_fusion_batches():
                  lambda f, c, y: 0.5 if f == 0 else 1.0)
     assert search.best == (0, 0, 300)
     assert {h[2] for h in search.history} == {300}
-    assert len(search.history) == 7 < search.planned
+    assert len(search.history) == 7 + 2 < search.planned
 
 
 def test_settings_outside_the_grid_are_tried_first():

@@ -14,12 +14,15 @@ them) is fixed: the search leaves it as it is.
 After `warmup_steps` (tracing, the first steps' allocations) it times `steps_per_sample`
 steps under each candidate: first the running settings, then each other fusion
 threshold with the running credit and cycle, then each other credit with the best
-threshold found, then each other cycle time with the best of both (so at most
-1 + (F − 1) + (C − 1) + (Y − 1) samples: 9 with the planner's 4 thresholds and 4 credits
-and 3 cycle times). The cycle times are skipped when the best threshold is 0: with no
-fusion batches there is nothing for a cycle to hold back. A candidate replaces the best
-only when its median step is shorter by more than `min_gain` (single samples on a shared
-machine differ by several percent). Then it keeps the best and stops. Every change is
+threshold found, then each other cycle time with the best of both. The cycle times are
+skipped when the best threshold is 0: with no fusion batches there is nothing for a cycle
+to hold back. A candidate replaces the best only when its median step is shorter by more
+than `min_gain` (single samples on a shared machine differ by several percent). Where the
+best is not the running settings, both are timed once more, one after the other, and the
+best stays only if it still wins by `min_gain` (the first sample ran right after the
+warm-up, and the best is the fastest of several noisy samples). So at most
+1 + (F − 1) + (C − 1) + (Y − 1) + 2 samples: 11 with the planner's 4 thresholds and 4
+credits and 3 cycle times. Then it keeps the best and stops. Every change is
 logged on rank 0, and `history` holds each sample.
 
 All three settings decide only when this worker's partitions leave (fusion: small
@@ -104,9 +107,11 @@ class Search:
                         for axis, grid in enumerate((fusions, credits, cycles))]
         self._axis = 0
         self._queue = [self.start] + self._along(0, self.start)
-        self.planned = 1 + sum(len(o) for o in self._others)  # samples at most
+        # + the running settings and the best timed again (record)
+        self.planned = 1 + sum(len(o) for o in self._others) + 2  # samples at most
         self.best, self.best_s = None, None
         self.history = []  # (fusion, credit, cycle, median step s)
+        self.final = None  # [the running settings' step, the best's] when timed again
 
     def _along(self, axis, base):
         return [base[:axis] + (v,) + base[axis + 1:] for v in self._others[axis]]
@@ -118,6 +123,15 @@ class Search:
     def record(self, step_s):
         tried = self._queue.pop(0)
         self.history.append((*tried, float(step_s)))
+        if self.final is not None:
+            self.final.append(float(step_s))
+            if len(self.final) == 2:
+                start_s, best_s = self.final
+                if best_s < start_s * (1 - self.min_gain):
+                    self.best_s = best_s
+                else:
+                    self.best, self.best_s = self.start, start_s
+            return
         if self.best is None or step_s < self.best_s * (1 - self.min_gain):
             self.best, self.best_s = tried, float(step_s)
         while not self._queue and self._axis + 1 < len(KNOBS):
@@ -125,6 +139,12 @@ class Search:
             if KNOBS[self._axis] == "cycle" and self.best[0] == 0:
                 continue  # no fusion batches: a cycle has nothing to hold back
             self._queue = self._along(self._axis, self.best)
+        if not self._queue and self.best != self.start:
+            # The running settings and the best once more, one after the other: the first
+            # sample ran right after the warm-up, and the best is the fastest of several
+            # noisy samples. The best stays only if it still wins by min_gain.
+            self.final = []
+            self._queue = [self.start, self.best]
 
 
 def describe(settings):
@@ -218,9 +238,12 @@ class AutoTune(keras.callbacks.Callback):
             best = self.search.best
             if best != tried:
                 apply(best)
+            final = self.search.final
+            again = " timed again" if final else ""
+            start_s = final[0] if final else self.search.history[0][-1]
             auto.log_once(f"autotune: keeping {describe(best)} (median step "
-                          f"{self.search.best_s * 1e3:.2f} ms; the running settings took "
-                          f"{self.search.history[0][-1] * 1e3:.2f} ms)")
+                          f"{self.search.best_s * 1e3:.2f} ms; the running settings{again} "
+                          f"took {start_s * 1e3:.2f} ms)")
             return
         apply(nxt)
         self._skip = True

@@ -40,7 +40,7 @@ _IGNORED = [
     (["--torus-allreduce"], "torus_allreduce", "flag", "there is no ring to arrange"),
     (["--no-torus-allreduce"], "torus_allreduce", "off", None),
     (["--autotune-bayes-opt-max-samples"], "autotune_bayes_opt_max_samples", int,
-     "the autotuner's search is a bounded grid (at most 9 samples), not Bayesian"),
+     "the autotuner's search is a bounded grid (at most 11 samples), not Bayesian"),
     (["--autotune-gaussian-process-noise"], "autotune_gaussian_process_noise", float,
      "the autotuner's search is a bounded grid, not Bayesian"),
     (["--mpi-threads-disable"], "mpi_threads_disable", "flag", "there is no MPI"),
