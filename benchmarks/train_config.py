@@ -69,7 +69,7 @@ class Config:
         self.steps = args.steps or STEPS[model]
         self.batch = args.batch or zoo_models.BATCH.get(model, 32)
         est = max(0.3, 3 * t_opt(PARAMS_GUESS[model], 2, rate))
-        self.warmup = args.warmup + (tune_warmup(tune_env(getattr(args, "tfps_env", {})))
+        self.warmup = args.warmup + (tune_warmup(tune_env(args.tfps_env))
                                      if mode == "tuned" else 0)
         self.timeout = (args.startup_timeout + zoo_models.BUILD_S.get(model, 0)
                         + (self.warmup + self.steps) * est * 4)

@@ -35,6 +35,7 @@ is fixed when a job starts (TFPS_PARTITION_BYTES, or the plan's at the next star
 """
 
 import ctypes
+import os
 import time
 
 import keras
@@ -163,8 +164,6 @@ def from_environment(environ=None):
     """An AutoTune as TFPS_AUTOTUNE (or HOROVOD_AUTOTUNE) asks, or None when it is unset
     or 0."""
     from tf_ps_ops.common import config
-
-    import os
 
     environ = os.environ if environ is None else environ
     enabled, source = config.lookup("TFPS_AUTOTUNE", environ)
