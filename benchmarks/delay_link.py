@@ -160,7 +160,7 @@ class Relay:
         self._written_at = now
         tmp = self.stats_path + ".tmp"
         with open(tmp, "w") as f:
-            json.dump(self.stats, f)
+            json.dump(dict(self.stats, written_at=time.time()), f)
         os.rename(tmp, self.stats_path)
 
     def run(self):
@@ -252,10 +252,23 @@ class DelayHosts(Hosts):
                     "net.ipv4.tcp_rmem=4096 131072 " + buffers,
                     "net.ipv4.tcp_wmem=4096 16384 " + buffers)
 
-    def relay_stats(self):
-        """The relay's counters (written every 0.5 s): packets, bytes, drops, lateness."""
-        with open(self._stats_path) as f:
-            stats = json.load(f)
+    def relay_stats(self, timeout=5.0):
+        """The relay's counters: packets, bytes, drops, lateness. The relay writes them every
+        0.5 s; this waits for a copy written after the call, so every packet the relay
+        delivered before it is counted."""
+        asked = time.time()
+        deadline = time.monotonic() + timeout
+        while True:
+            with open(self._stats_path) as f:
+                stats = json.load(f)
+            if stats["written_at"] >= asked:
+                break
+            if self.relay.poll() is not None or time.monotonic() > deadline:
+                with open(self._log_path) as f:
+                    log = f.read()[-2000:]
+                raise HostsError("the delay relay wrote no counters for %.1f s (exit %s): %s"
+                                 % (timeout, self.relay.poll(), log))
+            time.sleep(0.05)
         if stats["packets"]:
             stats["late_ms_mean"] = stats["late_ms_sum"] / stats["packets"]
         return stats
