@@ -35,6 +35,11 @@ def plan_inputs(model, args):
     row_update = momentum(args.model) == 0  # Keras' momentum updates every row of a table
     lay = [dataclasses.replace(layer, row_update=row_update) if layer.sparse else layer
            for layer in layers.from_keras(model)]
+    widths = sorted({layer.table[1] for layer in lay if layer.sparse})
+    if widths:  # the update of every worker's gathered rows (as DistributedOptimizer's plan)
+        machine = dataclasses.replace(machine, apply_row_width=widths[-1],
+                                      apply_per_row=measure.sparse_apply_cost(
+                                          sgd(args.model), widths[-1]))
     return lay, dict(layers=json.loads(layers.to_json(lay))["layers"],
                      cluster=dataclasses.asdict(measured.cluster),
                      machine=dataclasses.asdict(machine), settings=auto.engine_settings(),

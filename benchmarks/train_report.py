@@ -170,6 +170,9 @@ def prediction_inputs(inputs, single_step_s, batch, single_cpu_s=None):
         lay, dataclasses.replace(machine, macs_per_s=1.0), batch)
     apply_s = machine.apply_per_byte * sum(
         steptime.apply_bytes(layer, cost.default_choice(layer)) for layer in lay)
+    # The lone step's update of its own embedding rows, which the gather's cost counts.
+    apply_s += sum(machine.row_add(layer.table[1]) * (layer.rows_per_step(batch) or 0)
+                   for layer in lay if layer.sparse and machine.apply_per_row)
     rate = (sum(forward) + sum(backward)) / max(single_step_s - apply_s, 1e-3 * single_step_s)
     if single_cpu_s:
         machine = dataclasses.replace(machine, compute_cpu=single_cpu_s / single_step_s)

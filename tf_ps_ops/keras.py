@@ -128,6 +128,7 @@ def _attach_plan(distributed, optimizer, plan, pins, compression):
     if not is_tf_keras(optimizer):  # the worker's own update, which PS mode moves away
         measured = dataclasses.replace(measured, machine=dataclasses.replace(
             measured.machine, apply_per_byte=measure.optimizer_cost(optimizer)))
+        distributed._tfps_plan_optimizer = optimizer  # its update of an embedding's rows
     distributed._tfps_plan = measured
     distributed._tfps_plan_pins = dict(pins or {})
 

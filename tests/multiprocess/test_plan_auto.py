@@ -114,6 +114,9 @@ def test_auto_plan_gathers_embedding_rows_as_predicted(trained):
     model = worker.embedding_model()
     model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse", jit_compile=False)
     model.fit(x, y, batch_size=2 * worker.BATCH, epochs=1, shuffle=False, verbose=0)
+    # Both workers planned with rank 0's price of SGD's update of a gathered row.
+    prices = [float(saved[rank]["apply_per_row"]) for rank in (0, 1)]
+    assert prices[0] == prices[1] > 0, prices
     for prefix in ("gather", "dense"):
         for rank in (0, 1):
             mine = saved_weights(saved[rank], prefix)

@@ -247,6 +247,63 @@ def test_auto_plan_sums_dense_where_gathering_costs_more(monkeypatch):
         assert auto.densified(plan) == expected
 
 
+def test_gathered_rows_cost_the_measured_update_per_row():
+    """After a gather each worker's optimizer updates every worker's rows: at the
+    measured price per row (scaled by the row's width against the width measured), or,
+    unmeasured, a float add per element."""
+    table = layers.embedding("t", 100000, 64, 8)
+    rows = table.rows_per_step(32)
+    plain = cost.Machine(sum_per_byte=1e-11)
+    measured = dataclasses.replace(plain, apply_per_row=2e-7, apply_row_width=32)
+    assert measured.row_add(64) == pytest.approx(4e-7)
+    assert plain.row_add(64) == pytest.approx(256e-11)
+    for workers, per_host in ((3, 1), (8, 2)):
+        cluster = Cluster(workers, workers_per_host=per_host)
+        c = cost.layer_cost(table, Choice("gather"), cluster, measured, 32, MB)
+        # every worker on the host updates all `workers` workers' rows
+        assert c.host_cpu == pytest.approx(per_host * workers * rows * 4e-7)
+        assert c.cpu_after == pytest.approx(workers * rows * 4e-7)
+        unmeasured = cost.layer_cost(table, Choice("gather"), cluster, plain, 32, MB)
+        assert unmeasured.host_cpu == pytest.approx(per_host * workers * rows * 256e-11)
+        # PS mode's rows are the servers' update: the price per row does not apply
+        assert cost.layer_cost(table, Choice("ps"), cluster, measured, 32, MB) == \
+            cost.layer_cost(table, Choice("ps"), cluster, plain, 32, MB)
+
+
+def test_sparse_apply_probe_times_an_optimizers_rows(monkeypatch):
+    """measure.sparse_apply_cost: the job's optimizer's update of random rows of a
+    table, per row: the difference of the two row counts' CPU over the rows between them
+    (here each update runs for real, and the clock is a counter); an optimizer it cannot
+    copy is logged and priced 0 (the planner then falls back to the adds)."""
+    pytest.importorskip("tensorflow")
+    keras = pytest.importorskip("keras")
+    from tf_ps_ops.plan import measure, tensor_probe
+
+    monkeypatch.setattr(measure, "rank0_value", lambda value, name: value)
+    monkeypatch.setattr(measure, "SPARSE_PROBE_TABLE_BYTES", 1 << 20)
+    calls = []
+
+    def counted(function, steps):
+        assert int(function()) == 0
+        calls.append(steps)
+        return 0.25 * len(calls)  # the second, larger update: 0.25 s more
+
+    monkeypatch.setattr(tensor_probe, "median_cpu_seconds", counted)
+    few, many = measure.SPARSE_PROBE_ROWS
+    assert measure.sparse_apply_cost(keras.optimizers.SGD(0.1), 16, steps=3) == \
+        pytest.approx(0.25 / (many - few))
+    assert calls == [3, 3]
+
+    class Uncopyable(keras.optimizers.SGD):
+        def get_config(self):
+            raise NotImplementedError("no config")
+
+    warnings = []
+    monkeypatch.setattr(measure._logger, "warning", lambda *a: warnings.append(a[0] % a[1:]))
+    assert measure.sparse_apply_cost(Uncopyable(0.1), 16, steps=1) == 0.0
+    assert "could not time Uncopyable's update of an embedding's rows" in warnings[0], warnings
+
+
 def test_embedding_json_round_trip_and_unknown_rows(tmp_path):
     dlrm = layers.zoo_dlrm()
     assert layers.from_json(layers.to_json(dlrm)) == dlrm

@@ -193,6 +193,8 @@ def _sparse_cost(layer, choice, cluster, machine, batch_size, partition_bytes):
     # One scatter-add of the rows per worker that sends them (or of the union, in PS).
     add = 4 * width * machine.sum_per_byte
     if choice.mode == GATHER:
+        # The worker's optimizer updates every worker's rows, its own included.
+        add = machine.row_add(width)
         sent = rows * (4 * width + GATHER_INDEX_BYTES)
         L = min(cluster.workers_per_host, p1)
         return LayerCost(L * (p1 - L) * sent, p1 - 1, 0.0, 0.0, p1 * rows * add,  # as SFB

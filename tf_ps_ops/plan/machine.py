@@ -79,7 +79,10 @@ class Machine:
     apply_per_byte: the worker's optimizer update of a layer once its gradient is back,
     per parameter byte, one layer after another (none in PS mode, where the servers
     update; measure.apply_cost measures a plain SGD update, measure.optimizer_cost the
-    job's optimizer)."""
+    job's optimizer). apply_per_row: that update of one row of an embedding's gathered
+    rows (a tf.IndexedSlices, every worker's after a gather), apply_row_width floats wide
+    (measure.sparse_apply_cost; a row of another width costs in proportion); 0: unknown,
+    the row costs a float add per element (sum_per_byte)."""
     macs_per_s: float = 5e12
     backward_ratio: float = 2.0
     codec_per_byte: tuple = ()          # ((codec, (encode, decode, decode_add)), ...)
@@ -92,6 +95,8 @@ class Machine:
     compute_loss: float = 0.0  # fraction of compute speed lost while the link is busy
     compute_cpu_loss: float = 0.0  # extra CPU of the compute's kernels while it is busy
     apply_per_byte: float = 0.0  # the worker's optimizer update, per parameter byte
+    apply_per_row: float = 0.0  # its update of a gathered embedding row (0: unknown)
+    apply_row_width: int = 0  # the floats per row apply_per_row was measured at
     # The host's CPU budget (0: unknown, no CPU floor under the step); the transport's CPU
     # per byte sent or received and per message, by a worker or a server; the cores the
     # model's compute keeps busy while it runs (TensorFlow's intra-op threads).
@@ -116,6 +121,13 @@ class Machine:
     # default. (The worker spends less per variable than in summation, by the update it
     # no longer runs, which apply_per_byte counts.)
     server_ps_variable_cpu: float = SERVER_PS_VARIABLE_CPU
+
+    def row_add(self, width):
+        """CPU seconds of the worker's update of one gathered row `width` floats wide:
+        apply_per_row where it was measured, else a float add per element."""
+        if self.apply_per_row > 0 and self.apply_row_width > 0:
+            return self.apply_per_row * width / self.apply_row_width
+        return 4 * width * self.sum_per_byte
 
     def codec(self, name):
         table = dict(self.codec_per_byte)

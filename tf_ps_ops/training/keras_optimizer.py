@@ -5,6 +5,7 @@ Each is a mixin placed before the user's optimizer class in the MRO of a class m
 optimizer class (`distributed_class`), so `super()` is the user's class.
 """
 
+import dataclasses
 import functools
 
 import numpy as np
@@ -45,6 +46,7 @@ class ReducingMixin:
         return keys_for(variables, self._tfps_key_prefix or f"Distributed{type(self).__name__}")
 
     _tfps_plan = None  # cluster measurements when DistributedOptimizer(plan="auto")
+    _tfps_plan_optimizer = None  # plan="auto": the user's optimizer, for its probes
     _tfps_plan_pins = None
     _tfps_planned = None  # {key: compressor}, made at the first reduction
     _tfps_densified = frozenset()  # keys of the sparse gradients the plan sums dense
@@ -73,11 +75,25 @@ class ReducingMixin:
                        for g, k, v in zip(grads, keys, variables)
                        if g is not None and not getattr(v, "_tfps_sfb", False)
                        and (k not in sparse or sparse[k][2] is not None)]
+            measured = self._tfps_plan
+            widths = sorted({table[1] for table in sparse.values() if table[2] is not None})
+            if widths and self._tfps_plan_optimizer is not None and \
+                    not measured.machine.apply_per_row:
+                # Every worker's rows come back to be updated here: the optimizer's
+                # update of a row, timed at the widest table's width (collective: every
+                # worker traces this step).
+                from tf_ps_ops.plan import measure
+
+                measured = dataclasses.replace(measured, machine=dataclasses.replace(
+                    measured.machine, apply_row_width=widths[-1],
+                    apply_per_row=measure.sparse_apply_cost(self._tfps_plan_optimizer,
+                                                            widths[-1])))
+                self._tfps_plan = measured
             # Planned while the step is traced: autograph would convert the planner's
             # plain Python (ResNet-50's 161 gradients with a codec to weigh: minutes).
             plan = tf.autograph.experimental.do_not_convert(auto.compressions)
             self._tfps_planned, self.tfps_plan = plan(
-                [k for k, _ in reduced], [n for _, n in reduced], self._tfps_plan,
+                [k for k, _ in reduced], [n for _, n in reduced], measured,
                 self._tfps_plan_pins, sparse=sparse, ps=self._tfps_no_ps,
                 row_update=_updates_rows_only(self))
             self._tfps_densified = auto.densified(self.tfps_plan)
@@ -103,6 +119,7 @@ class ReducingMixin:
     def _tfps_reduce(self, grads, keys, variables):
         def reduce(grads_, keys_, variables_):
             compression = self._tfps_compression_for(grads_, keys_, variables_)
+
             def reduce_some(grads_, keys_, variables_):
                 return reduce_gradients(grads_, keys_, compression, self._tfps_op,
                                         self._tfps_predivide, self._tfps_device, variables_,

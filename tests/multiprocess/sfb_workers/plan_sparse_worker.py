@@ -42,11 +42,14 @@ def _train(hvd, pins):
     model.fit(shard(x, hvd.rank()), shard(y, hvd.rank()), batch_size=BATCH, epochs=1,
               shuffle=False, verbose=0, callbacks=[monitor])
     assert int(opt.iterations) == STEPS and len(monitor.reports) == 1, monitor.reports
-    return model, opt.tfps_plan, monitor.reports[0]
+    return model, opt.tfps_plan, monitor.reports[0], opt._tfps_plan.machine
 
 
 def check_embedding_gathered_as_predicted(hvd):
-    model, plan, report = _train(hvd, None)
+    model, plan, report, machine = _train(hvd, None)
+    # The plan priced every worker's gathered rows at SGD's measured update of a row of
+    # this table's width (rank 0's price: both ranks save it).
+    assert machine.apply_row_width == WIDTH and machine.apply_per_row > 0, machine
     index = next(i for i, layer in enumerate(plan.layers) if layer.sparse)
     layer, choice = plan.layers[index], plan.choices[index]
     assert str(choice) == "gather" and layer.table == (ROWS, WIDTH), (layer, choice)
@@ -56,11 +59,12 @@ def check_embedding_gathered_as_predicted(hvd):
     # The one peer gets this worker's rows and int32 ids every step, and nothing else.
     assert report["peer_bytes"] == predicted == BATCH * LOOKUPS * (4 * WIDTH + 4), (
         report, predicted)
-    save(**{f"gather.{i}": w for i, w in enumerate(model.get_weights())})
+    save(apply_per_row=np.array(machine.apply_per_row),
+         **{f"gather.{i}": w for i, w in enumerate(model.get_weights())})
 
 
 def check_embedding_summed_dense_when_pinned(hvd):
-    model, plan, report = _train(hvd, {"table/embeddings": "sum"})
+    model, plan, report, _ = _train(hvd, {"table/embeddings": "sum"})
     assert [str(c) for layer, c in zip(plan.layers, plan.choices) if layer.sparse] == ["sum"]
     assert report["peer_bytes"] == 0, report
     assert report["server_bytes"] >= ROWS * WIDTH * 4, report
