@@ -45,6 +45,7 @@ def floor_parts(row, single, probes):
         "beside the link": workers * machine.compute_cpu * sum(backward)
         * machine.compute_cpu_loss * busy,
         "update": workers * sum(apply),
+        "ops": workers * sum(c.worker_ops for c in costs) * machine.tf_per_op,
         "sync": sum(c.host_cpu for c in costs),
         "bytes": sum(c.host_bytes for c in costs) * machine.transport_per_byte,
         "messages": sum(c.host_messages for c in costs) * machine.transport_per_message}

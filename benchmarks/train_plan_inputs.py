@@ -32,6 +32,9 @@ def plan_inputs(model, args):
     if losses is not None:
         machine = dataclasses.replace(machine, compute_loss=losses[0],
                                       compute_cpu_loss=losses[1])
+    per_op = profile.sync_op_cpu(model, args.batch)
+    if per_op is not None:  # the TensorFlow threads' work per collective op of the step
+        machine = dataclasses.replace(machine, tf_per_op=per_op)
     row_update = momentum(args.model) == 0  # Keras' momentum updates every row of a table
     lay = [dataclasses.replace(layer, row_update=row_update) if layer.sparse else layer
            for layer in layers.from_keras(model)]

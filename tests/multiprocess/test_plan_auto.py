@@ -51,18 +51,28 @@ def test_auto_plan_trains_like_the_hand_picked_configuration(trained):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"weight {i}")
     # Rank 0 logged both plans (the model's, the optimizer's) and the measurements.
     logs = [r.stderr for r in results]
-    # (6: the embedding checks' two trainings and the PS checks' two log theirs too.)
-    assert [log.count("plan: 2 workers") for log in logs] == [6, 0], logs[0][-3000:]
-    assert logs[0].count("measured: link ") == 6
+    # (7: the embedding checks' three trainings and the PS checks' two log theirs too.)
+    assert [log.count("plan: 2 workers") for log in logs] == [7, 0], logs[0][-3000:]
+    assert logs[0].count("measured: link ") == 7
     assert "hierarchical aggregation sums them here first" not in logs[0]
     # The CPU floor's inputs: both workers on this one machine are each a host of the
     # cost model (one host: every worker counts as its own), so they share its cores.
     cores = len(os.sched_getaffinity(0))
     found = re.findall(r"([0-9.e+]+) cores per host, transport CPU ([0-9.e+]+) ns/byte, "
-                       r"([0-9.e+]+) us/message and ([0-9.e+]+) us/partition, SFB rebuild "
+                       r"([0-9.e+]+) us/message and ([0-9.e+]+) us/partition, TensorFlow "
+                       r"([0-9.e+]+) us per collective op, ([0-9.e+]+) ns per gathered row's "
+                       r"update, SFB rebuild "
                        r"([0-9.e+]+) GMAC/s \+ ([0-9.e+]+) ns per element and worker", logs[0])
-    assert len(found) == 6, logs[0][-3000:]
-    for per_host, per_byte, per_message, per_partition, rebuild, rebuild_fixed in found:
+    assert len(found) == 7, logs[0][-3000:]
+    # The model's own synchronised step (sfb.convert's plan, the first) priced its
+    # collective ops; the optimizer's plans, made from gradients alone, price none. The
+    # plans of a model with an embedding priced its gathered rows' update (in Keras' fit
+    # and in an autograph step); the first two, with none, have no such price.
+    per_op = [float(f[4]) for f in found]
+    assert per_op[0] >= 0 and per_op[1:] == [0] * 6, found
+    rows = [float(f[5]) for f in found]
+    assert rows[:2] == [0, 0] and rows[2] > 0 and rows[4] > 0, found
+    for per_host, per_byte, per_message, per_partition, _, _, rebuild, rebuild_fixed in found:
         assert float(per_host) == pytest.approx(cores / 2, rel=1e-3)
         assert float(per_byte) > 0 and float(per_message) > 0 and float(rebuild) > 0, found
         # one server: nothing of 128 KiB is cut, and the default price stays
@@ -72,14 +82,21 @@ def test_auto_plan_trains_like_the_hand_picked_configuration(trained):
     losses = [saved[rank]["model_losses"] for rank in (0, 1)]
     np.testing.assert_array_equal(losses[0], losses[1])
     assert 0 <= losses[0][0] <= 1 and losses[0][1] >= 0, losses[0]
+    # The TensorFlow threads' CPU per collective op of the model's synchronised step
+    # (profile.sync_op_cpu): measured, rank 0's on both; where one worker cannot run the
+    # model, neither measures and neither waits for the other.
+    per_op = [float(saved[rank]["sync_op_cpu"]) for rank in (0, 1)]
+    assert per_op[0] == per_op[1] and 0 <= per_op[0] < 0.01, per_op
+    assert [bool(saved[rank]["sync_op_cpu_unrunnable_is_none"]) for rank in (0, 1)] == \
+        [True, True]
     updates = [float(saved[rank]["update_per_byte"]) for rank in (0, 1)]
     assert updates[0] == updates[1] and 0 < updates[0] < 1e-6, updates
     assert len(re.findall(r"lost while communicating, its kernels' CPU \+[0-9]+% then",
-                          logs[0])) == 6, logs[0][-3000:]
-    assert logs[0].count("engine settings") == 6  # the running ones, or better ones
+                          logs[0])) == 7, logs[0][-3000:]
+    assert logs[0].count("engine settings") == 7  # the running ones, or better ones
     assert logs[0].count("plan monitor: step ") == 4 and "plan monitor" not in logs[1]
     # Each plan is made under the running engine's settings (the defaults here).
-    assert logs[0].count("partition 1048576 B, fusion 262144 B, credit 0 B;") == 6
+    assert logs[0].count("partition 1048576 B, fusion 262144 B, credit 0 B;") == 7
     print("\n".join(l for l in logs[0].splitlines() if not l.startswith(("20", "W0", "I0"))))
 
 

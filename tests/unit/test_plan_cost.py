@@ -429,6 +429,29 @@ def test_the_compute_beside_the_busy_link_takes_more_cpu_in_the_floor():
     assert steptime.cpu_inputs([a, b], [Choice()] * 2, alone, lossy, 1, settings)[-1] == 0
 
 
+def test_each_collective_op_costs_the_workers_tensorflow_threads():
+    """A worker's step runs one collective op per variable summed or pushed, one per
+    embedding's rows, one for SFB's factors (and one for its bias); each costs its
+    TensorFlow threads Machine.tf_per_op, counted in the host's CPU floor once per worker
+    on the host, and nothing on one worker."""
+    dense = layers.Layer("fc", "dense", 4 * 8 + 8, (4, 8), 1, 32.0, variables=2)
+    kernel_only = layers.Layer("k", "dense", 4 * 8, (4, 8), 1, 32.0)
+    table = layers.embedding("t", 1000, 16, 6)
+    assert [cost.collective_ops(dense, Choice(m)) for m in ("sum", "ps", "sfb")] == [2, 2, 2]
+    assert cost.collective_ops(kernel_only, Choice("sfb")) == 1
+    assert [cost.collective_ops(table, Choice(m)) for m in ("gather", "ps", "sum")] == [1, 1, 1]
+    assert cost.collective_ops(dataclasses.replace(dense, params=0), Choice()) == 0
+    priced = dataclasses.replace(FREE, tf_per_op=1e-4, cores_per_host=1.0)
+    lay, choices = [dense, table], [Choice(), Choice("gather")]
+    for cluster, ops in ((Cluster(4, workers_per_host=2), 2 * 3), (Cluster(1), 0)):
+        for machine in (FREE, priced):
+            parts = steptime.cpu_inputs(lay, choices, cluster, machine, 4)
+            cpu = steptime.host_cpu(*parts[:4], cluster, machine, parts[4])
+            if machine is FREE:
+                free = cpu
+        assert cpu - free == pytest.approx(ops * 1e-4)
+
+
 def test_ps_mode_pays_each_variable_of_a_layer_on_the_servers():
     # PS mode pushes each variable on its own and the servers update each: per variable,
     # server_ps_variable_cpu per worker's push on its server. Summation does not pay it.
@@ -437,7 +460,9 @@ def test_ps_mode_pays_each_variable_of_a_layer_on_the_servers():
     two = dataclasses.replace(one, variables=2)  # a kernel and a bias
     cluster = Cluster(3)  # a worker and a server on each of 3 hosts
     summed = [cost.layer_cost(t, Choice(), cluster, machine, 1, MB) for t in (one, two)]
-    assert summed[0] == summed[1]
+    # the same bytes and CPU but for the worker's collective ops, one per variable
+    assert [c.worker_ops for c in summed] == [1, 2]
+    assert summed[0] == dataclasses.replace(summed[1], worker_ops=1)
     a, b = (cost.layer_cost(t, Choice("ps"), cluster, machine, 1, MB) for t in (one, two))
     assert b.cpu_before == a.cpu_before
     # Each server takes a third of the variables' pushes from each of the 3 workers.

@@ -130,6 +130,9 @@ def plan_model(model, batch_size, pins=None, measurements=None, codecs=None):
         if losses is not None:
             machine = dataclasses.replace(machine, compute_loss=losses[0],
                                           compute_cpu_loss=losses[1])
+        per_op = profile.sync_op_cpu(model, batch_size)
+        if per_op is not None:
+            machine = dataclasses.replace(machine, tf_per_op=per_op)
         measurements = dataclasses.replace(measurements, machine=machine)
     layers = layer_lists.from_keras(model)
     plan, better = _plans(layers, measurements, batch_size, codecs or allowed_codecs(), pins)

@@ -118,6 +118,24 @@ class LayerCost:
     host_bytes: float = 0.0
     host_messages: float = 0.0
     reply_bytes: float = 0.0
+    worker_ops: float = 0.0  # the collective ops one worker's step runs for the layer
+
+
+def collective_ops(layer, choice):
+    """The collective ops a worker's step runs for `layer` synchronised by `choice`: one
+    per variable summed or pushed (fused or not, each is its own op in the step), one for
+    an embedding's rows (gathered, or pushed in PS mode) and one for SFB's factors (its
+    bias summed beside them). Each costs the worker's TensorFlow threads
+    Machine.tf_per_op."""
+    if layer.params == 0:
+        return 0
+    if layer.sparse and (choice.mode == GATHER or (choice.mode == PS_DENSE and layer.row_update
+                                                   and choice.codec == "none")):
+        return 1
+    if choice.mode == SFB:
+        return 1 + (layer.variables - 1 if layer.kernel and layer.params > layer.kernel[0]
+                    * layer.kernel[1] else 0)
+    return layer.variables
 
 
 def _server_link(w, cluster, hierarchical):
@@ -140,9 +158,15 @@ def _server_shares(w, cluster, hierarchical):
 
 def layer_cost(layer, choice, cluster, machine, batch_size, partition_bytes):
     """The LayerCost of `layer` synchronised by `choice`."""
-    p1 = cluster.workers
-    if p1 == 1 or layer.params == 0:
+    if cluster.workers == 1 or layer.params == 0:
         return LayerCost(0.0, 0, 0.0, 0.0, 0.0)
+    return dataclasses.replace(
+        _layer_cost(layer, choice, cluster, machine, batch_size, partition_bytes),
+        worker_ops=collective_ops(layer, choice))
+
+
+def _layer_cost(layer, choice, cluster, machine, batch_size, partition_bytes):
+    p1 = cluster.workers
     if choice.mode == GATHER or (layer.sparse and choice.mode == PS_DENSE and
                                  layer.row_update and choice.codec == "none"):
         return _sparse_cost(layer, choice, cluster, machine, batch_size, partition_bytes)

@@ -97,6 +97,11 @@ class Machine:
     apply_per_byte: float = 0.0  # the worker's optimizer update, per parameter byte
     apply_per_row: float = 0.0  # its update of a gathered embedding row (0: unknown)
     apply_row_width: int = 0  # the floats per row apply_per_row was measured at
+    # CPU-seconds a worker's TensorFlow threads (and Python's main thread) spend per
+    # collective op of its step beyond the transport's prices: the op's kernel, the
+    # averaging, the hand-offs between threads (profile.sync_op_cpu measures it in the
+    # model's own step; 0: unknown)
+    tf_per_op: float = 0.0
     # The host's CPU budget (0: unknown, no CPU floor under the step); the transport's CPU
     # per byte sent or received and per message, by a worker or a server; the cores the
     # model's compute keeps busy while it runs (TensorFlow's intra-op threads).

@@ -61,7 +61,9 @@ class Measurements:
                 f"{m.cores_per_host:.3g} cores per host, transport CPU "
                 f"{m.transport_per_byte * 1e9:.3g} ns/byte, "
                 f"{m.transport_per_message * 1e6:.3g} us/message and "
-                f"{m.transport_per_partition * 1e6:.3g} us/partition, SFB rebuild "
+                f"{m.transport_per_partition * 1e6:.3g} us/partition, TensorFlow "
+                f"{m.tf_per_op * 1e6:.3g} us per collective op, "
+                f"{m.apply_per_row * 1e9:.3g} ns per gathered row's update, SFB rebuild "
                 f"{m.rebuild_rate / 1e9:.3g} GMAC/s + {m.rebuild_per_element * 1e9:.3g} "
                 f"ns per element and worker, codec costs "
                 f"{'measured' if self.codecs_measured else 'assumed (no _core binding)'}")

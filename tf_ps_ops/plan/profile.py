@@ -5,6 +5,7 @@ is busy (model_compute_loss); benchmarks/plan_predict.py's and train_bench's too
 
 import logging
 import math
+import os
 import time
 
 import numpy as np
@@ -14,11 +15,12 @@ from tf_ps_ops.plan import cost, measure
 _logger = logging.getLogger("tf_ps_ops.plan")
 
 
-def local_step(model, batch_size):
+def local_step(model, batch_size, sync=None):
     """A function that runs one local step of `model` (forward and backward, no
     communication) on made-up inputs of its shapes (floats drawn at random, integer ids 0)
     and waits for its gradients. Inference-mode layers (training=False): the profile must
-    not move a BatchNormalization's statistics."""
+    not move a BatchNormalization's statistics. sync(gradients, variables), given, turns
+    the gradients into what the step returns (sync_op_cpu: averaged over the workers)."""
     import tensorflow as tf
 
     inputs = [_made_up_input(tf, tensor, batch_size) for tensor in model.inputs]
@@ -29,7 +31,8 @@ def local_step(model, batch_size):
         with tf.GradientTape() as tape:
             outputs = tf.nest.flatten(model(x, training=False))
             loss = tf.add_n([tf.reduce_sum(tf.cast(o, tf.float32)) for o in outputs])
-        return tape.gradient(loss, model.trainable_variables)
+        grads = tape.gradient(loss, model.trainable_variables)
+        return grads if sync is None else sync(grads, model.trainable_variables)
 
     def run():
         [(g.values if isinstance(g, tf.IndexedSlices) else g).numpy()
@@ -163,3 +166,99 @@ def model_compute_loss(model, batch_size, cluster, name="tfps.plan.model_loss", 
     loss = measure.rank0_value(loss, name)
     cpu_loss = measure.rank0_value(cpu_loss, f"{name}.cpu")
     return None if loss < 0 else (loss, cpu_loss)
+
+
+# sync_op_cpu's steps per timing: about this many seconds of the local step, within bounds.
+SYNC_SECONDS = 0.25
+SYNC_STEPS = (2, 30)
+SYNC_ROUNDS = 3
+
+
+def tensorflow_thread_cpu():
+    """CPU seconds of this process's TensorFlow threads ("tf_*") and its main thread, in
+    nanoseconds' resolution (/proc's schedstat: /proc/<pid>/stat counts 10 ms ticks), or
+    None where /proc does not give them. The engine's and ZeroMQ's threads are not
+    counted: the transport's probes price theirs."""
+    total, seen = 0, False
+    main = os.getpid()
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                name = f.read().strip()
+            if int(tid) != main and not name.startswith("tf_"):
+                continue
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+            seen = True
+        except (OSError, ValueError, IndexError):  # the thread ended, or no schedstat
+            continue
+    return total / 1e9 if seen else None
+
+
+def sync_op_cpu(model, batch_size, name="tfps.plan.sync_cpu"):
+    """Machine.tf_per_op, rank 0's for every worker (collective), or None where a worker
+    could not run the model or /proc gives no thread's CPU (logged; the plan then prices
+    no such work): CPU seconds per collective op that the TensorFlow threads and Python's
+    main thread spend on synchronising the model's own step, beyond that step alone.
+
+    The local step (local_step), alternated SYNC_ROUNDS times with the same step whose
+    gradients are then averaged over the workers as an unplanned DistributedOptimizer
+    averages them (each summed on its own; an IndexedSlices gathered), each time for about
+    SYNC_SECONDS of steps; the median difference of those threads' CPU per step, over the
+    collective ops (one per gradient). It is what the transport's probes, tiny tensors
+    pushed one after another outside any step, do not see: each op's kernel and its
+    output, the averaging, and the hand-offs between the step's thread, the engine's and
+    back while the rest of backward runs. Three DLRM-like workers on 2 cores: the
+    TensorFlow and main threads spent 1.86 times the lone step's CPU in the distributed
+    step, where the cost model added 6%."""
+    import tensorflow as tf
+
+    from tf_ps_ops.collectives import ops
+    from tf_ps_ops.collectives.compression import Compression
+    from tf_ps_ops.training.tape import reduce_gradients
+
+    counted = []
+
+    def sync(grads, variables):
+        pairs = [(g, v) for g, v in zip(grads, variables) if g is not None]
+        counted.append(len(pairs))  # as it is traced
+        return reduce_gradients([g for g, _ in pairs],
+                                [f"{name}.{i}" for i in range(len(pairs))],
+                                Compression.none, ops.Average,
+                                variables=[v for _, v in pairs])
+
+    alone, alone_s = None, 0.0
+    try:
+        alone = local_step(model, batch_size)
+        alone_s = _median_step(alone, 3)
+    except Exception as error:  # noqa: BLE001 - a model we cannot run on made-up inputs
+        _logger.warning("could not profile a synchronised step of %s (%s): the plan prices "
+                        "no TensorFlow work per collective op", model.name, error)
+    clock = tensorflow_thread_cpu() is not None
+    # Every worker must run the same collectives: none unless all can, rank 0's counts.
+    able = float(alone is not None and clock)
+    able = float(ops.allreduce(tf.constant([able], tf.float64), op=ops.Min,
+                               name=f"{name}.able").numpy()[0])
+    if not able:
+        if not clock:
+            _logger.warning("no per-thread CPU in /proc here: the plan prices no "
+                            "TensorFlow work per collective op")
+        return None
+    steps = int(measure.rank0_value(float(min(SYNC_STEPS[1], max(
+        SYNC_STEPS[0], math.ceil(SYNC_SECONDS / max(alone_s, 1e-6))))), f"{name}.steps"))
+    synced = local_step(model, batch_size, sync)  # traced and run: the keys registered
+    extra = []
+    for _ in range(SYNC_ROUNDS):
+        spent = []
+        for run in (alone, synced):
+            start = tensorflow_thread_cpu()
+            for _ in range(steps):
+                run()
+            spent.append((tensorflow_thread_cpu() - start) / steps)
+        extra.append(spent[1] - spent[0])
+    per_op = max(0.0, float(np.median(extra))) / max(counted[-1], 1)
+    return measure.rank0_value(per_op, name)

@@ -163,7 +163,8 @@ def host_cpu(costs, forward, backward, apply, cluster, machine, busy=0.0):
                                      * (1 + machine.compute_cpu_loss * busy))
     sync = sum(c.host_cpu + c.host_bytes * machine.transport_per_byte
                + c.host_messages * machine.transport_per_message for c in costs)
-    return L * (compute + sum(apply)) + sync
+    ops = sum(c.worker_ops for c in costs) * machine.tf_per_op
+    return L * (compute + sum(apply) + ops) + sync
 
 
 def apply_bytes(layer, choice):

@@ -84,10 +84,12 @@ class ReducingMixin:
                 # worker traces this step).
                 from tf_ps_ops.plan import measure
 
+                # Not converted by autograph (this runs while the step is traced): its
+                # probe is a tf.function of its own.
+                probe = tf.autograph.experimental.do_not_convert(measure.sparse_apply_cost)
                 measured = dataclasses.replace(measured, machine=dataclasses.replace(
                     measured.machine, apply_row_width=widths[-1],
-                    apply_per_row=measure.sparse_apply_cost(self._tfps_plan_optimizer,
-                                                            widths[-1])))
+                    apply_per_row=probe(self._tfps_plan_optimizer, widths[-1])))
                 self._tfps_plan = measured
             # Planned while the step is traced: autograph would convert the planner's
             # plain Python (ResNet-50's 161 gradients with a codec to weigh: minutes).

@@ -69,3 +69,27 @@ def check_embedding_summed_dense_when_pinned(hvd):
     assert report["peer_bytes"] == 0, report
     assert report["server_bytes"] >= ROWS * WIDTH * 4, report
     save(**{f"dense.{i}": w for i, w in enumerate(model.get_weights())})
+
+
+def check_embedding_planned_in_an_autograph_step(hvd):
+    """The same plan in a step of the script's own (tf.function with autograph on, as a
+    custom training loop has it; Keras' fit does not convert): the update of the gathered
+    rows is timed while that step is traced, and the step trains."""
+    import tensorflow as tf
+
+    x, y = data(STEPS * NUM_WORKERS * BATCH)
+    x, y = shard(x, hvd.rank()), shard(y, hvd.rank())
+    model = embedding_model()
+    opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), plan="auto")
+
+    @tf.function
+    def step(ids, target):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(ids, training=True) - target))
+        opt.apply(tape.gradient(loss, model.trainable_variables), model.trainable_variables)
+        return loss
+
+    losses = [float(step(x[i:i + BATCH], y[i:i + BATCH])) for i in range(0, len(x), BATCH)]
+    assert len(losses) == STEPS and all(np.isfinite(losses)), losses
+    machine = opt._tfps_plan.machine
+    assert machine.apply_row_width == WIDTH and machine.apply_per_row > 0, machine

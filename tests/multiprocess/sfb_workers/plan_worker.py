@@ -19,6 +19,7 @@ import sfb  # noqa: E402
 from plan_ps_worker import (check_pinned_gradients_train_on_servers,  # noqa: E402
                             check_ps_pin_refused_where_the_servers_cannot_update)
 from plan_sparse_worker import (check_embedding_gathered_as_predicted,  # noqa: E402
+                                check_embedding_planned_in_an_autograph_step,
                                 check_embedding_summed_dense_when_pinned)
 from sfb_train_worker import conv_model, images, save, sgd_momentum  # noqa: E402
 from tf_ps_ops.common import library  # noqa: E402
@@ -79,8 +80,22 @@ def check_auto_plan_matches_hand_picked(hvd):
     _fit(hvd, hand_model, hand_opt, xs, ys)
     # The model's own step beside the link: rank 0's numbers, on every worker.
     losses = profile.model_compute_loss(base, BATCH, measure.measure_cluster().cluster)
+    per_op = profile.sync_op_cpu(base, BATCH, "tfps.test.sync_cpu")
+    # A worker that cannot run the model: no worker measures, none waits for the others.
+    real = profile.local_step
+
+    def unrunnable(*args, **kwargs):
+        raise ValueError("made-up inputs do not fit this model")
+
+    if hvd.rank() == 1:
+        profile.local_step = unrunnable
+    try:
+        none = profile.sync_op_cpu(base, BATCH, "tfps.test.sync_cpu_unrunnable")
+    finally:
+        profile.local_step = real
     save(**{f"auto.{i}": w for i, w in enumerate(auto_model.get_weights())},
-         model_losses=np.array(losses),
+         model_losses=np.array(losses), sync_op_cpu=np.array(per_op),
+         sync_op_cpu_unrunnable_is_none=np.array(none is None),
          # The optimizer's own update on the model's variables' shapes, rank 0's too.
          update_per_byte=np.array(measure.optimizer_cost(
              sgd_momentum(), "tfps.test.update", shapes=[v.shape for v in
@@ -174,6 +189,7 @@ def check_autotune_changes_settings_not_training(hvd):
 
 CHECKS = [check_auto_plan_matches_hand_picked, check_autotune_changes_settings_not_training,
           check_embedding_gathered_as_predicted, check_embedding_summed_dense_when_pinned,
+          check_embedding_planned_in_an_autograph_step,
           check_pinned_gradients_train_on_servers,
           check_ps_pin_refused_where_the_servers_cannot_update]
 
