@@ -373,10 +373,10 @@ def sparse_apply_cost(optimizer, width, name="tfps.plan.apply_rows", steps=7):
     SPARSE_PROBE_TABLE_BYTES): the difference between updates of the two row counts of
     SPARSE_PROBE_ROWS over the rows between them, each the median of `steps`, so the
     update's fixed cost is left out. A fresh optimizer of its class and config, as
-    optimizer_cost. The worker applies every worker's rows after a gather: two DLRM-like
-    workers timed 1024 more rows at ~0.5 us of CPU each on a 2-core machine, where the
-    float adds alone (Machine.sum_per_byte) say 5 ns. 0.0 where the optimizer cannot be
-    copied or updates no rows (logged). Rank 0's number for every worker (collective)."""
+    optimizer_cost. The worker applies every worker's rows after a gather. Per 64-float
+    row on an idle core here: plain SGD 99 ns, SGD with momentum 372 ns, Adagrad 1.05 us,
+    where the float adds alone (Machine.sum_per_byte) say 5 ns. 0.0 where the optimizer
+    cannot be copied (logged). Rank 0's number for every worker (collective)."""
     import keras
     import tensorflow as tf
 
