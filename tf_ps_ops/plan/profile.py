@@ -91,9 +91,16 @@ def shared_model_rate(model, batch_size, name="tfps.plan.model_rate"):
     return measure.rank0_value(rate, name) or None
 
 
-# The link is kept busy for this many of the model's local steps, at least.
+# The link is kept busy for this many of the model's local steps and this many seconds,
+# at least (within LOSS_MAX_PUSH_PULLS); the step alone is timed over LOSS_ALONE_SECONDS
+# at least (within LOSS_ALONE_MAX_STEPS). A step of a few ms, timed over 3 steps alone
+# and 4 beside the link, gave the DLRM-like model's kernels +5% CPU in one job and +55%
+# in the next.
 LOSS_STEPS = 4
+LOSS_SECONDS = 0.25
 LOSS_MAX_PUSH_PULLS = 64
+LOSS_ALONE_SECONDS = 0.1
+LOSS_ALONE_MAX_STEPS = 30
 
 
 def _step_times(run, steps):
@@ -109,8 +116,9 @@ def model_compute_loss(model, batch_size, cluster, name="tfps.plan.model_loss", 
     keeps the matmul probe's loss and no CPU loss): how much slower this model's local
     step runs, and how much more CPU its kernels take, while push_pulls of
     measure.PROBE_BYTES run beside it in a thread. The number of push_pulls, rank 0's,
-    keeps the link busy for about LOSS_STEPS local steps (`cluster`: the measured
-    bandwidth and latency give one's time).
+    keeps the link busy for about LOSS_STEPS local steps or LOSS_SECONDS, the longer
+    (`cluster`: the measured bandwidth and latency give one's time). `steps`: the fewest
+    timed alone (more where they take under LOSS_ALONE_SECONDS).
 
     compute_loss: 1 - the step's time alone over its time beside the link. The matmul
     probe (measure.compute_loss) runs one large kernel at a time; a model's step is many
@@ -128,6 +136,9 @@ def model_compute_loss(model, batch_size, cluster, name="tfps.plan.model_loss", 
     run, alone, alone_cpu = None, 0.0, 0.0
     try:
         run = local_step(model, batch_size)
+        first = _median_step(run, 1)
+        steps = max(steps, min(LOSS_ALONE_MAX_STEPS,
+                               math.ceil(LOSS_ALONE_SECONDS / max(first, 1e-6))))
         alone, alone_cpu = _step_times(run, steps)
     except Exception as error:  # noqa: BLE001 - a model we cannot run on made-up inputs
         _logger.warning("could not profile a local step of %s (%s): the plan takes the "
@@ -135,7 +146,8 @@ def model_compute_loss(model, batch_size, cluster, name="tfps.plan.model_loss", 
                         model.name, error)
     one = cost._server_link(measure.PROBE_BYTES, cluster, False) / cluster.bandwidth \
         + cluster.latency
-    wanted = 0 if run is None else math.ceil(LOSS_STEPS * alone / max(one, 1e-6))
+    wanted = 0 if run is None else math.ceil(max(LOSS_STEPS * alone, LOSS_SECONDS)
+                                             / max(one, 1e-6))
     count = int(measure.rank0_value(float(min(LOSS_MAX_PUSH_PULLS, max(2, wanted))),
                                     f"{name}.count"))
     tensor = tf.constant(np.zeros(measure.PROBE_BYTES // 4, np.float32))
