@@ -443,13 +443,13 @@ def test_each_collective_op_costs_the_workers_tensorflow_threads():
     assert cost.collective_ops(dataclasses.replace(dense, params=0), Choice()) == 0
     priced = dataclasses.replace(FREE, tf_per_op=1e-4, cores_per_host=1.0)
     lay, choices = [dense, table], [Choice(), Choice("gather")]
+
+    def host_cpu(cluster, machine):
+        *parts, busy = steptime.cpu_inputs(lay, choices, cluster, machine, 4)
+        return steptime.host_cpu(*parts, cluster, machine, busy)
+
     for cluster, ops in ((Cluster(4, workers_per_host=2), 2 * 3), (Cluster(1), 0)):
-        for machine in (FREE, priced):
-            parts = steptime.cpu_inputs(lay, choices, cluster, machine, 4)
-            cpu = steptime.host_cpu(*parts[:4], cluster, machine, parts[4])
-            if machine is FREE:
-                free = cpu
-        assert cpu - free == pytest.approx(ops * 1e-4)
+        assert host_cpu(cluster, priced) - host_cpu(cluster, FREE) == pytest.approx(ops * 1e-4)
 
 
 def test_ps_mode_pays_each_variable_of_a_layer_on_the_servers():

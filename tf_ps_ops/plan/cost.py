@@ -129,8 +129,7 @@ def collective_ops(layer, choice):
     Machine.tf_per_op."""
     if layer.params == 0:
         return 0
-    if layer.sparse and (choice.mode == GATHER or (choice.mode == PS_DENSE and layer.row_update
-                                                   and choice.codec == "none")):
+    if _moves_rows(layer, choice):
         return 1
     if choice.mode == SFB:
         return 1 + (layer.variables - 1 if layer.kernel and layer.params > layer.kernel[0]
@@ -165,10 +164,16 @@ def layer_cost(layer, choice, cluster, machine, batch_size, partition_bytes):
         worker_ops=collective_ops(layer, choice))
 
 
+def _moves_rows(layer, choice):
+    """Whether `choice` sends `layer`'s gradient as rows: gathered, or pushed to the servers
+    in PS mode by an optimizer that updates rows (uncompressed)."""
+    return choice.mode == GATHER or (layer.sparse and choice.mode == PS_DENSE and
+                                     layer.row_update and choice.codec == "none")
+
+
 def _layer_cost(layer, choice, cluster, machine, batch_size, partition_bytes):
     p1 = cluster.workers
-    if choice.mode == GATHER or (layer.sparse and choice.mode == PS_DENSE and
-                                 layer.row_update and choice.codec == "none"):
+    if _moves_rows(layer, choice):
         return _sparse_cost(layer, choice, cluster, machine, batch_size, partition_bytes)
     if choice.mode == SFB:
         if layer.kernel is None or layer.rows is None:
