@@ -1,13 +1,14 @@
 """What the cost model's predicted step is made of, for each arm of a saved run.
 
-    python3 benchmarks/plan_breakdown.py benchmarks/results/interleaved_2h_1gbit_mobilenetv2_ops.json
+    python3 benchmarks/plan_breakdown.py \
+        benchmarks/results/interleaved_2h_1gbit_mobilenetv2_ops.json [more.json ...]
 
 For every arm with plan inputs (interleaved.py --predict) it prints, beside the measured
-step: the forward and backward compute, the link's time for every byte the busiest host
-sends (pushes and replies), the end of backward and of the step on the timeline alone (no CPU floor),
-and the host's CPU floor cut into its parts (compute, the optimizer's updates, the
-collective ops' TensorFlow CPU, codecs and sums, transport per byte and per message),
-over the cores it has. The predicted step is the largest of the timeline and the floor.
+step: the step on the timeline alone (no CPU floor), the forward and backward compute,
+the link's time for every byte the busiest host sends (pushes and replies), and the
+host's CPU floor cut into its parts (compute, the optimizer's updates, the collective
+ops' TensorFlow CPU, codecs and sums, transport per byte and per message), over the
+cores it has. The predicted step is the larger of the timeline and the floor.
 """
 
 import argparse

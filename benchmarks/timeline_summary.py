@@ -4,8 +4,9 @@ within a step, it was ready and done.
     python3 benchmarks/timeline_summary.py trace-0.json [trace-1.json ...] [--skip 3]
 
 Stages (tf_ps_ops/cc/engine/timeline.h): queued, scheduled, push, server, pull (or
-push_pull when the replies carried no server stamps), written. --skip drops each tensor's
-first calls (warm-up). Prints a Markdown table per file.
+push_pull when the replies carried no server stamps), a peer collective's allgather,
+alltoall or neighbour exchange (until its latest peer's part arrived), written. --skip
+drops each tensor's first calls (warm-up). Prints a Markdown table per file.
 """
 
 import argparse
@@ -13,7 +14,8 @@ import json
 import statistics
 from collections import defaultdict
 
-STAGES = ("queued", "scheduled", "push", "server", "pull", "push_pull", "written")
+STAGES = ("queued", "scheduled", "push", "server", "pull", "push_pull", "allgather",
+          "alltoall", "neighbour exchange", "written")
 
 
 def summarise(path, skip):
@@ -42,7 +44,7 @@ def summarise(path, skip):
     origin = [min(calls[t]["queued"][i][0] for t in per_step) for i in range(steps)]
     for tensor in order:
         stages = calls[tensor]
-        n = len(stages["queued"]) - skip
+        n = len(stages["queued"] or stages["written"]) - skip
         if n <= 0:
             continue
         cells = []

@@ -279,6 +279,10 @@ def check_timeline(hvd):
     hvd.start_timeline(path, mark_cycles=True)
     out = hvd.allreduce(tf.fill([1000], float(hvd.rank())), op=hvd.Sum, name="timeline.sum")
     np.testing.assert_array_equal(out, np.full(1000, sum(range(hvd.size())), np.float32))
+    # A peer collective (allgather, SFB's factors) shows its exchange and completion too.
+    gathered = hvd.allgather(tf.fill([2, 3], float(hvd.rank())), name="timeline.gather")
+    np.testing.assert_array_equal(
+        gathered, np.repeat(np.arange(hvd.size(), dtype=np.float32), 2)[:, None] * np.ones(3))
     assert not os.path.exists(mine), "written before stop_timeline()"
     hvd.stop_timeline()
     with open(mine) as f:
@@ -288,6 +292,10 @@ def check_timeline(hvd):
               if e.get("ph") == "X" and e["args"]["tensor"] == "timeline.sum"}
     assert {"queued", "written"} <= stages, stages
     assert {"push", "server", "pull"} <= stages or "push_pull" in stages, stages
+    gather = [e for e in events
+              if e.get("ph") == "X" and e["args"]["tensor"] == "timeline.gather"]
+    assert {e["name"] for e in gather} == {"allgather", "written"}, gather
+    assert all(e["args"]["bytes"] == 2 * 3 * 4 for e in gather), gather
     for e in events:
         if e.get("ph") == "X":
             assert e["dur"] >= 0 and e["ts"] >= 0 and e["pid"] == hvd.rank(), e

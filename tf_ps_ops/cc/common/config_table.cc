@@ -121,7 +121,9 @@ const std::vector<ConfigEntry>& ConfigTable() {
        "Path of a Chrome-trace JSON timeline each worker writes at shutdown (%r becomes the "
        "rank): every tensor's queued / scheduled / push / server / pull / written stages "
        "(push ends when the server has the worker's last partition, server when the sum or "
-       "update is ready; clocks of different hosts are assumed in sync)."},
+       "update is ready; clocks of different hosts are assumed in sync), and a peer "
+       "collective's allgather / alltoall / neighbour exchange (until the latest peer's part "
+       "arrived) and written."},
       {"TFPS_COMPRESSION", "string", "none",
        "Job default codec of push_pull for float32 tensors that ask for none themselves "
        "(Compression.none): none, fp16, bf16, int8, onebit, topk:R or randomk:R (R: the "

@@ -26,6 +26,7 @@ Engine::Loop::Loop(const Config& config, int rank, int size)
   fusion_bytes_ = config_.fusion_bytes;
   scheduling_credit_ = config_.scheduling_credit;
   cycle_us_ = config_.cycle_us;
+  mesh_.set_timeline(&timeline_);
 }
 
 Engine::Loop::~Loop() {

@@ -358,6 +358,7 @@ int PeerMesh::OnPeerDataOnLoop(std::vector<zmq::message_t>& frames) {
     return h.sender;
   }
   g.arrived[h.sender] = true;
+  g.last_arrival = Clock::now();
   ++g.num_arrived;
   g.dims[h.sender] = head.dims;
   g.dtypes[h.sender] = h.dtype;  // checked against ours once our own request is known
@@ -436,11 +437,23 @@ void PeerMesh::FinishOnLoop(std::map<GatherId, Gather>::iterator it, const Statu
   const char* what = g.request.neighbours         ? "neighbour exchange"
                      : g.request.send_rows.empty() ? "allgather"
                                                    : "alltoall";
+  const bool timed = status.ok() && g.started && timeline_ != nullptr && timeline_->enabled();
+  const Clock::time_point answered = Clock::now();
+  // Names kept so the done callback may move the request's out.
+  const std::string name = timed ? g.request.name : std::string();
+  const uint64_t bytes = timed ? g.request.count * DTypeSize(g.request.dtype) : 0;
   g.request.done(status.WithPrefix(std::string(what) +
                                    " of tensor '" + g.request.name + "' (call " +
                                    std::to_string(call) + " on rank " + std::to_string(rank_) +
                                    "): "),
                  parts);
+  if (timed) {
+    // From this worker's start to its latest peer's part (the exchange and the wait for
+    // the slowest peer), then the kernel's completion, as push_pull's "written".
+    const Clock::time_point last = std::max(g.since, g.last_arrival);
+    timeline_->Record(name, what, g.since, last, bytes);
+    timeline_->Record(name, "written", answered, Clock::now(), bytes);
+  }
 }
 
 void PeerMesh::PeerDiedOnLoop(int peer, const std::string& reason) {

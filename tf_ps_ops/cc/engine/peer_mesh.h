@@ -35,6 +35,7 @@
 #include "tf_ps_ops/cc/common/loop_thread.h"
 #include "tf_ps_ops/cc/common/rate_limit.h"
 #include "tf_ps_ops/cc/common/status.h"
+#include "tf_ps_ops/cc/engine/timeline.h"
 #include "tf_ps_ops/cc/transport/connection_limits.h"
 #include "tf_ps_ops/cc/transport/zmq_util.h"
 #include "tf_ps_ops/cc/wire/message.h"
@@ -104,6 +105,9 @@ class PeerMesh {
   void CheckDeadlinesOnLoop(Clock::time_point now);
   void FailAllOnLoop(const Status& status);
   void CloseOnLoop();
+  // Where finished collectives are recorded (TFPS_TIMELINE): the engine thread's timeline,
+  // which outlives the mesh's calls; null or disabled records nothing.
+  void set_timeline(Timeline* timeline) { timeline_ = timeline; }
 
   // Payload bytes handed to ZeroMQ for peers (any thread); not those still queued here.
   uint64_t bytes_sent() const { return bytes_sent_.load(); }
@@ -122,6 +126,7 @@ class PeerMesh {
     const void* own = nullptr;                // this worker's own part (alltoall: a slice)
     int num_arrived = 0;
     Clock::time_point since;  // started here: stall warnings, TFPS_STALL_SHUTDOWN
+    Clock::time_point last_arrival;  // the latest peer's part (the timeline's wait)
     int stall_warnings = 0;
   };
   using GatherId = std::pair<uint64_t, uint64_t>;  // key, call
@@ -195,6 +200,7 @@ class PeerMesh {
   std::vector<bool> wanted_;  // by rank: to be connected (ConnectOnLoop) once Connect has run
   std::atomic<uint64_t> bytes_sent_{0};  // read by stats() on other threads
   std::atomic<uint64_t> bytes_received_{0};
+  Timeline* timeline_ = nullptr;
 };
 
 }  // namespace tfps

@@ -11,6 +11,10 @@
 //   pull     - until the last answer arrived
 //   (push_pull - push + server + pull, when the answers carried no stamps)
 //   written  - the kernel's completion (output written, TF notified)
+// A peer collective (allgather, alltoall, neighbour exchange: SFB's factors, an
+// embedding's rows) shows one stage named after it, from this worker's start until the
+// latest peer's part arrived (the exchange and the wait for the slowest peer), then
+// "written".
 // Recorded on the engine thread only: no locks.
 #ifndef TFPS_CC_ENGINE_TIMELINE_H_
 #define TFPS_CC_ENGINE_TIMELINE_H_
