@@ -37,7 +37,7 @@ def worker(args):
     import keras
 
     import tf_ps_ops as hvd
-    from tf_ps_ops.plan import cost, layers, measure, profile, steptime
+    from tf_ps_ops.plan import cost, layers, measure, profile, steptime, update_probe
 
     hvd.init()
     keras.utils.set_random_seed(0)
@@ -47,7 +47,7 @@ def worker(args):
     measured = measure.measure_cluster()
     rate = profile.model_rate(model, args.batch)
     machine = dataclasses.replace(measured.machine, macs_per_s=rate,
-                                  apply_per_byte=measure.apply_cost(model))
+                                  apply_per_byte=update_probe.apply_cost(model))
     lay = layers.from_keras(model)
     predicted, _ = steptime.step_time(lay, [cost.Choice()] * len(lay), measured.cluster, machine,
                                       args.batch)

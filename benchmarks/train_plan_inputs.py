@@ -22,11 +22,11 @@ def plan_inputs(model, args):
     before the model is converted or its weights adopted."""
     import dataclasses
 
-    from tf_ps_ops.plan import auto, layers, measure, profile
+    from tf_ps_ops.plan import auto, layers, measure, profile, update_probe
 
     measured = measure.measure_cluster()
     # The run's own optimizer (momentum's slot included) on the model's variables' shapes.
-    machine = dataclasses.replace(measured.machine, apply_per_byte=measure.optimizer_cost(
+    machine = dataclasses.replace(measured.machine, apply_per_byte=update_probe.optimizer_cost(
         sgd(args.model), shapes=[v.shape for v in model.trainable_variables]))
     losses = profile.model_compute_loss(model, args.batch, measured.cluster)
     if losses is not None:
@@ -41,7 +41,7 @@ def plan_inputs(model, args):
     widths = sorted({layer.table[1] for layer in lay if layer.sparse})
     if widths:  # the update of every worker's gathered rows (as DistributedOptimizer's plan)
         machine = dataclasses.replace(machine, apply_row_width=widths[-1],
-                                      apply_per_row=measure.sparse_apply_cost(
+                                      apply_per_row=update_probe.sparse_apply_cost(
                                           sgd(args.model), widths[-1]))
     return lay, dict(layers=json.loads(layers.to_json(lay))["layers"],
                      cluster=dataclasses.asdict(measured.cluster),

@@ -111,7 +111,7 @@ def _distributed_class(optimizer_class):
 
 
 def _attach_plan(distributed, optimizer, plan, pins, compression):
-    from tf_ps_ops.plan import auto, measure
+    from tf_ps_ops.plan import auto, measure, update_probe
 
     plan = auto.plan_mode_from_environment() if plan is None else plan
     if plan is None:
@@ -127,7 +127,7 @@ def _attach_plan(distributed, optimizer, plan, pins, compression):
     measured = measure.measure_cluster()  # collective: every worker, here
     if not is_tf_keras(optimizer):  # the worker's own update, which PS mode moves away
         measured = dataclasses.replace(measured, machine=dataclasses.replace(
-            measured.machine, apply_per_byte=measure.optimizer_cost(optimizer)))
+            measured.machine, apply_per_byte=update_probe.optimizer_cost(optimizer)))
         distributed._tfps_plan_optimizer = optimizer  # its update of an embedding's rows
     distributed._tfps_plan = measured
     distributed._tfps_plan_pins = dict(pins or {})

@@ -271,16 +271,16 @@ def test_gathered_rows_cost_the_measured_update_per_row():
 
 
 def test_sparse_apply_probe_times_an_optimizers_rows(monkeypatch):
-    """measure.sparse_apply_cost: the job's optimizer's update of random rows of a
+    """update_probe.sparse_apply_cost: the job's optimizer's update of random rows of a
     table, per row: the difference of the two row counts' CPU over the rows between them
     (here each update runs for real, and the clock is a counter); an optimizer it cannot
     copy is logged and priced 0 (the planner then falls back to the adds)."""
     pytest.importorskip("tensorflow")
     keras = pytest.importorskip("keras")
-    from tf_ps_ops.plan import measure, tensor_probe
+    from tf_ps_ops.plan import measure, tensor_probe, update_probe
 
     monkeypatch.setattr(measure, "rank0_value", lambda value, name: value)
-    monkeypatch.setattr(measure, "SPARSE_PROBE_TABLE_BYTES", 1 << 20)
+    monkeypatch.setattr(update_probe, "SPARSE_PROBE_TABLE_BYTES", 1 << 20)
     calls = []
 
     def counted(function, steps):
@@ -289,8 +289,8 @@ def test_sparse_apply_probe_times_an_optimizers_rows(monkeypatch):
         return 0.25 * len(calls)  # the second, larger update: 0.25 s more
 
     monkeypatch.setattr(tensor_probe, "median_cpu_seconds", counted)
-    few, many = measure.SPARSE_PROBE_ROWS
-    assert measure.sparse_apply_cost(keras.optimizers.SGD(0.1), 16, steps=3) == \
+    few, many = update_probe.SPARSE_PROBE_ROWS
+    assert update_probe.sparse_apply_cost(keras.optimizers.SGD(0.1), 16, steps=3) == \
         pytest.approx(0.25 / (many - few))
     assert calls == [3, 3]
 
@@ -299,8 +299,8 @@ def test_sparse_apply_probe_times_an_optimizers_rows(monkeypatch):
             raise NotImplementedError("no config")
 
     warnings = []
-    monkeypatch.setattr(measure._logger, "warning", lambda *a: warnings.append(a[0] % a[1:]))
-    assert measure.sparse_apply_cost(Uncopyable(0.1), 16, steps=1) == 0.0
+    monkeypatch.setattr(update_probe._logger, "warning", lambda *a: warnings.append(a[0] % a[1:]))
+    assert update_probe.sparse_apply_cost(Uncopyable(0.1), 16, steps=1) == 0.0
     assert "could not time Uncopyable's update of an embedding's rows" in warnings[0], warnings
 
 

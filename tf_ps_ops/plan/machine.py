@@ -78,11 +78,12 @@ class Machine:
     measures both with the model's own step).
     apply_per_byte: the worker's optimizer update of a layer once its gradient is back,
     per parameter byte, one layer after another (none in PS mode, where the servers
-    update; measure.apply_cost measures a plain SGD update, measure.optimizer_cost the
-    job's optimizer). apply_per_row: that update of one row of an embedding's gathered
-    rows (a tf.IndexedSlices, every worker's after a gather), apply_row_width floats wide
-    (measure.sparse_apply_cost; a row of another width costs in proportion); 0: unknown,
-    the row costs a float add per element (sum_per_byte)."""
+    update; update_probe.apply_cost measures a plain SGD update,
+    update_probe.optimizer_cost the job's optimizer). apply_per_row: that update of one
+    row of an embedding's gathered rows (a tf.IndexedSlices, every worker's after a
+    gather), apply_row_width floats wide (update_probe.sparse_apply_cost; a row of another
+    width costs in proportion); 0: unknown, the row costs a float add per element
+    (sum_per_byte)."""
     macs_per_s: float = 5e12
     backward_ratio: float = 2.0
     codec_per_byte: tuple = ()          # ((codec, (encode, decode, decode_add)), ...)

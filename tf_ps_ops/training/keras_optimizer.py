@@ -82,11 +82,11 @@ class ReducingMixin:
                 # Every worker's rows come back to be updated here: the optimizer's
                 # update of a row, timed at the widest table's width (collective: every
                 # worker traces this step).
-                from tf_ps_ops.plan import measure
+                from tf_ps_ops.plan import update_probe
 
                 # Not converted by autograph (this runs while the step is traced): its
                 # probe is a tf.function of its own.
-                probe = tf.autograph.experimental.do_not_convert(measure.sparse_apply_cost)
+                probe = tf.autograph.experimental.do_not_convert(update_probe.sparse_apply_cost)
                 measured = dataclasses.replace(measured, machine=dataclasses.replace(
                     measured.machine, apply_row_width=widths[-1],
                     apply_per_row=probe(self._tfps_plan_optimizer, widths[-1])))

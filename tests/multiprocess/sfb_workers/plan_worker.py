@@ -24,7 +24,7 @@ from plan_sparse_worker import (check_embedding_gathered_as_predicted,  # noqa: 
 from sfb_train_worker import conv_model, images, save, sgd_momentum  # noqa: E402
 from tf_ps_ops.common import library  # noqa: E402
 from tf_ps_ops.plan import auto  # noqa: E402
-from tf_ps_ops.plan import autotune, measure, profile  # noqa: E402
+from tf_ps_ops.plan import autotune, measure, profile, update_probe  # noqa: E402
 from tf_ps_ops.plan.monitor import PlanMonitor  # noqa: E402
 
 NUM_WORKERS = 2
@@ -97,7 +97,7 @@ def check_auto_plan_matches_hand_picked(hvd):
          model_losses=np.array(losses), sync_op_cpu=np.array(per_op),
          sync_op_cpu_unrunnable_is_none=np.array(none is None),
          # The optimizer's own update on the model's variables' shapes, rank 0's too.
-         update_per_byte=np.array(measure.optimizer_cost(
+         update_per_byte=np.array(update_probe.optimizer_cost(
              sgd_momentum(), "tfps.test.update", shapes=[v.shape for v in
                                                          base.trainable_variables])),
          **{f"hand.{i}": w for i, w in enumerate(hand_model.get_weights())},
