@@ -28,11 +28,12 @@ def plan_inputs(model, args):
     # The run's own optimizer (momentum's slot included) on the model's variables' shapes.
     machine = dataclasses.replace(measured.machine, apply_per_byte=update_probe.optimizer_cost(
         sgd(args.model), shapes=[v.shape for v in model.trainable_variables]))
-    losses = profile.model_compute_loss(model, args.batch, measured.cluster)
+    run = profile.traced_step(model, args.batch)  # traced once for both probes
+    losses = profile.model_compute_loss(model, args.batch, measured.cluster, run=run)
     if losses is not None:
         machine = dataclasses.replace(machine, compute_loss=losses[0],
                                       compute_cpu_loss=losses[1])
-    per_op = profile.sync_op_cpu(model, args.batch)
+    per_op = profile.sync_op_cpu(model, args.batch, run=run)
     if per_op is not None:  # the TensorFlow threads' work per collective op of the step
         machine = dataclasses.replace(machine, tf_per_op=per_op)
     row_update = momentum(args.model) == 0  # Keras' momentum updates every row of a table

@@ -123,14 +123,15 @@ def plan_model(model, batch_size, pins=None, measurements=None, codecs=None):
     it were short)."""
     if measurements is None:
         measurements = measure.measure_cluster()
-        rate = profile.shared_model_rate(model, batch_size)
-        losses = profile.model_compute_loss(model, batch_size, measurements.cluster)
+        run = profile.traced_step(model, batch_size)  # traced once for the three probes
+        rate = profile.shared_model_rate(model, batch_size, run=run)
+        losses = profile.model_compute_loss(model, batch_size, measurements.cluster, run=run)
         machine = dataclasses.replace(measurements.machine,
                                       macs_per_s=rate or measurements.machine.macs_per_s)
         if losses is not None:
             machine = dataclasses.replace(machine, compute_loss=losses[0],
                                           compute_cpu_loss=losses[1])
-        per_op = profile.sync_op_cpu(model, batch_size)
+        per_op = profile.sync_op_cpu(model, batch_size, run=run)
         if per_op is not None:
             machine = dataclasses.replace(machine, tf_per_op=per_op)
         measurements = dataclasses.replace(measurements, machine=machine)

@@ -42,6 +42,17 @@ def local_step(model, batch_size, sync=None):
     return run
 
 
+def traced_step(model, batch_size):
+    """local_step(model, batch_size), or None where the model cannot run on made-up
+    inputs: traced once for the probes that time it (model_rate, shared_model_rate,
+    model_compute_loss, sync_op_cpu take it as `run`); given None, each tries again itself
+    and logs why it could not."""
+    try:
+        return local_step(model, batch_size)
+    except Exception:  # noqa: BLE001 - each probe then logs its own warning
+        return None
+
+
 def _median_step(run, steps):
     times = []
     for _ in range(steps):
@@ -51,13 +62,13 @@ def _median_step(run, steps):
     return float(np.median(times))
 
 
-def model_rate(model, batch_size, steps=5, backward_ratio=2.0):
+def model_rate(model, batch_size, steps=5, backward_ratio=2.0, run=None):
     """Forward multiply-adds per second of `model` on this worker: a profiled local step
     (local_step), the median of `steps` (as the step it predicts is a median: on a shared
     host the best of 3 was up to a third faster than `fit`'s median local step); the
     planner's per-layer compute times are the layers' multiply-adds at this rate, so
     everything else the step computes (lookups, norms, TensorFlow's own work) is spread
-    over them. None without multiply-adds."""
+    over them. None without multiply-adds. `run`: the step traced already (traced_step)."""
     from tf_ps_ops.plan import layers as layer_lists
 
     lay = layer_lists.from_keras(model)
@@ -67,7 +78,7 @@ def model_rate(model, batch_size, steps=5, backward_ratio=2.0):
     # As steptime.compute_times counts: backward_ratio forwards per layer, one less for the
     # first (no gradient for the model's input).
     work = macs * (1 + backward_ratio) - lay[0].macs * batch_size
-    return work / _median_step(local_step(model, batch_size), steps)
+    return work / _median_step(run or local_step(model, batch_size), steps)
 
 
 def _made_up_input(tf, tensor, batch_size):
@@ -78,13 +89,13 @@ def _made_up_input(tf, tensor, batch_size):
     return tf.cast(tf.random.normal(shape), dtype)
 
 
-def shared_model_rate(model, batch_size, name="tfps.plan.model_rate"):
+def shared_model_rate(model, batch_size, name="tfps.plan.model_rate", run=None):
     """model_rate on rank 0, for every worker (collective: the plan must agree), or None
     where rank 0 could not profile the model (logged; the plan keeps the matmul probe's
     rate)."""
     rate = 0.0
     try:
-        rate = model_rate(model, batch_size) or 0.0
+        rate = model_rate(model, batch_size, run=run) or 0.0
     except Exception as error:  # noqa: BLE001 - a model we cannot run on made-up inputs
         _logger.warning("could not profile a local step of %s (%s): the plan takes its "
                         "compute at the matrix-multiply probe's rate", model.name, error)
@@ -110,7 +121,8 @@ def _step_times(run, steps):
     return median, (time.process_time() - cpu) / steps
 
 
-def model_compute_loss(model, batch_size, cluster, name="tfps.plan.model_loss", steps=3):
+def model_compute_loss(model, batch_size, cluster, name="tfps.plan.model_loss", steps=3,
+                       run=None):
     """(compute_loss, compute_cpu_loss) of the cost model's Machine, rank 0's for every
     worker (collective), or None where rank 0 could not run the model (logged; the plan
     keeps the matmul probe's loss and no CPU loss): how much slower this model's local
@@ -118,7 +130,8 @@ def model_compute_loss(model, batch_size, cluster, name="tfps.plan.model_loss", 
     measure.PROBE_BYTES run beside it in a thread. The number of push_pulls, rank 0's,
     keeps the link busy for about LOSS_STEPS local steps or LOSS_SECONDS, the longer
     (`cluster`: the measured bandwidth and latency give one's time). `steps`: the fewest
-    timed alone (more where they take under LOSS_ALONE_SECONDS).
+    timed alone (more where they take under LOSS_ALONE_SECONDS). `run`: the local step
+    traced already (traced_step).
 
     compute_loss: 1 - the step's time alone over its time beside the link. The matmul
     probe (measure.compute_loss) runs one large kernel at a time; a model's step is many
@@ -133,9 +146,9 @@ def model_compute_loss(model, batch_size, cluster, name="tfps.plan.model_loss", 
 
     from tf_ps_ops.collectives import ops
 
-    run, alone, alone_cpu = None, 0.0, 0.0
+    alone, alone_cpu = 0.0, 0.0
     try:
-        run = local_step(model, batch_size)
+        run = run or local_step(model, batch_size)
         first = _median_step(run, 1)
         steps = max(steps, min(LOSS_ALONE_MAX_STEPS,
                                math.ceil(LOSS_ALONE_SECONDS / max(first, 1e-6))))
@@ -211,7 +224,7 @@ def tensorflow_thread_cpu():
     return total / 1e9 if seen else None
 
 
-def sync_op_cpu(model, batch_size, name="tfps.plan.sync_cpu"):
+def sync_op_cpu(model, batch_size, name="tfps.plan.sync_cpu", run=None):
     """Machine.tf_per_op, rank 0's for every worker (collective), or None where a worker
     could not run the model or /proc gives no thread's CPU (logged; the plan then prices
     no such work): CPU seconds per collective op that the TensorFlow threads and Python's
@@ -228,7 +241,7 @@ def sync_op_cpu(model, batch_size, name="tfps.plan.sync_cpu"):
     TensorFlow thread at 3 emulated hosts on 2 cores spent 1.86 times the lone step's CPU
     in the distributed step, where the cost model added 6%. Measured on those hosts:
     71-87 us per op for that model, 29-44 us for MobileNetV2, 70 us for ResNet-50, 153 us
-    for the BERT-shaped encoder."""
+    for the BERT-shaped encoder. `run`: the local step traced already (traced_step)."""
     import tensorflow as tf
 
     from tf_ps_ops.collectives import ops
@@ -247,7 +260,7 @@ def sync_op_cpu(model, batch_size, name="tfps.plan.sync_cpu"):
 
     alone, alone_s = None, 0.0
     try:
-        alone = local_step(model, batch_size)
+        alone = run or local_step(model, batch_size)
         alone_s = _median_step(alone, 3)
     except Exception as error:  # noqa: BLE001 - a model we cannot run on made-up inputs
         _logger.warning("could not profile a synchronised step of %s (%s): the plan prices "

@@ -52,7 +52,20 @@ def check_auto_plan_matches_hand_picked(hvd):
     x, y = images(STEPS * NUM_WORKERS * BATCH)
     xs, ys = shard(x, me), shard(y, me)
     base = conv_model(seed=3)
-    auto_model = sfb.convert(base, mode="auto", batch_size=BATCH, overrides={"out": "ps"})
+    # The plan's probes share one traced local step; the synchronised step is its own.
+    traced, real = [], profile.local_step
+
+    def counted(model, batch_size, sync=None):
+        traced.append("synchronised" if sync is not None else "local")
+        return real(model, batch_size, sync)
+
+    profile.local_step = counted
+    try:
+        auto_model = sfb.convert(base, mode="auto", batch_size=BATCH,
+                                 overrides={"out": "ps"})
+    finally:
+        profile.local_step = real
+    assert traced == ["local", "synchronised"], traced
     os.environ["TFPS_PLAN"] = "auto"
     try:
         auto_opt = hvd.DistributedOptimizer(sgd_momentum(), plan_pins={"out/kernel": "sum"})
@@ -81,12 +94,11 @@ def check_auto_plan_matches_hand_picked(hvd):
     # The model's own step beside the link: rank 0's numbers, on every worker.
     losses = profile.model_compute_loss(base, BATCH, measure.measure_cluster().cluster)
     per_op = profile.sync_op_cpu(base, BATCH, "tfps.test.sync_cpu")
-    # A worker that cannot run the model: no worker measures, none waits for the others.
-    real = profile.local_step
 
     def unrunnable(*args, **kwargs):
         raise ValueError("made-up inputs do not fit this model")
 
+    # A worker that cannot run the model: no worker measures, none waits for the others.
     if hvd.rank() == 1:
         profile.local_step = unrunnable
     try:
