@@ -9,6 +9,15 @@ the link's time for every byte the busiest host sends (pushes and replies), and 
 host's CPU floor cut into its parts (compute, the optimizer's updates, the collective
 ops' TensorFlow CPU, codecs and sums, transport per byte and per message), over the
 cores it has. The predicted step is the larger of the timeline and the floor.
+
+    python3 benchmarks/plan_breakdown.py --bounds benchmarks/results/interleaved_*_ops.json
+
+predicts every arm again with the current cost model from its saved inputs (nothing is
+rewritten): one line per cell with each arm's error, the worst and mean error, and the
+arms by which bound binds (the timeline T at least 1.5 times the floor F, F at least 1.3
+times T, the two within 17% of each other, between those), with the measured step over
+the larger bound and F's CPU over the CPU the hosts measured: a test bed for a change to
+the cost model.
 """
 
 import argparse
@@ -48,6 +57,7 @@ def breakdown(inputs, single_step_s, batch, single_cpu_s=None):
         "link_messages": sum(c.messages for c in costs) * machine.message_overhead,
         "link_busy_in_backward": busy,
         "cpu_floor": floor / cores + cluster.latency if cores else None,
+        "cpu_floor_cpu": floor,
         "cpu.compute": L * compute,
         "cpu.apply": L * sum(apply),
         "cpu.tf_ops": L * sum(c.worker_ops for c in costs) * machine.tf_per_op,
@@ -62,10 +72,79 @@ def breakdown(inputs, single_step_s, batch, single_cpu_s=None):
     }
 
 
+# The classes of --bounds: where the timeline T or the CPU floor F clearly binds, and
+# where the two are close.
+LINK_BOUND = 1.5   # T >= 1.5 F
+CPU_BOUND = 1.3    # F >= 1.3 T
+CLOSE = 1.17       # within 17% of each other
+
+
+def arms(paths):
+    """(run's tag, cell, arm, the arm's measurements, its breakdown) for every arm with
+    plan inputs in the saved runs, predicted by the current cost model."""
+    for path in paths:
+        saved = json.load(open(path))
+        for cell in saved["cells"]:
+            single = cell.get("single")
+            if not single:
+                continue
+            inputs = cell["workers_results"][0].get("plan_inputs") or {}
+            for arm, measured in cell["arms"].items():
+                if (inputs.get(arm) or {}).get("choices"):
+                    yield (saved["meta"]["tag"], cell, arm, measured,
+                           breakdown(inputs[arm], single["step_s"], cell["batch"],
+                                     single.get("cpu_s")))
+
+
+def _bound(parts):
+    if not parts["cpu_floor"]:
+        return "no CPU floor"
+    ratio = parts["timeline"] / parts["cpu_floor"]
+    if ratio >= LINK_BOUND:
+        return "link-bound"
+    if ratio <= 1 / CPU_BOUND:
+        return "CPU-bound"
+    return "close" if 1 / CLOSE <= ratio <= CLOSE else "between"
+
+
+def bounds(paths):
+    """Lines: each cell's error per arm with the current cost model, the worst and mean,
+    then per class of arm (link-bound, CPU-bound, close, between) the measured step over
+    the larger bound and the floor's CPU over the hosts' measured CPU."""
+    lines, classes, errors, cells = [], {}, [], {}
+    for tag, cell, arm, measured, parts in arms(paths):
+        error = parts["predicted"] / measured["step_s"] - 1
+        errors.append(abs(error))
+        key = (tag, cell["model"], cell["rate"], cell["workers"])
+        cells.setdefault(key, []).append(f"{arm} {100 * error:+.0f}%")
+        spent = measured.get("cpu_host_s")
+        classes.setdefault(_bound(parts), []).append(
+            (measured["step_s"] / max(parts["timeline"], parts["cpu_floor"] or 0.0),
+             parts["cpu_floor_cpu"] / spent if spent else None))
+    for (tag, model, rate, hosts), found in cells.items():
+        lines.append(f"{tag}: {model} at {rate}, {hosts} hosts: {', '.join(found)}")
+    if errors:
+        lines.append(f"{len(errors)} arms: worst |error| {100 * max(errors):.0f}%, "
+                     f"mean {100 * sum(errors) / len(errors):.1f}%")
+    for name, values in classes.items():
+        steps = [v[0] for v in values]
+        cpu = [v[1] for v in values if v[1]]
+        lines.append(f"{name}: {len(values)} arms, measured step / max(T, F) "
+                     f"{min(steps):.2f}-{max(steps):.2f}"
+                     + (f", F's CPU / the hosts' {min(cpu):.2f}-{max(cpu):.2f}" if cpu else ""))
+    return lines
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", nargs="+", help="interleaved.py's JSON")
+    parser.add_argument("--bounds", action="store_true",
+                        help="one line per cell (each arm's error with the current cost "
+                             "model), then the arms by which bound binds")
     args = parser.parse_args()
+    if args.bounds:
+        print("\n".join(bounds(args.results)))
+        return
     for path in args.results:
         saved = json.load(open(path))
         for cell in saved["cells"]:
