@@ -439,7 +439,7 @@ void PeerMesh::FinishOnLoop(std::map<GatherId, Gather>::iterator it, const Statu
                                                    : "alltoall";
   const bool timed = status.ok() && g.started && timeline_ != nullptr && timeline_->enabled();
   const Clock::time_point answered = Clock::now();
-  // Names kept so the done callback may move the request's out.
+  // Copied first: `done` may move out what the request holds.
   const std::string name = timed ? g.request.name : std::string();
   const uint64_t bytes = timed ? g.request.count * DTypeSize(g.request.dtype) : 0;
   g.request.done(status.WithPrefix(std::string(what) +
