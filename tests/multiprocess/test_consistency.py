@@ -218,8 +218,8 @@ def test_ssp_and_asp_train_digits_within_2_percent_of_bsp(tmp_path):
     for the whole run, the fast replicas finish having received only the slow worker's
     early gradients (docs/consistency.md), which is asp's nature, not a bound to test.
     Unslowed, an asp replica still ends with whatever its peers had pushed when it
-    stopped: 0.930-0.969 in 8 runs on an idle machine, 0.894 once in a full test run
-    (bsp 0.942), hence its wider floor."""
+    stopped: 0.931-0.969 over 5 runs of this test alone (15 replicas, 2 runs beside a
+    busy core), 0.894 once in a full test run (bsp 0.942), hence its wider floor."""
     bsp = digits_accuracy(tmp_path, "bsp", 0.0)
     assert len(set(bsp.values())) == 1, bsp
     assert bsp[0] > 0.9, f"bsp did not learn: {bsp}"
