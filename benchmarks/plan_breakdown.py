@@ -80,8 +80,8 @@ CLOSE = 1.17       # within 17% of each other
 
 
 def arms(paths):
-    """(run's tag, cell, arm, the arm's measurements, its breakdown) for every arm with
-    plan inputs in the saved runs, predicted by the current cost model."""
+    """(path, run's tag, cell, arm, the arm's measurements, its breakdown) for every arm
+    with plan inputs in the saved runs, predicted by the current cost model."""
     for path in paths:
         saved = json.load(open(path))
         for cell in saved["cells"]:
@@ -91,7 +91,7 @@ def arms(paths):
             inputs = cell["workers_results"][0].get("plan_inputs") or {}
             for arm, measured in cell["arms"].items():
                 if (inputs.get(arm) or {}).get("choices"):
-                    yield (saved["meta"]["tag"], cell, arm, measured,
+                    yield (path, saved["meta"]["tag"], cell, arm, measured,
                            breakdown(inputs[arm], single["step_s"], cell["batch"],
                                      single.get("cpu_s")))
 
@@ -112,7 +112,7 @@ def bounds(paths):
     then per class of arm (link-bound, CPU-bound, close, between) the measured step over
     the larger bound and the floor's CPU over the hosts' measured CPU."""
     lines, classes, errors, cells = [], {}, [], {}
-    for tag, cell, arm, measured, parts in arms(paths):
+    for _, tag, cell, arm, measured, parts in arms(paths):
         error = parts["predicted"] / measured["step_s"] - 1
         errors.append(abs(error))
         key = (tag, cell["model"], cell["rate"], cell["workers"])
@@ -145,27 +145,18 @@ def main():
     if args.bounds:
         print("\n".join(bounds(args.results)))
         return
-    for path in args.results:
-        saved = json.load(open(path))
-        for cell in saved["cells"]:
-            single = cell.get("single")
-            if not single:
-                continue
-            inputs = cell["workers_results"][0].get("plan_inputs") or {}
+    shown = None
+    for path, _, cell, arm, measured, parts in arms(args.results):
+        if shown is not cell:  # the cell's heading before its first arm
+            shown = cell
             print(f"## {os.path.basename(path)}: {cell['model']} at {cell['rate']}, "
-                  f"{cell['workers']} hosts; lone step {single['step_s'] * 1e3:.1f} ms")
-            for arm, measured in cell["arms"].items():
-                if not (inputs.get(arm) or {}).get("choices"):
-                    continue
-                parts = breakdown(inputs[arm], single["step_s"], cell["batch"],
-                                  single.get("cpu_s"))
-                print(f"{arm}: measured {measured['step_s'] * 1e3:.1f} ms, "
-                      f"predicted {parts.pop('predicted') * 1e3:.1f} ms")
-                print("   " + ", ".join(
-                    f"{k} {v * 1e3:.1f}" if k not in ("cores", "compute_loss",
-                                                      "compute_cpu_loss",
-                                                      "link_busy_in_backward")
-                    else f"{k} {v:.2f}" for k, v in parts.items() if v is not None))
+                  f"{cell['workers']} hosts; lone step {cell['single']['step_s'] * 1e3:.1f} ms")
+        print(f"{arm}: measured {measured['step_s'] * 1e3:.1f} ms, "
+              f"predicted {parts.pop('predicted') * 1e3:.1f} ms")
+        print("   " + ", ".join(
+            f"{k} {v * 1e3:.1f}" if k not in ("cores", "compute_loss", "compute_cpu_loss",
+                                              "link_busy_in_backward")
+            else f"{k} {v:.2f}" for k, v in parts.items() if v is not None))
 
 
 if __name__ == "__main__":
