@@ -8,7 +8,8 @@ step: the step on the timeline alone (no CPU floor), the forward and backward co
 the link's time for every byte the busiest host sends (pushes and replies), and the
 host's CPU floor cut into its parts (compute, the optimizer's updates, the collective
 ops' TensorFlow CPU, codecs and sums, transport per byte and per message), over the
-cores it has. The predicted step is the larger of the timeline and the floor.
+cores it has. The predicted step runs that CPU on those cores beside the link, on one
+timeline (tf_ps_ops/plan/hoststep.py), and is at least the floor.
 
     python3 benchmarks/plan_breakdown.py --bounds benchmarks/results/interleaved_*_ops.json
 

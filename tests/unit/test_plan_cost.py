@@ -394,10 +394,13 @@ def test_the_hosts_cores_bound_the_step_from_below():
                                         dataclasses.replace(machine, cores_per_host=1.0), 1,
                                         steptime.Settings(MB))
     assert bounded_far == pytest.approx(cpu + 1e-3, rel=1e-9)
+    # On two cores neither bound binds alone: the transport's CPU rides each partition
+    # through the link and the servers sum between push and reply (hoststep), so the
+    # step is longer than both, and shorter than on one core.
     two_cores, _ = steptime.step_time([a], [Choice()], cluster,
                                       dataclasses.replace(machine, cores_per_host=2.0), 1,
                                       steptime.Settings(MB))
-    assert two_cores == pytest.approx(max(unbounded, cpu / 2), rel=1e-9)
+    assert max(unbounded, cpu / 2) * 1.01 < two_cores < bounded
 
 
 def test_the_compute_beside_the_busy_link_takes_more_cpu_in_the_floor():

@@ -72,10 +72,11 @@ class Machine:
     backward_ratio times the forward; the first layer's, which computes no gradient for
     the model's input, one forward less). compute_loss: the fraction of its speed
     compute loses while communication runs beside it (0: the link and the servers use no
-    core the model needs; measure.measure_cluster measures it); compute_cpu_loss: the
-    fraction of CPU the compute's kernels take in addition while the link is busy (the
-    transport's copies pass through the caches they work in: profile.model_compute_loss
-    measures both with the model's own step).
+    core the model needs; measure.measure_cluster measures it; where cores_per_host is
+    known the step runs on those cores beside the transport instead, hoststep.py);
+    compute_cpu_loss: the fraction of CPU the compute's kernels take in addition while
+    the link is busy (the transport's copies pass through the caches they work in:
+    profile.model_compute_loss measures both with the model's own step).
     apply_per_byte: the worker's optimizer update of a layer once its gradient is back,
     per parameter byte, one layer after another (none in PS mode, where the servers
     update; update_probe.apply_cost measures a plain SGD update,

@@ -12,14 +12,17 @@ busiest host's processes spend the model's compute (times the cores it keeps bus
 optimizer update for each of its L workers, every codec pass, the servers' sums and
 updates, and the transport's CPU for each byte and message its workers and servers send
 and receive. Where the machine knows its cores per host (Machine.cores_per_host, measured:
-hosts emulated on one machine share its cores), the step is at least that CPU time over
-those cores and one round trip (the link's latency), which ends the step after the host's
-last work as it ends each layer on the timeline.
+hosts emulated on one machine share its cores), that CPU runs on those cores beside the
+link, on one timeline (hoststep.py: where the two bounds are close, each waits for the
+other), and the step is at least that CPU time over the cores and one round trip (the
+link's latency), which ends the step after the host's last work as it ends each layer on
+the timeline.
 """
 
 import dataclasses
 import heapq
 
+from tf_ps_ops.plan import hoststep
 from tf_ps_ops.plan.cost import GATHER, PS_DENSE, SFB, layer_cost
 
 
@@ -96,13 +99,17 @@ def step_time(layers, choices, cluster, machine, batch_size, settings=Settings()
     """(predicted seconds per step, [per layer: its synchronisation's LayerCost,
     seconds from gradient ready to parameters back]). choices: one Choice per layer.
 
-    Where the machine loses compute to communication (machine.compute_loss > 0: the
+    Where the machine knows the host's cores (machine.cores_per_host > 0), the step runs
+    on those cores and the link together (`shared_step`). Otherwise, where the machine
+    loses compute to communication (machine.compute_loss > 0: the
     workers' transport, copies and servers share the cores with backward, as on one host
     over loopback), backward runs slower while the link is busy: the link's busy time
     inside backward, times compute_loss, is added to backward (a fixed point, found in a
     few rounds: longer backward, more of the link's time inside it). Where its kernels
     also take more CPU then (machine.compute_cpu_loss), the host's CPU floor counts that
     for the part of backward the link is busy in."""
+    if machine.cores_per_host > 0:
+        return shared_step(layers, choices, cluster, machine, batch_size, settings)
     costs, forward, backward, apply, done, ready, t_bwd_end, busy = _step(
         layers, choices, cluster, machine, batch_size, settings)
     # The worker updates each layer once its gradient is back, one after another.
@@ -234,3 +241,31 @@ def _timeline(layers, costs, forward, backward, cluster, machine, settings):
             cpu_clock = max(cpu_clock, clock) + c.cpu_after
             done[index] = cpu_clock + cluster.latency + c.tail_bytes / bandwidth
     return done, ready, t_bwd_end, inside
+
+
+def shared_step(layers, choices, cluster, machine, batch_size, settings=Settings()):
+    """step_time's result with the host's cores and its link on one timeline
+    (hoststep.simulate: the compute, the transport, the servers and the updates share
+    machine.cores_per_host), and at least the host's CPU floor (host_cpu over the cores,
+    then one round trip). The compute's speed lost beside the link (compute_loss) is not
+    added: the shared cores are how it loses it."""
+    costs = [layer_cost(layer, choice, cluster, machine, batch_size, settings.partition_bytes)
+             for layer, choice in zip(layers, choices)]
+    forward, backward = compute_times(layers, machine, batch_size, choices)
+    apply = [apply_bytes(layer, choice) * machine.apply_per_byte
+             for layer, choice in zip(layers, choices)]
+    t_fwd, t_bwd = sum(forward), sum(backward)
+    if _has_ready_times(layers):
+        fractions = [layer.ready for layer in layers]
+    else:  # each layer's gradient once its own backward is done
+        fractions, t = [0.0] * len(layers), 0.0
+        for index in reversed(range(len(layers))):
+            t += backward[index]
+            fractions[index] = t / t_bwd if t_bwd else 1.0
+    messages = _messages(layers, costs, [t_fwd + f * t_bwd for f in fractions], settings)
+    step, done, ready = hoststep.simulate(layers, choices, costs, forward, backward, apply,
+                                          messages, fractions, cluster, machine, settings)
+    busy = cpu_inputs(layers, choices, cluster, machine, batch_size, settings)[-1]
+    step = max(step, host_cpu(costs, forward, backward, apply, cluster, machine, busy)
+               / machine.cores_per_host + cluster.latency)
+    return step, [(c, d - r) for c, d, r in zip(costs, done, ready)]
