@@ -17,8 +17,8 @@ predicts every arm again with the current cost model from its saved inputs (noth
 rewritten): one line per cell with each arm's error, the worst and mean error, and the
 arms by which bound binds (the timeline T at least 1.5 times the floor F, F at least 1.3
 times T, the two within 17% of each other, between those), with the measured step over
-the larger bound and F's CPU over the CPU the hosts measured: a test bed for a change to
-the cost model.
+the larger bound and over the prediction, and F's CPU over the CPU the hosts measured: a
+test bed for a change to the cost model.
 """
 
 import argparse
@@ -121,7 +121,8 @@ def bounds(paths):
         spent = measured.get("cpu_host_s")
         classes.setdefault(_bound(parts), []).append(
             (measured["step_s"] / max(parts["timeline"], parts["cpu_floor"] or 0.0),
-             parts["cpu_floor_cpu"] / spent if spent else None))
+             parts["cpu_floor_cpu"] / spent if spent else None,
+             measured["step_s"] / parts["predicted"]))
     for (tag, model, rate, hosts), found in cells.items():
         lines.append(f"{tag}: {model} at {rate}, {hosts} hosts: {', '.join(found)}")
     if errors:
@@ -130,8 +131,10 @@ def bounds(paths):
     for name, values in classes.items():
         steps = [v[0] for v in values]
         cpu = [v[1] for v in values if v[1]]
+        predicted = [v[2] for v in values]
         lines.append(f"{name}: {len(values)} arms, measured step / max(T, F) "
-                     f"{min(steps):.2f}-{max(steps):.2f}"
+                     f"{min(steps):.2f}-{max(steps):.2f}, / predicted "
+                     f"{min(predicted):.2f}-{max(predicted):.2f}"
                      + (f", F's CPU / the hosts' {min(cpu):.2f}-{max(cpu):.2f}" if cpu else ""))
     return lines
 

@@ -75,7 +75,7 @@ class _Step:
         if settings.credit:  # as steptime's timeline: one round trip per window
             self.bandwidth *= settings.credit / (settings.credit
                                                  + cluster.bandwidth * cluster.latency)
-        self.choices, self.apply = choices, apply
+        self.apply = apply
         self.parts = dict(encode=_Part(1), server=_Part(1), receive=_Part(1),
                           wire=_Part(2), ops=_Part(1), apply=_Part(self.L))
         self.split = [split_cpu(c, ch, machine, self.L) for c, ch in zip(costs, choices)]
