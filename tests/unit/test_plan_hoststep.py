@@ -17,10 +17,7 @@ from tf_ps_ops.plan.cost import Choice, Cluster  # noqa: E402
 MB = 1 << 20
 MS = 1e-3
 # Compute at 1 GMAC/s and no CPU price anywhere else, unless a test sets one.
-QUIET = cost.Machine(macs_per_s=1e9, codec_per_byte=tuple(
-    (c, (0.0, 0.0, 0.0)) for c in cost.CODECS), sum_per_byte=0.0, rebuild_rate=float("inf"),
-    message_overhead=0.0, local_per_byte=0.0, partition_cpu=0.0, server_partition_cpu=0.0,
-    server_ps_variable_cpu=0.0, transport_per_partition=0.0)
+QUIET = dataclasses.replace(cost.FREE, macs_per_s=1e9)
 
 
 def simulate(lay, choices, cluster, machine, settings=steptime.Settings(MB, 0, 0)):
@@ -30,10 +27,7 @@ def simulate(lay, choices, cluster, machine, settings=steptime.Settings(MB, 0, 0
     forward, backward = steptime.compute_times(lay, machine, 1, choices)
     apply = [steptime.apply_bytes(layer, c) * machine.apply_per_byte
              for layer, c in zip(lay, choices)]
-    ready_at, t = [0.0] * len(lay), 0.0
-    for index in reversed(range(len(lay))):
-        t += backward[index]
-        ready_at[index] = t / sum(backward)
+    ready_at = steptime.ready_fractions(lay, backward)
     ready = [sum(forward) + f * sum(backward) for f in ready_at]
     messages = steptime._messages(lay, costs, ready, settings)
     return hoststep.simulate(lay, choices, costs, forward, backward, apply, messages,

@@ -236,7 +236,5 @@ def simulate(layers, choices, costs, forward, backward, apply, messages, ready_a
     is ready."""
     step = _Step(layers, choices, costs, forward, backward, apply, messages, ready_at,
                  cluster, machine, settings)
-    step.run()
-    done = [d for d in step.done if d is not None]
-    end = max([step.end_compute or 0.0, step.last] + done)
-    return end, [d if d is not None else end for d in step.done], step.ready
+    step.run()  # every layer is ready once backward ends, and done after
+    return max([step.end_compute or 0.0, step.last] + step.done), step.done, step.ready

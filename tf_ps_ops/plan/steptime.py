@@ -249,23 +249,26 @@ def shared_step(layers, choices, cluster, machine, batch_size, settings=Settings
     machine.cores_per_host), and at least the host's CPU floor (host_cpu over the cores,
     then one round trip). The compute's speed lost beside the link (compute_loss) is not
     added: the shared cores are how it loses it."""
-    costs = [layer_cost(layer, choice, cluster, machine, batch_size, settings.partition_bytes)
-             for layer, choice in zip(layers, choices)]
-    forward, backward = compute_times(layers, machine, batch_size, choices)
-    apply = [apply_bytes(layer, choice) * machine.apply_per_byte
-             for layer, choice in zip(layers, choices)]
+    costs, forward, backward, apply, _, _, _, busy = _step(layers, choices, cluster, machine,
+                                                           batch_size, settings)
+    fractions = ready_fractions(layers, backward)
     t_fwd, t_bwd = sum(forward), sum(backward)
-    if _has_ready_times(layers):
-        fractions = [layer.ready for layer in layers]
-    else:  # each layer's gradient once its own backward is done
-        fractions, t = [0.0] * len(layers), 0.0
-        for index in reversed(range(len(layers))):
-            t += backward[index]
-            fractions[index] = t / t_bwd if t_bwd else 1.0
     messages = _messages(layers, costs, [t_fwd + f * t_bwd for f in fractions], settings)
     step, done, ready = hoststep.simulate(layers, choices, costs, forward, backward, apply,
                                           messages, fractions, cluster, machine, settings)
-    busy = cpu_inputs(layers, choices, cluster, machine, batch_size, settings)[-1]
     step = max(step, host_cpu(costs, forward, backward, apply, cluster, machine, busy)
                / machine.cores_per_host + cluster.latency)
     return step, [(c, d - r) for c, d, r in zip(costs, done, ready)]
+
+
+def ready_fractions(layers, backward):
+    """Per layer, the fraction of backward done when its gradient is ready: Layer.ready
+    where every layer has it, else once the layer's own backward is done (backward: its
+    seconds per layer, from the last layer to the first)."""
+    if _has_ready_times(layers):
+        return [layer.ready for layer in layers]
+    total, fractions, t = sum(backward), [0.0] * len(layers), 0.0
+    for index in reversed(range(len(layers))):
+        t += backward[index]
+        fractions[index] = t / total if total else 1.0
+    return fractions
